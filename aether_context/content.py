@@ -1,0 +1,184 @@
+"""The core data model of a model request, independent of ADK and google-genai types.
+
+Why our own types: the pipeline must be pure, hashable and testable without an agent, and a
+request must serialise to one canonical JSON form so a checksum means "byte for byte the same".
+Parts we do not understand travel as `OpaquePart` (their JSON), so conversion is lossless.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal, Union
+
+Role = Literal["user", "model"]
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON: sorted keys, no whitespace, UTF-8 kept as is."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def sha256_hex(text: str | bytes) -> str:
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class TextPart:
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"text": self.text}
+
+
+@dataclass(frozen=True)
+class FunctionCall:
+    name: str
+    args: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"function_call": {"name": self.name, "args": self.args, "id": self.id}}
+
+
+@dataclass(frozen=True)
+class FunctionResponse:
+    name: str
+    response: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"function_response": {"name": self.name, "response": self.response, "id": self.id}}
+
+
+@dataclass(frozen=True)
+class Blob:
+    """Inline binary data (images, audio); counted with a fixed per-item estimate."""
+
+    mime_type: str
+    data: bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {"inline_data": {"mime_type": self.mime_type, "data": base64.b64encode(self.data).decode("ascii")}}
+
+
+@dataclass(frozen=True)
+class OpaquePart:
+    """A part kind the pipeline does not interpret (file_data, code execution, thoughts...)."""
+
+    raw: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"opaque": self.raw}
+
+
+Part = Union[TextPart, FunctionCall, FunctionResponse, Blob, OpaquePart]
+
+
+def part_from_json(data: dict[str, Any]) -> Part:
+    if "text" in data:
+        return TextPart(data["text"])
+    if "function_call" in data:
+        d = data["function_call"]
+        return FunctionCall(d["name"], d.get("args") or {}, d.get("id"))
+    if "function_response" in data:
+        d = data["function_response"]
+        return FunctionResponse(d["name"], d.get("response") or {}, d.get("id"))
+    if "inline_data" in data:
+        d = data["inline_data"]
+        return Blob(d["mime_type"], base64.b64decode(d["data"]))
+    if "opaque" in data:
+        return OpaquePart(data["opaque"])
+    raise ValueError(f"unknown part shape with keys {sorted(data)}")
+
+
+@dataclass(frozen=True)
+class Message:
+    """One entry of `contents`: a role and its parts, with a stable content digest."""
+
+    role: Role
+    parts: tuple[Part, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"role": self.role, "parts": [p.to_json() for p in self.parts]}
+
+    @cached_property
+    def digest(self) -> str:
+        return sha256_hex(canonical_json(self.to_json()))
+
+    @property
+    def text(self) -> str:
+        return "\n".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+    @property
+    def calls(self) -> tuple[FunctionCall, ...]:
+        return tuple(p for p in self.parts if isinstance(p, FunctionCall))
+
+    @property
+    def responses(self) -> tuple[FunctionResponse, ...]:
+        return tuple(p for p in self.parts if isinstance(p, FunctionResponse))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Message":
+        return cls(role=data["role"], parts=tuple(part_from_json(p) for p in data["parts"]))
+
+
+def user_text(text: str) -> Message:
+    return Message("user", (TextPart(text),))
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A function declaration as JSON (name, description, parameters), in canonical form."""
+
+    name: str
+    declaration: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "declaration": self.declaration}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ToolSpec":
+        return cls(data["name"], data["declaration"])
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """What one model call sends: the Context Pack in wire-neutral form.
+
+    `other_tools` holds non-function tools (built-in search, code execution) untouched.
+    """
+
+    model: str
+    system_instruction: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    other_tools: tuple[dict[str, Any], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "system_instruction": self.system_instruction,
+            "messages": [m.to_json() for m in self.messages],
+            "tools": [t.to_json() for t in self.tools],
+            "other_tools": list(self.other_tools),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ModelRequest":
+        return cls(
+            model=data["model"],
+            system_instruction=data["system_instruction"],
+            messages=tuple(Message.from_json(m) for m in data["messages"]),
+            tools=tuple(ToolSpec.from_json(t) for t in data["tools"]),
+            other_tools=tuple(data.get("other_tools", ())),
+        )
+
+    @cached_property
+    def checksum(self) -> str:
+        """sha256 of the canonical request JSON, prefixed like `sha256:<hex>`."""
+        return "sha256:" + sha256_hex(canonical_json(self.to_json()))

@@ -1,0 +1,109 @@
+"""Fakes for testing agents that use aether-context, offline and without mocking ADK.
+
+`ScriptedLlm` is a real ADK `BaseLlm`: it answers each model call with the next scripted turn and
+records every request it received, so a test can run a real `Runner` and inspect what was sent.
+
+Usage::
+
+    llm = ScriptedLlm(turns=[call("read_file", path="a.py"), "done"])
+    agent = LlmAgent(name="a", model=llm, tools=[read_file])
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, AsyncGenerator, Callable, Union
+
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.genai import types
+from pydantic import Field, PrivateAttr
+
+__all__ = ["ScriptedLlm", "call", "TokenLimitError", "Turn"]
+
+# A scripted turn: plain text, a function call Part, a list of Parts, or a callable that sees the
+# request and returns one of those (for models that must react to what they were sent).
+Turn = Union[str, types.Part, list, Callable[[LlmRequest], Any], Exception]
+
+
+def call(name: str, **args: Any) -> types.Part:
+    """A function-call part, for scripting a tool call."""
+    return types.Part(function_call=types.FunctionCall(name=name, args=args))
+
+
+class TokenLimitError(Exception):
+    """Shaped like google.genai's 400 INVALID_ARGUMENT for an over-long prompt."""
+
+    def __init__(self, count: int, maximum: int):
+        super().__init__(
+            f"400 INVALID_ARGUMENT. The input token count ({count}) exceeds the maximum number of tokens allowed ({maximum})."
+        )
+        self.code = 400
+        self.status = "INVALID_ARGUMENT"
+
+
+class ScriptedLlm(BaseLlm):
+    """Replays scripted turns; the last turn repeats once the script runs out.
+
+    `prompt_token_counter` (optional) makes the model report `prompt_token_count` in usage metadata,
+    and `max_input_tokens` makes it reject longer prompts like Gemini does.
+    """
+
+    model: str = "scripted-model"
+    turns: list[Any] = Field(default_factory=list)
+    max_input_tokens: int | None = None
+    prompt_token_counter: Any = None
+    cached_tokens: int | None = None
+    _requests: list[LlmRequest] = PrivateAttr(default_factory=list)
+    _cursor: int = PrivateAttr(default=0)
+
+    @classmethod
+    def supported_models(cls) -> list[str]:
+        return [r"scripted-.*"]
+
+    @property
+    def requests(self) -> list[LlmRequest]:
+        """Deep copies of every request received, in order."""
+        return self._requests
+
+    def _next_turn(self, llm_request: LlmRequest) -> Any:
+        if not self.turns:
+            return "ok"
+        turn = self.turns[min(self._cursor, len(self.turns) - 1)]
+        self._cursor += 1
+        if callable(turn) and not isinstance(turn, types.Part):
+            turn = turn(llm_request)
+        return turn
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        self._requests.append(llm_request.model_copy(deep=True))
+        prompt_tokens = None
+        if self.prompt_token_counter is not None:
+            prompt_tokens = int(self.prompt_token_counter(llm_request))
+            if self.max_input_tokens is not None and prompt_tokens > self.max_input_tokens:
+                raise TokenLimitError(prompt_tokens, self.max_input_tokens)
+        turn = self._next_turn(llm_request)
+        if isinstance(turn, Exception):
+            raise copy.copy(turn)
+        if isinstance(turn, str):
+            parts = [types.Part(text=turn)]
+        elif isinstance(turn, types.Part):
+            parts = [turn]
+        else:
+            parts = list(turn)
+        usage = None
+        if prompt_tokens is not None:
+            usage = types.GenerateContentResponseUsageMetadata(
+                prompt_token_count=prompt_tokens,
+                cached_content_token_count=self.cached_tokens,
+                candidates_token_count=10,
+                total_token_count=prompt_tokens + 10,
+            )
+        yield LlmResponse(
+            content=types.Content(role="model", parts=parts),
+            usage_metadata=usage,
+            finish_reason=types.FinishReason.STOP,
+        )

