@@ -1,0 +1,13 @@
+"""The packing pipeline: collect → allocate → select → compress → render → record."""
+
+from .allocate import Allocation, Signals, allocate, distribute
+from .build import ContextPack, build_pack, request_tokens
+from .collect import EvidenceItem, MemoryItem, PackInputs, PackState, TaskSpec, Turn, group_turns
+from .compress import TruncationEvent
+from .record import SCHEMA_VERSION, LayerUsage, Manifest
+
+__all__ = [
+    "Allocation", "Signals", "allocate", "distribute", "ContextPack", "build_pack", "request_tokens",
+    "EvidenceItem", "MemoryItem", "PackInputs", "PackState", "TaskSpec", "Turn", "group_turns",
+    "TruncationEvent", "SCHEMA_VERSION", "LayerUsage", "Manifest",
+]

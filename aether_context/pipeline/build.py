@@ -1,0 +1,242 @@
+"""The whole pipeline for one model call: collect → allocate → select → compress → render → record.
+
+`build_pack` is pure: the same `PackInputs` and profile give the same request, byte for byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..content import Message, ModelRequest, canonical_json, sha256_hex
+from ..errors import BudgetError
+from ..profile import BudgetProfile
+from ..tokens import TokenCounting
+from ..windows import context_window
+from .allocate import Allocation, allocate
+from .collect import PackInputs, PackState, Turn
+from .compress import Fitted, TruncationEvent, bounded_turns, cut_turn, fit_conversation, fit_lines
+from .record import LayerUsage, Manifest
+from .render import PAYLOAD_HEADER, payload_message, render_payload, render_request, system_text
+from .select import Candidates, Line, select
+
+__all__ = ["ContextPack", "build_pack", "request_tokens"]
+
+
+@dataclass(frozen=True)
+class ContextPack:
+    """The result of one pack: what to send, the receipt, and the state for the next call."""
+
+    request: ModelRequest
+    manifest: Manifest
+    state: PackState
+    inputs: PackInputs
+
+
+def request_tokens(request: ModelRequest, counter: TokenCounting) -> int:
+    """Tokens of a whole request: system instruction, tool declarations and messages."""
+    return _head_tokens(request, counter) + sum(counter.count_message(m) for m in request.messages)
+
+
+def _head_tokens(request: ModelRequest, counter: TokenCounting) -> int:
+    tools = sum(counter.count_text(canonical_json(t.declaration)) for t in request.tools)
+    other = sum(counter.count_text(canonical_json(t)) for t in request.other_tools)
+    return counter.count_text(request.system_instruction) + tools + other
+
+
+def _head_digest(request: ModelRequest) -> str:
+    return sha256_hex(canonical_json([request.system_instruction, [t.to_json() for t in request.tools], list(request.other_tools)]))
+
+
+def _section_tokens(text: str, counter: TokenCounting) -> int:
+    return counter.count_text(text) + 1 if text else 0  # +1: the joining newline
+
+
+def _turn_tokens(turns: "tuple[Turn, ...]", counter: TokenCounting) -> int:
+    return sum(counter.count_message(m) for t in turns for m in t.messages)
+
+
+def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting, window: int | None = None) -> ContextPack:
+    """Build the Context Pack for one call. Raises `BudgetError` when the fixed layers cannot fit."""
+    req = inputs.request
+    window = context_window(req.model, window if window is not None else profile.window_tokens)
+
+    # select: ranked candidates and signals
+    cands = select(inputs, evidence_top_k=profile.evidence.top_k, memory_top_k=profile.memory.top_k, counter=counter)
+    conv = cands.conversation
+    max_turn = profile.conversation.max_turn_tokens
+    history, cut_h = bounded_turns(conv.history, max_turn, counter)
+    loop, cut_l = bounded_turns(conv.loop, max_turn, counter)
+    events: list[TruncationEvent] = [*cut_h, *cut_l]
+
+    # fixed layers, measured
+    empty = render_payload(inputs.task, conv.request, (), (), ())
+    fixed_used = {
+        "system": counter.count_text(system_text(req.system_instruction)) + sum(counter.count_message(m) for m in conv.instructions),
+        "tools": sum(counter.count_text(canonical_json(t.declaration)) for t in cands.tools)
+        + sum(counter.count_text(canonical_json(t)) for t in req.other_tools),
+        "task": counter.count_message(payload_message(empty.text(), conv.request)),
+    }
+
+    prev = inputs.previous
+    same_invocation = prev is not None and prev.payload_text and prev.invocation_id == inputs.invocation_id and prev.agent == inputs.agent
+    reused = None
+    if same_invocation:
+        reused = _try_reuse(inputs, prev, cands, history, loop, window, profile, counter)
+    overflowed = same_invocation and reused is None
+
+    if reused is not None:
+        request, fitted, ev_lines, mem_lines, sections_text, alloc = reused
+    else:
+        request, fitted, ev_lines, mem_lines, sections_text, alloc, more = _full_build(
+            inputs, cands, history, loop, fixed_used, window, profile, counter, force_compact=overflowed)
+        events.extend(more)
+
+    total = request_tokens(request, counter)
+    if total > alloc.pack_limit:
+        raise BudgetError(f"pack needs {total} tokens but only {alloc.pack_limit} fit (window {window} less "
+                          f"{alloc.slack} output reserve): split the step or use a larger window")
+
+    # record
+    state = PackState(
+        invocation_id=inputs.invocation_id, agent=inputs.agent, payload_text=sections_text,
+        folded_loop_turns=fitted.folded_loop_turns, kept_history_turns=len(fitted.history),
+        summary_lines=fitted.summary_lines, message_digests=tuple(m.digest for m in request.messages),
+        message_tokens=tuple(counter.count_message(m) for m in request.messages),
+        head_digest=_head_digest(request), head_tokens=_head_tokens(request, counter),
+        pack_id="pk_" + sha256_hex(inputs.digest + profile.model_dump_json())[:24],
+    )
+    manifest = _manifest(inputs, profile, window, alloc, request, fitted, ev_lines, mem_lines, cands, events,
+                         state, counter, reused is not None)
+    return ContextPack(request=request, manifest=manifest, state=state, inputs=inputs)
+
+
+def _try_reuse(inputs, prev: PackState, cands: Candidates, history, loop, window, profile, counter):
+    """Keep the previous call's payload and folding point if the grown request still fits."""
+    if prev.folded_loop_turns > len(loop) or prev.kept_history_turns > len(history):
+        return None
+    kept_hist = history[len(history) - prev.kept_history_turns:] if prev.kept_history_turns else ()
+    kept_loop = loop[prev.folded_loop_turns:]
+    conv = cands.conversation
+    request = render_request(model=inputs.request.model, system_instruction=inputs.request.system_instruction,
+                             tools=cands.tools, other_tools=inputs.request.other_tools, history=kept_hist,
+                             payload=payload_message(prev.payload_text, conv.request), loop=kept_loop,
+                             instructions=conv.instructions)
+    fixed = {"system": 0, "task": 0, "tools": 0}
+    alloc = allocate(profile, window, cands.signals, fixed, {})
+    if request_tokens(request, counter) > alloc.pack_limit:
+        return None
+    fitted = Fitted(history=kept_hist, summary_lines=prev.summary_lines, loop=kept_loop,
+                    folded_loop_turns=prev.folded_loop_turns)
+    ev = tuple(ln for ln in cands.evidence if ln.text in prev.payload_text)
+    mem = tuple(ln for ln in cands.memory if ln.text in prev.payload_text)
+    return request, fitted, ev, mem, prev.payload_text, alloc
+
+
+def _full_build(inputs, cands: Candidates, history, loop, fixed_used, window, profile: BudgetProfile, counter,
+                *, force_compact: bool):
+    conv = cands.conversation
+    tail = profile.conversation.tail_turns
+    ev_header = _section_tokens("EVIDENCE:", counter)
+    mem_header = _section_tokens("MEMORY:", counter)
+    demands = {
+        "evidence": (sum(ln.tokens + 1 for ln in cands.evidence) + ev_header) if cands.evidence else 0,
+        "memory": (sum(ln.tokens + 1 for ln in cands.memory) + mem_header) if cands.memory else 0,
+        "conversation": _turn_tokens(history[-tail:], counter) + _turn_tokens(loop, counter)
+        + min(profile.conversation.summary_max_tokens, 8 * max(0, len(history) - tail)) + 8,
+    }
+    alloc = allocate(profile, window, cands.signals, fixed_used, demands)
+    events: list[TruncationEvent] = []
+    ev_lines, e1 = fit_lines("evidence", cands.evidence, max(0, alloc.budgets["evidence"] - ev_header),
+                             profile.evidence.item_max_tokens, counter, older_first=True)
+    mem_lines, e2 = fit_lines("memory", cands.memory, max(0, alloc.budgets["memory"] - mem_header),
+                              profile.memory.item_max_tokens, counter)
+    events += [*e1, *e2]
+    # Room the retrieved layers left goes to the conversation.
+    used_flex = sum(ln.tokens + 1 for ln in ev_lines) + (ev_header if ev_lines else 0) \
+        + sum(ln.tokens + 1 for ln in mem_lines) + (mem_header if mem_lines else 0)
+    conv_budget = alloc.pack_limit - sum(fixed_used.values()) - used_flex
+    target = int(conv_budget * profile.conversation.compact_to)
+    request = fitted = text = None
+    for _ in range(6):  # the final count is exact; tighten until it fits
+        fitted = fit_conversation(history, loop, budget=target if force_compact else conv_budget, target=target,
+                                  tail_turns=tail, summary_max_tokens=profile.conversation.summary_max_tokens,
+                                  counter=counter)
+        text = render_payload(inputs.task, conv.request, ev_lines, mem_lines, fitted.summary_lines).text()
+        request = render_request(model=inputs.request.model, system_instruction=inputs.request.system_instruction,
+                                 tools=cands.tools, other_tools=inputs.request.other_tools, history=fitted.history,
+                                 payload=payload_message(text, conv.request), loop=fitted.loop,
+                                 instructions=conv.instructions)
+        over = request_tokens(request, counter) - alloc.pack_limit
+        if over <= 0:
+            break
+        if len(fitted.history) + len(fitted.loop) <= 1:
+            last = (fitted.history + fitted.loop)[0]
+            room = max(32, sum(counter.count_message(m) for m in last.messages) - over - 16)
+            cut = cut_turn(last, room, counter)
+            events.append(TruncationEvent("conversation", "cut", "only turn left over the window", (f"turn-{last.start}",)))
+            history = tuple(cut if t.start == last.start else t for t in history)
+            loop = tuple(cut if t.start == last.start else t for t in loop)
+        force_compact = True
+        target = max(0, min(target, conv_budget) - over - 16)
+    events.extend(fitted.events)
+    return request, fitted, ev_lines, mem_lines, text, alloc, events
+
+
+def _prefix_tokens(request: ModelRequest, prev: PackState | None, counter: TokenCounting) -> int:
+    if prev is None or not prev.message_digests or prev.head_digest != _head_digest(request):
+        return 0
+    total = prev.head_tokens
+    for digest, m, tokens in zip(prev.message_digests, request.messages, prev.message_tokens):
+        if m.digest != digest:
+            break
+        total += tokens
+    return total
+
+
+def _manifest(inputs: PackInputs, profile: BudgetProfile, window: int, alloc: Allocation, request: ModelRequest,
+              fitted: Fitted, ev_lines: "tuple[Line, ...]", mem_lines: "tuple[Line, ...]", cands: Candidates,
+              events: list[TruncationEvent], state: PackState, counter: TokenCounting, reused: bool) -> Manifest:
+    conv = cands.conversation
+    payload_idx = len([m for t in fitted.history for m in t.messages])
+    payload = request.messages[payload_idx]
+    sections = render_payload(inputs.task, conv.request, ev_lines, mem_lines, fitted.summary_lines)
+    ev_used = _section_tokens(sections.evidence, counter)
+    mem_used = _section_tokens(sections.memory, counter)
+    sum_used = _section_tokens(sections.summary, counter)
+    conv_used = _turn_tokens(fitted.history, counter) + _turn_tokens(fitted.loop, counter) + sum_used
+    task_used = counter.count_message(payload) - ev_used - mem_used - sum_used
+    system_used = counter.count_text(request.system_instruction) + sum(counter.count_message(m) for m in conv.instructions)
+    tools_used = _head_tokens(request, counter) - counter.count_text(request.system_instruction)
+    n_conv = len(conv.history) + len(conv.loop)
+    layers = {
+        "system": LayerUsage(budget=max(alloc.floors["system"], system_used), used=system_used, items=1),
+        "task": LayerUsage(budget=max(alloc.floors["task"], task_used), used=task_used, items=1),
+        "tools": LayerUsage(budget=max(alloc.floors["tools"], tools_used), used=tools_used, items=len(request.tools),
+                            dropped=len(inputs.request.tools) - len(request.tools)),
+        "evidence": LayerUsage(budget=alloc.budgets.get("evidence", ev_used), used=ev_used, items=len(ev_lines),
+                               dropped=len(inputs.evidence) - len(ev_lines)),
+        "memory": LayerUsage(budget=alloc.budgets.get("memory", mem_used), used=mem_used, items=len(mem_lines),
+                             dropped=len(inputs.memory) - len(mem_lines)),
+        "conversation": LayerUsage(budget=alloc.budgets.get("conversation", conv_used), used=conv_used,
+                                   items=len(fitted.history) + len(fitted.loop),
+                                   dropped=n_conv - len(fitted.history) - len(fitted.loop)),
+        "slack": LayerUsage(budget=alloc.slack, used=0),
+    }
+    uris = sorted({ln.uri for ln in ev_lines if ln.uri})
+    return Manifest(
+        pack_id=state.pack_id, model=request.model, window=window, profile=profile.name,
+        profile_digest="sha256:" + sha256_hex(profile.model_dump_json()), app_name=inputs.app_name,
+        user_id=inputs.user_id, session_id=inputs.session_id, invocation_id=inputs.invocation_id, agent=inputs.agent,
+        created_at=inputs.now, layer_budgets=layers, allocation=alloc.to_json(),
+        truncation_events=[e.to_json() for e in events], artifact_uris=uris,
+        selected={
+            "evidence": [{"id": ln.id, "source": ln.source, "score": ln.score, "compressed": ln.compressed} for ln in ev_lines],
+            "memory": [{"id": ln.id, "source": ln.source, "score": ln.score, "compressed": ln.compressed} for ln in mem_lines],
+        },
+        flags=list(cands.flags), evidence_needed=list(inputs.task.evidence_needed),
+        tokens_before=request_tokens(inputs.request, counter), tokens_after=request_tokens(request, counter),
+        prefix_tokens=_prefix_tokens(request, inputs.previous, counter),
+        previous_tokens=(inputs.previous.head_tokens + sum(inputs.previous.message_tokens)) if inputs.previous else 0,
+        previous_pack_id=inputs.previous.pack_id if inputs.previous else "",
+        reused_payload=reused, tools=[t.name for t in request.tools], checksum=request.checksum,
+    )

@@ -1,0 +1,220 @@
+"""Stage 1 — collect: the typed inputs of one pack, gathered before any decision is made.
+
+The ADK edge (`aether_context.adk.collect`) fills `PackInputs` from the request, the session,
+state, memory and artifacts; everything after this stage is a pure function of `PackInputs`
+(and the previous call's `PackState`), which is what makes a pack replayable byte for byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..content import FunctionCall, Message, ModelRequest, TextPart, ToolSpec, canonical_json, sha256_hex
+
+__all__ = ["TaskSpec", "EvidenceItem", "MemoryItem", "PackInputs", "PackState", "Turn", "group_turns"]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """The current goal and step. Empty fields are allowed but reported in the manifest."""
+
+    goal: str = ""
+    step: str = ""
+    acceptance: tuple[str, ...] = ()
+    constraints: tuple[str, ...] = ()
+    tools: tuple[str, ...] | None = None  # None: the step does not restrict tools
+    expected_tool_calls: int = 0
+    risk: float = 0.0
+    evidence_needed: tuple[str, ...] = ()  # checklist items that need evidence
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "goal": self.goal, "step": self.step, "acceptance": list(self.acceptance),
+            "constraints": list(self.constraints), "tools": None if self.tools is None else list(self.tools),
+            "expected_tool_calls": self.expected_tool_calls, "risk": self.risk,
+            "evidence_needed": list(self.evidence_needed),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "TaskSpec":
+        return cls(
+            goal=d.get("goal", ""), step=d.get("step", ""), acceptance=tuple(d.get("acceptance", ())),
+            constraints=tuple(d.get("constraints", ())),
+            tools=None if d.get("tools") is None else tuple(d["tools"]),
+            expected_tool_calls=int(d.get("expected_tool_calls", 0)), risk=float(d.get("risk", 0.0)),
+            evidence_needed=tuple(d.get("evidence_needed", ())),
+        )
+
+
+@dataclass(frozen=True)
+class EvidenceItem:
+    """A piece of evidence: a short summary in the prompt, the original behind `uri`."""
+
+    id: str
+    summary: str
+    uri: str = ""
+    source: str = "state"
+    timestamp: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "summary": self.summary, "uri": self.uri, "source": self.source, "timestamp": self.timestamp}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "EvidenceItem":
+        return cls(d["id"], d["summary"], d.get("uri", ""), d.get("source", "state"), d.get("timestamp"))
+
+
+@dataclass(frozen=True)
+class MemoryItem:
+    """A remembered fact (memory service hit or a note in state), with when it was recorded."""
+
+    id: str
+    text: str
+    timestamp: float | None = None
+    source: str = "memory"
+    rank: int = 0  # position in the source's own ranking
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "text": self.text, "timestamp": self.timestamp, "source": self.source, "rank": self.rank}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "MemoryItem":
+        return cls(d["id"], d["text"], d.get("timestamp"), d.get("source", "memory"), int(d.get("rank", 0)))
+
+
+@dataclass(frozen=True)
+class PackState:
+    """What one call leaves for the next call of the same invocation (cache stability).
+
+    Within an invocation the pack payload and the folding point are frozen, so later calls
+    append to the earlier request instead of rewriting it.
+    """
+
+    invocation_id: str = ""
+    agent: str = ""
+    payload_text: str = ""
+    folded_loop_turns: int = 0
+    kept_history_turns: int = 0
+    summary_lines: tuple[str, ...] = ()
+    message_digests: tuple[str, ...] = ()
+    message_tokens: tuple[int, ...] = ()
+    head_digest: str = ""  # system instruction + tools
+    head_tokens: int = 0
+    pack_id: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "invocation_id": self.invocation_id, "agent": self.agent, "payload_text": self.payload_text,
+            "folded_loop_turns": self.folded_loop_turns, "kept_history_turns": self.kept_history_turns,
+            "summary_lines": list(self.summary_lines), "message_digests": list(self.message_digests),
+            "message_tokens": list(self.message_tokens), "head_digest": self.head_digest,
+            "head_tokens": self.head_tokens, "pack_id": self.pack_id,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "PackState":
+        return cls(
+            invocation_id=d["invocation_id"], agent=d["agent"], payload_text=d["payload_text"],
+            folded_loop_turns=d["folded_loop_turns"], kept_history_turns=d["kept_history_turns"],
+            summary_lines=tuple(d["summary_lines"]), message_digests=tuple(d["message_digests"]),
+            message_tokens=tuple(d["message_tokens"]), head_digest=d["head_digest"],
+            head_tokens=d["head_tokens"], pack_id=d["pack_id"],
+        )
+
+
+@dataclass(frozen=True)
+class PackInputs:
+    """Everything a pack is built from. `request` is the request as ADK built it."""
+
+    request: ModelRequest
+    request_index: int | None  # index in request.messages of the user message that started the invocation
+    task: TaskSpec = TaskSpec()
+    evidence: tuple[EvidenceItem, ...] = ()
+    memory: tuple[MemoryItem, ...] = ()
+    instruction_indices: tuple[int, ...] = ()  # dynamic-instruction messages (static_instruction mode)
+    app_name: str = ""
+    user_id: str = ""
+    session_id: str = ""
+    invocation_id: str = ""
+    agent: str = ""
+    now: float = 0.0
+    previous: PackState | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "request": self.request.to_json(), "request_index": self.request_index, "task": self.task.to_json(),
+            "evidence": [e.to_json() for e in self.evidence], "memory": [m.to_json() for m in self.memory],
+            "instruction_indices": list(self.instruction_indices), "app_name": self.app_name,
+            "user_id": self.user_id, "session_id": self.session_id, "invocation_id": self.invocation_id,
+            "agent": self.agent, "now": self.now,
+            "previous": None if self.previous is None else self.previous.to_json(), "extra": self.extra,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "PackInputs":
+        return cls(
+            request=ModelRequest.from_json(d["request"]), request_index=d["request_index"],
+            task=TaskSpec.from_json(d["task"]), evidence=tuple(EvidenceItem.from_json(e) for e in d["evidence"]),
+            memory=tuple(MemoryItem.from_json(m) for m in d["memory"]),
+            instruction_indices=tuple(d.get("instruction_indices", ())), app_name=d["app_name"],
+            user_id=d["user_id"], session_id=d["session_id"], invocation_id=d["invocation_id"], agent=d["agent"],
+            now=d["now"], previous=None if d["previous"] is None else PackState.from_json(d["previous"]),
+            extra=d.get("extra", {}),
+        )
+
+    @property
+    def digest(self) -> str:
+        return sha256_hex(canonical_json(self.to_json()))
+
+
+@dataclass(frozen=True)
+class Turn:
+    """An atomic unit of history: one message, or a model call with the responses to its calls.
+
+    Cutting history only between turns is what guarantees no function response is ever sent
+    without its call (Gemini rejects that).
+    """
+
+    start: int  # index of the first message in the message list it was grouped from
+    messages: tuple[Message, ...]
+
+    @property
+    def is_tool_exchange(self) -> bool:
+        return any(m.calls for m in self.messages)
+
+    @property
+    def is_orphan_response(self) -> bool:
+        """Function responses whose call is not in this turn (e.g. cut by an earlier compaction)."""
+        return bool(self.messages[0].responses) and not any(m.calls for m in self.messages)
+
+
+def group_turns(messages: "tuple[Message, ...] | list[Message]", offset: int = 0) -> list[Turn]:
+    """Group messages into turns; responses are paired with the calls before them by position and name.
+
+    ADK strips call ids from the request, so pairing cannot rely on ids.
+    """
+    turns: list[Turn] = []
+    i, n = 0, len(messages)
+    while i < n:
+        msg = messages[i]
+        group = [msg]
+        if msg.calls:
+            pending = [c.name for c in msg.calls]
+            j = i + 1
+            while j < n and pending and _only_responses(messages[j]):
+                for r in messages[j].responses:
+                    if r.name in pending:
+                        pending.remove(r.name)
+                group.append(messages[j])
+                j += 1
+            i = j
+        else:
+            i += 1
+        turns.append(Turn(start=offset + (i - len(group)), messages=tuple(group)))
+    return turns
+
+
+def _only_responses(message: Message) -> bool:
+    return bool(message.parts) and all(not isinstance(p, (TextPart, FunctionCall)) for p in message.parts) and bool(message.responses)

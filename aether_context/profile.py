@@ -1,0 +1,177 @@
+"""Budget profiles: how a window is split between layers, validated when loaded.
+
+A profile is YAML (built-in ones ship in `aether_context/profiles/`). Floors reserve fixed shares
+of the window for System, Task, Tools and Slack; the remainder is split between Evidence, Memory
+and Conversation by weights of the form `base + Σ coefficient · signal`.
+
+Usage::
+
+    profile = load_profile("research")            # a built-in name
+    profile = load_profile("profiles/mine.yaml")  # or a path
+    profile = profile.override(window_tokens=32_000)
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import ProfileError
+
+__all__ = [
+    "BudgetProfile", "Floors", "EvidenceWeights", "MemoryWeights", "ConversationWeights", "Weights",
+    "ConversationSettings", "SelectionSettings", "load_profile", "builtin_profiles",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Floors(_Strict):
+    """Fixed reservations, as fractions of the window. Unused floor flows to the other layers."""
+
+    system: float = Field(0.06, ge=0, le=1, description="Stable prefix: system instruction and pack contract.")
+    task: float = Field(0.06, ge=0, le=1, description="Goal, step, acceptance checklist, constraints, user request.")
+    tools: float = Field(0.04, ge=0, le=1, description="Declarations of the step's tools.")
+    slack: float = Field(0.12, ge=0, le=1, description="Output reserve; never sent as text, never lent out.")
+
+
+class EvidenceWeights(_Strict):
+    """Evidence weight = base + coefficients · signals."""
+
+    base: float = Field(0.40, ge=0)
+    checklist_evidence_ratio: float = Field(0.10, description="Per unit of the share of checklist items needing evidence (0..1).")
+    expected_tool_calls: float = Field(0.01, description="Per tool call the step expects.")
+    risk_weight: float = Field(0.05, description="Per unit of the step's risk (0..1).")
+
+
+class MemoryWeights(_Strict):
+    """Memory weight = base + coefficients · signals."""
+
+    base: float = Field(0.20, ge=0)
+    retrieval_hit_rate: float = Field(0.05, description="Per unit of the share of memory candidates that matched (0..1).")
+    similarity: float = Field(0.05, description="Per unit of the mean query similarity of the best hits (0..1).")
+    freshness: float = Field(0.02, description="Per unit of freshness of the hits (1 = now, 0 = old).")
+
+
+class ConversationWeights(_Strict):
+    """Conversation weight = base + coefficients · signals."""
+
+    base: float = Field(0.40, ge=0)
+    unresolved_questions: float = Field(0.02, description="Per open question in the recent turns.")
+    dialogue_depth: float = Field(0.002, description="Per turn in the current thread.")
+
+
+class Weights(_Strict):
+    evidence: EvidenceWeights = EvidenceWeights()
+    memory: MemoryWeights = MemoryWeights()
+    conversation: ConversationWeights = ConversationWeights()
+
+
+class ConversationSettings(_Strict):
+    """How history is kept: a verbatim tail, the rest summarised in the pack."""
+
+    tail_turns: int = Field(6, ge=1, description="Turns (a message, or a call with its responses) kept verbatim before the current request.")
+    summary_max_tokens: int = Field(400, ge=0, description="Cap of the CONVERSATION SUMMARY section for turns outside the tail.")
+    compact_to: float = Field(0.6, gt=0, le=1, description=(
+        "When the conversation overflows its budget, fold history down to this share of the budget, so the "
+        "following calls can append without touching the prefix (cache stability)."))
+    max_turn_tokens: int = Field(4000, ge=64, description="A single kept turn above this is cut middle-out (a truncation event).")
+
+
+class SelectionSettings(_Strict):
+    """Top-k limits for the retrieved layers; the token budget still applies."""
+
+    top_k: int = Field(8, ge=0, description="At most this many items.")
+    item_max_tokens: int = Field(300, ge=16, description="An item's summary is cut to this many tokens.")
+
+
+class BudgetProfile(_Strict):
+    """A named budget policy. Every field has a default, so a YAML file may set only what it changes."""
+
+    name: str = "custom"
+    description: str = ""
+    window_tokens: int | None = Field(None, gt=0, description="Overrides the model registry's window.")
+    floors: Floors = Floors()
+    weights: Weights = Weights()
+    conversation: ConversationSettings = ConversationSettings()
+    evidence: SelectionSettings = SelectionSettings()
+    memory: SelectionSettings = SelectionSettings()
+
+    @model_validator(mode="after")
+    def _floors_fit(self) -> "BudgetProfile":
+        f = self.floors
+        total = f.system + f.task + f.tools + f.slack
+        if total >= 1:
+            raise ValueError(
+                f"floors add up to {total:.2f} of the window (system {f.system}, task {f.task}, tools {f.tools}, "
+                f"slack {f.slack}); they must leave a remainder: lower them so their sum is below 1"
+            )
+        return self
+
+    def override(self, **changes: Any) -> "BudgetProfile":
+        """A copy with top-level fields (or nested dicts) replaced and re-validated."""
+        data = self.model_dump()
+        _deep_update(data, changes)
+        return _validate(data, source=f"override of {self.name!r}")
+
+
+def _deep_update(base: dict, changes: dict) -> None:
+    for key, value in changes.items():
+        if isinstance(value, BaseModel):
+            value = value.model_dump()
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _deep_update(base[key], value)
+        else:
+            base[key] = value
+
+
+def _validate(data: Any, *, source: str) -> BudgetProfile:
+    if not isinstance(data, dict):
+        raise ProfileError(f"{source}: a profile must be a YAML mapping, got {type(data).__name__}")
+    try:
+        return BudgetProfile.model_validate(data)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            key = ".".join(str(p) for p in err["loc"]) or "(profile)"
+            if err["type"] == "extra_forbidden":
+                problems.append(f"unknown key {key!r}: remove it or fix its spelling")
+            else:
+                problems.append(f"{key}: {err['msg']} (got {err.get('input')!r})")
+        raise ProfileError(f"{source}: " + "; ".join(problems)) from e
+
+
+def builtin_profiles() -> list[str]:
+    """Names of the profiles shipped with the package."""
+    folder = resources.files("aether_context") / "profiles"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_profile(name_or_path: "str | Path | BudgetProfile | None" = None) -> BudgetProfile:
+    """Load a built-in profile by name, or a YAML file by path; `None` gives `default`."""
+    if isinstance(name_or_path, BudgetProfile):
+        return name_or_path
+    name = str(name_or_path or "default")
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.exists():
+            raise ProfileError(f"profile file {name!r} not found")
+        text = path.read_text(encoding="utf-8")
+        source = str(path)
+    else:
+        resource = resources.files("aether_context") / "profiles" / f"{name}.yaml"
+        if not resource.is_file():
+            raise ProfileError(f"unknown profile {name!r}: use one of {builtin_profiles()} or a path to a YAML file")
+        text = resource.read_text(encoding="utf-8")
+        source = f"built-in profile {name!r}"
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ProfileError(f"{source}: not valid YAML: {e}") from e
+    return _validate(data, source=source)

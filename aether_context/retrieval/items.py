@@ -1,0 +1,103 @@
+"""The retriever's own item types: what goes in (`Document`) and what comes out, with its reasons.
+
+Why frozen dataclasses with `to_json`: a Context Pack must explain and replay its choices, so each
+selected item carries every score that placed it, in one canonical JSON form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+__all__ = ["Document", "ScoredItem", "RetrievalResult"]
+
+
+@dataclass(frozen=True)
+class Document:
+    """One retrievable item; `id` is unique within an index, `timestamp` is epoch seconds."""
+
+    id: str
+    text: str
+    source: str
+    timestamp: float | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "text": self.text, "source": self.source, "timestamp": self.timestamp,
+                "metadata": dict(self.metadata)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Document":
+        return cls(data["id"], data["text"], data["source"], data.get("timestamp"), dict(data.get("metadata") or {}))
+
+
+@dataclass(frozen=True)
+class ScoredItem:
+    """A selected document and the scores that placed it.
+
+    `bm25` is the raw BM25Okapi score, `dense` the cosine to the query, `fused` the fusion score,
+    `freshness` the decay factor (1 = fresh or timeless), `score` the relevance after freshness
+    (0..1), `mmr` the MMR value when it was picked. `duplicates`/`sources` list the collapsed
+    near-duplicates it stands for, itself first.
+    """
+
+    document: Document
+    rank: int
+    bm25: float
+    dense: float
+    fused: float
+    freshness: float
+    score: float
+    mmr: float
+    tokens: int | None = None
+    duplicates: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+
+    @property
+    def id(self) -> str:
+        return self.document.id
+
+    @property
+    def text(self) -> str:
+        return self.document.text
+
+    @property
+    def source(self) -> str:
+        return self.document.source
+
+    def to_json(self) -> dict[str, Any]:
+        return {"document": self.document.to_json(), "rank": self.rank, "bm25": self.bm25, "dense": self.dense,
+                "fused": self.fused, "freshness": self.freshness, "score": self.score, "mmr": self.mmr,
+                "tokens": self.tokens, "duplicates": list(self.duplicates), "sources": list(self.sources)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "ScoredItem":
+        return cls(Document.from_json(data["document"]), data["rank"], data["bm25"], data["dense"], data["fused"],
+                   data["freshness"], data["score"], data["mmr"], data.get("tokens"),
+                   tuple(data.get("duplicates", ())), tuple(data.get("sources", ())))
+
+
+@dataclass(frozen=True)
+class RetrievalResult:
+    """The selection, in pick order, and signals for the budget allocator (all floats).
+
+    Signals: `retrieval_hit_rate` (share of selected items whose dense cosine to the query is at
+    least `hit_threshold`), `lexical_match_rate` (share with BM25 > 0), `similarity` (mean dense
+    cosine of the selection), `freshness` (mean decay factor of selected timestamped items; 1.0
+    when none has a timestamp), `candidates`, `selected`, `tokens`, `duplicates_collapsed`, `excluded`.
+    """
+
+    query: str
+    items: tuple[ScoredItem, ...]
+    signals: Mapping[str, float]
+
+    @property
+    def ids(self) -> list[str]:
+        return [item.id for item in self.items]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"query": self.query, "items": [i.to_json() for i in self.items], "signals": dict(self.signals)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "RetrievalResult":
+        return cls(data["query"], tuple(ScoredItem.from_json(i) for i in data["items"]), dict(data["signals"]))

