@@ -1,0 +1,135 @@
+"""Collect the pack's inputs from what ADK already has: request, session, state, memory, artifacts."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from google.adk.agents.callback_context import CallbackContext
+from google.adk.models.llm_request import LlmRequest
+from google.genai import types
+
+from ..content import ModelRequest, sha256_hex
+from ..pipeline.collect import EvidenceItem, MemoryItem, PackInputs, PackState
+from .convert import request_from_llm
+from .task import StateKeys, evidence_from_state, notes_from_state, task_from_state
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["collect_inputs", "find_request_index", "INSTRUCTION_MARKER", "artifact_uri"]
+
+INSTRUCTION_MARKER = "<<<BEGIN_SYSTEM_INSTRUCTION>>>"
+_OTHER_AGENT_PREFIX = "For context:"
+
+
+def artifact_uri(app: str, user: str, session: str, filename: str, version: int | None = None) -> str:
+    """`artifact://<app>/<user>/<session>/<filename>[#v<version>]`: where ADK's artifact service keeps it."""
+    base = f"artifact://{app}/{user}/{session}/{filename}"
+    return base if version is None else f"{base}#v{version}"
+
+
+def find_request_index(request: ModelRequest, user_content: types.Content | None) -> int | None:
+    """Index of the user message that started this invocation (the last one equal to `user_content`)."""
+    msgs = request.messages
+    if user_content is not None and user_content.parts:
+        from .convert import to_message
+        target = to_message(user_content).digest
+        for i in range(len(msgs) - 1, -1, -1):
+            if msgs[i].digest == target:
+                return i
+    for i in range(len(msgs) - 1, -1, -1):  # fallback: the last real user text
+        m = msgs[i]
+        text = m.text
+        if m.role == "user" and text and not m.responses and INSTRUCTION_MARKER not in text and not text.startswith(_OTHER_AGENT_PREFIX):
+            return i
+    return None
+
+
+def _timestamp(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+async def _memory_hits(ctx: CallbackContext, query: str, limit: int) -> list[MemoryItem]:
+    if not query.strip():
+        return []
+    try:
+        response = await ctx.search_memory(query)
+    except ValueError:  # no memory service on the runner
+        return []
+    items = []
+    for rank, entry in enumerate(response.memories[:limit]):
+        text = "\n".join(p.text for p in (entry.content.parts or []) if p.text) if entry.content else ""
+        if not text:
+            continue
+        who = f"{entry.author}: " if entry.author else ""
+        items.append(MemoryItem(id=entry.id or "mem-" + sha256_hex(text)[:12], text=who + text,
+                                timestamp=_timestamp(entry.timestamp), source="memory_service", rank=rank))
+    return items
+
+
+async def _artifact_evidence(ctx: CallbackContext, cache: dict, summary_chars: int) -> list[EvidenceItem]:
+    try:
+        names = await ctx.list_artifacts()
+    except ValueError:  # no artifact service on the runner
+        return []
+    inv = ctx.get_invocation_context()
+    session = ctx.session
+    out = []
+    for name in sorted(names):
+        key = (session.id, name)
+        if key not in cache:
+            part = await ctx.load_artifact(name)
+            version = None
+            try:
+                version = await inv.artifact_service.list_versions(app_name=session.app_name, user_id=session.user_id,
+                                                                  filename=name, session_id=session.id)
+                version = max(version) if version else None
+            except Exception:  # versions are a nicety; the URI without one still resolves to the latest
+                logger.debug("aether-context: could not list versions of %s", name, exc_info=True)
+            cache[key] = (_describe(part, summary_chars), version)
+        summary, version = cache[key]
+        out.append(EvidenceItem(id=f"artifact:{name}", summary=f"{name}: {summary}",
+                                uri=artifact_uri(session.app_name, session.user_id, session.id, name, version),
+                                source="artifact"))
+    return out
+
+
+def _describe(part: types.Part | None, chars: int) -> str:
+    if part is None:
+        return "(empty)"
+    if part.text:
+        text = " ".join(part.text.split())
+        return text if len(text) <= chars else text[:chars] + "…"
+    if part.inline_data:
+        data = part.inline_data.data or b""
+        if (part.inline_data.mime_type or "").startswith("text/"):
+            return _describe(types.Part(text=data.decode("utf-8", "replace")), chars)
+        return f"{part.inline_data.mime_type}, {len(data)} bytes"
+    return "(binary artifact)"
+
+
+async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys: StateKeys, previous: PackState | None,
+                         memory_limit: int, artifact_cache: dict, now: float, use_memory: bool = True,
+                         use_artifacts: bool = True, summary_chars: int = 400) -> PackInputs:
+    request = request_from_llm(llm_request)
+    index = find_request_index(request, ctx.user_content)
+    state = ctx.state
+    task = task_from_state(state, keys)
+    query = " ".join(x for x in (request.messages[index].text if index is not None else "", task.step, task.goal) if x)
+    memory = notes_from_state(state, keys) + (await _memory_hits(ctx, query, memory_limit) if use_memory else [])
+    evidence = evidence_from_state(state, keys) + (await _artifact_evidence(ctx, artifact_cache, summary_chars) if use_artifacts else [])
+    session = ctx.session
+    return PackInputs(
+        request=request, request_index=index, task=task, evidence=tuple(evidence), memory=tuple(memory),
+        instruction_indices=tuple(i for i, m in enumerate(request.messages) if m.role == "user" and INSTRUCTION_MARKER in m.text),
+        app_name=session.app_name, user_id=session.user_id, session_id=session.id,
+        invocation_id=ctx.invocation_id, agent=ctx.agent_name, now=now, previous=previous,
+    )

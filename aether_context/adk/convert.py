@@ -1,0 +1,119 @@
+"""Conversion between google-genai / ADK request types and the core data model.
+
+Lossless by construction: a part the core does not interpret is carried as its JSON dump and
+rebuilt with `model_validate`, so rewriting a request never loses a thought signature or a file
+reference.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.adk.models.llm_request import LlmRequest
+from google.genai import types
+
+from ..content import Blob, FunctionCall, FunctionResponse, Message, ModelRequest, OpaquePart, Part, TextPart, ToolSpec
+
+__all__ = ["to_message", "to_content", "request_from_llm", "apply_request", "llm_request_from"]
+
+
+def _to_part(part: types.Part) -> Part:
+    dump = part.model_dump(mode="json", exclude_none=True)
+    keys = set(dump)
+    if keys == {"text"}:
+        return TextPart(part.text or "")
+    if keys == {"function_call"}:
+        fc = part.function_call
+        return FunctionCall(fc.name or "", dict(fc.args or {}), fc.id)
+    if keys == {"function_response"}:
+        fr = part.function_response
+        return FunctionResponse(fr.name or "", dict(fr.response or {}), fr.id)
+    if keys == {"inline_data"} and part.inline_data and part.inline_data.data is not None and not part.inline_data.display_name:
+        return Blob(part.inline_data.mime_type or "application/octet-stream", part.inline_data.data)
+    return OpaquePart(dump)
+
+
+def _from_part(part: Part) -> types.Part:
+    if isinstance(part, TextPart):
+        return types.Part(text=part.text)
+    if isinstance(part, FunctionCall):
+        return types.Part(function_call=types.FunctionCall(name=part.name, args=part.args, id=part.id))
+    if isinstance(part, FunctionResponse):
+        return types.Part(function_response=types.FunctionResponse(name=part.name, response=part.response, id=part.id))
+    if isinstance(part, Blob):
+        return types.Part(inline_data=types.Blob(mime_type=part.mime_type, data=part.data))
+    return types.Part.model_validate(part.raw)
+
+
+def to_message(content: types.Content) -> Message:
+    role = "model" if content.role == "model" else "user"
+    return Message(role, tuple(_to_part(p) for p in (content.parts or ())))
+
+
+def to_content(message: Message) -> types.Content:
+    return types.Content(role=message.role, parts=[_from_part(p) for p in message.parts])
+
+
+def _system_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, types.Content):
+        return "\n".join(p.text for p in (value.parts or []) if p.text)
+    if isinstance(value, types.Part):
+        return value.text or ""
+    if isinstance(value, list):
+        return "\n".join(_system_text(v) for v in value)
+    return str(value)
+
+
+def request_from_llm(llm_request: LlmRequest) -> ModelRequest:
+    """The core view of an ADK request: system text, messages, function tools, other tools."""
+    specs: list[ToolSpec] = []
+    other: list[dict[str, Any]] = []
+    for tool in llm_request.config.tools or []:
+        if not isinstance(tool, types.Tool):
+            other.append({"callable": getattr(tool, "__name__", repr(tool))})
+            continue
+        for fd in tool.function_declarations or []:
+            specs.append(ToolSpec(fd.name or "", fd.model_dump(mode="json", exclude_none=True)))
+        rest = tool.model_dump(mode="json", exclude_none=True, exclude={"function_declarations"})
+        if rest:
+            other.append(rest)
+    return ModelRequest(
+        model=llm_request.model or "",
+        system_instruction=_system_text(llm_request.config.system_instruction),
+        messages=tuple(to_message(c) for c in llm_request.contents),
+        tools=tuple(specs),
+        other_tools=tuple(other),
+    )
+
+
+def _tools_config(request: ModelRequest) -> list[types.Tool] | None:
+    tools: list[types.Tool] = []
+    if request.tools:
+        tools.append(types.Tool(function_declarations=[types.FunctionDeclaration.model_validate(t.declaration) for t in request.tools]))
+    tools.extend(types.Tool.model_validate(o) for o in request.other_tools if "callable" not in o)
+    return tools or None
+
+
+def apply_request(llm_request: LlmRequest, request: ModelRequest, *, declared: "set[str]") -> None:
+    """Rewrite `llm_request` in place to send `request` (the only place a request is mutated).
+
+    `declared` are the function names the original request declared: those not kept by the pack
+    leave `tools_dict` too; anything else there (not a declared function) is left alone.
+    """
+    keep = {t.name for t in request.tools}
+    llm_request.contents = [to_content(m) for m in request.messages]
+    llm_request.config.system_instruction = request.system_instruction
+    had_callables = [t for t in (llm_request.config.tools or []) if not isinstance(t, types.Tool)]
+    tools = _tools_config(request)
+    llm_request.config.tools = (tools or []) + had_callables or None
+    llm_request.tools_dict = {k: v for k, v in llm_request.tools_dict.items() if k in keep or k not in declared}
+
+
+def llm_request_from(request: ModelRequest) -> LlmRequest:
+    """A fresh `LlmRequest` carrying `request` (for replaying a recorded call against a model)."""
+    config = types.GenerateContentConfig(system_instruction=request.system_instruction, tools=_tools_config(request))
+    return LlmRequest(model=request.model, contents=[to_content(m) for m in request.messages], config=config)

@@ -1,0 +1,129 @@
+"""The engine shared by the plugin and the agent callback: pack one ADK request, fail open.
+
+Holds what must live across calls of a process: the profile, the token counter (its cache), the
+store, and the previous call's `PackState` per session and agent (for cache-stable packing).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.adk.agents.callback_context import CallbackContext
+from google.adk.models.llm_request import LlmRequest
+
+from ..content import sha256_hex
+from ..pipeline.build import ContextPack, build_pack, request_tokens
+from ..pipeline.collect import PackState
+from ..pipeline.record import Manifest
+from ..profile import BudgetProfile, load_profile
+from ..store import DEFAULT_STORE_URL, PackStore
+from ..tokens import TokenCounter, TokenCounting
+from .collect import collect_inputs
+from .convert import apply_request, request_from_llm
+from .task import StateKeys
+
+logger = logging.getLogger("aether_context")
+
+__all__ = ["ContextPacker", "CallRecord"]
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One packed (or failed) model call, as kept in `ContextPacker.recent`."""
+
+    manifest: Manifest
+    uri: str
+
+
+class ContextPacker:
+    """Packs ADK requests. One instance per app; safe to share between agents of the app."""
+
+    def __init__(self, *, profile: "str | Path | BudgetProfile | None" = None, store: "str | PackStore | None" = None,
+                 window_tokens: int | None = None, counter: TokenCounting | None = None,
+                 state_keys: StateKeys | None = None, use_memory: bool = True, use_artifacts: bool = True,
+                 memory_pool: int = 50, keep_recent: int = 1000):
+        self.profile = load_profile(profile)
+        self.store = store if isinstance(store, PackStore) else PackStore(store or DEFAULT_STORE_URL)
+        self.window_tokens = window_tokens
+        self.counter = counter or TokenCounter()
+        self.keys = state_keys or StateKeys()
+        self.use_memory = use_memory
+        self.use_artifacts = use_artifacts
+        self.memory_pool = memory_pool
+        self.recent: collections.deque[CallRecord] = collections.deque(maxlen=keep_recent)
+        self._states: collections.OrderedDict[tuple[str, str], PackState] = collections.OrderedDict()
+        self._artifact_cache: dict = {}
+
+    def _previous(self, session_id: str, agent: str) -> PackState | None:
+        return self._states.get((session_id, agent))
+
+    def _remember(self, state: PackState, session_id: str) -> None:
+        key = (session_id, state.agent)
+        self._states[key] = state
+        self._states.move_to_end(key)
+        while len(self._states) > 4096:
+            self._states.popitem(last=False)
+
+    async def pack(self, callback_context: CallbackContext, llm_request: LlmRequest) -> CallRecord:
+        """Rewrite `llm_request` into its Context Pack. Never raises: on failure the request is untouched."""
+        session = callback_context.session
+        try:
+            inputs = await collect_inputs(
+                callback_context, llm_request, keys=self.keys,
+                previous=self._previous(session.id, callback_context.agent_name),
+                memory_limit=self.memory_pool, artifact_cache=self._artifact_cache, now=time.time(),
+                use_memory=self.use_memory, use_artifacts=self.use_artifacts)
+            pack = build_pack(inputs, self.profile, counter=self.counter, window=self.window_tokens)
+            apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools})
+        except Exception as e:  # fail open: the agent keeps working with the request ADK built
+            logger.error("aether-context: packing failed for agent %s; sending the original request",
+                         callback_context.agent_name, exc_info=True)
+            return self._record_failure(callback_context, llm_request, e)
+        self._remember(pack.state, session.id)
+        uri = self.store.save(pack)
+        record = CallRecord(pack.manifest, uri)
+        self.recent.append(record)
+        _log_pack(pack)
+        return record
+
+    def _record_failure(self, ctx: CallbackContext, llm_request: LlmRequest, error: Exception) -> CallRecord:
+        session = ctx.session
+        try:
+            original = request_from_llm(llm_request)
+            checksum, tokens = original.checksum, request_tokens(original, self.counter)
+        except Exception:  # even the request could not be read; record what we know
+            logger.debug("aether-context: could not convert the failing request", exc_info=True)
+            checksum, tokens = "", 0
+        manifest = Manifest(
+            pack_id="err_" + sha256_hex(f"{session.id}/{ctx.invocation_id}/{time.time_ns()}")[:24],
+            model=llm_request.model or "", window=0, profile=self.profile.name,
+            profile_digest="sha256:" + sha256_hex(self.profile.model_dump_json()), app_name=session.app_name,
+            user_id=session.user_id, session_id=session.id, invocation_id=ctx.invocation_id, agent=ctx.agent_name,
+            created_at=time.time(), layer_budgets={}, checksum=checksum, tokens_before=tokens, tokens_after=tokens,
+            error=f"{type(error).__name__}: {error}",
+        )
+        uri = ""
+        try:
+            uri = self.store.save_manifest(manifest)
+        except Exception:  # the store itself is down; the log line above is the record
+            logger.error("aether-context: could not record the failure", exc_info=True)
+        record = CallRecord(manifest, uri)
+        self.recent.append(record)
+        return record
+
+
+def _log_pack(pack: ContextPack) -> None:
+    m = pack.manifest
+    lb = m.layer_budgets
+    logger.info(
+        "aether-context %s agent=%s tokens %d -> %d (window %d) system=%d task=%d tools=%d evidence=%d/%d "
+        "memory=%d/%d conversation=%d/%d truncations=%d prefix=%d%s",
+        m.pack_id, m.agent, m.tokens_before, m.tokens_after, m.window, lb["system"].used, lb["task"].used,
+        lb["tools"].used, lb["evidence"].used, lb["evidence"].budget, lb["memory"].used, lb["memory"].budget,
+        lb["conversation"].used, lb["conversation"].budget, len(m.truncation_events), m.prefix_tokens,
+        " reused" if m.reused_payload else "",
+    )

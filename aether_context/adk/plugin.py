@@ -1,0 +1,51 @@
+"""ADK integration: a plugin for `App(plugins=[...])` and a callback for `LlmAgent(before_model_callback=...)`.
+
+Both drive the same `ContextPacker`, so an app can use either (not both on one agent).
+
+Usage::
+
+    app = App(name="app", root_agent=agent, plugins=[ContextPackPlugin(profile="research")])
+    # or, for a single agent:
+    agent = LlmAgent(..., before_model_callback=context_pack_callback(profile="default"))
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, Optional
+
+from google.adk.agents.callback_context import CallbackContext
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.adk.plugins.base_plugin import BasePlugin
+
+from .packer import ContextPacker
+
+__all__ = ["ContextPackPlugin", "context_pack_callback"]
+
+
+class ContextPackPlugin(BasePlugin):
+    """Rewrites every model request of the app into a budgeted, recorded Context Pack."""
+
+    def __init__(self, *, name: str = "aether_context", packer: ContextPacker | None = None, **settings: Any):
+        super().__init__(name)
+        self.packer = packer or ContextPacker(**settings)
+
+    async def before_model_callback(self, *, callback_context: CallbackContext, llm_request: LlmRequest) -> Optional[LlmResponse]:
+        await self.packer.pack(callback_context, llm_request)
+        return None
+
+    async def close(self) -> None:
+        self.packer.store.flush()
+
+
+def context_pack_callback(*, packer: ContextPacker | None = None, **settings: Any
+                          ) -> Callable[..., Awaitable[Optional[LlmResponse]]]:
+    """A `before_model_callback` for one `LlmAgent`, with the same engine as the plugin."""
+    engine = packer or ContextPacker(**settings)
+
+    async def before_model(*, callback_context: CallbackContext, llm_request: LlmRequest) -> Optional[LlmResponse]:
+        await engine.pack(callback_context, llm_request)
+        return None
+
+    before_model.packer = engine  # type: ignore[attr-defined]
+    return before_model
