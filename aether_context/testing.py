@@ -80,11 +80,12 @@ class ScriptedLlm(BaseLlm):
         self, llm_request: LlmRequest, stream: bool = False
     ) -> AsyncGenerator[LlmResponse, None]:
         self._requests.append(llm_request.model_copy(deep=True))
-        prompt_tokens = None
         if self.prompt_token_counter is not None:
             prompt_tokens = int(self.prompt_token_counter(llm_request))
-            if self.max_input_tokens is not None and prompt_tokens > self.max_input_tokens:
-                raise TokenLimitError(prompt_tokens, self.max_input_tokens)
+        else:  # a rough count (4 characters a token), so usage metadata is always present
+            prompt_tokens = len(llm_request.model_dump_json(exclude={"tools_dict", "live_connect_config"})) // 4
+        if self.max_input_tokens is not None and prompt_tokens > self.max_input_tokens:
+            raise TokenLimitError(prompt_tokens, self.max_input_tokens)
         turn = self._next_turn(llm_request)
         if isinstance(turn, Exception):
             raise copy.copy(turn)
@@ -94,14 +95,12 @@ class ScriptedLlm(BaseLlm):
             parts = [turn]
         else:
             parts = list(turn)
-        usage = None
-        if prompt_tokens is not None:
-            usage = types.GenerateContentResponseUsageMetadata(
-                prompt_token_count=prompt_tokens,
-                cached_content_token_count=self.cached_tokens,
-                candidates_token_count=10,
-                total_token_count=prompt_tokens + 10,
-            )
+        usage = types.GenerateContentResponseUsageMetadata(
+            prompt_token_count=prompt_tokens,
+            cached_content_token_count=self.cached_tokens,
+            candidates_token_count=10,
+            total_token_count=prompt_tokens + 10,
+        )
         yield LlmResponse(
             content=types.Content(role="model", parts=parts),
             usage_metadata=usage,

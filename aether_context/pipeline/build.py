@@ -81,7 +81,7 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     same_invocation = prev is not None and prev.payload_text and prev.invocation_id == inputs.invocation_id and prev.agent == inputs.agent
     reused = None
     if same_invocation:
-        reused = _try_reuse(inputs, prev, cands, history, loop, window, profile, counter)
+        reused = _try_reuse(inputs, prev, cands, history, loop, fixed_used, window, profile, counter)
     overflowed = same_invocation and reused is None
 
     if reused is not None:
@@ -110,7 +110,7 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     return ContextPack(request=request, manifest=manifest, state=state, inputs=inputs)
 
 
-def _try_reuse(inputs, prev: PackState, cands: Candidates, history, loop, window, profile, counter):
+def _try_reuse(inputs, prev: PackState, cands: Candidates, history, loop, fixed_used, window, profile, counter):
     """Keep the previous call's payload and folding point if the grown request still fits."""
     if prev.folded_loop_turns > len(loop) or prev.kept_history_turns > len(history):
         return None
@@ -121,15 +121,21 @@ def _try_reuse(inputs, prev: PackState, cands: Candidates, history, loop, window
                              tools=cands.tools, other_tools=inputs.request.other_tools, history=kept_hist,
                              payload=payload_message(prev.payload_text, conv.request), loop=kept_loop,
                              instructions=conv.instructions)
-    fixed = {"system": 0, "task": 0, "tools": 0}
-    alloc = allocate(profile, window, cands.signals, fixed, {})
+    ev = tuple(ln for ln in cands.evidence if ln.text in prev.payload_text)
+    mem = tuple(ln for ln in cands.memory if ln.text in prev.payload_text)
+    # Budgets of a reused pack are what its frozen layers hold; the conversation gets the rest.
+    demands = {"evidence": _lines_tokens(ev, "EVIDENCE:", counter), "memory": _lines_tokens(mem, "MEMORY:", counter),
+               "conversation": 0}
+    alloc = allocate(profile, window, cands.signals, fixed_used, demands)
     if request_tokens(request, counter) > alloc.pack_limit:
         return None
     fitted = Fitted(history=kept_hist, summary_lines=prev.summary_lines, loop=kept_loop,
                     folded_loop_turns=prev.folded_loop_turns)
-    ev = tuple(ln for ln in cands.evidence if ln.text in prev.payload_text)
-    mem = tuple(ln for ln in cands.memory if ln.text in prev.payload_text)
     return request, fitted, ev, mem, prev.payload_text, alloc
+
+
+def _lines_tokens(lines: "tuple[Line, ...]", header: str, counter: TokenCounting) -> int:
+    return sum(ln.tokens + 1 for ln in lines) + _section_tokens(header, counter) if lines else 0
 
 
 def _full_build(inputs, cands: Candidates, history, loop, fixed_used, window, profile: BudgetProfile, counter,
@@ -139,8 +145,8 @@ def _full_build(inputs, cands: Candidates, history, loop, fixed_used, window, pr
     ev_header = _section_tokens("EVIDENCE:", counter)
     mem_header = _section_tokens("MEMORY:", counter)
     demands = {
-        "evidence": (sum(ln.tokens + 1 for ln in cands.evidence) + ev_header) if cands.evidence else 0,
-        "memory": (sum(ln.tokens + 1 for ln in cands.memory) + mem_header) if cands.memory else 0,
+        "evidence": _lines_tokens(cands.evidence, "EVIDENCE:", counter),
+        "memory": _lines_tokens(cands.memory, "MEMORY:", counter),
         "conversation": _turn_tokens(history[-tail:], counter) + _turn_tokens(loop, counter)
         + min(profile.conversation.summary_max_tokens, 8 * max(0, len(history) - tail)) + 8,
     }
@@ -152,8 +158,7 @@ def _full_build(inputs, cands: Candidates, history, loop, fixed_used, window, pr
                               profile.memory.item_max_tokens, counter)
     events += [*e1, *e2]
     # Room the retrieved layers left goes to the conversation.
-    used_flex = sum(ln.tokens + 1 for ln in ev_lines) + (ev_header if ev_lines else 0) \
-        + sum(ln.tokens + 1 for ln in mem_lines) + (mem_header if mem_lines else 0)
+    used_flex = _lines_tokens(ev_lines, "EVIDENCE:", counter) + _lines_tokens(mem_lines, "MEMORY:", counter)
     conv_budget = alloc.pack_limit - sum(fixed_used.values()) - used_flex
     target = int(conv_budget * profile.conversation.compact_to)
     request = fitted = text = None

@@ -6,6 +6,9 @@ query term (about 24 ms a query at 5K documents, linear in corpus size). Here do
 appended to postings lists; df, document lengths and the idf table are kept so a query touches
 only the postings of its own terms, with numpy. The scores equal BM25Okapi's on the same
 tokenised corpus (tested), including its idf floor `epsilon * mean idf` for very common terms.
+One deliberate deviation: when the mean idf is <= 0 (corpora of a handful of documents, where
+every term is "common"), BM25Okapi's floor turns negative and ranks matching documents *below*
+non-matching ones; there, terms with idf <= 0 get a small positive floor instead.
 k1, b and epsilon are query-time arguments, so per-call settings can change them.
 """
 
@@ -17,6 +20,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 __all__ = ["LexicalIndex"]
+
+_DEGENERATE_FLOOR = 1e-3
 
 
 class _Growable:
@@ -61,6 +66,12 @@ class LexicalIndex:
     @property
     def alive_count(self) -> int:
         return self._n_alive
+
+    def alive_mask(self) -> np.ndarray:
+        """A read-only boolean view: True for live rows."""
+        view = self._alive.view
+        view.flags.writeable = False
+        return view
 
     def add(self, texts: Sequence[str]) -> list[int]:
         """Analyse and append documents; returns their row numbers."""
@@ -113,8 +124,11 @@ class LexicalIndex:
         idf = np.zeros_like(df)
         idf[present] = np.log(self._n_alive - df[present] + 0.5) - np.log(df[present] + 0.5)
         if present.any():
-            floor = epsilon * float(idf[present].mean())
-            idf[present & (idf < 0)] = floor
+            mean = float(idf[present].mean())
+            if mean > 0:
+                idf[present & (idf < 0)] = epsilon * mean
+            else:  # tiny corpus: BM25Okapi would rank matches below non-matches; keep matches positive
+                idf[present & (idf <= 0)] = _DEGENERATE_FLOOR * epsilon
         self._idf_cache = (key, idf)
         return idf
 

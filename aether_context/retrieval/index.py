@@ -1,0 +1,289 @@
+"""`HybridIndex`: incremental BM25 + dense retrieval, fused, aged, de-duplicated, MMR-diversified
+and fitted to a token budget.
+
+Why one object: the Memory and Evidence layers add items as a session runs and ask for the best
+context under a budget on every model call. Items are analysed and embedded once, when they
+arrive; a search costs one query embedding plus array work over the postings of the query's
+terms and one matrix-vector product (p50 in docs/benchmarks_retrieval.md). Same index, query and
+settings give the same items in the same order: every tie breaks by document id.
+
+Usage::
+
+    index = HybridIndex(RetrievalSettings(), embedder=HashingEmbedder())
+    index.add([Document("m1", "The user prefers window seats.", "memory", timestamp=1.7e9)])
+    result = index.search("seat preference", budget_tokens=500, count_tokens=counter.count_text)
+    for item in result.items:
+        print(item.id, item.bm25, item.dense, item.fused, item.mmr)
+    result.signals["retrieval_hit_rate"]
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections import OrderedDict
+from typing import Callable, Iterable
+
+import numpy as np
+
+from .analyzer import ENGLISH_STOP_WORDS, Analyzer, content_key
+from .dedup import group_duplicates
+from .embeddings import Embedder, EmbeddingCache, SentenceTransformerEmbedder, text_hash
+from .fusion import freshness_decay, normalize, ranks, rrf_fusion, weighted_fusion
+from .items import Document, RetrievalResult, ScoredItem
+from .lexical import LexicalIndex
+from .mmr import mmr_select
+from .settings import RetrievalSettings
+
+__all__ = ["HybridIndex"]
+
+logger = logging.getLogger(__name__)
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_QUERY_CACHE_SIZE = 256
+
+
+def _top(scores: np.ndarray, rows: np.ndarray, m: int, ids: list[str]) -> np.ndarray:
+    """The m best of `rows` by score; ties at the cut go to the smallest ids (order-independent)."""
+    if len(rows) <= m:
+        return rows
+    part = rows[np.argpartition(-scores[rows], m - 1)[:m]]
+    cut = scores[part].min()
+    above = rows[scores[rows] > cut]
+    tied = rows[scores[rows] == cut]
+    tied = np.array(sorted(tied.tolist(), key=ids.__getitem__)[: m - len(above)], dtype=np.int64)
+    return np.concatenate([above, tied])
+
+
+class HybridIndex:
+    """Documents in, `RetrievalResult`s out. Thread-safe for one writer and many readers (one lock).
+
+    Pass `embedder` (any `Embedder`) or a shared `cache` (an `EmbeddingCache`, which carries its
+    embedder); by default the settings' model is used, loaded lazily on the first embedding.
+    The analyzer is fixed at construction (`stem`, `stop_words` settings).
+    """
+
+    def __init__(self, settings: RetrievalSettings | None = None, *, embedder: Embedder | None = None,
+                 cache: EmbeddingCache | None = None, analyzer: Callable[[str], list[str]] | None = None):
+        self.settings = settings or RetrievalSettings()
+        s = self.settings
+        if cache is None:
+            if embedder is None:
+                embedder = SentenceTransformerEmbedder(s.embedding_model, batch_size=s.embedding_batch_size,
+                                                       max_seq_length=s.embedding_max_seq_length)
+            cache = EmbeddingCache(embedder, url=s.embedding_cache_url)
+        elif embedder is not None and embedder is not cache.embedder:
+            raise ValueError("pass either embedder= or cache= (a cache carries its own embedder), not both")
+        self.cache = cache
+        self.embedder: Embedder = cache.embedder
+        self.analyzer = analyzer or Analyzer(stop_words=ENGLISH_STOP_WORDS if s.stop_words else frozenset(),
+                                             stem=s.stem)
+        self._lexical = LexicalIndex(self.analyzer)
+        self._docs: list[Document] = []
+        self._ids: list[str] = []
+        self._keys: list[str] = []
+        self._row_of: dict[str, int] = {}
+        self._rows_by_hash: dict[str, set[int]] = {}
+        self._vectors = np.zeros((0, 0), dtype=np.float32)
+        self._pending: list[int] = []
+        self._query_vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.RLock()
+
+    def __len__(self) -> int:
+        return self._lexical.alive_count
+
+    def __contains__(self, doc_id: str) -> bool:
+        return doc_id in self._row_of
+
+    def get(self, doc_id: str) -> Document | None:
+        row = self._row_of.get(doc_id)
+        return None if row is None else self._docs[row]
+
+    def add(self, documents: Iterable[Document]) -> int:
+        """Index new documents (embedding them now unless `embed_on_add` is off); returns how many
+        rows were added. Re-adding an id with the same text updates its source, timestamp and
+        metadata in place; with a different text it replaces the old version."""
+        with self._lock:
+            fresh: list[Document] = []
+            for doc in documents:
+                row = self._row_of.get(doc.id)
+                if row is not None and self._docs[row].text == doc.text:
+                    self._docs[row] = doc
+                    continue
+                if row is not None:
+                    self._remove_row(row)
+                fresh.append(doc)
+            if not fresh:
+                return 0
+            rows = self._lexical.add([d.text for d in fresh])
+            for row, doc in zip(rows, fresh):
+                self._docs.append(doc)
+                self._ids.append(doc.id)
+                self._row_of[doc.id] = row
+                key = content_key(doc.text)
+                self._keys.append(key)
+                for h in (key, text_hash(doc.text)):
+                    self._rows_by_hash.setdefault(h, set()).add(row)
+            self._pending.extend(rows)
+            if self.settings.embed_on_add:
+                self.prefetch()
+            return len(rows)
+
+    def remove(self, ids: Iterable[str]) -> int:
+        """Drop documents by id; unknown ids are ignored. Returns how many were removed."""
+        with self._lock:
+            removed = 0
+            for doc_id in ids:
+                row = self._row_of.get(doc_id)
+                if row is not None:
+                    self._remove_row(row)
+                    removed += 1
+            return removed
+
+    def _remove_row(self, row: int) -> None:
+        doc = self._docs[row]
+        self._lexical.remove(row)
+        del self._row_of[doc.id]
+        for h in (self._keys[row], text_hash(doc.text)):
+            self._rows_by_hash.get(h, set()).discard(row)
+
+    def prefetch(self) -> int:
+        """Embed every document still waiting for a vector, in batches; returns how many."""
+        with self._lock:
+            rows = self._pending
+            if not rows:
+                return 0
+            vectors = self.cache.embed([self._docs[r].text for r in rows])
+            total = len(self._docs)
+            if self._vectors.shape[1] != vectors.shape[1] or self._vectors.shape[0] < total:
+                grown = np.zeros((max(total, 2 * self._vectors.shape[0]), vectors.shape[1]), dtype=np.float32)
+                if self._vectors.shape[1] == vectors.shape[1]:
+                    grown[: self._vectors.shape[0]] = self._vectors
+                self._vectors = grown
+            self._vectors[rows] = vectors
+            self._pending = []
+            return len(rows)
+
+    def _query_vector(self, query: str) -> np.ndarray:
+        key = text_hash(query)
+        vector = self._query_vectors.get(key)
+        if vector is None:
+            vector = np.asarray(self.embedder.embed([query]), dtype=np.float32)[0]
+            self._query_vectors[key] = vector
+            if len(self._query_vectors) > _QUERY_CACHE_SIZE:
+                self._query_vectors.popitem(last=False)
+        else:
+            self._query_vectors.move_to_end(key)
+        return vector
+
+    def _excluded_rows(self, exclude: Iterable[str]) -> set[int]:
+        rows: set[int] = set()
+        for entry in exclude:
+            key = entry if _HEX64.fullmatch(entry) else content_key(entry)
+            rows |= self._rows_by_hash.get(key, set())
+        return rows
+
+    def _newest_timestamp(self, rows: np.ndarray) -> float | None:
+        stamps = [self._docs[r].timestamp for r in rows if self._docs[r].timestamp is not None]
+        return max(stamps) if stamps else None
+
+    def search(self, query: str, *, k: int | None = None, budget_tokens: int | None = None,
+               count_tokens: Callable[[str], int] | None = None, now: float | None = None,
+               exclude: Iterable[str] = (), settings: RetrievalSettings | None = None) -> RetrievalResult:
+        """The best documents for `query`, at most `k` and/or within `budget_tokens`.
+
+        `exclude` holds texts, or sha256 hex digests of raw or normalised text (`content_key`),
+        already present in another layer. `now` (epoch seconds) ages timestamped items; None
+        means the newest timestamp among the candidates, so results do not depend on the clock.
+        `settings` overrides the index's settings for this call (the analyzer stays fixed).
+        """
+        s = settings or self.settings
+        if budget_tokens is not None and count_tokens is None:
+            raise ValueError("search got budget_tokens but no count_tokens: pass e.g. TokenCounter().count_text")
+        if budget_tokens is not None and budget_tokens < 0:
+            raise ValueError(f"budget_tokens must be >= 0, got {budget_tokens}")
+        if k is not None and k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if k is None and budget_tokens is None:
+            k = s.top_k
+        with self._lock:
+            self.prefetch()
+            excluded = self._excluded_rows(exclude)
+            eligible = self._lexical.alive_mask().copy()
+            n_excluded = int(sum(1 for r in excluded if eligible[r]))
+            eligible[list(excluded)] = False
+            rows = np.flatnonzero(eligible)
+            if len(rows) == 0 or budget_tokens == 0:
+                return self._result(query, [], 0, n_excluded, 0)
+            bm25 = self._lexical.scores(self.analyzer(query), k1=s.bm25_k1, b=s.bm25_b, epsilon=s.bm25_epsilon)
+            dense = self._vectors[: len(self._docs)] @ self._query_vector(query)
+            lexical_rows = rows[bm25[rows] > 0]
+            pool = np.union1d(_top(bm25, lexical_rows, s.candidate_pool, self._ids),
+                              _top(dense, rows, s.candidate_pool, self._ids))
+            return self._rank(query, s, pool, bm25[pool], dense[pool].astype(np.float64), k, budget_tokens,
+                              count_tokens, now, n_excluded)
+
+    def _rank(self, query: str, s: RetrievalSettings, pool: np.ndarray, bm25: np.ndarray, dense: np.ndarray,
+              k: int | None, budget: int | None, count_tokens: Callable[[str], int] | None, now: float | None,
+              n_excluded: int) -> RetrievalResult:
+        ids = np.array([self._ids[r] for r in pool])
+        id_order = np.empty(len(pool), dtype=np.int64)
+        id_order[np.argsort(ids, kind="stable")] = np.arange(len(pool))
+        weights = (s.lexical_weight, s.dense_weight)
+        if s.fusion == "rrf":
+            rank_lists = (ranks(bm25, bm25 > 0, id_order), ranks(dense, np.ones(len(pool), bool), id_order))
+            fused = rrf_fusion(rank_lists, weights, s.rrf_k)
+        else:
+            fused = weighted_fusion((bm25, dense), weights, s.normalization)
+        relevance = normalize(fused, "minmax") if np.ptp(fused) > 0 else np.ones(len(pool))
+        if now is None:
+            now = self._newest_timestamp(pool)
+        stamps = [self._docs[r].timestamp for r in pool]
+        decay = freshness_decay(stamps, now if now is not None else 0.0,
+                                s.freshness_half_life_days if now is not None else None)
+        score = relevance * (1.0 - s.freshness_weight + s.freshness_weight * decay)
+        keep = np.flatnonzero(relevance >= s.min_score)
+        order = keep[np.lexsort((id_order[keep], -score[keep]))]
+        vectors = self._vectors[pool[order]]
+        groups = group_duplicates([self._keys[r] for r in pool[order]], vectors, s.dedup_threshold)
+        leaders = np.array([g[0] for g in groups], dtype=np.int64)
+
+        def cost(i: int) -> int:
+            assert count_tokens is not None
+            return count_tokens(self._docs[pool[order[leaders[i]]]].text)
+
+        picks = mmr_select(score[order[leaders]], vectors[leaders], lam=s.mmr_lambda, k=k, budget=budget,
+                           cost=cost if budget is not None else None)
+        items = []
+        for rank, (i, mmr_value) in enumerate(picks, start=1):
+            members = [pool[order[j]] for j in groups[i]]
+            c = order[leaders[i]]
+            doc = self._docs[pool[c]]
+            items.append(ScoredItem(
+                document=doc, rank=rank, bm25=float(bm25[c]), dense=float(dense[c]), fused=float(fused[c]),
+                freshness=float(decay[c]), score=float(score[c]), mmr=mmr_value,
+                tokens=count_tokens(doc.text) if count_tokens is not None else None,
+                duplicates=tuple(self._docs[m].id for m in members),
+                sources=tuple(self._docs[m].source for m in members),
+            ))
+        logger.debug("search %r: %d candidates, %d groups, %d picked", query[:60], len(pool), len(groups), len(items))
+        return self._result(query, items, len(pool), n_excluded, len(order) - len(groups), s.hit_threshold)
+
+    @staticmethod
+    def _result(query: str, items: list[ScoredItem], candidates: int, excluded: int, collapsed: int,
+                hit_threshold: float = 0.0) -> RetrievalResult:
+        n = len(items)
+        stamped = [i.freshness for i in items if i.document.timestamp is not None]
+        signals = {
+            "retrieval_hit_rate": sum(i.dense >= hit_threshold for i in items) / n if n else 0.0,
+            "lexical_match_rate": sum(i.bm25 > 0 for i in items) / n if n else 0.0,
+            "similarity": float(np.mean([i.dense for i in items])) if n else 0.0,
+            "freshness": float(np.mean(stamped)) if stamped else 1.0,
+            "candidates": float(candidates),
+            "selected": float(n),
+            "tokens": float(sum(i.tokens or 0 for i in items)),
+            "duplicates_collapsed": float(collapsed),
+            "excluded": float(excluded),
+        }
+        return RetrievalResult(query, tuple(items), signals)

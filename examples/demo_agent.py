@@ -1,0 +1,197 @@
+"""aether-context demo: an ADK agent investigating a production incident, packed on every call.
+
+Runs offline by default: a scripted model (aether_context.testing.ScriptedLlm) plays the agent's
+turns while real Python tools read real files from a generated workspace and return large outputs.
+Each model call is printed (tokens before → after, layer use, truncations), its manifest is written
+to a pack store, and the last call is replayed and inspected.
+
+    python examples/demo_agent.py                 # offline
+    GOOGLE_API_KEY=... python examples/demo_agent.py --gemini   # the same agent on Gemini
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from google.adk.agents import LlmAgent  # noqa: E402
+from google.adk.apps.app import App  # noqa: E402
+from google.adk.artifacts import InMemoryArtifactService  # noqa: E402
+from google.adk.memory import InMemoryMemoryService  # noqa: E402
+from google.adk.runners import Runner  # noqa: E402
+from google.adk.sessions import InMemorySessionService  # noqa: E402
+from google.adk.tools.tool_context import ToolContext  # noqa: E402
+from google.genai import types  # noqa: E402
+
+from aether_context import ContextPackPlugin, replay, set_task  # noqa: E402
+from aether_context.cli import main as cli_main  # noqa: E402
+from aether_context.testing import ScriptedLlm, call  # noqa: E402
+
+APP = "incident_demo"
+USER = "oncall"
+WORKSPACE = Path(tempfile.mkdtemp(prefix="aether-demo-"))
+
+
+def _make_workspace(root: Path) -> None:
+    """A small service with a long log: the tools read these real files."""
+    rng = random.Random(7)
+    (root / "service").mkdir(parents=True, exist_ok=True)
+    (root / "service" / "checkout.py").write_text(
+        '"""Checkout service."""\nimport gateway\n\nTIMEOUT_S = float(CONFIG["gateway_timeout"])\n\n'
+        + "\n".join(f"def step_{i}(order):\n    return gateway.charge(order, timeout=TIMEOUT_S)  # step {i}\n" for i in range(60))
+    )
+    (root / "service" / "config.yaml").write_text("gateway_timeout: 0.8\nretries: 0\nregion: eu-west-1\n")
+    lines = []
+    for i in range(4000):
+        cid = rng.randint(1000, 9999)
+        if i % 97 == 13:
+            lines.append(f"2026-11-20T10:{i % 60:02d}:00Z ERROR checkout customer_id={cid} GatewayTimeout: charge exceeded 0.8s")
+        else:
+            lines.append(f"2026-11-20T10:{i % 60:02d}:00Z INFO checkout customer_id={cid} order ok latency_ms={rng.randint(80, 700)}")
+    (root / "service" / "app.log").write_text("\n".join(lines) + "\n")
+
+
+def list_files(directory: str) -> dict:
+    """List the files in a directory of the workspace."""
+    base = WORKSPACE / directory
+    return {"files": sorted(str(p.relative_to(WORKSPACE)) for p in base.rglob("*") if p.is_file())}
+
+
+def read_file(path: str) -> dict:
+    """Read a whole file of the workspace."""
+    text = (WORKSPACE / path).read_text()
+    return {"path": path, "size": len(text), "content": text}
+
+
+def grep(pattern: str, path: str) -> dict:
+    """Lines of a file that contain a pattern."""
+    hits = [ln for ln in (WORKSPACE / path).read_text().splitlines() if pattern in ln]
+    return {"pattern": pattern, "matches": len(hits), "lines": hits}
+
+
+async def save_report(title: str, text: str, tool_context: ToolContext) -> dict:
+    """Save a report as an artifact."""
+    version = await tool_context.save_artifact(f"{title}.md", types.Part(text=text))
+    return {"saved": f"{title}.md", "version": version}
+
+
+SCRIPT = [
+    # invocation 1: find the cause
+    [types.Part(text="Let me look at the service."), call("list_files", directory="service")],
+    call("read_file", path="service/checkout.py"),
+    call("grep", pattern="ERROR", path="service/app.log"),
+    call("read_file", path="service/config.yaml"),
+    "Root cause: the payment gateway timeout is 0.8 s with no retries (service/config.yaml), so slow charges fail "
+    "with GatewayTimeout (42 errors in app.log).",
+    # invocation 2: affected customers and a report
+    call("grep", pattern="GatewayTimeout", path="service/app.log"),
+    call("save_report", title="incident-report", text="GatewayTimeout at 0.8s; 42 failed charges; raise timeout to 3s, retries 2."),
+    "42 customers were affected; the report is saved as incident-report.md.",
+    # invocation 3: recall
+    call("read_file", path="service/app.log"),
+    "The cause was the 0.8 s gateway timeout without retries; change gateway_timeout to 3 and retries to 2.",
+]
+
+QUESTIONS = [
+    "The checkout service is failing in production. Find out why.",
+    "Which customers were affected? Save a short incident report.",
+    "Remind me of the root cause and what exactly to change.",
+]
+
+
+def build_app(model, store_url: str, window_tokens: int | None) -> tuple[App, ContextPackPlugin]:
+    agent = LlmAgent(
+        name="investigator", model=model,
+        instruction="You investigate production incidents using the workspace tools. Be precise and cite files.",
+        tools=[list_files, read_file, grep, save_report],
+    )
+    plugin = ContextPackPlugin(profile="default", store=store_url, window_tokens=window_tokens)
+    return App(name=APP, root_agent=agent, plugins=[plugin]), plugin
+
+
+async def _seed_memory(memory: InMemoryMemoryService, sessions: InMemorySessionService) -> None:
+    """An earlier incident, so the Memory layer has something relevant to find."""
+    from google.adk.events import Event
+    old = await sessions.create_session(app_name=APP, user_id=USER)
+    event = Event(author="investigator", content=types.Content(role="model", parts=[types.Part(
+        text="Past incident (October): checkout failed because the gateway timeout was set too low after a config change.")]))
+    await sessions.append_event(old, event)
+    await memory.add_session_to_memory(await sessions.get_session(app_name=APP, user_id=USER, session_id=old.id))
+
+
+def _print_call(n: int, record) -> None:
+    m = record.manifest
+    if m.error:
+        print(f"{n:>3}  packing failed, original request sent: {m.error}")
+        return
+    lb = m.layer_budgets
+    print(f"{n:>3}  {m.tokens_before:>7} -> {m.tokens_after:<6} "
+          f"sys {lb['system'].used:>4}  task {lb['task'].used:>4}  tools {lb['tools'].used:>4}  "
+          f"evid {lb['evidence'].used:>4}/{lb['evidence'].budget:<5} mem {lb['memory'].used:>4}/{lb['memory'].budget:<5} "
+          f"conv {lb['conversation'].used:>5}/{lb['conversation'].budget:<6} "
+          f"trunc {len(m.truncation_events):>2}  prefix {m.prefix_tokens:>5}{'  (reused)' if m.reused_payload else ''}")
+    for e in m.truncation_events:
+        print(f"       - {e['layer']} {e['action']}: {e['reason']} ({e['tokens_before']} -> {e['tokens_after']} tokens, {len(e['ids'])} items)")
+
+
+async def run(use_gemini: bool, store_url: str, window_tokens: int | None) -> int:
+    _make_workspace(WORKSPACE)
+    model = "gemini-2.5-flash" if use_gemini else ScriptedLlm(turns=SCRIPT)
+    app, plugin = build_app(model, store_url, None if use_gemini else window_tokens)
+    sessions, memory = InMemorySessionService(), InMemoryMemoryService()
+    runner = Runner(app=app, session_service=sessions, artifact_service=InMemoryArtifactService(), memory_service=memory)
+    await _seed_memory(memory, sessions)
+    session = await sessions.create_session(app_name=APP, user_id=USER)
+    state: dict = {}
+    set_task(state, goal="Find the root cause of the checkout failures and say what to change",
+             step="Investigate logs and config", acceptance=["root cause named with file", "affected customers counted", "fix proposed"],
+             constraints=["read-only: do not edit files"])
+    session = await sessions.create_session(app_name=APP, user_id=USER, state=state)
+
+    print(f"workspace {WORKSPACE}\npack store {store_url}\n")
+    print("call  tokens before -> after   per-layer use (used/budget)")
+    seen = 0
+    for question in QUESTIONS:
+        print(f"\nuser: {question}")
+        async for event in runner.run_async(user_id=USER, session_id=session.id,
+                                            new_message=types.Content(role="user", parts=[types.Part(text=question)])):
+            for part in (event.content.parts if event.content else []) or []:
+                if part.text and event.author != "user" and not part.thought:
+                    print(f"  {event.author}: {part.text[:160]}")
+            while seen < len(plugin.packer.recent):
+                seen += 1
+                _print_call(seen, plugin.packer.recent[seen - 1])
+    plugin.packer.store.flush()
+    last = plugin.packer.recent[-1]
+    request = replay(last.uri)
+    print(f"\nreplayed the last call from {last.uri}\n  checksum {request.checksum} "
+          f"{'matches' if request.checksum == last.manifest.checksum else 'DIFFERS'}\n")
+    print("$ aether-context inspect", last.uri)
+    cli_main(["inspect", last.uri])
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gemini", action="store_true", help="run on Gemini (needs GOOGLE_API_KEY)")
+    parser.add_argument("--store", default=".aether/demo-packs", help="pack store URL (folder, memory://, s3://...)")
+    parser.add_argument("--window", type=int, default=6000, help="context window for the offline model")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show the plugin's log line per call")
+    args = parser.parse_args()
+    if args.gemini and not os.environ.get("GOOGLE_API_KEY"):
+        print("--gemini needs GOOGLE_API_KEY", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return asyncio.run(run(args.gemini, args.store, args.window))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
