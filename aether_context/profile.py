@@ -139,11 +139,13 @@ def _validate(data: Any, *, source: str) -> BudgetProfile:
     except ValidationError as e:
         problems = []
         for err in e.errors():
-            key = ".".join(str(p) for p in err["loc"]) or "(profile)"
+            key = ".".join(str(p) for p in err["loc"])
             if err["type"] == "extra_forbidden":
                 problems.append(f"unknown key {key!r}: remove it or fix its spelling")
-            else:
+            elif key:
                 problems.append(f"{key}: {err['msg']} (got {err.get('input')!r})")
+            else:
+                problems.append(err["msg"].removeprefix("Value error, "))
         raise ProfileError(f"{source}: " + "; ".join(problems)) from e
 
 
