@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -24,7 +24,8 @@ from .errors import ProfileError
 
 __all__ = [
     "BudgetProfile", "Floors", "EvidenceWeights", "MemoryWeights", "ConversationWeights", "Weights",
-    "ConversationSettings", "SelectionSettings", "load_profile", "builtin_profiles",
+    "ConversationSettings", "SelectionSettings", "OffloadSettings", "PruningSettings", "DecaySettings",
+    "RecoverySettings", "load_profile", "builtin_profiles",
 ]
 
 
@@ -91,6 +92,46 @@ class SelectionSettings(_Strict):
     item_max_tokens: int = Field(300, ge=16, description="An item's summary is cut to this many tokens.")
 
 
+class OffloadSettings(_Strict):
+    """Tool results are saved whole to the artifact store when they return; big ones are replaced
+    in the session by a compact form plus their `artifact://` URI."""
+
+    enabled: bool = Field(True, description="Save tool results and compact the large ones.")
+    save_min_tokens: int = Field(200, ge=0, description="Results at least this big are saved, so later folds can cite them.")
+    threshold_tokens: int = Field(1500, ge=16, description="Results above this are replaced by their compact form.")
+    min_threshold_tokens: int = Field(300, ge=16, description="The threshold never tightens below this.")
+    budget_share: float = Field(0.25, gt=0, le=1, description=(
+        "The threshold tightens to this share of the conversation budget still free after the last call."))
+    compact_max_tokens: int = Field(400, ge=32, description="Size cap of the compact form.")
+
+
+class PruningSettings(_Strict):
+    """Old tool outputs beyond a protected recent amount are cleared to a placeholder with their URI."""
+
+    enabled: bool = Field(True, description="Clear old tool outputs when it reclaims enough.")
+    protect_tokens: int = Field(40_000, ge=0, description="The most recent tool output tokens that are never cleared.")
+    minimum_tokens: int = Field(20_000, ge=0, description="Only clear when this many tokens are reclaimed at once.")
+
+
+class DecaySettings(_Strict):
+    """Progressive history decay: full (verbatim) → fold (one line per turn) → summary (one running summary)."""
+
+    fold_max_tokens: int = Field(800, ge=0, description="Cap of the fold zone; older fold lines move into the summary.")
+    summary_max_tokens: int = Field(500, ge=0, description="Hard cap of the running summary.")
+    image_keep_turns: int = Field(2, ge=0, description="Inline images older than this many turns become a one-line description + URI.")
+    summarizer: Literal["extractive", "llm"] = Field("extractive", description=(
+        "extractive: deterministic, no model; llm: the plugin's summarizer model with a handoff prompt."))
+
+
+class RecoverySettings(_Strict):
+    """What to do when the model rejects a request as too long: repack hard and retry once."""
+
+    enabled: bool = Field(True, description="Retry once with an aggressive repack.")
+    keep_tool_results: int = Field(3, ge=1, description="Recent tool results kept verbatim in the retry.")
+    max_result_tokens: int = Field(1000, ge=64, description="Each kept tool result is cut to this.")
+    window_factor: float = Field(0.7, gt=0, le=1, description="The retry packs for this share of the limit the model reported.")
+
+
 class BudgetProfile(_Strict):
     """A named budget policy. Every field has a default, so a YAML file may set only what it changes."""
 
@@ -102,6 +143,10 @@ class BudgetProfile(_Strict):
     conversation: ConversationSettings = ConversationSettings()
     evidence: SelectionSettings = SelectionSettings()
     memory: SelectionSettings = SelectionSettings()
+    offload: OffloadSettings = OffloadSettings()
+    pruning: PruningSettings = PruningSettings()
+    decay: DecaySettings = DecaySettings()
+    recovery: RecoverySettings = RecoverySettings()
 
     @model_validator(mode="after")
     def _floors_fit(self) -> "BudgetProfile":

@@ -14,7 +14,7 @@ from ..tokens import TokenCounting
 from ..windows import context_window
 from .allocate import Allocation, allocate
 from .collect import PackInputs, PackState, Turn
-from .compress import Fitted, TruncationEvent, bounded_turns, cut_turn, fit_conversation, fit_lines
+from .compress import Fitted, TruncationEvent, bounded_turns, cut_turn, fit_conversation, fit_lines, repair_orphans, turn_id
 from .record import LayerUsage, Manifest
 from .render import PAYLOAD_HEADER, payload_message, render_payload, render_request, system_text
 from .select import Candidates, Line, select
@@ -64,9 +64,11 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     cands = select(inputs, evidence_top_k=profile.evidence.top_k, memory_top_k=profile.memory.top_k, counter=counter)
     conv = cands.conversation
     max_turn = profile.conversation.max_turn_tokens
-    history, cut_h = bounded_turns(conv.history, max_turn, counter)
-    loop, cut_l = bounded_turns(conv.loop, max_turn, counter)
-    events: list[TruncationEvent] = [*cut_h, *cut_l]
+    history, orphan_h = repair_orphans(conv.history)
+    loop, orphan_l = repair_orphans(conv.loop)
+    history, cut_h = bounded_turns(history, max_turn, counter)
+    loop, cut_l = bounded_turns(loop, max_turn, counter)
+    events: list[TruncationEvent] = [*orphan_h, *orphan_l, *cut_h, *cut_l]
 
     # fixed layers, measured
     empty = render_payload(inputs.task, conv.request, (), (), ())
@@ -103,7 +105,7 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
         summary_lines=fitted.summary_lines, message_digests=tuple(m.digest for m in request.messages),
         message_tokens=tuple(counter.count_message(m) for m in request.messages),
         head_digest=_head_digest(request), head_tokens=_head_tokens(request, counter),
-        pack_id="pk_" + sha256_hex(inputs.digest + profile.model_dump_json())[:24],
+        pack_id="pk_" + sha256_hex(f"{inputs.digest}/{window}/{profile.model_dump_json()}")[:24],
     )
     manifest = _manifest(inputs, profile, window, alloc, request, fitted, ev_lines, mem_lines, cands, events,
                          state, counter, reused is not None)
@@ -160,12 +162,14 @@ def _full_build(inputs, cands: Candidates, history, loop, fixed_used, window, pr
     # Room the retrieved layers left goes to the conversation.
     used_flex = _lines_tokens(ev_lines, "EVIDENCE:", counter) + _lines_tokens(mem_lines, "MEMORY:", counter)
     conv_budget = alloc.pack_limit - sum(fixed_used.values()) - used_flex
-    target = int(conv_budget * profile.conversation.compact_to)
-    request = fitted = text = None
-    for _ in range(6):  # the final count is exact; tighten until it fits
-        fitted = fit_conversation(history, loop, budget=target if force_compact else conv_budget, target=target,
-                                  tail_turns=tail, summary_max_tokens=profile.conversation.summary_max_tokens,
-                                  counter=counter)
+    # Without a forced compaction the conversation folds only down to its budget; after a reuse
+    # failure it folds to `compact_to` of it, leaving room for the next calls to append.
+    target = int(conv_budget * profile.conversation.compact_to) if force_compact else conv_budget
+    summary_cap = profile.conversation.summary_max_tokens
+    guard: list[TruncationEvent] = []
+    for _ in range(64):  # the final count is exact; tighten until it fits
+        fitted = fit_conversation(history, loop, budget=min(target, conv_budget), target=min(target, conv_budget),
+                                  tail_turns=tail, summary_max_tokens=summary_cap, counter=counter)
         text = render_payload(inputs.task, conv.request, ev_lines, mem_lines, fitted.summary_lines).text()
         request = render_request(model=inputs.request.model, system_instruction=inputs.request.system_instruction,
                                  tools=cands.tools, other_tools=inputs.request.other_tools, history=fitted.history,
@@ -174,17 +178,38 @@ def _full_build(inputs, cands: Candidates, history, loop, fixed_used, window, pr
         over = request_tokens(request, counter) - alloc.pack_limit
         if over <= 0:
             break
-        if len(fitted.history) + len(fitted.loop) <= 1:
+        # Still over (rounding at section joins, or a tiny window): summary, then memory, evidence, turns.
+        turns_left = len(fitted.history) + len(fitted.loop)
+        if fitted.summary_lines and summary_cap > 0:
+            summary_cap = max(0, summary_cap - over - 8)
+        elif mem_lines:
+            guard.append(TruncationEvent("memory", "drop", "window still exceeded", (mem_lines[-1].id,)))
+            mem_lines = mem_lines[:-1]
+        elif ev_lines:
+            oldest = min(range(len(ev_lines)), key=lambda i: (ev_lines[i].timestamp or 0.0, i))
+            guard.append(TruncationEvent("evidence", "drop", "window still exceeded", (ev_lines[oldest].id,)))
+            ev_lines = ev_lines[:oldest] + ev_lines[oldest + 1:]
+        elif turns_left > 1:
+            target = max(0, min(target, conv_budget) - over - 16)
+        else:
             last = (fitted.history + fitted.loop)[0]
-            room = max(32, sum(counter.count_message(m) for m in last.messages) - over - 16)
+            room = max(16, sum(counter.count_message(m) for m in last.messages) - over - 16)
             cut = cut_turn(last, room, counter)
-            events.append(TruncationEvent("conversation", "cut", "only turn left over the window", (f"turn-{last.start}",)))
+            guard.append(TruncationEvent("conversation", "cut", "only turn left over the window", (turn_id(last),)))
             history = tuple(cut if t.start == last.start else t for t in history)
             loop = tuple(cut if t.start == last.start else t for t in loop)
-        force_compact = True
-        target = max(0, min(target, conv_budget) - over - 16)
+    events.extend(guard)
     events.extend(fitted.events)
-    return request, fitted, ev_lines, mem_lines, text, alloc, events
+    return request, fitted, ev_lines, mem_lines, text, alloc, _in_overflow_order(events)
+
+
+_ACTION_ORDER = {"compress": 0, "cut": 1, "fold": 2, "drop": 3}
+_LAYER_ORDER = {"memory": 0, "evidence": 1, "conversation": 2}
+
+
+def _in_overflow_order(events: "list[TruncationEvent]") -> list[TruncationEvent]:
+    """Events listed in the design's order: compress (memory, evidence, conversation) before drops."""
+    return sorted(events, key=lambda e: (_ACTION_ORDER[e.action], _LAYER_ORDER.get(e.layer, 9)))
 
 
 def _prefix_tokens(request: ModelRequest, prev: PackState | None, counter: TokenCounting) -> int:

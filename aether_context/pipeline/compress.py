@@ -101,6 +101,21 @@ def _turn_tokens(turn: Turn, counter: TokenCounting) -> int:
     return sum(counter.count_message(m) for m in turn.messages)
 
 
+def repair_orphans(turns: "tuple[Turn, ...]") -> tuple[tuple[Turn, ...], tuple[TruncationEvent, ...]]:
+    """Rewrite function responses whose call is gone (cut by an earlier compaction) as user text.
+
+    Gemini rejects a response without its call; as text the result stays visible and in place.
+    """
+    out, ids = [], []
+    for t in turns:
+        if t.is_orphan_response:
+            ids.append(turn_id(t))
+            t = Turn(t.start, (Message("user", (TextPart("[tool result whose call is no longer in the history] " + fold_line(t)),)),))
+        out.append(t)
+    events = (TruncationEvent("conversation", "compress", "orphaned function response rewritten as text", tuple(ids)),) if ids else ()
+    return tuple(out), events
+
+
 def bounded_turns(turns: "tuple[Turn, ...]", max_turn_tokens: int, counter: TokenCounting,
                   layer: str = "conversation") -> tuple[tuple[Turn, ...], tuple[TruncationEvent, ...]]:
     """Apply the per-turn cap; each cut is an event."""

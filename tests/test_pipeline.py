@@ -1,0 +1,496 @@
+"""The packing pipeline on core types only (no ADK): layout, layers, overflow, reuse, determinism."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from aether_context.content import Blob, FunctionCall, FunctionResponse, Message, TextPart, canonical_json
+from aether_context.errors import BudgetError
+from aether_context.pipeline import (EvidenceItem, MemoryItem, TaskSpec, build_pack, group_turns, request_tokens)
+from aether_context.pipeline.render import CONTRACT, PAYLOAD_HEADER, system_text
+from aether_context.profile import load_profile
+from aether_context.tokens import TokenCounter
+
+from conftest import (call_msg, filler, history_turns, make_inputs, orphan_responses, resp_msg, text_msg,
+                      tool_spec)
+
+DEFAULT = load_profile("default")
+
+TASK = TaskSpec(goal="Write the Q3 market report", step="Collect revenue figures",
+                acceptance=("cites every figure", "under 500 words"), constraints=("no speculation", "EUR only"))
+
+
+def payload_of(pack) -> str:
+    msgs = [m for m in pack.request.messages if m.role == "user" and m.text.startswith(PAYLOAD_HEADER)]
+    assert len(msgs) == 1, "exactly one pack payload"
+    return msgs[0].text
+
+
+def evidence_items(n: int, words: int = 30):
+    return [EvidenceItem(f"ev{i}", f"figure {i}: {filler(words, i)}", uri=f"artifact://app/u/s1/doc{i}.txt",
+                         source="artifact", timestamp=1_600_000_000.0 + i) for i in range(n)]
+
+
+def memory_items(n: int, words: int = 20):
+    return [MemoryItem(f"m{i}", f"remembered {i}: {filler(words, 40 + i)}", timestamp=1_650_000_000.0 + i * 86_400,
+                       rank=i) for i in range(n)]
+
+
+# ------------------------------------------------------------------------------------------------
+# layout
+# ------------------------------------------------------------------------------------------------
+
+
+def test_layer_order_and_verbatim_request(counter):
+    request = "Summarise   the revenue\nfigures for Q3 (EUR) — keep it short.  "
+    inputs = make_inputs(history_turns(10), request, task=TASK, evidence=evidence_items(2), memory=memory_items(2),
+                         tools=[tool_spec("search")])
+    pack = build_pack(inputs, DEFAULT, counter=counter, window=16_000)
+    text = payload_of(pack)
+    markers = ["CONTEXT PACK", "GOAL: Write the Q3 market report", "STEP: Collect revenue figures", "CONSTRAINTS:",
+               "EVIDENCE:", "MEMORY:", "CONVERSATION SUMMARY:", "ACCEPTANCE:", "USER REQUEST (VERBATIM):"]
+    positions = [text.index(m) for m in markers]
+    assert positions == sorted(positions), positions
+    assert text.startswith("CONTEXT PACK\n")
+    assert text.endswith("USER REQUEST (VERBATIM):\n" + request)
+    assert text.count(request) == 1
+    assert "- no speculation" in text and "- [ ] cites every figure" in text and "- [ ] under 500 words" in text
+    # the original request message is rewritten into the payload, never stacked next to it
+    assert not any(m.text == request for m in pack.request.messages)
+
+
+def test_empty_sections_are_left_out(counter):
+    pack = build_pack(make_inputs([], "hi"), DEFAULT, counter=counter, window=8_000)
+    assert payload_of(pack) == "CONTEXT PACK\nUSER REQUEST (VERBATIM):\nhi"
+    assert [m.role for m in pack.request.messages] == ["user"]
+
+
+def test_request_attachments_stay_in_the_payload(counter):
+    inputs = make_inputs([], "what is in this picture?")
+    image = Blob("image/png", b"\x89PNG....")
+    msgs = inputs.request.messages[:-1] + (Message("user", (TextPart("what is in this picture?"), image)),)
+    from dataclasses import replace
+
+    inputs = replace(inputs, request=replace(inputs.request, messages=msgs))
+    pack = build_pack(inputs, DEFAULT, counter=counter, window=8_000)
+    payload = pack.request.messages[-1]
+    assert payload.parts[-1] == image
+    assert payload.text.endswith("what is in this picture?")
+
+
+def test_system_instruction_is_original_plus_contract_and_stable(counter):
+    a = build_pack(make_inputs(history_turns(3), "one", task=TASK), DEFAULT, counter=counter, window=8_000)
+    b = build_pack(make_inputs(history_turns(9), "two", evidence=evidence_items(3), invocation_id="inv-2"),
+                   DEFAULT, counter=counter, window=8_000)
+    assert a.request.system_instruction == "You are a helpful analyst.\n\n" + CONTRACT
+    assert a.request.system_instruction == b.request.system_instruction == system_text("You are a helpful analyst.")
+    assert system_text("") == CONTRACT
+
+
+def test_model_name_is_kept(counter):
+    pack = build_pack(make_inputs([], "hi", model="models/gemini-2.5-flash"), DEFAULT, counter=counter)
+    assert pack.request.model == "models/gemini-2.5-flash"
+    assert pack.manifest.window == 1_048_576
+
+
+# ------------------------------------------------------------------------------------------------
+# tools and task flags
+# ------------------------------------------------------------------------------------------------
+
+
+def test_tools_are_sorted(counter):
+    tools = [tool_spec("zeta"), tool_spec("alpha"), tool_spec("mid")]
+    pack = build_pack(make_inputs([], "hi", tools=tools), DEFAULT, counter=counter, window=8_000)
+    assert [t.name for t in pack.request.tools] == ["alpha", "mid", "zeta"]
+    assert pack.manifest.tools == ["alpha", "mid", "zeta"]
+
+
+def test_step_tools_filter(counter):
+    tools = [tool_spec("search"), tool_spec("write_file"), tool_spec("delete_all"), tool_spec("read_file")]
+    task = TaskSpec(goal="g", acceptance=("a",), tools=("write_file", "read_file", "teleport"))
+    pack = build_pack(make_inputs([], "hi", tools=tools, task=task), DEFAULT, counter=counter, window=8_000)
+    assert [t.name for t in pack.request.tools] == ["read_file", "write_file"]
+    assert pack.request.tools[0].declaration == tool_spec("read_file").declaration
+    assert "unknown_step_tool:teleport" in pack.manifest.flags
+    assert pack.manifest.tools == ["read_file", "write_file"]
+    assert pack.manifest.layer_budgets["tools"].items == 2
+    assert pack.manifest.layer_budgets["tools"].dropped == 2
+
+
+def test_empty_step_tool_list_removes_all_tools(counter):
+    task = TaskSpec(goal="g", acceptance=("a",), tools=())
+    pack = build_pack(make_inputs([], "hi", tools=[tool_spec("search")], task=task), DEFAULT, counter=counter,
+                      window=8_000)
+    assert pack.request.tools == ()
+
+
+@pytest.mark.parametrize("task, expected, absent", [
+    (TaskSpec(), {"task_missing_goal", "task_missing_acceptance"}, set()),
+    (TaskSpec(goal="g"), {"task_missing_acceptance"}, {"task_missing_goal"}),
+    (TaskSpec(acceptance=("done",)), {"task_missing_goal"}, {"task_missing_acceptance"}),
+    (TaskSpec(goal="g", acceptance=("done",)), set(), {"task_missing_goal", "task_missing_acceptance"}),
+])
+def test_task_flags(counter, task, expected, absent):
+    pack = build_pack(make_inputs([], "hi", task=task), DEFAULT, counter=counter, window=8_000)
+    assert expected <= set(pack.manifest.flags)
+    assert not (absent & set(pack.manifest.flags))
+
+
+def test_missing_user_request_is_flagged(counter):
+    from dataclasses import replace
+
+    inputs = replace(make_inputs(history_turns(3), "hi"), request_index=None)
+    pack = build_pack(inputs, DEFAULT, counter=counter, window=8_000)
+    assert "user_request_not_found" in pack.manifest.flags
+    assert "USER REQUEST" not in payload_of(pack)
+
+
+# ------------------------------------------------------------------------------------------------
+# evidence and memory
+# ------------------------------------------------------------------------------------------------
+
+
+def test_evidence_uris_are_listed(counter):
+    ev = evidence_items(3) + [EvidenceItem("note", "a plain note without uri")]
+    pack = build_pack(make_inputs([], "revenue figures", evidence=ev), DEFAULT, counter=counter, window=16_000)
+    text = payload_of(pack)
+    for i in range(3):
+        assert f"(artifact://app/u/s1/doc{i}.txt)" in text
+    assert "- [note] a plain note without uri" in text
+    assert pack.manifest.artifact_uris == sorted(f"artifact://app/u/s1/doc{i}.txt" for i in range(3))
+    assert {s["id"] for s in pack.manifest.selected["evidence"]} == {"ev0", "ev1", "ev2", "note"}
+
+
+def test_evidence_is_ranked_by_relevance(counter):
+    ev = [EvidenceItem("off", "weather in paris is mild"), EvidenceItem("on", "Q3 revenue figures grew 12 percent")]
+    pack = build_pack(make_inputs([], "What were the Q3 revenue figures?", evidence=ev), DEFAULT, counter=counter,
+                      window=16_000)
+    text = payload_of(pack)
+    assert text.index("[on]") < text.index("[off]")
+
+
+def test_memory_top_k_with_dates(counter):
+    profile = DEFAULT.override(memory={"top_k": 2})
+    mem = [MemoryItem("old", "the budget owner is Alice", timestamp=1_600_000_000.0),
+           MemoryItem("new", "the budget owner is now Bob", timestamp=1_700_000_000.0),
+           MemoryItem("undated", "budget owner note without a date"),
+           MemoryItem("noise", "lunch was pasta", timestamp=1_690_000_000.0)]
+    pack = build_pack(make_inputs([], "who is the budget owner?", memory=mem), profile, counter=counter,
+                      window=16_000)
+    text = payload_of(pack)
+    lines = [ln for ln in text.split("\n") if ln.startswith("- (")]
+    assert len(lines) == 2
+    assert len(pack.manifest.selected["memory"]) == 2
+    assert pack.manifest.layer_budgets["memory"].dropped == 2
+    assert "lunch" not in text
+    assert all(re.match(r"- \((\d{4}-\d\d-\d\d \d\d:\d\d|undated)\) ", ln) for ln in lines)
+    assert "(2023-11-14 22:13) the budget owner is now Bob" in text
+
+
+def test_undated_memory_is_marked(counter):
+    pack = build_pack(make_inputs([], "budget?", memory=[MemoryItem("x", "budget is 5k")]), DEFAULT,
+                      counter=counter, window=8_000)
+    assert "- (undated) budget is 5k" in payload_of(pack)
+
+
+# ------------------------------------------------------------------------------------------------
+# conversation: tail, summary, turns
+# ------------------------------------------------------------------------------------------------
+
+
+def test_group_turns_keeps_calls_with_their_responses():
+    msgs = [text_msg("user", "hi"),
+            Message("model", (FunctionCall("a", {}), FunctionCall("b", {}))),
+            resp_msg("a", r=1), resp_msg("b", r=2),
+            text_msg("model", "done"),
+            call_msg("c"), text_msg("user", "interrupted"),
+            call_msg("d"), Message("user", (FunctionResponse("d", {}), FunctionResponse("x", {})))]
+    turns = group_turns(msgs, offset=10)
+    assert [len(t.messages) for t in turns] == [1, 3, 1, 1, 1, 2]
+    assert [t.start for t in turns] == [10, 11, 14, 15, 16, 17]
+    assert turns[1].is_tool_exchange and not turns[0].is_tool_exchange
+    assert not any(t.is_orphan_response for t in turns)
+    assert group_turns([resp_msg("a")])[0].is_orphan_response
+
+
+def test_tail_verbatim_older_turns_summarised(counter):
+    history = history_turns(10)
+    turns = group_turns(history)
+    assert len(turns) == 10
+    pack = build_pack(make_inputs(history, "next?"), DEFAULT, counter=counter, window=32_000)
+    tail = DEFAULT.conversation.tail_turns
+    kept = [m for t in turns[-tail:] for m in t.messages]
+    n = len(kept)
+    assert list(pack.request.messages[:n]) == kept
+    assert pack.request.messages[n].text.startswith(PAYLOAD_HEADER)
+    text = payload_of(pack)
+    summary = text[text.index("CONVERSATION SUMMARY:"):text.index("USER REQUEST")]
+    for t in turns[:-tail]:
+        assert f"[turn {t.start}]" in summary
+    for t in turns[-tail:]:
+        assert f"[turn {t.start}]" not in summary
+    fold = [e for e in pack.manifest.truncation_events if e["action"] == "fold"]
+    assert fold and len(fold[0]["ids"]) == 10 - tail
+
+
+def test_tail_length_follows_profile(counter):
+    history = history_turns(10)
+    profile = DEFAULT.override(conversation={"tail_turns": 2})
+    pack = build_pack(make_inputs(history, "next?"), profile, counter=counter, window=32_000)
+    turns = group_turns(history)
+    kept = [m for t in turns[-2:] for m in t.messages]
+    assert list(pack.request.messages[:len(kept)]) == kept
+    assert pack.manifest.layer_budgets["conversation"].items == 2
+
+
+def test_folding_never_orphans_a_response(counter):
+    # big tool exchanges force overflow folding; the tail boundary must fall between turns
+    history = []
+    for i in range(8):
+        history.append(Message("model", (FunctionCall("search", {"q": str(i)}), FunctionCall("fetch", {"i": i}))))
+        history.append(resp_msg("search", result=filler(400, i)))
+        history.append(resp_msg("fetch", body=filler(300, 50 + i)))
+        history.append(text_msg("model", f"noted {i}"))
+    loop = [call_msg("search", q="x"), resp_msg("search", result=filler(500, 99))]
+    for window in (4_000, 6_000, 9_000, 20_000):
+        pack = build_pack(make_inputs(history, "go on", loop, task=TASK), DEFAULT, counter=counter, window=window)
+        assert orphan_responses(pack.request.messages) == [], window
+        assert request_tokens(pack.request, counter) <= window - int(window * DEFAULT.floors.slack)
+
+
+def test_orphan_response_in_incoming_history_is_not_sent(counter):
+    """A history that already lost a call (e.g. ADK compaction cut it, adk-python #4740) must not
+    reach the model as an orphaned function_response: Gemini rejects it."""
+    history = [resp_msg("search", result="left over from a compacted exchange"), text_msg("model", "ok"),
+               text_msg("user", "thanks")]
+    pack = build_pack(make_inputs(history, "next?"), DEFAULT, counter=counter, window=8_000)
+    assert orphan_responses(pack.request.messages) == []
+
+
+def test_oversized_turn_is_cut_middle_out(counter):
+    profile = DEFAULT.override(conversation={"max_turn_tokens": 300})
+    loop = [call_msg("fetch", url="x"), resp_msg("fetch", body=filler(2_000))]
+    pack = build_pack(make_inputs([], "read it", loop), profile, counter=counter, window=32_000)
+    cut = [e for e in pack.manifest.truncation_events if e["action"] == "cut"]
+    assert cut and cut[0]["tokens_after"] < cut[0]["tokens_before"]
+    resp = pack.request.messages[-1].responses[0]
+    assert "middle cut by aether-context" in canonical_json(resp.response)
+    assert pack.request.messages[-2].calls[0].name == "fetch"
+
+
+# ------------------------------------------------------------------------------------------------
+# overflow
+# ------------------------------------------------------------------------------------------------
+
+
+def _overflow_inputs():
+    ev = [EvidenceItem(f"ev{i}", filler(150, i), uri=f"artifact://app/u/s1/doc{i}.txt", timestamp=1000.0 + i)
+          for i in range(8)]
+    mem = [MemoryItem(f"m{i}", filler(150, 50 + i), timestamp=1_600_000_000.0 + i * 86_400, rank=i) for i in range(8)]
+    return make_inputs(history_turns(6, big=700), "report the findings", task=TASK, evidence=ev, memory=mem,
+                       tools=[tool_spec("search"), tool_spec("fetch")])
+
+
+def test_overflow_is_per_layer_budget_and_listed_in_design_order(counter):
+    """Each flexible layer is cut only beyond its allocator budget (the profile's weights decide who
+    gives way), and the manifest lists the actions in the design's order: compress before fold
+    before drop; within an action memory, then evidence, then conversation."""
+    inputs = _overflow_inputs()
+    action_rank = {"compress": 0, "cut": 1, "fold": 2, "drop": 3}
+    layer_rank = {"memory": 0, "evidence": 1, "conversation": 2}
+    seen = set()
+    for window in range(12_000, 2_400, -250):
+        pack = build_pack(inputs, DEFAULT, counter=counter, window=window)
+        assert request_tokens(pack.request, counter) <= window - int(window * 0.12)
+        events = pack.manifest.truncation_events
+        keys = [(action_rank[e["action"]], layer_rank[e["layer"]]) for e in events]
+        assert keys == sorted(keys), (window, events)
+        for e in events:
+            assert e["ids"], e
+            seen.add(e["layer"])
+        budgets = pack.manifest.layer_budgets
+        for layer in ("memory", "evidence"):
+            if any(e["layer"] == layer for e in events):
+                assert budgets[layer].used <= budgets[layer].budget, (window, layer, budgets[layer])
+    assert seen == {"memory", "evidence", "conversation"}
+
+
+def test_overflow_compresses_before_dropping(counter):
+    inputs = _overflow_inputs()
+    for window in (7_000, 5_500, 3_000):
+        events = build_pack(inputs, DEFAULT, counter=counter, window=window).manifest.truncation_events
+        for layer in ("memory", "evidence"):
+            actions = [e["action"] for e in events if e["layer"] == layer]
+            if "drop" in actions:
+                assert "compress" in actions and actions.index("compress") < actions.index("drop")
+
+
+def test_overflow_never_touches_system_task_tools(counter):
+    inputs = _overflow_inputs()
+    for window in (12_000, 5_000, 3_000, 2_500):
+        pack = build_pack(inputs, DEFAULT, counter=counter, window=window)
+        text = payload_of(pack)
+        assert pack.request.system_instruction == system_text(inputs.request.system_instruction)
+        assert [t.name for t in pack.request.tools] == ["fetch", "search"]
+        for piece in ("GOAL: " + TASK.goal, "STEP: " + TASK.step, "- no speculation", "- EUR only",
+                      "- [ ] cites every figure", "- [ ] under 500 words",
+                      "USER REQUEST (VERBATIM):\nreport the findings"):
+            assert piece in text
+        assert not any(e["layer"] in {"system", "task", "tools"} for e in pack.manifest.truncation_events)
+
+
+def test_dropped_ids_are_reported(counter):
+    pack = build_pack(_overflow_inputs(), DEFAULT, counter=counter, window=2_500)
+    m = pack.manifest
+    kept_ev = {s["id"] for s in m.selected["evidence"]}
+    dropped_ev = {i for e in m.truncation_events if e["layer"] == "evidence" and e["action"] == "drop" for i in e["ids"]}
+    assert dropped_ev and not (dropped_ev & kept_ev)
+    assert kept_ev | dropped_ev == {f"ev{i}" for i in range(8)}
+    assert m.layer_budgets["evidence"].dropped == len(dropped_ev)
+
+
+def _tight_inputs():
+    """Folded history (a summary), a big evidence and memory pool and a tool loop, for a ~2K window."""
+    def exchange(names, words, label):
+        return [Message("model", tuple(FunctionCall(n, {"q": f"{label}{k}"}) for k, n in enumerate(names))),
+                Message("user", tuple(FunctionResponse(n, {"result": filler(w, k)})
+                                      for k, (n, w) in enumerate(zip(names, words))))]
+
+    history = exchange(["search", "fetch"], [400, 400], "h") + [text_msg("model", filler(90))]
+    loop = exchange(["search"], [60], "a") + exchange(["fetch"], [160], "b") + \
+        exchange(["search", "read_file"], [180, 180], "c")
+    task = TaskSpec(goal="Find the figures", step="Read the sources", acceptance=("one", "two", "three"),
+                    constraints=("c1", "c2"), tools=("write_file", "search", "read_file"))
+    ev = [EvidenceItem(f"ev{i}", filler(w, i)) for i, w in enumerate([500, 250, 180, 180, 190, 30, 60, 250])]
+    mem = [MemoryItem(f"m{i}", filler(w, 20 + i)) for i, w in enumerate([300, 130, 250, 110, 100])]
+    return make_inputs(history, "go", loop, task=task, evidence=ev, memory=mem, system="Be brief.",
+                       tools=[tool_spec(n) for n in ("fetch", "read_file", "search", "write_file")])
+
+
+@pytest.mark.parametrize("window", [2_000, 2_050, 2_100, 2_150, 2_200, 2_450, 2_500])
+def test_pack_fits_when_the_fixed_layers_fit(counter, window):
+    """System + task + tools take ~280 tokens of a ~1.8K limit: evidence, memory and the conversation
+    summary can always give way, so packing must succeed (in ADK a BudgetError here means fail-open,
+    i.e. the whole oversized original request goes to the model). Found by test_properties."""
+    profile = load_profile("research")
+    pack = build_pack(_tight_inputs(), profile, counter=counter, window=window)
+    assert request_tokens(pack.request, counter) <= window - int(window * profile.floors.slack)
+    assert orphan_responses(pack.request.messages) == []
+
+
+def test_fixed_layers_that_do_not_fit_raise(counter):
+    task = TaskSpec(goal=filler(2_000), acceptance=("a",))
+    with pytest.raises(BudgetError, match="split the step"):
+        build_pack(make_inputs([], "hi", task=task), DEFAULT, counter=counter, window=2_000)
+
+
+# ------------------------------------------------------------------------------------------------
+# reuse within an invocation (cache-stable prefix) and rebuild across invocations
+# ------------------------------------------------------------------------------------------------
+
+
+def _invocation(counter, window=16_000):
+    history = history_turns(8)
+    tools = [tool_spec("search")]
+    ev, mem = evidence_items(2), memory_items(2)
+    p1 = build_pack(make_inputs(history, "find the numbers", task=TASK, evidence=ev, memory=mem, tools=tools),
+                    DEFAULT, counter=counter, window=window)
+    loop = [call_msg("search", q="numbers"), resp_msg("search", result=filler(200, 3))]
+    p2 = build_pack(make_inputs(history, "find the numbers", loop, task=TASK, evidence=ev, memory=mem, tools=tools,
+                                previous=p1.state), DEFAULT, counter=counter, window=window)
+    loop2 = loop + [call_msg("search", q="more"), resp_msg("search", result=filler(150, 4))]
+    p3 = build_pack(make_inputs(history, "find the numbers", loop2, task=TASK, evidence=ev, memory=mem, tools=tools,
+                                previous=p2.state), DEFAULT, counter=counter, window=window)
+    return history, p1, p2, p3
+
+
+def test_reuse_keeps_previous_request_as_strict_prefix(counter):
+    _, p1, p2, p3 = _invocation(counter)
+    for prev, cur in ((p1, p2), (p2, p3)):
+        m = cur.manifest
+        assert m.reused_payload
+        n = len(prev.request.messages)
+        assert cur.request.messages[:n] == prev.request.messages
+        assert len(cur.request.messages) == n + 2
+        assert cur.request.system_instruction == prev.request.system_instruction
+        assert cur.request.tools == prev.request.tools
+        assert m.prefix_tokens == request_tokens(prev.request, counter) == m.previous_tokens
+        assert m.previous_pack_id == prev.manifest.pack_id
+        assert m.tokens_after == request_tokens(cur.request, counter)
+
+
+def test_new_invocation_rebuilds(counter):
+    history, p1, p2, p3 = _invocation(counter)
+    grown = history + [text_msg("user", "find the numbers"), call_msg("search", q="numbers"),
+                       resp_msg("search", result=filler(200, 3)), text_msg("model", "Revenue was 12M.")]
+    p4 = build_pack(make_inputs(grown, "now compare with Q2", task=TASK, tools=[tool_spec("search")],
+                                invocation_id="inv-2", previous=p3.state), DEFAULT, counter=counter, window=16_000)
+    assert not p4.manifest.reused_payload
+    text = payload_of(p4)
+    assert text.endswith("USER REQUEST (VERBATIM):\nnow compare with Q2")
+    assert "find the numbers" not in text.split("USER REQUEST")[1]
+    assert p4.manifest.previous_pack_id == p3.manifest.pack_id
+
+
+def test_other_agent_state_is_not_reused(counter):
+    _, p1, _, _ = _invocation(counter)
+    loop = [call_msg("search", q="numbers"), resp_msg("search", result="x")]
+    p = build_pack(make_inputs(history_turns(8), "find the numbers", loop, task=TASK, tools=[tool_spec("search")],
+                               agent="someone_else", previous=p1.state), DEFAULT, counter=counter, window=16_000)
+    assert not p.manifest.reused_payload
+
+
+def test_overflow_within_invocation_forces_a_rebuild(counter):
+    history = history_turns(8, big=600)
+    tools = [tool_spec("search")]
+    window = 6_000
+    p1 = build_pack(make_inputs(history, "dig in", task=TASK, tools=tools), DEFAULT, counter=counter, window=window)
+    loop = [call_msg("search", q="all"), resp_msg("search", result=filler(2_300, 5))]
+    p2 = build_pack(make_inputs(history, "dig in", loop, task=TASK, tools=tools, previous=p1.state), DEFAULT,
+                    counter=counter, window=window)
+    m = p2.manifest
+    assert not m.reused_payload
+    assert m.prefix_tokens < m.previous_tokens
+    assert request_tokens(p2.request, counter) <= window - int(window * 0.12)
+    assert orphan_responses(p2.request.messages) == []
+    assert m.truncation_events
+
+
+# ------------------------------------------------------------------------------------------------
+# determinism
+# ------------------------------------------------------------------------------------------------
+
+
+def test_same_inputs_same_bytes():
+    inputs = _overflow_inputs()
+    a = build_pack(inputs, DEFAULT, counter=TokenCounter(), window=5_000)
+    warm = TokenCounter()
+    build_pack(make_inputs(history_turns(3), "warm the cache"), DEFAULT, counter=warm, window=5_000)
+    b = build_pack(inputs, DEFAULT, counter=warm, window=5_000)
+    assert a.request.checksum == b.request.checksum == a.manifest.checksum
+    assert canonical_json(a.request.to_json()) == canonical_json(b.request.to_json())
+    assert a.manifest == b.manifest
+    assert a.state == b.state
+
+
+def test_different_profile_different_pack_id(counter):
+    inputs = _overflow_inputs()
+    a = build_pack(inputs, DEFAULT, counter=counter, window=5_000)
+    b = build_pack(inputs, load_profile("research"), counter=counter, window=5_000)
+    assert a.manifest.pack_id != b.manifest.pack_id
+    assert a.manifest.profile_digest != b.manifest.profile_digest
+
+
+def test_manifest_layer_accounting(counter):
+    pack = build_pack(_overflow_inputs(), DEFAULT, counter=counter, window=20_000)
+    m = pack.manifest
+    assert set(m.layer_budgets) == {"system", "task", "tools", "evidence", "memory", "conversation", "slack"}
+    assert m.layer_budgets["slack"].used == 0 and m.layer_budgets["slack"].budget == 2_400
+    assert m.tokens_after == request_tokens(pack.request, counter)
+    assert m.tokens_before == request_tokens(pack.inputs.request, counter)
+    assert m.checksum == pack.request.checksum
+    assert m.schema_version == 1
+    used = sum(u.used for k, u in m.layer_budgets.items())
+    assert abs(used - m.tokens_after) <= 10

@@ -1,0 +1,450 @@
+"""The ADK edge, end to end: real Runner, App, LlmAgent(ScriptedLlm) and in-memory services."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from google.adk.agents.context_cache_config import ContextCacheConfig
+from google.adk.memory import InMemoryMemoryService
+from google.adk.plugins.base_plugin import BasePlugin
+from google.adk.tools.agent_tool import AgentTool
+
+from aether_context import ContextPackPlugin, PackStore, context_pack_callback, replay, set_task
+from aether_context.adk import request_from_llm
+from aether_context.adk.collect import INSTRUCTION_MARKER
+from aether_context.pipeline import request_tokens
+from aether_context.testing import ScriptedLlm, call
+
+from conftest import (lookup, make_runner, new_session, orphan_responses, run_turn,
+                      save_report, scripted_agent, strip_continue)
+
+WINDOW = 6_000
+HEADER = "CONTEXT PACK"
+
+
+def session_script(n: int) -> list:
+    """Per user turn: one or two tool calls with large results, then a text answer."""
+    turns: list = []
+    for i in range(n):
+        if i % 3 == 2:  # a parallel call: two calls in one model message
+            turns.append([call("fetch_page", url=f"https://example.com/{i}"), call("grep_logs", pattern=f"err{i}")])
+        elif i % 3 == 1:
+            turns.append(call("grep_logs", pattern=f"timeout {i}"))
+            turns.append(call("fetch_page", url=f"https://example.com/{i}/more"))
+        else:
+            turns.append(call("fetch_page", url=f"https://example.com/{i}"))
+        turns.append(f"Answer {i}: the page says revenue is up.")
+    return turns
+
+
+def user_texts(n: int) -> list[str]:
+    return [f"Question {i}: what does page {i} say about revenue? (be brief)" for i in range(n)]
+
+
+def payload(request) -> str:
+    found = [m.text for m in request.messages if m.role == "user" and m.text.startswith(HEADER)]
+    assert len(found) == 1, [m.text[:40] for m in request.messages]
+    return found[0]
+
+
+def check_requests(llm: ScriptedLlm, packer, window: int, expected_users: list[str] | None = None) -> list:
+    """Every request the model received fits, has one payload with a verbatim user request, no orphans,
+    and matches its manifest's checksum. Returns the core requests."""
+    limit = window - int(window * packer.profile.floors.slack)
+    requests = [request_from_llm(strip_continue(r)) for r in llm.requests]
+    for i, r in enumerate(requests):
+        assert request_tokens(r, packer.counter) <= limit, (i, request_tokens(r, packer.counter), limit)
+        assert orphan_responses(r.messages) == [], i
+        text = payload(r)
+        if expected_users is not None:
+            assert text.endswith("USER REQUEST (VERBATIM):\n" + expected_users[i]), (i, text[-200:])
+    return requests
+
+
+async def run_session(n: int, store_url: "str | PackStore", window: int = WINDOW, extra_plugins=(), **plugin_kwargs):
+    agent, llm = scripted_agent(session_script(n))
+    plugin = ContextPackPlugin(store=store_url, window_tokens=window, **plugin_kwargs)
+    runner = make_runner(agent, plugins=[plugin, *extra_plugins])
+    sid = await new_session(runner)
+    expected = []
+    for text in user_texts(n):
+        before = len(llm.requests)
+        await run_turn(runner, sid, text)
+        expected += [text] * (len(llm.requests) - before)
+    plugin.packer.store.flush()
+    return llm, plugin, runner, sid, expected
+
+
+# ------------------------------------------------------------------------------------------------
+# the main session
+# ------------------------------------------------------------------------------------------------
+
+
+async def test_ten_turn_session_fits_and_replays(memory_store_url):
+    llm, plugin, runner, sid, expected = await run_session(10, memory_store_url)
+    packer = plugin.packer
+    assert len(llm.requests) == len(expected) >= 20
+    requests = check_requests(llm, packer, WINDOW, expected)
+
+    # the session outgrew the window: without packing the later requests would not fit
+    records = list(packer.recent)
+    assert len(records) == len(llm.requests)
+    assert max(r.manifest.tokens_before for r in records) > 2 * WINDOW
+    assert all(r.manifest.error is None for r in records)
+
+    # one manifest per call; replay gives exactly what the model received
+    uris = packer.store.list_manifests("testapp", "u", sid)
+    assert len(uris) == len(llm.requests)
+    assert sorted(uris) == sorted(r.uri for r in records)
+    for record, sent in zip(records, requests):
+        assert record.manifest.checksum == sent.checksum
+        assert replay(record.uri).checksum == sent.checksum
+        assert replay(record.uri) == sent
+
+
+async def test_every_request_keeps_tools_and_system(memory_store_url):
+    llm, plugin, *_ = await run_session(4, memory_store_url)
+    for req in llm.requests:
+        r = request_from_llm(req)
+        assert [t.name for t in r.tools] == ["fetch_page", "grep_logs", "lookup"]
+        assert set(req.tools_dict) == {"fetch_page", "grep_logs", "lookup"}
+        assert r.system_instruction.startswith("You are a careful research assistant.")
+        assert "CONTEXT PACK CONTRACT" in r.system_instruction
+    assert len({request_from_llm(r).system_instruction for r in llm.requests}) == 1
+
+
+async def test_calls_within_an_invocation_extend_the_previous_request(memory_store_url):
+    llm, plugin, *_ = await run_session(3, memory_store_url, window=32_000)
+    records = list(plugin.packer.recent)
+    requests = [request_from_llm(r) for r in llm.requests]
+    pairs = 0
+    for i in range(1, len(records)):
+        m, prev = records[i].manifest, records[i - 1].manifest
+        if m.invocation_id != prev.invocation_id:
+            assert not m.reused_payload
+            continue
+        pairs += 1
+        assert m.reused_payload
+        n = len(requests[i - 1].messages)
+        assert requests[i].messages[:n] == requests[i - 1].messages
+        assert m.prefix_tokens == m.previous_tokens == prev.tokens_after
+    assert pairs >= 3
+
+
+async def test_one_info_line_per_call(memory_store_url, caplog):
+    caplog.set_level(logging.INFO, logger="aether_context")
+    llm, plugin, *_ = await run_session(3, memory_store_url)
+    lines = [r for r in caplog.records if r.name == "aether_context" and r.levelno == logging.INFO]
+    assert len(lines) == len(llm.requests)
+    for record, line in zip(plugin.packer.recent, lines):
+        message = line.getMessage()
+        assert record.manifest.pack_id in message
+        assert f"tokens {record.manifest.tokens_before} -> {record.manifest.tokens_after}" in message
+    assert not [r for r in caplog.records if r.name.startswith("aether_context") and r.levelno >= logging.WARNING]
+
+
+async def test_store_grows_by_new_content_only(memory_store_url):
+    class BlobCounter(BasePlugin):
+        """After the pack plugin: waits for the pack's write and counts blob files."""
+
+        def __init__(self, store: PackStore):
+            super().__init__(name="blob_counter")
+            self.store = store
+            self.seen: list[tuple[int, int]] = []
+
+        async def before_model_callback(self, *, callback_context, llm_request):
+            self.store.flush()
+            blobs = [p for p in self.store.fs.find(f"{self.store.root}/blobs") if "/.tmp-" not in p]
+            self.seen.append((len(callback_context.session.events), len(blobs)))
+
+    store = PackStore(memory_store_url)
+    counter_plugin = BlobCounter(store)
+    llm, plugin, *_ = await run_session(8, store, extra_plugins=[counter_plugin])
+    seen = counter_plugin.seen
+    assert len(seen) == len(llm.requests)
+    for (ev_prev, blobs_prev), (ev, blobs) in zip(seen, seen[1:]):
+        new_events = ev - ev_prev  # each event is at most one new message
+        # new messages, the new payload, and three small records (request, inputs request, inputs)
+        assert blobs - blobs_prev <= new_events + 5, (ev_prev, ev, blobs_prev, blobs)
+    # in all: about one blob per message ever seen plus a few small records per call, not history x calls
+    assert seen[-1][1] <= seen[-1][0] + 5 * len(seen)
+
+
+async def test_runner_close_flushes_background_writes(memory_store_url):
+    agent, llm = scripted_agent(session_script(2))
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=WINDOW)
+    runner = make_runner(agent, plugins=[plugin])
+    sid = await new_session(runner)
+    for text in user_texts(2):
+        await run_turn(runner, sid, text)
+    await runner.close()  # calls the plugin's close(), which waits for the store
+    store = PackStore(memory_store_url, background=False)
+    uris = store.list_manifests()
+    assert len(uris) == len(llm.requests)
+    assert {replay(u).checksum for u in uris} == {request_from_llm(r).checksum for r in llm.requests}
+
+
+# ------------------------------------------------------------------------------------------------
+# agent-level callback
+# ------------------------------------------------------------------------------------------------
+
+
+async def test_agent_callback_works_like_the_plugin(memory_store_url):
+    callback = context_pack_callback(store=memory_store_url, window_tokens=WINDOW)
+    agent, llm = scripted_agent(session_script(5), before_model_callback=callback)
+    runner = make_runner(agent)
+    sid = await new_session(runner)
+    expected = []
+    for text in user_texts(5):
+        before = len(llm.requests)
+        await run_turn(runner, sid, text)
+        expected += [text] * (len(llm.requests) - before)
+    packer = callback.packer
+    packer.store.flush()
+    requests = check_requests(llm, packer, WINDOW, expected)
+    records = list(packer.recent)
+    assert len(records) == len(requests)
+    for record, sent in zip(records, requests):
+        assert replay(record.uri).checksum == sent.checksum == record.manifest.checksum
+    assert len(packer.store.list_manifests()) == len(requests)
+
+
+# ------------------------------------------------------------------------------------------------
+# fail open
+# ------------------------------------------------------------------------------------------------
+
+
+async def _baseline_requests(n: int) -> list:
+    agent, llm = scripted_agent(session_script(n))
+    runner = make_runner(agent)
+    sid = await new_session(runner)
+    for text in user_texts(n):
+        await run_turn(runner, sid, text)
+    return [request_from_llm(r) for r in llm.requests]
+
+
+@pytest.mark.parametrize("window, error", [(300, "BudgetError"), (None, "WindowError")])
+async def test_fail_open_sends_the_original_request(memory_store_url, caplog, window, error):
+    caplog.set_level(logging.INFO, logger="aether_context")
+    agent, llm = scripted_agent(session_script(2))
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=window)
+    runner = make_runner(agent, plugins=[plugin])
+    sid = await new_session(runner)
+    final = []
+    for text in user_texts(2):
+        events = await run_turn(runner, sid, text)
+        final.append(events[-1].content.parts[0].text)
+    assert final == ["Answer 0: the page says revenue is up.", "Answer 1: the page says revenue is up."]
+
+    received = [request_from_llm(r) for r in llm.requests]
+    baseline = await _baseline_requests(2)
+    assert [r.checksum for r in received] == [r.checksum for r in baseline]
+    assert not any(m.text.startswith(HEADER) for r in received for m in r.messages)
+
+    packer = plugin.packer
+    packer.store.flush()
+    records = list(packer.recent)
+    assert len(records) == len(received)
+    for record, sent in zip(records, received):
+        assert record.manifest.error and record.manifest.error.startswith(error)
+        assert record.manifest.checksum == sent.checksum
+        assert record.manifest.pack_id.startswith("err_")
+        stored = packer.store.load_manifest(record.uri)
+        assert stored.error == record.manifest.error
+    assert len(packer.store.list_manifests()) == len(received)
+    errors = [r for r in caplog.records if r.name == "aether_context" and r.levelno == logging.ERROR]
+    assert len(errors) == len(received) and all(r.exc_info for r in errors)
+
+
+# ------------------------------------------------------------------------------------------------
+# multi-agent apps
+# ------------------------------------------------------------------------------------------------
+
+
+async def test_transfer_to_sub_agent(memory_store_url):
+    helper, hllm = scripted_agent(session_script(3), name="helper", instruction="You dig into pages.")
+    root, rllm = scripted_agent([call("transfer_to_agent", agent_name="helper"), "root answer"], name="root",
+                                instruction="You route work.", tools=[lookup], sub_agents=[helper])
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=WINDOW)
+    runner = make_runner(root, plugins=[plugin])
+    sid = await new_session(runner)
+    texts = user_texts(3)
+    for text in texts:
+        await run_turn(runner, sid, text)
+    packer = plugin.packer
+    packer.store.flush()
+
+    assert len(rllm.requests) == 1 and len(hllm.requests) >= 6
+    for llm in (rllm, hllm):
+        requests = check_requests(llm, packer, WINDOW)
+        for r in requests:
+            ask = payload(r).split("USER REQUEST (VERBATIM):\n", 1)[1]
+            assert ask in texts  # the user's message, never another agent's quoted turn
+    # the root agent's turns reach the helper as quoted context, kept in order
+    first_helper = request_from_llm(hllm.requests[0])
+    assert any(m.text.startswith("For context:") for m in first_helper.messages)
+    records = list(packer.recent)
+    assert {r.manifest.agent for r in records} == {"root", "helper"}
+    assert all(r.manifest.error is None for r in records)
+    sent = {request_from_llm(r).checksum for r in [*rllm.requests, *hllm.requests]}
+    assert {replay(r.uri).checksum for r in records} == sent
+
+
+async def test_agent_tool(memory_store_url):
+    helper, hllm = scripted_agent([call("fetch_page", url="https://example.com/x"), "helper done"], name="helper",
+                                  instruction="You fetch pages.")
+    root, rllm = scripted_agent([call("helper", request="fetch example.com/x"), "root done"], name="root",
+                                tools=[AgentTool(agent=helper)])
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=WINDOW)
+    runner = make_runner(root, plugins=[plugin])
+    sid = await new_session(runner)
+    events = await run_turn(runner, sid, "please get example.com/x")
+    assert events[-1].content.parts[0].text == "root done"
+    packer = plugin.packer
+    packer.store.flush()
+    check_requests(rllm, packer, WINDOW, ["please get example.com/x"] * 2)
+    check_requests(hllm, packer, WINDOW, ["fetch example.com/x"] * 2)
+    assert [r.manifest.agent for r in packer.recent] == ["root", "helper", "helper", "root"]
+    assert all(replay(r.uri).checksum == r.manifest.checksum for r in packer.recent)
+
+
+# ------------------------------------------------------------------------------------------------
+# static instruction and context caching
+# ------------------------------------------------------------------------------------------------
+
+
+async def test_static_instruction_with_context_cache(memory_store_url):
+    agent, llm = scripted_agent(session_script(3), static_instruction="You are a STATIC research assistant.",
+                                instruction="Dynamic instruction for {user_name}.")
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=WINDOW)
+    runner = make_runner(agent, plugins=[plugin],
+                         context_cache_config=ContextCacheConfig(cache_intervals=5, ttl_seconds=600, min_tokens=0))
+    sid = await new_session(runner, state={"user_name": "Ada"})
+    for text in user_texts(3):
+        await run_turn(runner, sid, text)
+    plugin.packer.store.flush()
+    requests = check_requests(llm, plugin.packer, WINDOW)
+    for r in requests:
+        instr = [m for m in r.messages if INSTRUCTION_MARKER in m.text]
+        assert len(instr) == 1
+        assert "Dynamic instruction for Ada." in instr[0].text
+        assert INSTRUCTION_MARKER not in payload(r)
+        assert r.system_instruction.startswith("You are a STATIC research assistant.")
+    for a, b in zip(requests, requests[1:]):
+        assert a.system_instruction == b.system_instruction
+        assert a.tools == b.tools
+    configs = [(r.config.system_instruction, [t.model_dump(exclude_none=True) for t in r.config.tools or []])
+               for r in llm.requests]
+    assert all(c == configs[0] for c in configs)
+    assert all(r.manifest.error is None for r in plugin.packer.recent)
+
+
+# ------------------------------------------------------------------------------------------------
+# task, step tools, memory, artifacts
+# ------------------------------------------------------------------------------------------------
+
+
+async def test_task_from_initial_state(memory_store_url):
+    agent, llm = scripted_agent(["Here is the plan."])
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=WINDOW)
+    runner = make_runner(agent, plugins=[plugin])
+    state: dict = {}
+    set_task(state, goal="Ship the Q3 report", step="Draft the outline",
+             acceptance=["has three sections", "cites revenue"], constraints="no jargon")
+    assert state["aether:goal"] == "Ship the Q3 report" and state["aether:constraints"] == "no jargon"
+    sid = await new_session(runner, state=state)
+    await run_turn(runner, sid, "Start please.")
+    text = payload(request_from_llm(llm.requests[0]))
+    for piece in ("GOAL: Ship the Q3 report", "STEP: Draft the outline", "CONSTRAINTS:\n- no jargon",
+                  "ACCEPTANCE:\n- [ ] has three sections\n- [ ] cites revenue"):
+        assert piece in text
+    flags = plugin.packer.recent[0].manifest.flags
+    assert "task_missing_goal" not in flags and "task_missing_acceptance" not in flags
+
+
+async def test_set_task_in_before_agent_callback_and_step_tools(memory_store_url):
+    def plan(callback_context):
+        set_task(callback_context.state, goal="Find the outage cause", step="Read the status page",
+                 acceptance=["names the failing service"], tools=["fetch_page", "not_a_tool"], risk=0.5)
+
+    agent, llm = scripted_agent([call("fetch_page", url="https://status.example.com"), "It was the cache."],
+                                before_agent_callback=plan)
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=WINDOW)
+    runner = make_runner(agent, plugins=[plugin])
+    sid = await new_session(runner)
+    events = await run_turn(runner, sid, "Why did the site go down?")
+    assert events[-1].content.parts[0].text == "It was the cache."
+    assert len(llm.requests) == 2
+    for req in llm.requests:
+        r = request_from_llm(req)
+        text = payload(r)
+        assert "GOAL: Find the outage cause" in text and "- [ ] names the failing service" in text
+        assert [t.name for t in r.tools] == ["fetch_page"]
+        assert set(req.tools_dict) == {"fetch_page"}
+        decls = [fd.name for t in req.config.tools for fd in (t.function_declarations or [])]
+        assert decls == ["fetch_page"]
+    # the tool was really executed with the filtered tools_dict
+    assert llm.requests[1].contents[-1].parts[0].function_response.name == "fetch_page"
+    m = plugin.packer.recent[0].manifest
+    assert "unknown_step_tool:not_a_tool" in m.flags
+    assert m.tools == ["fetch_page"] and m.layer_budgets["tools"].dropped == 2
+    assert m.allocation["signals"]["risk_weight"] == 0.5
+
+
+async def test_memory_service_hits_appear_in_memory(memory_store_url):
+    memory = InMemoryMemoryService()
+    earlier, _ = scripted_agent(["The launch codename is BLUEBIRD and it ships in May."])
+    first = make_runner(earlier, memory_service=memory)
+    old_sid = await new_session(first)
+    await run_turn(first, old_sid, "Remind me of the rocket launch codename.")
+    old = await first.session_service.get_session(app_name="testapp", user_id="u", session_id=old_sid)
+    await memory.add_session_to_memory(old)
+
+    agent, llm = scripted_agent(["It is BLUEBIRD."])
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=WINDOW)
+    runner = make_runner(agent, plugins=[plugin], memory_service=memory)
+    sid = await new_session(runner)
+    await run_turn(runner, sid, "What is the launch codename?")
+    text = payload(request_from_llm(llm.requests[0]))
+    memory_section = text[text.index("MEMORY:"):text.index("USER REQUEST")]
+    assert "The launch codename is BLUEBIRD and it ships in May." in memory_section
+    manifest = plugin.packer.recent[0].manifest
+    assert manifest.selected["memory"] and all(s["source"] == "memory_service" for s in manifest.selected["memory"])
+
+
+async def test_memory_can_be_switched_off(memory_store_url):
+    memory = InMemoryMemoryService()
+    earlier, _ = scripted_agent(["The launch codename is BLUEBIRD."])
+    first = make_runner(earlier, memory_service=memory)
+    old_sid = await new_session(first)
+    await run_turn(first, old_sid, "launch codename?")
+    await memory.add_session_to_memory(
+        await first.session_service.get_session(app_name="testapp", user_id="u", session_id=old_sid))
+    agent, llm = scripted_agent(["ok"])
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=WINDOW, use_memory=False)
+    runner = make_runner(agent, plugins=[plugin], memory_service=memory)
+    await run_turn(runner, await new_session(runner), "What is the launch codename?")
+    assert "MEMORY:" not in payload(request_from_llm(llm.requests[0]))
+
+
+async def test_saved_artifacts_become_evidence(memory_store_url):
+    agent, llm = scripted_agent([call("save_report", title="Q3"), "Saved.", "The report says revenue grew."],
+                                tools=[save_report, lookup])
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=WINDOW)
+    runner = make_runner(agent, plugins=[plugin])
+    sid = await new_session(runner)
+    await run_turn(runner, sid, "Write the Q3 report.")
+    await run_turn(runner, sid, "What does the report say about revenue?")
+    plugin.packer.store.flush()
+    uri = f"artifact://testapp/u/{sid}/report.txt#v0"
+    last = request_from_llm(llm.requests[-1])
+    text = payload(last)
+    evidence = text[text.index("EVIDENCE:"):text.index("USER REQUEST")]
+    assert uri in evidence
+    assert "report.txt: Q3: quarterly revenue grew 12 percent" in evidence
+    manifest = plugin.packer.recent[-1].manifest
+    assert manifest.artifact_uris == [uri]
+    assert any(s["id"] == "artifact:report.txt" and s["source"] == "artifact" for s in manifest.selected["evidence"])
+    stored = plugin.packer.store.load_manifest(plugin.packer.recent[-1].uri)
+    assert stored.artifact_uris == [uri]

@@ -1,0 +1,214 @@
+"""Context-window registry and budget profiles (built-ins, files, validation)."""
+
+from __future__ import annotations
+
+import pytest
+
+from aether_context.errors import AetherContextError, ProfileError, WindowError
+from aether_context.pipeline import Signals, allocate
+from aether_context.profile import BudgetProfile, builtin_profiles, load_profile
+from aether_context.windows import CONTEXT_WINDOWS, context_window, normalise_model_name
+
+# ------------------------------------------------------------------------------------------------
+# windows
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model, window", [
+    ("gemini-2.5-flash", 1_048_576),
+    ("models/gemini-2.5-flash", 1_048_576),
+    ("gemini-2.5-pro-preview-06-05", 1_048_576),
+    ("gemini/gemini-2.0-flash-001", 1_048_576),
+    ("vertex_ai/gemini-1.5-pro-002", 2_097_152),
+    ("gemini-3-pro-preview", 1_048_576),
+    ("gpt-4o", 128_000),
+    ("openai/gpt-4o-mini", 128_000),
+    ("gpt-4.1-mini", 1_047_576),
+    ("gpt-4", 8_192),
+    ("gpt-4-turbo-2024-04-09", 128_000),
+    ("gpt-5", 400_000),
+    ("o3-mini", 200_000),
+    ("claude-sonnet-4-20250514", 200_000),
+    ("anthropic/claude-opus-4-1", 200_000),
+    ("claude-3-5-haiku-latest", 200_000),
+    ("  Models/Gemini-2.5-Flash  ", 1_048_576),
+])
+def test_registry_knows_current_models(model, window):
+    assert context_window(model) == window
+
+
+def test_longest_prefix_wins():
+    assert context_window("gpt-4") == 8_192
+    assert context_window("gpt-4o") == 128_000
+    assert context_window("gpt-4.1") == 1_047_576
+
+
+def test_prefixes_are_stripped_repeatedly():
+    assert normalise_model_name("openai/models/GPT-4o") == "gpt-4o"
+    assert normalise_model_name("vertex_ai/google/gemini-2.5-pro") == "gemini-2.5-pro"
+
+
+def test_override_wins():
+    assert context_window("gemini-2.5-flash", 32_000) == 32_000
+    assert context_window("totally-unknown", 4_096) == 4_096
+    assert context_window(None, 10_000) == 10_000
+
+
+@pytest.mark.parametrize("model", ["totally-unknown-model", "", None, "scripted-model"])
+def test_unknown_model_without_override_is_an_error(model):
+    with pytest.raises(WindowError) as info:
+        context_window(model)
+    message = str(info.value)
+    assert "window_tokens" in message and "unknown context window" in message
+    assert isinstance(info.value, AetherContextError)
+
+
+def test_registry_values_are_positive():
+    assert all(v > 0 for v in CONTEXT_WINDOWS.values())
+
+
+# ------------------------------------------------------------------------------------------------
+# built-in profiles
+# ------------------------------------------------------------------------------------------------
+
+
+def _shares(profile: BudgetProfile, window: int = 1_000_000) -> dict[str, float]:
+    alloc = allocate(profile, window, Signals(), {}, {})
+    return {k: v / alloc.remainder for k, v in alloc.nominal.items()}
+
+
+def test_builtins_are_listed():
+    names = builtin_profiles()
+    for name in ("default", "research", "requirements", "test_construction"):
+        assert name in names
+
+
+@pytest.mark.parametrize("name", ["default", "research", "requirements", "test_construction", "coding_agent"])
+def test_builtin_loads_by_name(name):
+    profile = load_profile(name)
+    assert isinstance(profile, BudgetProfile)
+    assert profile.name == name
+    assert profile.description
+
+
+def test_none_gives_default():
+    assert load_profile(None).name == "default"
+    assert load_profile().name == "default"
+
+
+def test_profile_instance_passes_through():
+    p = load_profile("research")
+    assert load_profile(p) is p
+
+
+@pytest.mark.parametrize("name, evidence, memory, conversation", [
+    ("research", (0.55, 0.65), (0.20, 0.25), (0.10, 0.15)),
+    ("requirements", (0.45, 0.55), (0.25, 0.30), (0.15, 0.20)),
+    ("test_construction", (0.50, 0.60), (0.20, 0.25), (0.10, 0.15)),
+])
+def test_builtin_remainder_shares_in_design_ranges(name, evidence, memory, conversation):
+    shares = _shares(load_profile(name))
+    eps = 1e-6
+    for layer, (lo, hi) in (("evidence", evidence), ("memory", memory), ("conversation", conversation)):
+        assert lo - eps <= shares[layer] <= hi + eps, (name, layer, shares[layer])
+    assert sum(shares.values()) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_default_shares():
+    shares = _shares(load_profile("default"))
+    assert shares["evidence"] == pytest.approx(0.40, abs=1e-4)
+    assert shares["memory"] == pytest.approx(0.20, abs=1e-4)
+    assert shares["conversation"] == pytest.approx(0.40, abs=1e-4)
+
+
+def test_unknown_builtin_name():
+    with pytest.raises(ProfileError, match="unknown profile 'nope'"):
+        load_profile("nope")
+
+
+# ------------------------------------------------------------------------------------------------
+# profiles from files
+# ------------------------------------------------------------------------------------------------
+
+
+def test_load_by_path(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: mine\nwindow_tokens: 32000\nfloors: {slack: 0.2}\nconversation: {tail_turns: 3}\n")
+    profile = load_profile(path)
+    assert profile.name == "mine"
+    assert profile.window_tokens == 32_000
+    assert profile.floors.slack == 0.2
+    assert profile.floors.system == 0.06  # defaults fill what the file does not set
+    assert profile.conversation.tail_turns == 3
+    assert load_profile(str(path)) == profile
+
+
+def test_missing_yaml_file(tmp_path):
+    with pytest.raises(ProfileError, match="not found"):
+        load_profile(tmp_path / "absent.yaml")
+
+
+@pytest.mark.parametrize("text, key", [
+    ("name: x\nwindow_tokenz: 1000\n", "window_tokenz"),
+    ("floors: {system: 0.1, sytem: 0.1}\n", "floors.sytem"),
+    ("weights:\n  evidence: {base: 0.5, risk: 0.1}\n", "weights.evidence.risk"),
+])
+def test_unknown_key_is_named(tmp_path, text, key):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    assert f"unknown key {key!r}" in str(info.value)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("floors", [
+    "{system: 0.25, task: 0.25, tools: 0.25, slack: 0.25}",
+    "{system: 0.5, task: 0.3, tools: 0.2, slack: 0.1}",
+])
+def test_floors_summing_to_one_or_more(tmp_path, floors):
+    path = tmp_path / "floors.yaml"
+    path.write_text(f"floors: {floors}\n")
+    with pytest.raises(ProfileError, match="floors add up to"):
+        load_profile(path)
+
+
+@pytest.mark.parametrize("text", ["floors: {system: [0.1\n", "name: a\n  bad: indent: here\n", "a: b: c\n"])
+def test_invalid_yaml(tmp_path, text):
+    path = tmp_path / "broken.yaml"
+    path.write_text(text)
+    with pytest.raises(ProfileError, match="not valid YAML"):
+        load_profile(path)
+
+
+def test_yaml_that_is_not_a_mapping(tmp_path):
+    path = tmp_path / "list.yaml"
+    path.write_text("- a\n- b\n")
+    with pytest.raises(ProfileError, match="mapping"):
+        load_profile(path)
+
+
+def test_bad_value_names_key_and_value(tmp_path):
+    path = tmp_path / "neg.yaml"
+    path.write_text("conversation: {tail_turns: 0}\n")
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    assert "conversation.tail_turns" in str(info.value) and "0" in str(info.value)
+
+
+def test_override_revalidates():
+    base = load_profile("default")
+    changed = base.override(window_tokens=16_000, floors={"slack": 0.2})
+    assert changed.window_tokens == 16_000 and changed.floors.slack == 0.2
+    assert changed.floors.system == base.floors.system
+    assert base.window_tokens is None  # the original is not mutated
+    with pytest.raises(ProfileError, match="unknown key"):
+        base.override(nonsense=1)
+    with pytest.raises(ProfileError, match="floors add up to"):
+        base.override(floors={"system": 0.9, "slack": 0.5})
+
+
+def test_profiles_are_frozen():
+    profile = load_profile("default")
+    with pytest.raises(Exception):
+        profile.window_tokens = 5  # type: ignore[misc]
