@@ -1,0 +1,325 @@
+"""Failure evidence: categories from realistic error text, error shapes, log analysis and rendering."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from aether_context.failures import (
+    CATEGORIES, FailureLog, FailureRecord, FailureSettings, categorize_failure, digest_args, first_error_line,
+    is_error_result, mentioned_file, render_failures,
+)
+from aether_context.tokens import TokenCounter
+
+COUNTER = TokenCounter()
+
+
+def tb(*frames_and_error: str) -> str:
+    """A Python traceback: frame lines then the final exception line."""
+    *frames, error = frames_and_error
+    body = "".join(f'  File "{f}", line 3, in <module>\n    x()\n' for f in frames)
+    return f"Traceback (most recent call last):\n{body}{error}"
+
+
+SAMPLES: dict[str, list[str]] = {
+    "permission": [
+        tb("write_cfg.py", "PermissionError: [Errno 13] Permission denied: '/etc/hosts'"),
+        "rm: cannot remove '/usr/lib/python3/dist-packages/x': Permission denied",
+        "npm ERR! code EACCES\nnpm ERR! syscall mkdir",
+        "fatal: Authentication failed for 'https://github.com/acme/shop.git/'",
+    ],
+    "not_found": [
+        tb("reproduce_issue.py", "ModuleNotFoundError: No module named 'dateutil'"),
+        tb("run.py", "FileNotFoundError: [Errno 2] No such file or directory: 'config/settings.yaml'"),
+        "bash: rg: command not found",
+        "sed: can't read shop/helpers.py: No such file or directory",
+        '{"error": "Reservation not found"}',
+        "fatal: not a git repository (or any of the parent directories): .git",
+        "error: pathspec 'shop/old.py' did not match any file(s) known to git",
+        "404 Client Error: Not Found for url: https://api.example.com/v1/users/9",
+        # chained traceback: the last exception decides
+        tb("/testbed/django/db/backends/utils.py", "sqlite3.OperationalError: no such table: shop_order"),
+    ],
+    "syntax": [
+        '  File "shop/main.py", line 12\n    def run(:\n            ^\nSyntaxError: invalid syntax',
+        '  File "shop/models.py", line 5\n    return x\n    ^\nIndentationError: unexpected indent',
+        "bash: -c: line 1: syntax error near unexpected token `('",
+        "sed: -e expression #1, char 9: unterminated `s' command",
+        "json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)",
+    ],
+    "type": [
+        tb("shop/cart.py", "TypeError: unsupported operand type(s) for +: 'int' and 'str'"),
+        tb("shop/cart.py", "AttributeError: 'NoneType' object has no attribute 'split'"),
+        "TypeError: Cannot read properties of undefined (reading 'map')\n    at render (web/src/ui/index.tsx:4:10)",
+    ],
+    "runtime": [
+        tb("stats.py", "ZeroDivisionError: division by zero"),
+        tb("shop/api.py", "KeyError: 'user_id'"),
+        tb("shop/api.py", "IndexError: list index out of range"),
+        tb("reproduce.py", "RuntimeError: Model class __main__.Order doesn't declare an explicit app_label"),
+        "Segmentation fault (core dumped)",
+    ],
+    "network": [
+        "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='api.example.com', port=443): Max retries "
+        "exceeded with url: /v1 (Caused by NewConnectionError('Failed to establish a new connection: [Errno 111] "
+        "Connection refused'))",
+        "curl: (6) Could not resolve host: pypi.internal",
+        "Error: connect ECONNREFUSED 127.0.0.1:5432",
+        "socket.gaierror: [Errno -3] Temporary failure in name resolution",
+    ],
+    "timeout": [
+        "subprocess.TimeoutExpired: Command '['pytest', '-x']' timed out after 60 seconds",
+        tb("client.py", "TimeoutError: [Errno 110] Connection timed out"),
+        "The command timed out after 120 seconds. Try a faster command.",
+        "504 Gateway Timeout",
+    ],
+    "validation": [
+        tb("parse.py", "ValueError: invalid literal for int() with base 10: 'abc'"),
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for User\n"
+        "age\n  Input should be a valid integer",
+        "Error: certificate cannot be used to update reservation",
+        "usage: manage.py [-h] [--fast]\nmanage.py: error: unrecognized arguments: --fastest",
+        '{"error": "invalid argument: cabin must be one of economy, business"}',
+        "422 Unprocessable Entity",
+    ],
+    "logic": [
+        "E       AssertionError: assert 3 == 4\nE        +  where 3 = add(1, 2)",
+        "FAILED tests/test_cart.py::test_total - assert 10 == 12\n===== 1 failed, 12 passed in 0.31s =====",
+        "Error: payment amount does not add up, total price is 4875, but paid 1625",
+        "error: patch failed: shop/cart.py:12\nerror: shop/cart.py: patch does not apply",
+    ],
+    "resource": [
+        "MemoryError",
+        "OSError: [Errno 28] No space left on device: '/tmp/build'",
+        "429 Too Many Requests: rate limit exceeded, retry in 20s",
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "google.api_core.exceptions.ResourceExhausted: 429 Quota exceeded for aiplatform",
+        "Error: not enough seats on flight HAT290",
+    ],
+    "unknown": [
+        "something odd happened",
+        "",
+        "Done. 3 files changed.",
+    ],
+}
+
+
+def test_every_category_has_at_least_two_samples():
+    assert set(SAMPLES) == set(CATEGORIES)
+    assert all(len(v) >= 2 for v in SAMPLES.values())
+
+
+@pytest.mark.parametrize("category,text", [(c, t) for c, ts in SAMPLES.items() for t in ts])
+def test_categorize_failure(category, text):
+    assert categorize_failure(text) == category
+
+
+def test_tool_name_only_breaks_ties():
+    assert categorize_failure("2 checks did not pass", tool_name="run_tests") == "logic"
+    assert categorize_failure("2 checks did not pass", tool_name="bash") == "unknown"
+    assert categorize_failure("KeyError: 'a'", tool_name="run_tests") == "runtime"
+
+
+def test_ansi_colour_codes_are_ignored():
+    assert categorize_failure("\x1b[31mE   AssertionError: assert 1 == 2\x1b[0m") == "logic"
+
+
+POSITIVE = [
+    {"error": "Reservation not found"},
+    {"status": "error", "message": "quota"},
+    {"success": False, "reason": "x"},
+    {"returncode": 2, "stdout": "", "stderr": "usage: ..."},
+    {"exit_code": 1, "output": "FAILED tests/test_a.py::test_x"},
+    {"status_code": 503},
+    {"result": "Error: gift card balance is not enough"},
+    "Error: flight HAT030 not available on date 2024-05-13",
+    "<returncode>1</returncode>\n<output>\n" + tb("r.py", "ModuleNotFoundError: No module named 'foo'") + "\n</output>",
+    "<returncode>2</returncode>\n<output>\nls: cannot access 'reproduce_app': No such file or directory\n</output>",
+    "<returncode>1</returncode>\n<output>\ncollected 3 items\n\n=== 1 failed, 2 passed in 0.12s ===\n</output>",
+    "bash: rg: command not found",
+    "Starting...\n" + tb("r.py", "ValueError: bad"),
+    "collected 3 items\ntests/test_a.py F..\n=== 1 failed, 2 passed in 0.12s ===",
+    '{"error": {"code": 404, "message": "Not Found"}}',
+]
+NEGATIVE = [
+    "Transfer successful",
+    "[]",
+    "1023.0",
+    "",
+    {"error": None, "result": "ok"},
+    {"errors": []},
+    {"status": "ok", "items": [1]},
+    {"returncode": 0, "stdout": "done"},
+    {"returncode": 0, "output": "Error: printed by a passing script"},  # the exit code decides
+    {"returncode": 1, "stdout": "", "stderr": ""},  # grep: no match
+    {"result": "No errors found"},
+    '{"reservation_id": "ABC123", "status": "confirmed"}',
+    "<returncode>0</returncode>\n<output>\nError: printed by a passing script\n</output>",
+    "<returncode>1</returncode>\n<output>\n</output>",  # grep: no match
+    "def handle_error(e):\n    raise ValueError('bad input')\n",  # a file that mentions errors
+    "The error handling module logs exceptions and retries.",
+    "=== 5 passed in 0.12s ===",
+]
+
+
+@pytest.mark.parametrize("payload", POSITIVE)
+def test_is_error_result_positive(payload):
+    assert is_error_result(payload)
+
+
+@pytest.mark.parametrize("payload", NEGATIVE)
+def test_is_error_result_negative(payload):
+    assert not is_error_result(payload)
+
+
+def test_first_error_line_and_file():
+    text = ("<returncode>1</returncode>\n<output>\nTraceback (most recent call last):\n"
+            '  File "reproduce_issue.py", line 4, in <module>\n    from shop.models import Order\n'
+            '  File "/testbed/shop/models.py", line 2, in <module>\n    import dateutil\n'
+            "ModuleNotFoundError: No module named 'dateutil'\n</output>")
+    assert first_error_line(text) == "ModuleNotFoundError: No module named 'dateutil'"
+    assert mentioned_file(text) == "reproduce_issue.py"
+    assert mentioned_file(text, {"path": "shop/models.py"}) == "shop/models.py"
+    assert mentioned_file("sed: can't read shop/helpers.py: No such file or directory") == "shop/helpers.py"
+    assert len(first_error_line("Error: " + "x" * 1000, max_chars=50)) == 50
+
+
+def test_digest_args_is_order_independent():
+    assert digest_args({"a": 1, "b": [2]}) == digest_args({"b": [2], "a": 1})
+    assert digest_args({"a": 1}) != digest_args({"a": 2})
+    assert digest_args(None) == digest_args({})
+
+
+NOT_FOUND = "sed: can't read shop/helpers.py: No such file or directory"
+
+
+def test_repeat_warns_at_threshold():
+    log = FailureLog()
+    for turn in (1, 2):
+        log.add(turn=turn, tool="bash", args={"command": "sed -n 1p shop/helpers.py"}, error_text=NOT_FOUND)
+    assert not [w for w in log.analyze(3).warnings if w.kind == "repeat"]
+    log.add(turn=3, tool="bash", args={"command": "sed -n 1p shop/helpers.py"}, error_text=NOT_FOUND)
+    repeats = [w for w in log.analyze(4).warnings if w.kind == "repeat"]
+    assert len(repeats) == 1 and repeats[0].count == 3 and repeats[0].turns == (1, 2, 3)
+    assert repeats[0].category == "not_found"
+
+
+def test_repeat_threshold_is_configurable():
+    log = FailureLog(FailureSettings(repeat_threshold=2))
+    for turn in (1, 2):
+        log.add(turn=turn, tool="read_file", args={"path": "a.py"}, error_text="FileNotFoundError: a.py")
+    assert [w.kind for w in log.analyze(3).warnings].count("repeat") == 1
+
+
+def test_different_args_do_not_repeat_but_are_systemic():
+    log = FailureLog()
+    for turn in (1, 4, 8):
+        log.add(turn=turn, tool="read_file", args={"path": f"f{turn}.py"}, error_text="FileNotFoundError: missing")
+    kinds = [w.kind for w in log.analyze(9).warnings]
+    assert "repeat" not in kinds and "systemic" in kinds
+
+
+def test_cluster_of_one_category():
+    log = FailureLog(FailureSettings(cluster_threshold=4, cascade_window_turns=0))
+    for i, tool in enumerate(["a", "b", "c", "d"]):
+        log.add(turn=i * 3, tool=tool, args={"i": i}, error_text="ValueError: bad value")
+    clusters = [w for w in log.analyze(12).warnings if w.kind == "cluster"]
+    assert len(clusters) == 1 and clusters[0].category == "validation" and clusters[0].count == 4
+
+
+def test_cascade_of_related_failures():
+    log = FailureLog()
+    log.add(turn=5, tool="edit_file", args={"path": "shop/cart.py"},
+            error_text='  File "shop/cart.py", line 3\n    def f(:\nSyntaxError: invalid syntax')
+    log.add(turn=6, tool="bash", args={"command": "pytest"},
+            error_text="ImportError while importing test module 'tests/test_cart.py'\n"
+                       'E   File "shop/cart.py"\nE   SyntaxError: invalid syntax')
+    log.add(turn=7, tool="bash", args={"command": "python -m shop"},
+            error_text=tb("shop/cart.py", "NameError: name 'Cart' is not defined"))
+    log.add(turn=9, tool="bash", args={"command": "ls"}, error_text="ls: cannot access 'x': No such file or directory")
+    cascades = [w for w in log.analyze(10).warnings if w.kind == "cascade"]
+    assert len(cascades) == 1
+    assert cascades[0].turns == (5, 6, 7) and cascades[0].file == "shop/cart.py" and cascades[0].tool == "edit_file"
+    assert "root cause: edit_file [syntax] SyntaxError: invalid syntax" in cascades[0].message
+
+
+def test_far_apart_failures_are_not_a_cascade():
+    log = FailureLog()
+    for turn in (1, 5, 9):
+        log.add(turn=turn, tool="bash", args={"n": turn}, error_text="ValueError: bad")
+    assert not [w for w in log.analyze(10).warnings if w.kind == "cascade"]
+
+
+def test_stale_patterns_are_dropped():
+    log = FailureLog(FailureSettings(stale_after_turns=5))
+    for turn in (1, 2, 3):
+        log.add(turn=turn, tool="bash", args={"c": 1}, error_text=NOT_FOUND)
+    assert log.analyze(4).warnings
+    assert not log.analyze(50).warnings
+
+
+def test_eviction_is_bounded_and_counted():
+    log = FailureLog(FailureSettings(max_records=5))
+    for turn in range(12):
+        log.add(turn=turn, tool="t", args={"n": turn}, error_text="Error: boom")
+    assert len(log) == 5 and log.evicted == 7
+    assert [r.turn for r in log.records] == [7, 8, 9, 10, 11]
+    analysis = log.analyze(12)
+    assert analysis.total_failures == 12 and analysis.evicted == 7
+    assert len(FailureLog().settings.model_dump()) and FailureLog().settings.max_records == 50
+
+
+def test_json_round_trip():
+    log = FailureLog(FailureSettings(max_records=3))
+    for turn in range(4):
+        log.add(turn=turn, tool="bash", args={"n": turn}, error_text=NOT_FOUND, uri=f"aether://t/{turn}",
+                timestamp=1000.0 + turn)
+    data = json.loads(json.dumps(log.to_json()))
+    again = FailureLog.from_json(data)
+    assert again.records == log.records and again.evicted == 1 and again.settings == log.settings
+    assert FailureRecord.from_json(log.records[0].to_json()) == log.records[0]
+
+
+def test_settings_reject_unknown_and_bad_values():
+    with pytest.raises(ValueError):
+        FailureSettings(max_record=5)
+    with pytest.raises(ValueError):
+        FailureSettings(repeat_threshold=1)
+
+
+def _busy_log() -> FailureLog:
+    log = FailureLog()
+    for turn in (1, 2, 3):
+        log.add(turn=turn, tool="bash", args={"command": "cat shop/helpers.py"}, error_text=NOT_FOUND,
+                uri=f"aether://pack/{turn}")
+    log.add(turn=4, tool="run_tests", args={}, error_text="E   AssertionError: assert 3 == 4")
+    log.add(turn=5, tool="http_get", args={"url": "x"}, error_text="curl: (6) Could not resolve host: x")
+    return log
+
+
+def test_render_warnings_first_then_recent_with_uri():
+    log = _busy_log()
+    text = render_failures(log.analyze(6), log.records, max_tokens=400, counter=COUNTER)
+    lines = text.splitlines()
+    assert lines[0].startswith("FAILURES SO FAR (5 total")
+    assert lines[1].startswith("! bash failed 3x")
+    recent = [ln for ln in lines if ln.startswith("- ")]
+    assert recent[0].startswith("- turn 5 http_get [network]")
+    assert any("<aether://pack/3>" in ln for ln in recent)
+    assert sum("cat shop/helpers.py" in ln or "helpers.py" in ln for ln in recent) == 1  # distinct only
+
+
+@pytest.mark.parametrize("cap", [5, 12, 25, 40, 80, 400])
+def test_render_is_hard_capped(cap):
+    log = _busy_log()
+    text = render_failures(log.analyze(6), log.records, max_tokens=cap, counter=COUNTER)
+    assert COUNTER.count_text(text) <= cap
+
+
+def test_render_empty_and_deterministic():
+    empty = FailureLog()
+    assert render_failures(empty.analyze(1), empty.records, max_tokens=100, counter=COUNTER) == ""
+    a, b = _busy_log(), _busy_log()
+    assert (render_failures(a.analyze(6), a.records, max_tokens=200, counter=COUNTER)
+            == render_failures(b.analyze(6), b.records, max_tokens=200, counter=COUNTER))
