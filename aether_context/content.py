@@ -27,6 +27,13 @@ def sha256_hex(text: str | bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def response_digest(response: Any) -> str:
+    """Key of a tool response (as sent: non-dict results are wrapped as ADK does), for URI lookups."""
+    if not isinstance(response, dict):
+        response = {"result": response}
+    return sha256_hex(canonical_json(response))[:20]
+
+
 @dataclass(frozen=True)
 class TextPart:
     text: str

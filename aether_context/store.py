@@ -125,6 +125,29 @@ class PackStore:
     def _get_json(self, digest: str) -> Any:
         return json.loads(self.get_blob(digest))
 
+    # ---------------------------------------------------------------- artifacts (fallback store)
+    def _artifact_dir(self, app: str, user: str, session: str, filename: str) -> str:
+        return "artifacts/" + "/".join(_safe(s) for s in (app, user, session, filename))
+
+    def put_artifact(self, app: str, user: str, session: str, filename: str, data: bytes) -> int:
+        """Save an artifact version when the runner has no artifact service; returns the version."""
+        folder = self._artifact_dir(app, user, session, filename)
+        version = len(self.fs.glob(self._path(folder) + "/v*")) if self.fs.exists(self._path(folder)) else 0
+        self._write_atomic(f"{folder}/v{version}", data)
+        return version
+
+    def get_artifact(self, app: str, user: str, session: str, filename: str, version: int | None) -> bytes | None:
+        folder = self._artifact_dir(app, user, session, filename)
+        if version is None:
+            found = self.fs.glob(self._path(folder) + "/v*") if self.fs.exists(self._path(folder)) else []
+            if not found:
+                return None
+            version = max(int(p.rsplit("/v", 1)[1]) for p in found)
+        try:
+            return self.read_bytes(f"{folder}/v{version}")
+        except ManifestError:
+            return None
+
     # ---------------------------------------------------------------- requests and inputs
     def put_request(self, request: ModelRequest) -> str:
         refs = [self.put_blob(canonical_json(m.to_json()).encode("utf-8"), m.digest) for m in request.messages]

@@ -10,6 +10,7 @@ from google.adk.memory import InMemoryMemoryService
 from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.tools.agent_tool import AgentTool
 
+from aether_context.profile import load_profile
 from aether_context import ContextPackPlugin, PackStore, context_pack_callback, replay, set_task
 from aether_context.adk import request_from_llm
 from aether_context.adk.collect import INSTRUCTION_MARKER
@@ -82,7 +83,9 @@ async def run_session(n: int, store_url: "str | PackStore", window: int = WINDOW
 
 
 async def test_ten_turn_session_fits_and_replays(memory_store_url):
-    llm, plugin, runner, sid, expected = await run_session(10, memory_store_url)
+    # offload off: the raw session must outgrow the window, so packing alone has to keep it in
+    no_offload = load_profile("default").override(offload={"enabled": False})
+    llm, plugin, runner, sid, expected = await run_session(10, memory_store_url, profile=no_offload)
     packer = plugin.packer
     assert len(llm.requests) == len(expected) >= 20
     requests = check_requests(llm, packer, WINDOW, expected)
@@ -107,8 +110,8 @@ async def test_every_request_keeps_tools_and_system(memory_store_url):
     llm, plugin, *_ = await run_session(4, memory_store_url)
     for req in llm.requests:
         r = request_from_llm(req)
-        assert [t.name for t in r.tools] == ["fetch_page", "grep_logs", "lookup"]
-        assert set(req.tools_dict) == {"fetch_page", "grep_logs", "lookup"}
+        assert [t.name for t in r.tools] == ["fetch_page", "grep_logs", "lookup", "read_artifact"]
+        assert set(req.tools_dict) == {"fetch_page", "grep_logs", "lookup", "read_artifact"}
         assert r.system_instruction.startswith("You are a careful research assistant.")
         assert "CONTEXT PACK CONTRACT" in r.system_instruction
     assert len({request_from_llm(r).system_instruction for r in llm.requests}) == 1
@@ -228,7 +231,9 @@ async def _baseline_requests(n: int) -> list:
 async def test_fail_open_sends_the_original_request(memory_store_url, caplog, window, error):
     caplog.set_level(logging.INFO, logger="aether_context")
     agent, llm = scripted_agent(session_script(2))
-    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=window)
+    # offload (a tool hook) is off so the comparison isolates what packing sends
+    no_offload = load_profile("default").override(offload={"enabled": False})
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=window, profile=no_offload)
     runner = make_runner(agent, plugins=[plugin])
     sid = await new_session(runner)
     final = []
@@ -380,15 +385,15 @@ async def test_set_task_in_before_agent_callback_and_step_tools(memory_store_url
         r = request_from_llm(req)
         text = payload(r)
         assert "GOAL: Find the outage cause" in text and "- [ ] names the failing service" in text
-        assert [t.name for t in r.tools] == ["fetch_page"]
-        assert set(req.tools_dict) == {"fetch_page"}
+        assert [t.name for t in r.tools] == ["fetch_page", "read_artifact"]  # the recall tool always stays
+        assert set(req.tools_dict) == {"fetch_page", "read_artifact"}
         decls = [fd.name for t in req.config.tools for fd in (t.function_declarations or [])]
-        assert decls == ["fetch_page"]
+        assert decls == ["fetch_page", "read_artifact"]
     # the tool was really executed with the filtered tools_dict
     assert llm.requests[1].contents[-1].parts[0].function_response.name == "fetch_page"
     m = plugin.packer.recent[0].manifest
     assert "unknown_step_tool:not_a_tool" in m.flags
-    assert m.tools == ["fetch_page"] and m.layer_budgets["tools"].dropped == 2
+    assert m.tools == ["fetch_page", "read_artifact"] and m.layer_budgets["tools"].dropped == 2
     assert m.allocation["signals"]["risk_weight"] == 0.5
 
 

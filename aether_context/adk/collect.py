@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -10,7 +11,9 @@ from google.adk.agents.callback_context import CallbackContext
 from google.adk.models.llm_request import LlmRequest
 from google.genai import types
 
-from ..content import ModelRequest, sha256_hex
+from google.adk.tools.base_tool import BaseTool
+
+from ..content import ModelRequest, ToolSpec, sha256_hex
 from ..pipeline.collect import EvidenceItem, MemoryItem, PackInputs, PackState
 from .convert import request_from_llm
 from .task import StateKeys, evidence_from_state, notes_from_state, task_from_state
@@ -21,6 +24,8 @@ __all__ = ["collect_inputs", "find_request_index", "INSTRUCTION_MARKER", "artifa
 
 INSTRUCTION_MARKER = "<<<BEGIN_SYSTEM_INSTRUCTION>>>"
 _OTHER_AGENT_PREFIX = "For context:"
+URIS_STATE_KEY = "aether:uris"  # response digest -> artifact URI of the saved original
+OFFLOAD_PREFIX = "tool-output/"
 
 
 def artifact_uri(app: str, user: str, session: str, filename: str, version: int | None = None) -> str:
@@ -84,6 +89,8 @@ async def _artifact_evidence(ctx: CallbackContext, cache: dict, summary_chars: i
     session = ctx.session
     out = []
     for name in sorted(names):
+        if name.startswith(OFFLOAD_PREFIX):  # offloaded tool outputs are cited where their turn is
+            continue
         key = (session.id, name)
         if key not in cache:
             part = await ctx.load_artifact(name)
@@ -118,11 +125,19 @@ def _describe(part: types.Part | None, chars: int) -> str:
 
 async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys: StateKeys, previous: PackState | None,
                          memory_limit: int, artifact_cache: dict, now: float, use_memory: bool = True,
-                         use_artifacts: bool = True, summary_chars: int = 400) -> PackInputs:
+                         use_artifacts: bool = True, summary_chars: int = 400,
+                         extra_tools: "tuple[BaseTool, ...]" = ()) -> PackInputs:
+    """`extra_tools` (the recall tool) are declared in the pack and kept whatever the step allows."""
     request = request_from_llm(llm_request)
+    added = tuple(ToolSpec(t.name, t._get_declaration().model_dump(mode="json", exclude_none=True))
+                  for t in extra_tools if t.name not in {s.name for s in request.tools})
+    if added:
+        request = replace(request, tools=request.tools + added)
     index = find_request_index(request, ctx.user_content)
     state = ctx.state
     task = task_from_state(state, keys)
+    if task.tools is not None and extra_tools:
+        task = replace(task, tools=task.tools + tuple(t.name for t in extra_tools if t.name not in task.tools))
     query = " ".join(x for x in (request.messages[index].text if index is not None else "", task.step, task.goal) if x)
     memory = notes_from_state(state, keys) + (await _memory_hits(ctx, query, memory_limit) if use_memory else [])
     evidence = evidence_from_state(state, keys) + (await _artifact_evidence(ctx, artifact_cache, summary_chars) if use_artifacts else [])
@@ -132,4 +147,5 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys:
         instruction_indices=tuple(i for i, m in enumerate(request.messages) if m.role == "user" and INSTRUCTION_MARKER in m.text),
         app_name=session.app_name, user_id=session.user_id, session_id=session.id,
         invocation_id=ctx.invocation_id, agent=ctx.agent_name, now=now, previous=previous,
+        uris=dict(state.get(URIS_STATE_KEY) or {}),
     )

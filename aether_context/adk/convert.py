@@ -98,11 +98,13 @@ def _tools_config(request: ModelRequest) -> list[types.Tool] | None:
     return tools or None
 
 
-def apply_request(llm_request: LlmRequest, request: ModelRequest, *, declared: "set[str]") -> None:
+def apply_request(llm_request: LlmRequest, request: ModelRequest, *, declared: "set[str]",
+                  added: "dict[str, Any] | None" = None) -> None:
     """Rewrite `llm_request` in place to send `request` (the only place a request is mutated).
 
     `declared` are the function names the original request declared: those not kept by the pack
-    leave `tools_dict` too; anything else there (not a declared function) is left alone.
+    leave `tools_dict` too; anything else there (not a declared function) is left alone. `added`
+    are tools the pack itself declares (the recall tool), by name.
     """
     keep = {t.name for t in request.tools}
     llm_request.contents = [to_content(m) for m in request.messages]
@@ -111,6 +113,9 @@ def apply_request(llm_request: LlmRequest, request: ModelRequest, *, declared: "
     tools = _tools_config(request)
     llm_request.config.tools = (tools or []) + had_callables or None
     llm_request.tools_dict = {k: v for k, v in llm_request.tools_dict.items() if k in keep or k not in declared}
+    for name, tool in (added or {}).items():
+        if name in keep:
+            llm_request.tools_dict[name] = tool
 
 
 def llm_request_from(request: ModelRequest) -> LlmRequest:

@@ -22,8 +22,12 @@ from ..pipeline.record import Manifest
 from ..profile import BudgetProfile, load_profile
 from ..store import DEFAULT_STORE_URL, PackStore
 from ..tokens import TokenCounter, TokenCounting
+from google.adk.tools.base_tool import BaseTool
+from google.adk.tools.tool_context import ToolContext
+
 from .collect import collect_inputs
 from .convert import apply_request, request_from_llm
+from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool, offload_tool_result
 from .task import StateKeys
 
 logger = logging.getLogger("aether_context")
@@ -56,7 +60,10 @@ class ContextPacker:
         self.memory_pool = memory_pool
         self.recent: collections.deque[CallRecord] = collections.deque(maxlen=keep_recent)
         self._states: collections.OrderedDict[tuple[str, str], PackState] = collections.OrderedDict()
+        self._free_conversation: dict[tuple[str, str], int] = {}
         self._artifact_cache: dict = {}
+        self.gateway = ArtifactGateway(self.store)
+        self.recall_tool = make_recall_tool(self.gateway)
 
     def _previous(self, session_id: str, agent: str) -> PackState | None:
         return self._states.get((session_id, agent))
@@ -72,23 +79,41 @@ class ContextPacker:
         """Rewrite `llm_request` into its Context Pack. Never raises: on failure the request is untouched."""
         session = callback_context.session
         try:
+            offload = self.profile.offload.enabled
             inputs = await collect_inputs(
                 callback_context, llm_request, keys=self.keys,
                 previous=self._previous(session.id, callback_context.agent_name),
                 memory_limit=self.memory_pool, artifact_cache=self._artifact_cache, now=time.time(),
-                use_memory=self.use_memory, use_artifacts=self.use_artifacts)
+                use_memory=self.use_memory, use_artifacts=self.use_artifacts,
+                extra_tools=(self.recall_tool,) if offload else ())
             pack = build_pack(inputs, self.profile, counter=self.counter, window=self.window_tokens)
-            apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools})
+            apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
+                          added={RECALL_TOOL_NAME: self.recall_tool} if offload else {})
         except Exception as e:  # fail open: the agent keeps working with the request ADK built
             logger.error("aether-context: packing failed for agent %s; sending the original request",
                          callback_context.agent_name, exc_info=True)
             return self._record_failure(callback_context, llm_request, e)
         self._remember(pack.state, session.id)
+        conv = pack.manifest.layer_budgets["conversation"]
+        self._free_conversation[(session.id, callback_context.agent_name)] = max(0, conv.budget - conv.used)
         uri = self.store.save(pack)
         record = CallRecord(pack.manifest, uri)
         self.recent.append(record)
         _log_pack(pack)
         return record
+
+    async def after_tool(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, result: object) -> dict | None:
+        """Save a tool result whole and return its compact form when it is large; never raises."""
+        if not self.profile.offload.enabled or tool.name == RECALL_TOOL_NAME:
+            return None
+        try:
+            return await offload_tool_result(
+                tool_name=tool.name, args=tool_args, result=result, ctx=tool_context, gateway=self.gateway,
+                settings=self.profile.offload, counter=self.counter,
+                free_conversation_tokens=self._free_conversation.get((tool_context.session.id, tool_context.agent_name)))
+        except Exception:  # fail open: the tool's own result goes on unchanged
+            logger.error("aether-context: offloading the result of %s failed; keeping it inline", tool.name, exc_info=True)
+            return None
 
     def _record_failure(self, ctx: CallbackContext, llm_request: LlmRequest, error: Exception) -> CallRecord:
         session = ctx.session

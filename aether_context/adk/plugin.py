@@ -17,6 +17,8 @@ from google.adk.agents.callback_context import CallbackContext
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.adk.plugins.base_plugin import BasePlugin
+from google.adk.tools.base_tool import BaseTool
+from google.adk.tools.tool_context import ToolContext
 
 from .packer import ContextPacker
 
@@ -34,18 +36,32 @@ class ContextPackPlugin(BasePlugin):
         await self.packer.pack(callback_context, llm_request)
         return None
 
+    async def after_tool_callback(self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext,
+                                  result: dict) -> Optional[dict]:
+        return await self.packer.after_tool(tool, tool_args, tool_context, result)
+
     async def close(self) -> None:
         self.packer.store.flush()
 
 
 def context_pack_callback(*, packer: ContextPacker | None = None, **settings: Any
                           ) -> Callable[..., Awaitable[Optional[LlmResponse]]]:
-    """A `before_model_callback` for one `LlmAgent`, with the same engine as the plugin."""
+    """A `before_model_callback` for one `LlmAgent`, with the same engine as the plugin.
+
+    Tool-result offload needs the tool hook too: pass `cb.after_tool` as `after_tool_callback`::
+
+        cb = context_pack_callback(profile="default")
+        agent = LlmAgent(..., before_model_callback=cb, after_tool_callback=cb.after_tool)
+    """
     engine = packer or ContextPacker(**settings)
 
     async def before_model(*, callback_context: CallbackContext, llm_request: LlmRequest) -> Optional[LlmResponse]:
         await engine.pack(callback_context, llm_request)
         return None
 
+    async def after_tool(*, tool: BaseTool, args: dict[str, Any], tool_context: ToolContext, tool_response: Any) -> Optional[dict]:
+        return await engine.after_tool(tool, args, tool_context, tool_response)
+
     before_model.packer = engine  # type: ignore[attr-defined]
+    before_model.after_tool = after_tool  # type: ignore[attr-defined]
     return before_model

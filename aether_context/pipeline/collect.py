@@ -140,6 +140,7 @@ class PackInputs:
     agent: str = ""
     now: float = 0.0
     previous: PackState | None = None
+    uris: dict[str, str] = field(default_factory=dict)  # response/blob digest -> artifact URI of the original
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -149,7 +150,8 @@ class PackInputs:
             "instruction_indices": list(self.instruction_indices), "app_name": self.app_name,
             "user_id": self.user_id, "session_id": self.session_id, "invocation_id": self.invocation_id,
             "agent": self.agent, "now": self.now,
-            "previous": None if self.previous is None else self.previous.to_json(), "extra": self.extra,
+            "previous": None if self.previous is None else self.previous.to_json(), "uris": self.uris,
+            "extra": self.extra,
         }
 
     @classmethod
@@ -161,7 +163,7 @@ class PackInputs:
             instruction_indices=tuple(d.get("instruction_indices", ())), app_name=d["app_name"],
             user_id=d["user_id"], session_id=d["session_id"], invocation_id=d["invocation_id"], agent=d["agent"],
             now=d["now"], previous=None if d["previous"] is None else PackState.from_json(d["previous"]),
-            extra=d.get("extra", {}),
+            uris=d.get("uris", {}), extra=d.get("extra", {}),
         )
 
     @property

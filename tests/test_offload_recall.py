@@ -1,0 +1,99 @@
+"""Tool-result offload at tool return and the recall tool, through a real ADK Runner."""
+
+from __future__ import annotations
+
+import json
+
+from google.adk.agents import LlmAgent
+from google.adk.apps.app import App
+from google.adk.memory import InMemoryMemoryService
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService
+from google.adk.artifacts import InMemoryArtifactService
+from google.genai import types
+
+from aether_context import ContextPackPlugin
+from aether_context.adk import request_from_llm
+from aether_context.testing import ScriptedLlm, call
+
+BIG = "\n".join(f"line {i}: value={i * 7} status={'ERROR disk full' if i == 777 else 'ok'}" for i in range(1, 3001))
+
+
+def big_log() -> str:
+    """Return a long log."""
+    return BIG
+
+
+def _uri_from(req) -> str:
+    """The artifact URI of the offloaded result in the request the model is answering."""
+    for c in req.contents:
+        for p in c.parts or []:
+            if p.function_response and "artifact_uri" in (p.function_response.response or {}):
+                return p.function_response.response["artifact_uri"]
+    raise AssertionError("no offloaded result reached the model")
+
+
+async def _run(turns, *, artifact_service=True, store="memory://offload-test"):
+    llm = ScriptedLlm(turns=turns)
+    agent = LlmAgent(name="agent", model=llm, instruction="Work.", tools=[big_log])
+    plugin = ContextPackPlugin(store=store, window_tokens=16_000)
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService(),
+                    artifact_service=InMemoryArtifactService() if artifact_service else None,
+                    memory_service=InMemoryMemoryService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    events = []
+    async for ev in runner.run_async(user_id="u", session_id=session.id,
+                                     new_message=types.Content(role="user", parts=[types.Part(text="check the log")])):
+        events.append(ev)
+    plugin.packer.store.flush()
+    return llm, plugin, runner, session, events
+
+
+def _recall_response(events) -> dict:
+    for ev in events:
+        for r in ev.get_function_responses():
+            if r.name == "read_artifact":
+                return r.response
+    raise AssertionError("read_artifact was not executed")
+
+
+async def test_large_result_is_offloaded_and_read_back_byte_identical():
+    turns = [call("big_log"), lambda req: call("read_artifact", uri=_uri_from(req), max_lines=400), "done"]
+    llm, plugin, runner, session, events = await _run(turns)
+    # what the model saw of the tool result is small and names the URI
+    second = request_from_llm(llm.requests[1])
+    sent = [p for m in second.messages for p in m.responses if p.name == "big_log"][0].response
+    assert "artifact://app/u/" in sent["artifact_uri"] and len(json.dumps(sent)) < len(BIG) / 10
+    # the session itself holds the compact form, not the original
+    stored = [r for ev in events for r in ev.get_function_responses() if r.name == "big_log"][0].response
+    assert stored == sent
+    # the original is in ADK's artifact service, byte for byte
+    name = sent["artifact_uri"].split(f"/{session.id}/", 1)[1].split("#v")[0]
+    part = await runner.artifact_service.load_artifact(app_name="app", user_id="u", session_id=session.id, filename=name)
+    assert part.inline_data.data == BIG.encode("utf-8")  # exactly what the tool returned
+    # the recall tool returned the lines (ADK ran it from the pack's tools_dict)
+    got = _recall_response(events)
+    assert got["total_lines"] > 3000 and got["start_line"] == 1 and got["next_start_line"] == 401
+
+
+async def test_recall_search_finds_the_error_line():
+    turns = [call("big_log"), lambda req: call("read_artifact", uri=_uri_from(req), search="disk full"), "done"]
+    llm, plugin, runner, session, events = await _run(turns)
+    got = _recall_response(events)
+    assert got["matches"] == 1 and "line 777" in got["lines"]
+
+
+async def test_recall_refuses_a_uri_outside_the_store():
+    turns = [call("read_artifact", uri="artifact://other-app/u/s/secret.txt"), call("read_artifact", uri="file:///etc/passwd"), "done"]
+    llm, plugin, runner, session, events = await _run(turns)
+    responses = [r.response for ev in events for r in ev.get_function_responses() if r.name == "read_artifact"]
+    assert len(responses) == 2
+    assert "refused" in responses[0]["error"] and "not an artifact URI" in responses[1]["error"]
+
+
+async def test_offload_without_an_artifact_service_uses_the_pack_store(tmp_path):
+    turns = [call("big_log"), lambda req: call("read_artifact", uri=_uri_from(req), start_line=2999, max_lines=5), "done"]
+    llm, plugin, runner, session, events = await _run(turns, artifact_service=False, store=str(tmp_path / "packs"))
+    got = _recall_response(events)
+    assert "line 3000" in got["lines"]
+    assert any(p.name.startswith("v") for p in (tmp_path / "packs" / "artifacts").rglob("v*"))
