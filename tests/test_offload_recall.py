@@ -73,7 +73,7 @@ async def test_large_result_is_offloaded_and_read_back_byte_identical():
     assert part.inline_data.data == BIG.encode("utf-8")  # exactly what the tool returned
     # the recall tool returned the lines (ADK ran it from the pack's tools_dict)
     got = _recall_response(events)
-    assert got["total_lines"] > 3000 and got["start_line"] == 1 and got["next_start_line"] == 401
+    assert got["total_lines"] == 3000 and got["start_line"] == 1 and got["next_start_line"] == 401
 
 
 async def test_recall_search_finds_the_error_line():
