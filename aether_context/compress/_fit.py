@@ -11,7 +11,10 @@ from __future__ import annotations
 import unicodedata
 from typing import Callable, Protocol, Sequence, Union, runtime_checkable
 
-__all__ = ["TextCounting", "TokenCounterLike", "as_count", "clip_text", "fit_lines", "longest_prefix", "longest_suffix"]
+__all__ = [
+    "ELLIPSIS", "TextCounting", "TokenCounterLike", "as_count", "clip_text", "fit_lines", "longest_prefix",
+    "longest_suffix", "safe_end", "safe_start",
+]
 
 ELLIPSIS = "…"
 _MAX_MISSES = 64  # consecutive lines that did not fit before the line search gives up

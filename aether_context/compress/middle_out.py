@@ -83,7 +83,7 @@ def _snap_end(text: str, end: int) -> int:
 
 
 def _snap_start(text: str, start: int) -> int:
-    if start >= len(text) or text[start - 1] == "\n":
+    if start <= 0 or start >= len(text) or text[start - 1] == "\n":
         return start
     nl = text.find("\n", start)
     kept = len(text) - start

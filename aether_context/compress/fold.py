@@ -1,0 +1,220 @@
+r"""Folding old turns into one line each: what was done, with what, and how it ended.
+
+An old tool call and its result cost hundreds of tokens but the model mostly needs to remember
+that it happened, on what, and whether it worked; the full result stays behind a URI it can
+re-read. A fold line keeps exactly that. Lines are built by shrinking the argument and outcome
+parts in a fixed order until the line fits, so the same turn always folds to the same bytes.
+
+Usage::
+
+    >>> from aether_context.content import FunctionCall, FunctionResponse
+    >>> from aether_context.tokens import TokenCounter
+    >>> fold_tool_pair(12, FunctionCall("read_file", {"path": "src/a.py"}),
+    ...                FunctionResponse("read_file", {"content": "import os\n" * 230}),
+    ...                uri="artifact://s/1/t12.json", counter=TokenCounter())
+    '[turn 12] read_file(path="src/a.py") → ok, 230 lines: import os · artifact://s/1/t12.json'
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Callable, Mapping
+
+from ..content import Blob, FunctionCall, FunctionResponse, Message, canonical_json
+from . import _shapes as shapes
+from ._fit import ELLIPSIS, TokenCounterLike, as_count, clip_text, safe_end
+from .tool_results import brief_value, classify_tool_output
+
+__all__ = ["fold_tool_pair", "fold_message", "describe_outcome"]
+
+# (argument chars, outcome chars) tried in order: arguments shrink first, the outcome last.
+_SHRINK_STEPS = ((80, 160), (40, 160), (40, 100), (24, 100), (24, 60), (12, 60), (12, 32), (0, 32), (0, 16), (0, 0))
+_SENTENCE_RE = re.compile(r"(.+?[^\d\s][.!?])(?:\s|$)", re.S)  # "1." in a list does not end one
+_FENCE_RE = re.compile(r"```([\w+-]*)[ \t]*\n(.*?)```", re.S)
+_SHELL_FENCES = frozenset({"bash", "sh", "shell", "console", "zsh"})
+_THOUGHT_RE = re.compile(r"^\s*(?:THOUGHT|Thought|Reasoning|Plan)\s*:\s*")
+_MEANINGFUL_RE = re.compile(r"[0-9A-Za-z\u00c0-\uffff].*[0-9A-Za-z\u00c0-\uffff]")
+
+
+def fold_tool_pair(
+    turn_index: int,
+    call: FunctionCall,
+    response: FunctionResponse,
+    *,
+    uri: str | None,
+    counter: TokenCounterLike,
+    max_tokens: int = 60,
+) -> str:
+    """One line for a call and its response: `[turn N] name(args) → outcome · uri`."""
+    count = as_count(counter)
+    outcome = describe_outcome(call.name, response.response, call.args)
+    suffix = f" · {uri}" if uri else ""
+    for arg_chars, out_chars in _SHRINK_STEPS:
+        brief = _clip_chars(outcome, out_chars) if out_chars else ELLIPSIS
+
+        def render(args: str) -> str:
+            return f"[turn {turn_index}] {call.name}({args}) → {brief}{suffix}"
+
+        if count(render(ELLIPSIS if call.args else "")) > max_tokens:
+            continue
+        args = _fit_args(_brief_args(call.args, arg_chars), lambda a: count(render(a)) <= max_tokens)
+        if args is not None:
+            return render(args)
+    return clip_text(f"[turn {turn_index}] {call.name}(…){suffix}", max_tokens, count)
+
+
+def fold_message(turn_index: int, message: Message, counter: TokenCounterLike, max_tokens: int = 60) -> str:
+    """One line for a plain turn: role, first sentence, a shell command it ran, calls it made."""
+    count = as_count(counter)
+    text = message.text.strip()
+    extras: list[str] = []
+    if shapes.is_command_shape(text):  # a command result sent back as user text (mini-swe-agent)
+        lead = describe_outcome("bash", text)
+    else:
+        body = _FENCE_RE.sub(" ", text)
+        lead = first_sentence(_THOUGHT_RE.sub("", body))
+        command = _fenced_command(text)
+        if command:
+            extras.append(f"$ {command}")
+    if message.calls:
+        extras.append("calls " + ", ".join(c.name for c in message.calls))
+    if message.responses:
+        extras.append("results of " + ", ".join(r.name for r in message.responses))
+    images = sum(1 for p in message.parts if isinstance(p, Blob))
+    if images:
+        extras.append(f"[{images} image{'s' if images != 1 else ''}]")
+    prefix = f"[turn {turn_index}] {message.role}: "
+    for lead_chars, extra_chars in ((200, 120), (120, 80), (80, 60), (48, 40), (24, 24), (12, 0), (0, 0)):
+        parts = [_clip_chars(lead, lead_chars)] if lead and lead_chars else []
+        parts.extend(_clip_chars(e, extra_chars) for e in extras if extra_chars)
+        line = prefix + " · ".join(p for p in parts if p)
+        if count(line) <= max_tokens:
+            return line.rstrip()
+    return clip_text(prefix.rstrip(), max_tokens, count)
+
+
+def describe_outcome(tool_name: str, payload: Any, args: Mapping[str, Any] | None = None) -> str:
+    """How a tool call ended, in a few words: the error first when there is one."""
+    value = shapes.normalize_payload(payload)
+    error = shapes.error_summary(value)
+    if error:
+        return f"error: {error}"
+    kind = classify_tool_output(tool_name, value)
+    if kind == "command":
+        return _command_outcome(value)
+    if kind == "file_read":
+        content = shapes.file_content(value)
+        n = len(content.splitlines())
+        path = shapes.file_path(value, None)
+        named = f" ({path})" if path and not (args and path in args.values()) else ""
+        lead = _meaningful_line(content)
+        return f"ok, {n} line{'s' if n != 1 else ''}{named}" + (f": {lead}" if lead else "")
+    if kind == "search":
+        results = shapes.search_results(value, by_name=True) or []
+        titles = "; ".join(_flat(shapes.first_value(r, shapes.TITLE_KEYS)) for r in results[:3])
+        return f"{len(results)} result{'s' if len(results) != 1 else ''}" + (f": {titles}" if titles.strip("; ") else "")
+    if kind == "json":
+        return _json_outcome(value)
+    text = value if isinstance(value, str) else canonical_json(value)
+    return _meaningful_line(text) or "ok (empty)"
+
+
+def first_sentence(text: str, min_chars: int = 40) -> str:
+    """The opening sentences up to `min_chars`, whitespace collapsed ("Hi!" alone says little)."""
+    flat = " ".join(text[:2000].split())
+    taken = ""
+    for match in _SENTENCE_RE.finditer(flat):
+        taken = flat[: match.end(1)]
+        if len(taken) >= min_chars:
+            return taken
+    return taken if len(taken) >= len(flat) else flat
+
+
+def _command_outcome(value: Any) -> str:
+    result = shapes.parse_command(value)
+    text = "\n".join(out for _, out in result.streams)
+    n = len(text.splitlines())
+    code = result.exit_code
+    error = shapes.last_error_line(text)
+    if code not in (0, None):
+        return f"exit {code}: {error or _meaningful_line(text) or 'no output'}"
+    lead = _meaningful_line(text)
+    status = f"exit {code}" if code is not None else "ran"
+    if n == 0:
+        return f"{status}, no output"
+    detail = f"error: {error}" if error and code is None else lead
+    return f"{status}, {n} line{'s' if n != 1 else ''}" + (f": {detail}" if detail else "")
+
+
+def _json_outcome(value: Any) -> str:
+    if isinstance(value, list):
+        first = value[0] if value else None
+        if isinstance(first, Mapping):
+            return f"{len(value)} items: " + _record_brief(first)
+        return f"{len(value)} items" + (f": {brief_value(first, len, 40)}" if first is not None else "")
+    if isinstance(value, Mapping):
+        return "ok: " + _record_brief(value) if value else "ok (empty)"
+    return canonical_json(value)
+
+
+def _record_brief(record: Mapping[str, Any]) -> str:
+    fields = [f"{k}={brief_value(record[k], len, 30)}" for k in shapes.ordered_keys(record)
+              if not isinstance(record[k], (dict, list))]
+    return ", ".join(fields[:6]) or "{" + ", ".join(shapes.ordered_keys(record)[:6]) + "}"
+
+
+def _brief_args(args: Mapping[str, Any], max_chars: int) -> list[str]:
+    """`key=value` items, long values clipped to `max_chars`; no items at all when it is 0."""
+    if max_chars <= 0:
+        return [ELLIPSIS] if args else []
+    parts = []
+    for key, value in args.items():
+        if isinstance(value, str):
+            rendered = json.dumps(_clip_chars(" ".join(value.split()), max_chars), ensure_ascii=False)
+        else:
+            rendered = _clip_chars(canonical_json(value), max_chars)
+        parts.append(f"{key}={rendered}")
+    return parts
+
+
+def _fit_args(items: list[str], fits: Callable[[str], bool]) -> str | None:
+    """As many leading items as fit, with `…` for the rest; None when not even one fits."""
+    kept: list[str] = []
+    for i, item in enumerate(items):
+        more = i + 1 < len(items)
+        candidate = ", ".join([*kept, item, ELLIPSIS] if more else [*kept, item])
+        if fits(candidate):
+            kept.append(item)
+        elif kept:
+            return ", ".join([*kept, ELLIPSIS])
+        else:
+            return None
+    return ", ".join(kept)
+
+
+def _fenced_command(text: str) -> str | None:
+    """The first line of the first shell block: the command a mini-swe-agent style turn ran."""
+    for match in _FENCE_RE.finditer(text):
+        if match.group(1).lower() in _SHELL_FENCES:
+            return next((line.strip() for line in match.group(2).splitlines() if line.strip()), None)
+    return None
+
+
+def _meaningful_line(text: str) -> str:
+    """The first line with some words in it, skipping blanks and rulers."""
+    for line in text.splitlines():
+        if _MEANINGFUL_RE.search(line):
+            return " ".join(line.split())
+    return ""
+
+
+def _flat(value: Any) -> str:
+    return " ".join((value if isinstance(value, str) else canonical_json(value) if value is not None else "").split())
+
+
+def _clip_chars(text: str, max_chars: int) -> str:
+    if len(text) <= max_chars:
+        return text
+    return text[: safe_end(text, max(0, max_chars - 1))].rstrip() + ELLIPSIS
+

@@ -1,0 +1,111 @@
+"""Folding a call/response pair or a plain turn into one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from aether_context.compress import describe_outcome, fold_message, fold_tool_pair
+from aether_context.content import Blob, FunctionCall, FunctionResponse, Message, TextPart
+from aether_context.tokens import TokenCounter
+
+COUNTER = TokenCounter()
+URI = "artifact://s/1/t12.json"
+
+
+def _fold(call: FunctionCall, response: dict, max_tokens: int = 60, uri: str | None = URI) -> str:
+    line = fold_tool_pair(12, call, FunctionResponse(call.name, response), uri=uri, counter=COUNTER,
+                          max_tokens=max_tokens)
+    assert "\n" not in line and COUNTER.count_text(line) <= max_tokens
+    return line
+
+
+def test_file_read_fold_line():
+    call = FunctionCall("read_file", {"path": "src/a.py"})
+    line = _fold(call, {"content": "\n" + "import os\n" * 230})
+    assert line == '[turn 12] read_file(path="src/a.py") → ok, 231 lines: import os · artifact://s/1/t12.json'
+
+
+def test_error_result_shows_the_error_first():
+    call = FunctionCall("read_file", {"path": "src/missing.py"})
+    line = _fold(call, {"error": "FileNotFoundError: [Errno 2] No such file or directory: 'src/missing.py'\nmore"})
+    assert line.startswith('[turn 12] read_file(path="src/missing.py") → error: FileNotFoundError: [Errno 2]')
+    assert line.endswith(" · " + URI)
+
+
+def test_command_failure_shows_exit_code_and_exception():
+    output = ("<returncode>1</returncode>\n<output>\nTraceback (most recent call last):\n"
+              '  File "reproduce.py", line 3, in <module>\n    run()\nValueError: bad config value\n</output>')
+    line = _fold(FunctionCall("bash", {"command": "python reproduce.py"}), {"result": output})
+    assert line == ('[turn 12] bash(command="python reproduce.py") → exit 1: ValueError: bad config value · '
+                    + URI)
+
+
+def test_long_arguments_are_clipped_but_uri_survives():
+    script = "cat <<'EOF' > reproduce_issue.py\n" + "import django\n" * 300 + "EOF"
+    line = _fold(FunctionCall("bash", {"command": script}), {"result": "<returncode>0</returncode>\n<output>\n</output>"})
+    assert line.startswith('[turn 12] bash(command="cat <<\'EOF\' > reproduce_issue.py')
+    assert "…" in line and line.endswith("→ exit 0, no output · " + URI)
+
+
+def test_many_arguments_keep_the_leading_ones():
+    args = {"user_id": "mia_li_3668", "origin": "JFK", "destination": "SEA", "flight_type": "one_way",
+            "cabin": "economy", "flights": [{"flight_number": "HAT136", "date": "2024-05-20"}] * 3,
+            "passengers": [{"first_name": "Mia", "last_name": "Li"}], "payment_methods": [{"amount": 250}]}
+    line = _fold(FunctionCall("book_reservation", args), {"result": "Error: payment amount does not add up"}, 70)
+    assert line.startswith('[turn 12] book_reservation(user_id="mia_li_3668", origin="JFK"')
+    assert ", …) → Error: payment amount does not add up" in line
+
+
+def test_search_and_json_outcomes():
+    hits = {"results": [{"title": t, "url": f"https://x.org/{t}"} for t in ("Quicksort", "Mergesort", "TimSort", "Heap")]}
+    line = _fold(FunctionCall("web_search", {"query": "sorting algorithms"}), hits, uri=None)
+    assert line == '[turn 12] web_search(query="sorting algorithms") → 4 results: Quicksort; Mergesort; TimSort'
+    record = {"reservation_id": "HATHAT", "status": "booked", "cabin": "economy", "flights": [1, 2]}
+    assert describe_outcome("book_reservation", record) == 'ok: status="booked", reservation_id="HATHAT", cabin="economy"'
+    assert describe_outcome("search_direct_flight", [{"flight_number": "HAT069"}, {}]) == \
+        '2 items: flight_number="HAT069"'
+
+
+@pytest.mark.parametrize("cap", [5, 12, 20, 40])
+def test_fold_respects_tiny_caps(cap):
+    call = FunctionCall("bash", {"command": "pytest -x tests/test_models.py::test_save " * 5})
+    line = _fold(call, {"stdout": "x\n" * 100, "returncode": 0}, max_tokens=cap)
+    assert line.startswith("[turn") or line == ""
+
+
+def test_fold_message_first_sentences_and_role():
+    msg = Message("user", (TextPart("Hi! I'm looking to book a flight from New York to Seattle. Thanks."),))
+    assert fold_message(3, msg, COUNTER) == "[turn 3] user: Hi! I'm looking to book a flight from New York to Seattle."
+
+
+def test_fold_message_keeps_the_command_of_a_mini_swe_turn():
+    text = ("THOUGHT: Ah, I imported `User` before `settings.configure()`. I need to move the imports.\n\n"
+            "```bash\npython3 reproduce_issue.py\n```")
+    line = fold_message(4, Message("model", (TextPart(text),)), COUNTER)
+    assert line == "[turn 4] model: Ah, I imported `User` before `settings.configure()`. · $ python3 reproduce_issue.py"
+
+
+def test_fold_message_reads_a_command_result_sent_as_text():
+    text = "<returncode>1</returncode>\n<output>\nerror: pathspec 'nope' did not match any file(s)\n</output>"
+    line = fold_message(5, Message("user", (TextPart(text),)), COUNTER)
+    assert line == "[turn 5] user: exit 1: error: pathspec 'nope' did not match any file(s)"
+
+
+def test_fold_message_notes_calls_and_images_within_cap():
+    msg = Message("model", (TextPart("Let me look at the file and the screenshot. " * 30),
+                            FunctionCall("read_file", {"path": "a.py"}), Blob("image/png", b"\x89PNG")))
+    line = fold_message(6, msg, COUNTER, max_tokens=40)
+    assert COUNTER.count_text(line) <= 40
+    assert line.startswith("[turn 6] model: Let me look at the file")
+    assert "calls read_file" in line and "[1 image]" in line
+    assert fold_message(6, msg, COUNTER, max_tokens=40) == line
+
+
+def test_module_usage_examples_run():
+    import doctest
+
+    from aether_context.compress import fold, tool_results
+
+    for module in (fold, tool_results):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.attempted > 0 and result.failed == 0, module.__name__
