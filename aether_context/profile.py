@@ -78,7 +78,6 @@ class ConversationSettings(_Strict):
     """How history is kept: a verbatim tail, the rest summarised in the pack."""
 
     tail_turns: int = Field(6, ge=1, description="Turns (a message, or a call with its responses) kept verbatim before the current request.")
-    summary_max_tokens: int = Field(400, ge=0, description="Cap of the CONVERSATION SUMMARY section for turns outside the tail.")
     compact_to: float = Field(0.6, gt=0, le=1, description=(
         "When the conversation overflows its budget, fold history down to this share of the budget, so the "
         "following calls can append without touching the prefix (cache stability)."))

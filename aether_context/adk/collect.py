@@ -25,6 +25,7 @@ __all__ = ["collect_inputs", "find_request_index", "INSTRUCTION_MARKER", "artifa
 INSTRUCTION_MARKER = "<<<BEGIN_SYSTEM_INSTRUCTION>>>"
 _OTHER_AGENT_PREFIX = "For context:"
 URIS_STATE_KEY = "aether:uris"  # response digest -> artifact URI of the saved original
+SUMMARY_STATE_KEY = "aether:summary"  # the running summary of folded history, per agent
 OFFLOAD_PREFIX = "tool-output/"
 
 
@@ -148,4 +149,5 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys:
         app_name=session.app_name, user_id=session.user_id, session_id=session.id,
         invocation_id=ctx.invocation_id, agent=ctx.agent_name, now=now, previous=previous,
         uris=dict(state.get(URIS_STATE_KEY) or {}),
+        summary=dict((state.get(SUMMARY_STATE_KEY) or {}).get(ctx.agent_name) or {}),
     )

@@ -25,7 +25,7 @@ from ..tokens import TokenCounter, TokenCounting
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
 
-from .collect import collect_inputs
+from .collect import SUMMARY_STATE_KEY, collect_inputs
 from .convert import apply_request, request_from_llm
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool, offload_tool_result
 from .task import StateKeys
@@ -94,6 +94,7 @@ class ContextPacker:
                          callback_context.agent_name, exc_info=True)
             return self._record_failure(callback_context, llm_request, e)
         self._remember(pack.state, session.id)
+        _persist_summary(callback_context, inputs.summary, pack.state.summary)
         conv = pack.manifest.layer_budgets["conversation"]
         self._free_conversation[(session.id, callback_context.agent_name)] = max(0, conv.budget - conv.used)
         uri = self.store.save(pack)
@@ -139,6 +140,14 @@ class ContextPacker:
         record = CallRecord(manifest, uri)
         self.recent.append(record)
         return record
+
+
+def _persist_summary(ctx: CallbackContext, before: dict, after: dict) -> None:
+    """Keep the running summary in session state (it must outlive this request and this process)."""
+    if after and after != before:
+        summaries = dict(ctx.state.get(SUMMARY_STATE_KEY) or {})
+        summaries[ctx.agent_name] = after
+        ctx.state[SUMMARY_STATE_KEY] = summaries
 
 
 def _log_pack(pack: ContextPack) -> None:

@@ -17,7 +17,8 @@ from .collect import PackInputs, PackState, Turn
 from .compress import Fitted, TruncationEvent, bounded_turns, cut_turn, fit_conversation, fit_lines, repair_orphans, turn_id
 from .record import LayerUsage, Manifest
 from .render import PAYLOAD_HEADER, payload_message, render_payload, render_request, system_text
-from .select import Candidates, Line, select
+from .decay import RunningSummary
+from .select import Candidates, Line, query_text, select
 
 __all__ = ["ContextPack", "build_pack", "request_tokens"]
 
@@ -102,7 +103,8 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     state = PackState(
         invocation_id=inputs.invocation_id, agent=inputs.agent, payload_text=sections_text,
         folded_loop_turns=fitted.folded_loop_turns, kept_history_turns=len(fitted.history),
-        summary_lines=fitted.summary_lines, message_digests=tuple(m.digest for m in request.messages),
+        fold_lines=fitted.fold_lines, summary=fitted.summary.to_json(),
+        message_digests=tuple(m.digest for m in request.messages),
         message_tokens=tuple(counter.count_message(m) for m in request.messages),
         head_digest=_head_digest(request), head_tokens=_head_tokens(request, counter),
         pack_id="pk_" + sha256_hex(f"{inputs.digest}/{window}/{profile.model_dump_json()}")[:24],
@@ -131,7 +133,7 @@ def _try_reuse(inputs, prev: PackState, cands: Candidates, history, loop, fixed_
     alloc = allocate(profile, window, cands.signals, fixed_used, demands)
     if request_tokens(request, counter) > alloc.pack_limit:
         return None
-    fitted = Fitted(history=kept_hist, summary_lines=prev.summary_lines, loop=kept_loop,
+    fitted = Fitted(history=kept_hist, summary=RunningSummary.from_json(prev.summary), fold_lines=prev.fold_lines, loop=kept_loop,
                     folded_loop_turns=prev.folded_loop_turns)
     return request, fitted, ev, mem, prev.payload_text, alloc
 
@@ -150,7 +152,8 @@ def _full_build(inputs, cands: Candidates, history, loop, fixed_used, window, pr
         "evidence": _lines_tokens(cands.evidence, "EVIDENCE:", counter),
         "memory": _lines_tokens(cands.memory, "MEMORY:", counter),
         "conversation": _turn_tokens(history[-tail:], counter) + _turn_tokens(loop, counter)
-        + min(profile.conversation.summary_max_tokens, 8 * max(0, len(history) - tail)) + 8,
+        + (min(profile.decay.fold_max_tokens + profile.decay.summary_max_tokens, 12 * (len(history) - tail))
+           if len(history) > tail else 0) + 8,
     }
     alloc = allocate(profile, window, cands.signals, fixed_used, demands)
     events: list[TruncationEvent] = []
@@ -165,12 +168,16 @@ def _full_build(inputs, cands: Candidates, history, loop, fixed_used, window, pr
     # Without a forced compaction the conversation folds only down to its budget; after a reuse
     # failure it folds to `compact_to` of it, leaving room for the next calls to append.
     target = int(conv_budget * profile.conversation.compact_to) if force_compact else conv_budget
-    summary_cap = profile.conversation.summary_max_tokens
+    fold_cap, summary_cap = profile.decay.fold_max_tokens, profile.decay.summary_max_tokens
+    running = RunningSummary.from_json(inputs.summary)
     guard: list[TruncationEvent] = []
     for _ in range(64):  # the final count is exact; tighten until it fits
-        fitted = fit_conversation(history, loop, budget=min(target, conv_budget), target=min(target, conv_budget),
-                                  tail_turns=tail, summary_max_tokens=summary_cap, counter=counter)
-        text = render_payload(inputs.task, conv.request, ev_lines, mem_lines, fitted.summary_lines).text()
+        fitted = fit_conversation(history, loop, budget=min(target, conv_budget),
+                                  tail_turns=tail, summary=running, goal=inputs.task.goal or query_text(inputs)[:300],
+                                  fold_max_tokens=fold_cap, summary_max_tokens=summary_cap, uris=inputs.uris,
+                                  counter=counter)
+        text = render_payload(inputs.task, conv.request, ev_lines, mem_lines, fitted.summary.text,
+                              fitted.fold_lines).text()
         request = render_request(model=inputs.request.model, system_instruction=inputs.request.system_instruction,
                                  tools=cands.tools, other_tools=inputs.request.other_tools, history=fitted.history,
                                  payload=payload_message(text, conv.request), loop=fitted.loop,
@@ -180,8 +187,14 @@ def _full_build(inputs, cands: Candidates, history, loop, fixed_used, window, pr
             break
         # Still over (rounding at section joins, or a tiny window): summary, then memory, evidence, turns.
         turns_left = len(fitted.history) + len(fitted.loop)
-        if fitted.summary_lines and summary_cap > 0:
-            summary_cap = max(0, summary_cap - over - 8)
+        if fitted.fold_lines and fold_cap > 0:
+            fold_cap = max(0, fold_cap - max(over + 8, fold_cap // 4))
+            guard.append(TruncationEvent("conversation", "compress", f"window still exceeded: fold zone cut to {fold_cap} tokens",
+                                         ("fold-zone",)))
+        elif fitted.summary.text and summary_cap > 0:
+            summary_cap = max(0, summary_cap - max(over + 8, summary_cap // 4))
+            guard.append(TruncationEvent("conversation", "compress", f"window still exceeded: summary cut to {summary_cap} tokens",
+                                         ("summary",)))
         elif mem_lines:
             guard.append(TruncationEvent("memory", "drop", "window still exceeded", (mem_lines[-1].id,)))
             mem_lines = mem_lines[:-1]
@@ -229,7 +242,7 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, window: int, alloc: Al
     conv = cands.conversation
     payload_idx = len([m for t in fitted.history for m in t.messages])
     payload = request.messages[payload_idx]
-    sections = render_payload(inputs.task, conv.request, ev_lines, mem_lines, fitted.summary_lines)
+    sections = render_payload(inputs.task, conv.request, ev_lines, mem_lines, fitted.summary.text, fitted.fold_lines)
     ev_used = _section_tokens(sections.evidence, counter)
     mem_used = _section_tokens(sections.memory, counter)
     sum_used = _section_tokens(sections.summary, counter)

@@ -96,7 +96,8 @@ class PackState:
     payload_text: str = ""
     folded_loop_turns: int = 0
     kept_history_turns: int = 0
-    summary_lines: tuple[str, ...] = ()
+    fold_lines: tuple[str, ...] = ()
+    summary: dict[str, Any] = field(default_factory=dict)  # RunningSummary JSON after this call
     message_digests: tuple[str, ...] = ()
     message_tokens: tuple[int, ...] = ()
     head_digest: str = ""  # system instruction + tools
@@ -107,7 +108,7 @@ class PackState:
         return {
             "invocation_id": self.invocation_id, "agent": self.agent, "payload_text": self.payload_text,
             "folded_loop_turns": self.folded_loop_turns, "kept_history_turns": self.kept_history_turns,
-            "summary_lines": list(self.summary_lines), "message_digests": list(self.message_digests),
+            "fold_lines": list(self.fold_lines), "summary": self.summary, "message_digests": list(self.message_digests),
             "message_tokens": list(self.message_tokens), "head_digest": self.head_digest,
             "head_tokens": self.head_tokens, "pack_id": self.pack_id,
         }
@@ -117,7 +118,7 @@ class PackState:
         return cls(
             invocation_id=d["invocation_id"], agent=d["agent"], payload_text=d["payload_text"],
             folded_loop_turns=d["folded_loop_turns"], kept_history_turns=d["kept_history_turns"],
-            summary_lines=tuple(d["summary_lines"]), message_digests=tuple(d["message_digests"]),
+            fold_lines=tuple(d["fold_lines"]), summary=d.get("summary") or {}, message_digests=tuple(d["message_digests"]),
             message_tokens=tuple(d["message_tokens"]), head_digest=d["head_digest"],
             head_tokens=d["head_tokens"], pack_id=d["pack_id"],
         )
@@ -141,6 +142,7 @@ class PackInputs:
     now: float = 0.0
     previous: PackState | None = None
     uris: dict[str, str] = field(default_factory=dict)  # response/blob digest -> artifact URI of the original
+    summary: dict[str, Any] = field(default_factory=dict)  # the running summary kept in session state
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -151,6 +153,7 @@ class PackInputs:
             "user_id": self.user_id, "session_id": self.session_id, "invocation_id": self.invocation_id,
             "agent": self.agent, "now": self.now,
             "previous": None if self.previous is None else self.previous.to_json(), "uris": self.uris,
+            "summary": self.summary,
             "extra": self.extra,
         }
 
@@ -163,7 +166,7 @@ class PackInputs:
             instruction_indices=tuple(d.get("instruction_indices", ())), app_name=d["app_name"],
             user_id=d["user_id"], session_id=d["session_id"], invocation_id=d["invocation_id"], agent=d["agent"],
             now=d["now"], previous=None if d["previous"] is None else PackState.from_json(d["previous"]),
-            uris=d.get("uris", {}), extra=d.get("extra", {}),
+            uris=d.get("uris", {}), summary=d.get("summary") or {}, extra=d.get("extra", {}),
         )
 
     @property

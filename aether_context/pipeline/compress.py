@@ -15,7 +15,9 @@ from typing import Any, Literal
 from ..content import FunctionResponse, Message, TextPart, canonical_json
 from ..tokens import TokenCounting
 from .collect import Turn
-from .select import Line, fold_line
+from .decay import RunningSummary, decay_zones
+from ..compress import describe_outcome
+from .select import Line
 
 __all__ = ["TruncationEvent", "Fitted", "fit_lines", "fit_conversation", "cut_turn", "middle_out", "turn_id"]
 
@@ -38,10 +40,11 @@ class TruncationEvent:
 
 @dataclass(frozen=True)
 class Fitted:
-    """A conversation that fits: verbatim history, folded summary lines, verbatim loop turns."""
+    """A conversation that fits: verbatim history, the summary and fold zones, verbatim loop turns."""
 
     history: tuple[Turn, ...]
-    summary_lines: tuple[str, ...]
+    summary: RunningSummary
+    fold_lines: tuple[str, ...]
     loop: tuple[Turn, ...]
     folded_loop_turns: int
     events: tuple[TruncationEvent, ...] = field(default=())
@@ -110,7 +113,8 @@ def repair_orphans(turns: "tuple[Turn, ...]") -> tuple[tuple[Turn, ...], tuple[T
     for t in turns:
         if t.is_orphan_response:
             ids.append(turn_id(t))
-            t = Turn(t.start, (Message("user", (TextPart("[tool result whose call is no longer in the history] " + fold_line(t)),)),))
+            brief = "; ".join(f"{r.name} → {describe_outcome(r.name, r.response)}" for m in t.messages for r in m.responses)
+            t = Turn(t.start, (Message("user", (TextPart(f"[turn {t.start}] tool result whose call is no longer in the history: {brief}"),)),))
         out.append(t)
     events = (TruncationEvent("conversation", "compress", "orphaned function response rewritten as text", tuple(ids)),) if ids else ()
     return tuple(out), events
@@ -172,60 +176,40 @@ def _shorten(line: Line, cap: int, counter: TokenCounting) -> Line:
     return replace(line, text=text, tokens=counter.count_text(text), compressed=True)
 
 
-def _summary_tokens(lines: "list[str]", counter: TokenCounting) -> int:
-    if not lines:
-        return 0
-    return counter.count_text("CONVERSATION SUMMARY:\n" + "\n".join(f"- {s}" for s in lines)) + 1
-
-
-def fit_conversation(history: "tuple[Turn, ...]", loop: "tuple[Turn, ...]", *, budget: int, target: int,
-                     tail_turns: int, summary_max_tokens: int, counter: TokenCounting) -> Fitted:
+def fit_conversation(history: "tuple[Turn, ...]", loop: "tuple[Turn, ...]", *, budget: int, tail_turns: int,
+                     summary: RunningSummary, goal: str, fold_max_tokens: int, summary_max_tokens: int,
+                     uris: "dict[str, str]", counter: TokenCounting) -> Fitted:
     """Keep the last `tail_turns` history turns and the whole loop verbatim if they fit `budget`;
-    otherwise fold oldest turns (history first, then loop) until they fit `target`.
+    otherwise fold the oldest turns (history first, then loop) until they do.
 
-    Folded turns become summary lines; the summary is capped at `summary_max_tokens` by dropping
-    its oldest lines (one event). The newest loop turn is never folded.
+    Folded turns decay into the fold zone (one line each) and, past `fold_max_tokens`, into the
+    running summary (hard cap `summary_max_tokens`). The newest turn is never folded.
     """
     events: list[TruncationEvent] = []
-    older, kept_hist = history[:-tail_turns] if tail_turns else history, history[-tail_turns:] if tail_turns else ()
-    summary = [fold_line(t) for t in older]
+    older, kept_hist = (history[:-tail_turns], history[-tail_turns:]) if tail_turns else (history, ())
     if older:
         events.append(TruncationEvent("conversation", "fold", "older than the verbatim tail",
-                                      tuple(turn_id(t) for t in older),
-                                      sum(_turn_tokens(t, counter) for t in older),
-                                      counter.count_text("\n".join(fold_line(t) for t in older))))
+                                      tuple(turn_id(t) for t in older), sum(_turn_tokens(t, counter) for t in older)))
     kept = list(kept_hist) + list(loop)
     n_hist = len(kept_hist)
     sizes = [_turn_tokens(t, counter) for t in kept]
-
-    def total() -> int:
-        return sum(sizes) + min(_summary_tokens(summary, counter), summary_max_tokens + 8)
-
-    folded_loop = 0
-    if total() > budget:
-        folded: list[Turn] = []
-        while len(kept) > 1 and total() > target:
-            t = kept.pop(0)
-            sizes.pop(0)
-            if n_hist:
-                n_hist -= 1
-            else:
-                folded_loop += 1
-            folded.append(t)
-            summary.append(fold_line(t))
-        if folded:
-            events.append(TruncationEvent("conversation", "fold", "overflow: conversation over its budget",
-                                          tuple(turn_id(t) for t in folded),
-                                          sum(_turn_tokens(t, counter) for t in folded),
-                                          counter.count_text("\n".join(fold_line(t) for t in folded))))
-    # Cap the summary: oldest lines go first.
-    if summary and _summary_tokens(summary, counter) > summary_max_tokens:
-        before = _summary_tokens(summary, counter)
-        dropped = []
-        while summary and _summary_tokens(summary, counter) > summary_max_tokens:
-            dropped.append(summary.pop(0))
-        events.append(TruncationEvent("conversation", "drop", "summary over summary_max_tokens",
-                                      tuple(d.split("]")[0].lstrip("[") for d in dropped), before,
-                                      _summary_tokens(summary, counter)))
-    return Fitted(history=tuple(kept[:n_hist]), summary_lines=tuple(summary), loop=tuple(kept[n_hist:]),
-                  folded_loop_turns=folded_loop, events=tuple(events))
+    zone_bound = fold_max_tokens + summary_max_tokens + 16 if (older or summary.text) else 0
+    folded: list[Turn] = []
+    while len(kept) > 1 and sum(sizes) + (zone_bound or fold_max_tokens + summary_max_tokens + 16) > budget \
+            and (sum(sizes) + zone_bound > budget):
+        folded.append(kept.pop(0))
+        sizes.pop(0)
+        zone_bound = fold_max_tokens + summary_max_tokens + 16
+        if n_hist:
+            n_hist -= 1
+    if folded:
+        events.append(TruncationEvent("conversation", "fold", "overflow: conversation over its budget",
+                                      tuple(turn_id(t) for t in folded), sum(_turn_tokens(t, counter) for t in folded)))
+    zones = decay_zones(list(older) + folded, summary, goal=goal, fold_max_tokens=fold_max_tokens,
+                        summary_max_tokens=summary_max_tokens, uris=uris, counter=counter)
+    if zones.merged_turns:
+        events.append(TruncationEvent("conversation", "compress", "fold zone over its cap: merged into the running summary",
+                                      tuple(f"turn-{k}" for k in zones.merged_turns)))
+    folded_loop = len(loop) - len(kept[n_hist:])
+    return Fitted(history=tuple(kept[:n_hist]), summary=zones.summary, fold_lines=zones.fold_lines,
+                  loop=tuple(kept[n_hist:]), folded_loop_turns=folded_loop, events=tuple(events))

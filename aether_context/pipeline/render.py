@@ -74,13 +74,19 @@ def render_request_section(request: Message | None) -> str:
     return f"USER REQUEST (VERBATIM):\n{request.text}"
 
 
+def render_summary(summary_text: str, fold_lines: "tuple[str, ...]") -> str:
+    """The summary zone (running summary) then the fold zone (one line per folded turn)."""
+    lines = ([summary_text] if summary_text else []) + [f"- {s}" for s in fold_lines]
+    return _bullets("CONVERSATION SUMMARY:", lines)
+
+
 def render_payload(task: TaskSpec, request: Message | None, evidence: "tuple[Line, ...]", memory: "tuple[Line, ...]",
-                   summary_lines: "tuple[str, ...]") -> PayloadSections:
+                   summary_text: str = "", fold_lines: "tuple[str, ...]" = ()) -> PayloadSections:
     return PayloadSections(
         task=render_task(task),
         evidence=_bullets("EVIDENCE:", [ln.text for ln in evidence]),
         memory=_bullets("MEMORY:", [ln.text for ln in memory]),
-        summary=_bullets("CONVERSATION SUMMARY:", [f"- {s}" for s in summary_lines]),
+        summary=render_summary(summary_text, fold_lines),
         acceptance=render_acceptance(task),
         request=render_request_section(request),
     )

@@ -11,12 +11,12 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from ..content import Blob, FunctionCall, FunctionResponse, Message, TextPart, ToolSpec, canonical_json
+from ..content import Message, ToolSpec
 from ..tokens import TokenCounting
 from .allocate import Signals
 from .collect import PackInputs, Turn, group_turns
 
-__all__ = ["Line", "Conversation", "Candidates", "select", "query_text", "fold_line", "words"]
+__all__ = ["Line", "Conversation", "Candidates", "select", "query_text", "words"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _STOP = frozenset("a an and are as at be by for from has have i in is it its of on or that the this to was were will with you your we".split())
@@ -88,23 +88,6 @@ def _freshness(ts: float | None, now: float, half_life_days: float = 30.0) -> fl
 def _clip(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def fold_line(turn: Turn, limit: int = 160) -> str:
-    """One line standing in for a turn that is no longer sent verbatim."""
-    bits: list[str] = []
-    for m in turn.messages:
-        for p in m.parts:
-            if isinstance(p, TextPart) and p.text.strip():
-                bits.append(f"{m.role}: {_clip(p.text, limit)}")
-            elif isinstance(p, FunctionCall):
-                args = ", ".join(f"{k}={_clip(canonical_json(v), 40)}" for k, v in sorted(p.args.items()))
-                bits.append(f"called {p.name}({args})")
-            elif isinstance(p, FunctionResponse):
-                bits.append(f"{p.name} → {_clip(canonical_json(p.response), limit)}")
-            elif isinstance(p, Blob):
-                bits.append(f"{m.role}: [{p.mime_type} attachment]")
-    return f"[turn {turn.start}] " + "; ".join(bits)
 
 
 def _split_conversation(inputs: PackInputs) -> Conversation:

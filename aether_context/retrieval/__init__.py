@@ -28,6 +28,7 @@ from .lexical import LexicalIndex
 from .mmr import mmr_select
 from .settings import RetrievalSettings
 from .stemmer import porter_stem
+from .testing import RecordingEmbedder, TableEmbedder
 
 __all__ = [
     "Analyzer", "ENGLISH_STOP_WORDS", "content_key", "normalize_text", "porter_stem",
@@ -37,4 +38,5 @@ __all__ = [
     "normalize", "weighted_fusion", "rrf_fusion", "freshness_decay",
     "mmr_select", "group_duplicates", "collapse_near_duplicates",
     "Document", "ScoredItem", "RetrievalResult", "RetrievalSettings", "HybridIndex",
+    "RecordingEmbedder", "TableEmbedder",
 ]

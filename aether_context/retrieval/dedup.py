@@ -54,5 +54,5 @@ def collapse_near_duplicates(documents: Sequence[Document], vectors: np.ndarray 
         metadata = dict(leader.metadata)
         metadata["duplicate_ids"] = [documents[i].id for i in group]
         metadata["sources"] = [documents[i].source for i in group]
-        out.append(Document(leader.id, leader.text, leader.source, leader.timestamp, metadata))
+        out.append(Document(leader.id, leader.text, leader.source, leader.timestamp, metadata, leader.context))
     return out

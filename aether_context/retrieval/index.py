@@ -88,6 +88,7 @@ class HybridIndex:
         self._vectors = np.zeros((0, 0), dtype=np.float32)
         self._pending: list[int] = []
         self._query_vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._newest: float | None = None
         self._lock = threading.RLock()
 
     def __len__(self) -> int:
@@ -102,25 +103,27 @@ class HybridIndex:
 
     def add(self, documents: Iterable[Document]) -> int:
         """Index new documents (embedding them now unless `embed_on_add` is off); returns how many
-        rows were added. Re-adding an id with the same text updates its source, timestamp and
-        metadata in place; with a different text it replaces the old version."""
+        rows were added. Re-adding an id with the same text and context updates its source,
+        timestamp and metadata in place; otherwise it replaces the old version."""
         with self._lock:
             fresh: list[Document] = []
             for doc in documents:
                 row = self._row_of.get(doc.id)
-                if row is not None and self._docs[row].text == doc.text:
+                if row is not None and self._docs[row].search_text == doc.search_text:
                     self._docs[row] = doc
+                    self._note_timestamp(doc)
                     continue
                 if row is not None:
                     self._remove_row(row)
                 fresh.append(doc)
             if not fresh:
                 return 0
-            rows = self._lexical.add([d.text for d in fresh])
+            rows = self._lexical.add([d.search_text for d in fresh])
             for row, doc in zip(rows, fresh):
                 self._docs.append(doc)
                 self._ids.append(doc.id)
                 self._row_of[doc.id] = row
+                self._note_timestamp(doc)
                 key = content_key(doc.text)
                 self._keys.append(key)
                 for h in (key, text_hash(doc.text)):
@@ -154,7 +157,7 @@ class HybridIndex:
             rows = self._pending
             if not rows:
                 return 0
-            vectors = self.cache.embed([self._docs[r].text for r in rows])
+            vectors = self.cache.embed([self._docs[r].search_text for r in rows])
             total = len(self._docs)
             if self._vectors.shape[1] != vectors.shape[1] or self._vectors.shape[0] < total:
                 grown = np.zeros((max(total, 2 * self._vectors.shape[0]), vectors.shape[1]), dtype=np.float32)
@@ -184,9 +187,9 @@ class HybridIndex:
             rows |= self._rows_by_hash.get(key, set())
         return rows
 
-    def _newest_timestamp(self, rows: np.ndarray) -> float | None:
-        stamps = [self._docs[r].timestamp for r in rows if self._docs[r].timestamp is not None]
-        return max(stamps) if stamps else None
+    def _note_timestamp(self, doc: Document) -> None:
+        if doc.timestamp is not None and (self._newest is None or doc.timestamp > self._newest):
+            self._newest = doc.timestamp
 
     def search(self, query: str, *, k: int | None = None, budget_tokens: int | None = None,
                count_tokens: Callable[[str], int] | None = None, now: float | None = None,
@@ -195,7 +198,7 @@ class HybridIndex:
 
         `exclude` holds texts, or sha256 hex digests of raw or normalised text (`content_key`),
         already present in another layer. `now` (epoch seconds) ages timestamped items; None
-        means the newest timestamp among the candidates, so results do not depend on the clock.
+        means the newest timestamp ever added, so results do not depend on the wall clock.
         `settings` overrides the index's settings for this call (the analyzer stays fixed).
         """
         s = settings or self.settings
@@ -227,9 +230,10 @@ class HybridIndex:
     def _rank(self, query: str, s: RetrievalSettings, pool: np.ndarray, bm25: np.ndarray, dense: np.ndarray,
               k: int | None, budget: int | None, count_tokens: Callable[[str], int] | None, now: float | None,
               n_excluded: int) -> RetrievalResult:
-        ids = np.array([self._ids[r] for r in pool])
-        id_order = np.empty(len(pool), dtype=np.int64)
-        id_order[np.argsort(ids, kind="stable")] = np.arange(len(pool))
+        # Candidates in id order: sums, means and ties then never depend on insertion order.
+        by_id = np.argsort(np.array([self._ids[r] for r in pool]), kind="stable")
+        pool, bm25, dense = pool[by_id], bm25[by_id], dense[by_id]
+        id_order = np.arange(len(pool))
         weights = (s.lexical_weight, s.dense_weight)
         if s.fusion == "rrf":
             rank_lists = (ranks(bm25, bm25 > 0, id_order), ranks(dense, np.ones(len(pool), bool), id_order))
@@ -238,7 +242,7 @@ class HybridIndex:
             fused = weighted_fusion((bm25, dense), weights, s.normalization)
         relevance = normalize(fused, "minmax") if np.ptp(fused) > 0 else np.ones(len(pool))
         if now is None:
-            now = self._newest_timestamp(pool)
+            now = self._newest
         stamps = [self._docs[r].timestamp for r in pool]
         decay = freshness_decay(stamps, now if now is not None else 0.0,
                                 s.freshness_half_life_days if now is not None else None)
@@ -249,12 +253,16 @@ class HybridIndex:
         groups = group_duplicates([self._keys[r] for r in pool[order]], vectors, s.dedup_threshold)
         leaders = np.array([g[0] for g in groups], dtype=np.int64)
 
-        def cost(i: int) -> int:
-            assert count_tokens is not None
-            return count_tokens(self._docs[pool[order[leaders[i]]]].text)
+        tokens: dict[int, int] = {}
+
+        def cost(i: int) -> int:  # token count of candidate i (an index into pool), counted once
+            if i not in tokens:
+                assert count_tokens is not None
+                tokens[i] = count_tokens(self._docs[pool[i]].text)
+            return tokens[i]
 
         picks = mmr_select(score[order[leaders]], vectors[leaders], lam=s.mmr_lambda, k=k, budget=budget,
-                           cost=cost if budget is not None else None)
+                           cost=(lambda i: cost(int(order[leaders[i]]))) if budget is not None else None)
         items = []
         for rank, (i, mmr_value) in enumerate(picks, start=1):
             members = [pool[order[j]] for j in groups[i]]
@@ -263,7 +271,7 @@ class HybridIndex:
             items.append(ScoredItem(
                 document=doc, rank=rank, bm25=float(bm25[c]), dense=float(dense[c]), fused=float(fused[c]),
                 freshness=float(decay[c]), score=float(score[c]), mmr=mmr_value,
-                tokens=count_tokens(doc.text) if count_tokens is not None else None,
+                tokens=cost(int(c)) if count_tokens is not None else None,
                 duplicates=tuple(self._docs[m].id for m in members),
                 sources=tuple(self._docs[m].source for m in members),
             ))

@@ -14,21 +14,33 @@ __all__ = ["Document", "ScoredItem", "RetrievalResult"]
 
 @dataclass(frozen=True)
 class Document:
-    """One retrievable item; `id` is unique within an index, `timestamp` is epoch seconds."""
+    """One retrievable item; `id` is unique within an index, `timestamp` is epoch seconds.
+
+    `context` is extra text that is searched (lexically and densely) but never returned or
+    counted against a budget: the turn a reply answers, a session date, a document title. On
+    LoCoMo, the previous turn and the session date as context lift evidence recall a lot.
+    """
 
     id: str
     text: str
     source: str
     timestamp: float | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    context: str = ""
+
+    @property
+    def search_text(self) -> str:
+        """What the index analyses and embeds: the text, then its context."""
+        return f"{self.text}\n{self.context}" if self.context else self.text
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "text": self.text, "source": self.source, "timestamp": self.timestamp,
-                "metadata": dict(self.metadata)}
+                "metadata": dict(self.metadata), "context": self.context}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Document":
-        return cls(data["id"], data["text"], data["source"], data.get("timestamp"), dict(data.get("metadata") or {}))
+        return cls(data["id"], data["text"], data["source"], data.get("timestamp"), dict(data.get("metadata") or {}),
+                   data.get("context", ""))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,115 @@
+"""Progressive history decay: full → fold → summary, without losing the way back.
+
+Turns that leave the verbatim zone become one fold line each (`[turn N] tool(args) → outcome ·
+artifact://…`); when the fold lines outgrow their cap, the oldest are merged into one running
+summary (incremental: the previous summary plus the new lines gives the next one) under a hard
+cap. Fold lines and the summary carry the URIs of the originals, so compaction is reversible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..compress import ExtractiveSummarizer, fold_message, fold_tool_pair
+from ..content import Blob, FunctionCall, FunctionResponse, Message, TextPart, response_digest, sha256_hex
+from ..tokens import TokenCounting
+from .collect import Turn
+
+__all__ = ["RunningSummary", "fold_turn", "decay_zones", "Zones", "decay_images", "blob_key"]
+
+
+@dataclass(frozen=True)
+class RunningSummary:
+    """The summary zone: text covering every turn up to `covered_until` (a turn's first message index)."""
+
+    text: str = ""
+    covered_until: int = -1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"text": self.text, "covered_until": self.covered_until}
+
+    @classmethod
+    def from_json(cls, d: "dict[str, Any] | None") -> "RunningSummary":
+        if not d:
+            return cls()
+        return cls(text=str(d.get("text", "")), covered_until=int(d.get("covered_until", -1)))
+
+
+def blob_key(data: bytes) -> str:
+    return "blob-" + sha256_hex(data)[:20]
+
+
+def fold_turn(turn: Turn, uris: "dict[str, str]", counter: TokenCounting, max_tokens: int = 72) -> str:
+    """One line for a turn: each call with its response's outcome and URI, or the text in brief."""
+    calls: list[FunctionCall] = [c for m in turn.messages for c in m.calls]
+    responses: list[FunctionResponse] = [r for m in turn.messages for r in m.responses]
+    if calls:
+        pieces = []
+        pending = list(responses)
+        for c in calls:
+            match = next((r for r in pending if r.name == c.name), None)
+            if match is not None:
+                pending.remove(match)
+                pieces.append(fold_tool_pair(turn.start, c, match, uri=uris.get(response_digest(match.response)),
+                                             counter=counter, max_tokens=max_tokens))
+            else:
+                pieces.append(fold_tool_pair(turn.start, c, FunctionResponse(c.name, {"result": "(no response)"}),
+                                             uri=None, counter=counter, max_tokens=max_tokens))
+        head = turn.messages[0].text.strip()
+        line = " | ".join(pieces)
+        if not head:
+            return line
+        said = fold_message(turn.start, Message("model", (TextPart(head),)), counter, 28).split("] ", 1)[-1]
+        return line.replace(f"[turn {turn.start}] ", f"[turn {turn.start}] {said} → ", 1)
+    return fold_message(turn.start, turn.messages[0], counter, max_tokens)
+
+
+@dataclass(frozen=True)
+class Zones:
+    summary: RunningSummary
+    fold_lines: tuple[str, ...]
+    merged_turns: tuple[int, ...]  # turn starts newly merged into the summary
+
+
+def decay_zones(folded: Sequence[Turn], previous: RunningSummary, *, goal: str, fold_max_tokens: int,
+                summary_max_tokens: int, uris: "dict[str, str]", counter: TokenCounting) -> Zones:
+    """Fold lines for folded turns the summary does not cover; the overflow goes into the summary."""
+    uncovered = [t for t in folded if t.start > previous.covered_until]
+    lines = [fold_turn(t, uris, counter) for t in uncovered]
+    sizes = [counter.count_text(ln) + 2 for ln in lines]
+    cut = 0
+    while cut < len(lines) and sum(sizes[cut:]) > fold_max_tokens:
+        cut += 1
+    if not cut:
+        return Zones(previous, tuple(lines), ())
+    summarizer = ExtractiveSummarizer(counter)
+    text = summarizer.summarize(previous.text or None, lines[:cut], goal=goal, max_tokens=summary_max_tokens)
+    summary = RunningSummary(text=text, covered_until=uncovered[cut - 1].start)
+    return Zones(summary, tuple(lines[cut:]), tuple(t.start for t in uncovered[:cut]))
+
+
+def decay_images(turns: Sequence[Turn], keep_turns: int, uris: "dict[str, str]") -> tuple[tuple[Turn, ...], tuple[str, ...]]:
+    """Inline images older than `keep_turns` turns become a one-line description with their URI."""
+    out: list[Turn] = []
+    changed: list[str] = []
+    last = len(turns) - keep_turns
+    for i, t in enumerate(turns):
+        if i >= last or not any(isinstance(p, Blob) for m in t.messages for p in m.parts):
+            out.append(t)
+            continue
+        msgs = []
+        for m in t.messages:
+            parts = []
+            for p in m.parts:
+                if isinstance(p, Blob):
+                    key = blob_key(p.data)
+                    uri = uris.get(key, "")
+                    parts.append(TextPart(f"[{p.mime_type} attachment from turn {t.start}, {len(p.data)} bytes"
+                                          + (f": {uri}]" if uri else "; original in the session history]")))
+                    changed.append(key)
+                else:
+                    parts.append(p)
+            msgs.append(Message(m.role, tuple(parts)))
+        out.append(Turn(t.start, tuple(msgs)))
+    return tuple(out), tuple(changed)

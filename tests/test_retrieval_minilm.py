@@ -1,0 +1,28 @@
+"""The one test that loads the real offline MiniLM: lazily, once per process, offline."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from aether_context.retrieval import Document, HybridIndex, RetrievalSettings, SentenceTransformerEmbedder
+from aether_context.retrieval.embeddings import load_sentence_transformer
+
+
+def test_default_index_uses_the_offline_minilm_once_per_process():
+    index = HybridIndex(RetrievalSettings())
+    embedder = index.embedder
+    assert isinstance(embedder, SentenceTransformerEmbedder) and embedder.model is None
+    index.add([Document("a", "A cat is sleeping on the sofa.", "memory"),
+               Document("b", "Quarterly revenue grew by eight percent.", "memory"),
+               Document("c", "The kitten naps on the couch.", "memory")])
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
+    vectors = embedder.embed(["A cat is sleeping on the sofa.", "The kitten naps on the couch."])
+    assert vectors.shape == (2, 384)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
+    result = index.search("a young cat resting on a couch", k=2)
+    assert set(result.ids) == {"a", "c"}  # paraphrases with no shared content word still rank first
+    assert result.signals["similarity"] > 0.5 and result.signals["retrieval_hit_rate"] == 1.0
+    again = load_sentence_transformer(embedder.model_path)
+    assert again is load_sentence_transformer(embedder.model_path)
