@@ -82,6 +82,8 @@ class ConversationSettings(_Strict):
         "When the conversation overflows its budget, fold history down to this share of the budget, so the "
         "following calls can append without touching the prefix (cache stability)."))
     max_turn_tokens: int = Field(4000, ge=64, description="A single kept turn above this is cut middle-out (a truncation event).")
+    max_verbatim_turns: int | None = Field(None, ge=1, description=(
+        "At most this many turns verbatim (tail + this invocation's tool turns); None: as many as fit."))
 
 
 class SelectionSettings(_Strict):

@@ -27,6 +27,7 @@ _OTHER_AGENT_PREFIX = "For context:"
 URIS_STATE_KEY = "aether:uris"  # response digest -> artifact URI of the saved original
 SUMMARY_STATE_KEY = "aether:summary"  # the running summary of folded history, per agent
 OFFLOAD_PREFIX = "tool-output/"
+OFFLOAD_PREFIXES = (OFFLOAD_PREFIX, "attachment/")
 
 
 def artifact_uri(app: str, user: str, session: str, filename: str, version: int | None = None) -> str:
@@ -90,7 +91,7 @@ async def _artifact_evidence(ctx: CallbackContext, cache: dict, summary_chars: i
     session = ctx.session
     out = []
     for name in sorted(names):
-        if name.startswith(OFFLOAD_PREFIX):  # offloaded tool outputs are cited where their turn is
+        if name.startswith(OFFLOAD_PREFIXES):  # offloaded outputs and attachments are cited where their turn is
             continue
         key = (session.id, name)
         if key not in cache:

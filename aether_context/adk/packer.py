@@ -25,7 +25,8 @@ from ..tokens import TokenCounter, TokenCounting
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
 
-from .collect import SUMMARY_STATE_KEY, collect_inputs
+from ..pipeline.decay import blob_key
+from .collect import SUMMARY_STATE_KEY, URIS_STATE_KEY, collect_inputs
 from .convert import apply_request, request_from_llm
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool, offload_tool_result
 from .task import StateKeys
@@ -80,6 +81,7 @@ class ContextPacker:
         session = callback_context.session
         try:
             offload = self.profile.offload.enabled
+            await self._save_images(callback_context, llm_request)
             inputs = await collect_inputs(
                 callback_context, llm_request, keys=self.keys,
                 previous=self._previous(session.id, callback_context.agent_name),
@@ -102,6 +104,24 @@ class ContextPacker:
         self.recent.append(record)
         _log_pack(pack)
         return record
+
+    async def _save_images(self, ctx: CallbackContext, llm_request: LlmRequest) -> None:
+        """Save inline images to the artifact store once, so their decayed form can cite a URI."""
+        uris = dict(ctx.state.get(URIS_STATE_KEY) or {})
+        added = False
+        for content in llm_request.contents:
+            for part in content.parts or []:
+                blob = part.inline_data
+                if blob is None or blob.data is None:
+                    continue
+                key = blob_key(blob.data)
+                if key in uris:
+                    continue
+                ext = (blob.mime_type or "application/octet-stream").split("/")[-1].split(";")[0]
+                uris[key] = await self.gateway.save(ctx, f"attachment/{key}.{ext}", blob.data, blob.mime_type or "application/octet-stream")
+                added = True
+        if added:
+            ctx.state[URIS_STATE_KEY] = uris
 
     async def after_tool(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, result: object) -> dict | None:
         """Save a tool result whole and return its compact form when it is large; never raises."""

@@ -17,7 +17,7 @@ from .collect import PackInputs, PackState, Turn
 from .compress import Fitted, TruncationEvent, bounded_turns, cut_turn, fit_conversation, fit_lines, repair_orphans, turn_id
 from .record import LayerUsage, Manifest
 from .render import PAYLOAD_HEADER, payload_message, render_payload, render_request, system_text
-from .decay import RunningSummary
+from .decay import RunningSummary, decay_images, prune_tool_outputs
 from .select import Candidates, Line, query_text, select
 
 __all__ = ["ContextPack", "build_pack", "request_tokens"]
@@ -67,9 +67,12 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     max_turn = profile.conversation.max_turn_tokens
     history, orphan_h = repair_orphans(conv.history)
     loop, orphan_l = repair_orphans(conv.loop)
+    events: list[TruncationEvent] = [*orphan_h, *orphan_l]
+    history, loop, pruned, more = _decay(inputs, history, loop, profile, counter)
+    events += more
     history, cut_h = bounded_turns(history, max_turn, counter)
     loop, cut_l = bounded_turns(loop, max_turn, counter)
-    events: list[TruncationEvent] = [*orphan_h, *orphan_l, *cut_h, *cut_l]
+    events += [*cut_h, *cut_l]
 
     # fixed layers, measured
     empty = render_payload(inputs.task, conv.request, (), (), ())
@@ -106,12 +109,31 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
         fold_lines=fitted.fold_lines, summary=fitted.summary.to_json(),
         message_digests=tuple(m.digest for m in request.messages),
         message_tokens=tuple(counter.count_message(m) for m in request.messages),
-        head_digest=_head_digest(request), head_tokens=_head_tokens(request, counter),
+        head_digest=_head_digest(request), head_tokens=_head_tokens(request, counter), pruned=tuple(sorted(pruned)),
         pack_id="pk_" + sha256_hex(f"{inputs.digest}/{window}/{profile.model_dump_json()}")[:24],
     )
     manifest = _manifest(inputs, profile, window, alloc, request, fitted, ev_lines, mem_lines, cands, events,
                          state, counter, reused is not None)
     return ContextPack(request=request, manifest=manifest, state=state, inputs=inputs)
+
+
+def _decay(inputs: PackInputs, history, loop, profile: BudgetProfile, counter: TokenCounting):
+    """Image decay and pruning of old tool outputs, before the conversation is fitted."""
+    events: list[TruncationEvent] = []
+    n_hist = len(history)
+    turns, images = decay_images(history + loop, profile.decay.image_keep_turns, inputs.uris)
+    if images:
+        events.append(TruncationEvent("conversation", "compress", "old inline images replaced by a description + URI", images))
+    already = frozenset(inputs.previous.pruned) if inputs.previous else frozenset()
+    pruned: frozenset[int] = already
+    if profile.pruning.enabled:
+        turns, pruned, fresh = prune_tool_outputs(turns, protect_tokens=profile.pruning.protect_tokens,
+                                                  minimum_tokens=profile.pruning.minimum_tokens, uris=inputs.uris,
+                                                  already=already, counter=counter)
+        if fresh:
+            events.append(TruncationEvent("conversation", "compress", "old tool outputs cleared to their URI (pruning)",
+                                          tuple(f"turn-{k}" for k in fresh)))
+    return turns[:n_hist], turns[n_hist:], pruned, events
 
 
 def _try_reuse(inputs, prev: PackState, cands: Candidates, history, loop, fixed_used, window, profile, counter):
@@ -168,14 +190,16 @@ def _full_build(inputs, cands: Candidates, history, loop, fixed_used, window, pr
     # Without a forced compaction the conversation folds only down to its budget; after a reuse
     # failure it folds to `compact_to` of it, leaving room for the next calls to append.
     target = int(conv_budget * profile.conversation.compact_to) if force_compact else conv_budget
-    fold_cap, summary_cap = profile.decay.fold_max_tokens, profile.decay.summary_max_tokens
+    # The decay zones scale with the conversation budget, so a small window keeps room for turns.
+    fold_cap = min(profile.decay.fold_max_tokens, int(conv_budget * 0.15))
+    summary_cap = min(profile.decay.summary_max_tokens, int(conv_budget * 0.10))
     running = RunningSummary.from_json(inputs.summary)
     guard: list[TruncationEvent] = []
     for _ in range(64):  # the final count is exact; tighten until it fits
         fitted = fit_conversation(history, loop, budget=min(target, conv_budget),
                                   tail_turns=tail, summary=running, goal=inputs.task.goal or query_text(inputs)[:300],
                                   fold_max_tokens=fold_cap, summary_max_tokens=summary_cap, uris=inputs.uris,
-                                  counter=counter)
+                                  counter=counter, max_verbatim_turns=profile.conversation.max_verbatim_turns)
         text = render_payload(inputs.task, conv.request, ev_lines, mem_lines, fitted.summary.text,
                               fitted.fold_lines).text()
         request = render_request(model=inputs.request.model, system_instruction=inputs.request.system_instruction,

@@ -103,6 +103,7 @@ class PackState:
     head_digest: str = ""  # system instruction + tools
     head_tokens: int = 0
     pack_id: str = ""
+    pruned: tuple[int, ...] = ()  # turn starts whose tool outputs were cleared (they stay cleared)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -110,7 +111,7 @@ class PackState:
             "folded_loop_turns": self.folded_loop_turns, "kept_history_turns": self.kept_history_turns,
             "fold_lines": list(self.fold_lines), "summary": self.summary, "message_digests": list(self.message_digests),
             "message_tokens": list(self.message_tokens), "head_digest": self.head_digest,
-            "head_tokens": self.head_tokens, "pack_id": self.pack_id,
+            "head_tokens": self.head_tokens, "pack_id": self.pack_id, "pruned": list(self.pruned),
         }
 
     @classmethod
@@ -120,7 +121,7 @@ class PackState:
             folded_loop_turns=d["folded_loop_turns"], kept_history_turns=d["kept_history_turns"],
             fold_lines=tuple(d["fold_lines"]), summary=d.get("summary") or {}, message_digests=tuple(d["message_digests"]),
             message_tokens=tuple(d["message_tokens"]), head_digest=d["head_digest"],
-            head_tokens=d["head_tokens"], pack_id=d["pack_id"],
+            head_tokens=d["head_tokens"], pack_id=d["pack_id"], pruned=tuple(d.get("pruned", ())),
         )
 
 

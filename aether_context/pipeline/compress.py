@@ -178,7 +178,7 @@ def _shorten(line: Line, cap: int, counter: TokenCounting) -> Line:
 
 def fit_conversation(history: "tuple[Turn, ...]", loop: "tuple[Turn, ...]", *, budget: int, tail_turns: int,
                      summary: RunningSummary, goal: str, fold_max_tokens: int, summary_max_tokens: int,
-                     uris: "dict[str, str]", counter: TokenCounting) -> Fitted:
+                     uris: "dict[str, str]", counter: TokenCounting, max_verbatim_turns: int | None = None) -> Fitted:
     """Keep the last `tail_turns` history turns and the whole loop verbatim if they fit `budget`;
     otherwise fold the oldest turns (history first, then loop) until they do.
 
@@ -195,8 +195,7 @@ def fit_conversation(history: "tuple[Turn, ...]", loop: "tuple[Turn, ...]", *, b
     sizes = [_turn_tokens(t, counter) for t in kept]
     zone_bound = fold_max_tokens + summary_max_tokens + 16 if (older or summary.text) else 0
     folded: list[Turn] = []
-    while len(kept) > 1 and sum(sizes) + (zone_bound or fold_max_tokens + summary_max_tokens + 16) > budget \
-            and (sum(sizes) + zone_bound > budget):
+    while len(kept) > 1 and (sum(sizes) + zone_bound > budget or len(kept) > (max_verbatim_turns or len(kept))):
         folded.append(kept.pop(0))
         sizes.pop(0)
         zone_bound = fold_max_tokens + summary_max_tokens + 16

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..compress import ExtractiveSummarizer, fold_message, fold_tool_pair
-from ..content import Blob, FunctionCall, FunctionResponse, Message, TextPart, response_digest, sha256_hex
+from ..content import Blob, FunctionCall, FunctionResponse, Message, TextPart, canonical_json, response_digest, sha256_hex
 from ..tokens import TokenCounting
 from .collect import Turn
 
-__all__ = ["RunningSummary", "fold_turn", "decay_zones", "Zones", "decay_images", "blob_key"]
+__all__ = ["RunningSummary", "fold_turn", "decay_zones", "Zones", "decay_images", "blob_key", "prune_tool_outputs"]
 
 
 @dataclass(frozen=True)
@@ -113,3 +113,46 @@ def decay_images(turns: Sequence[Turn], keep_turns: int, uris: "dict[str, str]")
             msgs.append(Message(m.role, tuple(parts)))
         out.append(Turn(t.start, tuple(msgs)))
     return tuple(out), tuple(changed)
+
+
+def _response_tokens(turn: Turn, counter: TokenCounting) -> int:
+    return sum(counter.count_text(canonical_json(r.response)) for m in turn.messages for r in m.responses)
+
+
+def prune_tool_outputs(turns: Sequence[Turn], *, protect_tokens: int, minimum_tokens: int, uris: "dict[str, str]",
+                       already: "frozenset[int]", counter: TokenCounting) -> tuple[tuple[Turn, ...], frozenset[int], tuple[int, ...]]:
+    """Clear old tool outputs to a placeholder with their URI, beyond the newest `protect_tokens` of outputs.
+
+    Only outputs saved in the artifact store (with a URI) are cleared, and only when the clearing
+    reclaims at least `minimum_tokens` at once (so the prefix changes rarely); turns cleared before
+    stay cleared. Returns the turns, every cleared turn start, and the newly cleared ones.
+    """
+    seen = 0
+    candidates: list[Turn] = []
+    for t in reversed(turns):
+        tokens = _response_tokens(t, counter)
+        responses = [r for m in t.messages for r in m.responses]
+        if seen >= protect_tokens and responses and all(response_digest(r.response) in uris for r in responses):
+            candidates.append(t)
+        seen += tokens
+    fresh = [t for t in candidates if t.start not in already]
+    cleared = set(already)
+    if sum(_response_tokens(t, counter) for t in fresh) >= minimum_tokens:
+        cleared |= {t.start for t in fresh}
+    else:
+        fresh = []
+    out = []
+    for t in turns:
+        if t.start not in cleared:
+            out.append(t)
+            continue
+        msgs = []
+        for m in t.messages:
+            parts = tuple(
+                FunctionResponse(p.name, {"cleared": "old tool output cleared to save context",
+                                          "artifact_uri": uris.get(response_digest(p.response), "")}, p.id)
+                if isinstance(p, FunctionResponse) and response_digest(p.response) in uris else p
+                for p in m.parts)
+            msgs.append(Message(m.role, parts))
+        out.append(Turn(t.start, tuple(msgs)))
+    return tuple(out), frozenset(cleared), tuple(t.start for t in fresh)
