@@ -9,11 +9,12 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
 
 from ..content import sha256_hex
 from ..pipeline.build import ContextPack, build_pack, request_tokens
@@ -28,6 +29,7 @@ from google.adk.tools.tool_context import ToolContext
 from ..pipeline.decay import blob_key
 from .collect import SUMMARY_STATE_KEY, URIS_STATE_KEY, collect_inputs
 from .convert import apply_request, request_from_llm
+from .recovery import is_token_limit_error, recovery_pack
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool, offload_tool_result
 from .task import StateKeys
 
@@ -62,6 +64,7 @@ class ContextPacker:
         self.recent: collections.deque[CallRecord] = collections.deque(maxlen=keep_recent)
         self._states: collections.OrderedDict[tuple[str, str], PackState] = collections.OrderedDict()
         self._free_conversation: dict[tuple[str, str], int] = {}
+        self._last: dict[tuple[str, str], ContextPack] = {}
         self._artifact_cache: dict = {}
         self.gateway = ArtifactGateway(self.store)
         self.recall_tool = make_recall_tool(self.gateway)
@@ -96,6 +99,7 @@ class ContextPacker:
                          callback_context.agent_name, exc_info=True)
             return self._record_failure(callback_context, llm_request, e)
         self._remember(pack.state, session.id)
+        self._last[(session.id, callback_context.agent_name)] = pack
         _persist_summary(callback_context, inputs.summary, pack.state.summary)
         conv = pack.manifest.layer_budgets["conversation"]
         self._free_conversation[(session.id, callback_context.agent_name)] = max(0, conv.budget - conv.used)
@@ -104,6 +108,37 @@ class ContextPacker:
         self.recent.append(record)
         _log_pack(pack)
         return record
+
+    async def recover(self, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception) -> LlmResponse | None:
+        """Retry a request the model rejected as too long, once, after an aggressive repack.
+
+        Returns the model's response, or None to let the original error surface.
+        """
+        key = (callback_context.session.id, callback_context.agent_name)
+        last = self._last.get(key)
+        if not self.profile.recovery.enabled or last is None or not is_token_limit_error(error):
+            return None
+        try:
+            pack = recovery_pack(last.inputs, self.profile, last.manifest.window, error, counter=self.counter)
+            apply_request(llm_request, pack.request, declared={t.name for t in last.inputs.request.tools},
+                          added={RECALL_TOOL_NAME: self.recall_tool} if self.profile.offload.enabled else {})
+        except Exception:
+            logger.error("aether-context: recovery repack failed; the model's error stands", exc_info=True)
+            return None
+        manifest = pack.manifest.model_copy(update={"flags": [*pack.manifest.flags, f"recovery_after: {error}"[:300]]})
+        uri = self.store.save(replace(pack, manifest=manifest))
+        self.recent.append(CallRecord(manifest, uri))
+        logger.warning("aether-context: model rejected %d tokens as too long; retrying once with %d tokens (%s)",
+                       last.manifest.tokens_after, manifest.tokens_after, uri)
+        model = callback_context.get_invocation_context().agent.canonical_model
+        try:
+            final = None
+            async for response in model.generate_content_async(llm_request, stream=False):
+                final = response
+            return final
+        except Exception:
+            logger.error("aether-context: the retry after recovery failed too; the original error surfaces", exc_info=True)
+            return None
 
     async def _save_images(self, ctx: CallbackContext, llm_request: LlmRequest) -> None:
         """Save inline images to the artifact store once, so their decayed form can cite a URI."""

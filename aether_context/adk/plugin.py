@@ -40,6 +40,10 @@ class ContextPackPlugin(BasePlugin):
                                   result: dict) -> Optional[dict]:
         return await self.packer.after_tool(tool, tool_args, tool_context, result)
 
+    async def on_model_error_callback(self, *, callback_context: CallbackContext, llm_request: LlmRequest,
+                                      error: Exception) -> Optional[LlmResponse]:
+        return await self.packer.recover(callback_context, llm_request, error)
+
     async def close(self) -> None:
         self.packer.store.flush()
 
@@ -51,7 +55,8 @@ def context_pack_callback(*, packer: ContextPacker | None = None, **settings: An
     Tool-result offload needs the tool hook too: pass `cb.after_tool` as `after_tool_callback`::
 
         cb = context_pack_callback(profile="default")
-        agent = LlmAgent(..., before_model_callback=cb, after_tool_callback=cb.after_tool)
+        agent = LlmAgent(..., before_model_callback=cb, after_tool_callback=cb.after_tool,
+                         on_model_error_callback=cb.on_model_error)
     """
     engine = packer or ContextPacker(**settings)
 
@@ -62,6 +67,10 @@ def context_pack_callback(*, packer: ContextPacker | None = None, **settings: An
     async def after_tool(*, tool: BaseTool, args: dict[str, Any], tool_context: ToolContext, tool_response: Any) -> Optional[dict]:
         return await engine.after_tool(tool, args, tool_context, tool_response)
 
+    async def on_model_error(*, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception) -> Optional[LlmResponse]:
+        return await engine.recover(callback_context, llm_request, error)
+
     before_model.packer = engine  # type: ignore[attr-defined]
+    before_model.on_model_error = on_model_error  # type: ignore[attr-defined]
     before_model.after_tool = after_tool  # type: ignore[attr-defined]
     return before_model

@@ -70,6 +70,7 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     events: list[TruncationEvent] = [*orphan_h, *orphan_l]
     history, loop, pruned, more = _decay(inputs, history, loop, profile, counter)
     events += more
+    originals = {t.start: t for t in history + loop}
     history, cut_h = bounded_turns(history, max_turn, counter)
     loop, cut_l = bounded_turns(loop, max_turn, counter)
     events += [*cut_h, *cut_l]
@@ -94,7 +95,8 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
         request, fitted, ev_lines, mem_lines, sections_text, alloc = reused
     else:
         request, fitted, ev_lines, mem_lines, sections_text, alloc, more = _full_build(
-            inputs, cands, history, loop, fixed_used, window, profile, counter, force_compact=overflowed)
+            inputs, cands, history, loop, fixed_used, window, profile, counter, force_compact=overflowed,
+            originals=originals)
         events.extend(more)
 
     total = request_tokens(request, counter)
@@ -165,7 +167,7 @@ def _lines_tokens(lines: "tuple[Line, ...]", header: str, counter: TokenCounting
 
 
 def _full_build(inputs, cands: Candidates, history, loop, fixed_used, window, profile: BudgetProfile, counter,
-                *, force_compact: bool):
+                *, force_compact: bool, originals: "dict[int, Turn]"):
     conv = cands.conversation
     tail = profile.conversation.tail_turns
     ev_header = _section_tokens("EVIDENCE:", counter)
@@ -199,7 +201,8 @@ def _full_build(inputs, cands: Candidates, history, loop, fixed_used, window, pr
         fitted = fit_conversation(history, loop, budget=min(target, conv_budget),
                                   tail_turns=tail, summary=running, goal=inputs.task.goal or query_text(inputs)[:300],
                                   fold_max_tokens=fold_cap, summary_max_tokens=summary_cap, uris=inputs.uris,
-                                  counter=counter, max_verbatim_turns=profile.conversation.max_verbatim_turns)
+                                  counter=counter, max_verbatim_turns=profile.conversation.max_verbatim_turns,
+                                  originals=originals)
         text = render_payload(inputs.task, conv.request, ev_lines, mem_lines, fitted.summary.text,
                               fitted.fold_lines).text()
         request = render_request(model=inputs.request.model, system_instruction=inputs.request.system_instruction,

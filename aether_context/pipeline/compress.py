@@ -178,12 +178,15 @@ def _shorten(line: Line, cap: int, counter: TokenCounting) -> Line:
 
 def fit_conversation(history: "tuple[Turn, ...]", loop: "tuple[Turn, ...]", *, budget: int, tail_turns: int,
                      summary: RunningSummary, goal: str, fold_max_tokens: int, summary_max_tokens: int,
-                     uris: "dict[str, str]", counter: TokenCounting, max_verbatim_turns: int | None = None) -> Fitted:
+                     uris: "dict[str, str]", counter: TokenCounting, max_verbatim_turns: int | None = None,
+                     originals: "dict[int, Turn] | None" = None) -> Fitted:
     """Keep the last `tail_turns` history turns and the whole loop verbatim if they fit `budget`;
     otherwise fold the oldest turns (history first, then loop) until they do.
 
     Folded turns decay into the fold zone (one line each) and, past `fold_max_tokens`, into the
-    running summary (hard cap `summary_max_tokens`). The newest turn is never folded.
+    running summary (hard cap `summary_max_tokens`). The newest turn is never folded. Fold lines
+    are written from `originals` (turns before any middle-out cut) where given, so an error at the
+    end of a long output is still named.
     """
     events: list[TruncationEvent] = []
     older, kept_hist = (history[:-tail_turns], history[-tail_turns:]) if tail_turns else (history, ())
@@ -204,7 +207,8 @@ def fit_conversation(history: "tuple[Turn, ...]", loop: "tuple[Turn, ...]", *, b
     if folded:
         events.append(TruncationEvent("conversation", "fold", "overflow: conversation over its budget",
                                       tuple(turn_id(t) for t in folded), sum(_turn_tokens(t, counter) for t in folded)))
-    zones = decay_zones(list(older) + folded, summary, goal=goal, fold_max_tokens=fold_max_tokens,
+    source = originals or {}
+    zones = decay_zones([source.get(t.start, t) for t in list(older) + folded], summary, goal=goal, fold_max_tokens=fold_max_tokens,
                         summary_max_tokens=summary_max_tokens, uris=uris, counter=counter)
     if zones.merged_turns:
         events.append(TruncationEvent("conversation", "compress", "fold zone over its cap: merged into the running summary",

@@ -17,23 +17,27 @@ from .items import Document
 __all__ = ["group_duplicates", "collapse_near_duplicates"]
 
 
-def group_duplicates(keys: Sequence[str], vectors: np.ndarray | None, threshold: float) -> list[list[int]]:
-    """Greedy grouping in the given order: each item joins the first earlier group whose leader has
-    the same key or a cosine >= threshold with it; returns groups of indices, leaders first."""
+def group_duplicates(keys: Sequence[str], vectors: np.ndarray | None, threshold: float,
+                     sims: np.ndarray | None = None) -> list[list[int]]:
+    """Greedy grouping in the given order: each item joins the earlier group whose leader has the
+    same key, else the one whose leader is most similar if that cosine is >= threshold; returns
+    groups of indices, leaders first. `sims` (the cosine matrix of `vectors`) may be passed in."""
+    if sims is None and vectors is not None and len(keys):
+        sims = vectors @ vectors.T
     groups: list[list[int]] = []
     leader_of_key: dict[str, int] = {}
-    leaders: list[int] = []
+    group_of = np.full(len(keys), -1, dtype=np.int64)  # group index of each leader, -1 otherwise
     for i, key in enumerate(keys):
         group = leader_of_key.get(key)
-        if group is None and vectors is not None and leaders:
-            sims = vectors[leaders] @ vectors[i]
-            best = int(np.argmax(sims))
-            if sims[best] >= threshold:
-                group = best
+        if group is None and sims is not None and i:
+            candidates = np.where(group_of[:i] >= 0, sims[i, :i], -np.inf)
+            best = int(np.argmax(candidates))
+            if candidates[best] >= threshold:
+                group = int(group_of[best])
         if group is None:
             group = len(groups)
             groups.append([])
-            leaders.append(i)
+            group_of[i] = group
             leader_of_key[key] = group
         groups[group].append(i)
     return groups

@@ -250,7 +250,8 @@ class HybridIndex:
         keep = np.flatnonzero(relevance >= s.min_score)
         order = keep[np.lexsort((id_order[keep], -score[keep]))]
         vectors = self._vectors[pool[order]]
-        groups = group_duplicates([self._keys[r] for r in pool[order]], vectors, s.dedup_threshold)
+        sims = vectors @ vectors.T  # shared by dedup and MMR
+        groups = group_duplicates([self._keys[r] for r in pool[order]], vectors, s.dedup_threshold, sims)
         leaders = np.array([g[0] for g in groups], dtype=np.int64)
 
         tokens: dict[int, int] = {}
@@ -262,7 +263,8 @@ class HybridIndex:
             return tokens[i]
 
         picks = mmr_select(score[order[leaders]], vectors[leaders], lam=s.mmr_lambda, k=k, budget=budget,
-                           cost=(lambda i: cost(int(order[leaders[i]]))) if budget is not None else None)
+                           cost=(lambda i: cost(int(order[leaders[i]]))) if budget is not None else None,
+                           sims=sims[np.ix_(leaders, leaders)])
         items = []
         for rank, (i, mmr_value) in enumerate(picks, start=1):
             members = [pool[order[j]] for j in groups[i]]

@@ -16,13 +16,15 @@ __all__ = ["mmr_select"]
 
 
 def mmr_select(relevance: np.ndarray, vectors: np.ndarray, *, lam: float, k: int | None = None,
-               budget: int | None = None, cost: Callable[[int], int] | None = None) -> list[tuple[int, float]]:
+               budget: int | None = None, cost: Callable[[int], int] | None = None,
+               sims: np.ndarray | None = None) -> list[tuple[int, float]]:
     """Greedy MMR over candidates given in preference order; returns (index, mmr score) in pick order.
 
     mmr(i) = lam * relevance(i) - (1 - lam) * max cosine(i, picked). Ties go to the earlier
     candidate, so callers sort candidates by (score desc, id) for determinism. With `budget`,
     `cost(i)` gives item i's tokens; an item that does not fit the remaining budget is dropped and
     the next best is tried. Stops at `k` picks, an exhausted budget, or no candidates left.
+    `sims` (the cosine matrix of `vectors`) may be passed in to save recomputing it.
     """
     n = len(relevance)
     if budget is not None and cost is None:
@@ -43,5 +45,5 @@ def mmr_select(relevance: np.ndarray, vectors: np.ndarray, *, lam: float, k: int
             left -= tokens
         picks.append((best, float(mmr[best])))
         if lam < 1.0:
-            np.maximum(max_sim, vectors @ vectors[best], out=max_sim)
+            np.maximum(max_sim, sims[best] if sims is not None else vectors @ vectors[best], out=max_sim)
     return picks

@@ -1,0 +1,46 @@
+"""Recovery from "input token count exceeds the maximum": repack hard, retry once.
+
+ADK has no built-in re-invoke, so `on_model_error_callback` calls the agent's own model with the
+repacked request and returns its response; if that fails too, the original error surfaces.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from ..pipeline.build import ContextPack, build_pack
+from ..pipeline.collect import PackInputs
+from ..profile import BudgetProfile
+from ..tokens import TokenCounting
+
+__all__ = ["is_token_limit_error", "reported_limit", "recovery_pack"]
+
+_LIMIT = re.compile(r"input token count \(?(\d+)\)? exceeds the maximum number of tokens allowed \(?(\d+)\)?", re.I)
+_MARKERS = ("exceeds the maximum number of tokens", "context_length_exceeded", "maximum context length",
+            "prompt is too long", "too many tokens", "input token count")
+
+
+def is_token_limit_error(error: BaseException) -> bool:
+    text = str(error).lower()
+    return any(m in text for m in _MARKERS)
+
+
+def reported_limit(error: BaseException) -> int | None:
+    """The maximum the model reported, when the message says it."""
+    m = _LIMIT.search(str(error))
+    return int(m.group(2)) if m else None
+
+
+def recovery_pack(inputs: PackInputs, profile: BudgetProfile, window: int, error: BaseException, *,
+                  counter: TokenCounting) -> ContextPack:
+    """An aggressive pack: a smaller window, few recent tool results, each cut to ~1K tokens."""
+    settings = profile.recovery
+    limit = reported_limit(error)
+    target = int((limit or window) * settings.window_factor)
+    aggressive = profile.override(
+        name=f"{profile.name}+recovery",
+        conversation={"max_turn_tokens": settings.max_result_tokens, "max_verbatim_turns": settings.keep_tool_results,
+                      "tail_turns": min(profile.conversation.tail_turns, settings.keep_tool_results)},
+    )
+    return build_pack(replace(inputs, previous=None), aggressive, counter=counter, window=min(window, target))

@@ -1,0 +1,131 @@
+"""Token-limit recovery, the decay zones and the running summary, through a real ADK Runner."""
+
+from __future__ import annotations
+
+import pytest
+from google.adk.agents import LlmAgent
+from google.adk.apps.app import App
+from google.adk.artifacts import InMemoryArtifactService
+from google.adk.memory import InMemoryMemoryService
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService
+from google.genai import types
+
+from aether_context import ContextPackPlugin, TokenCounter, load_profile
+from aether_context.adk import request_from_llm
+from aether_context.content import FunctionCall, FunctionResponse, Message, ModelRequest, TextPart, ToolSpec, user_text
+from aether_context.pipeline import PackInputs, build_pack, request_tokens
+from aether_context.testing import ScriptedLlm, call
+
+COUNTER = TokenCounter()
+
+
+def read_chunk(n: int) -> str:
+    """Return chunk n of a long document."""
+    return f"chunk {n}: " + " ".join(f"word{n}_{i}" for i in range(700))
+
+
+def count_request(llm_request) -> int:
+    return request_tokens(request_from_llm(llm_request), COUNTER)
+
+
+async def _run(llm, *, window, profile="default", messages=("read the document",)):
+    agent = LlmAgent(name="reader", model=llm, instruction="Read.", tools=[read_chunk])
+    plugin = ContextPackPlugin(store="memory://recovery-test", window_tokens=window, profile=profile)
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService(),
+                    artifact_service=InMemoryArtifactService(), memory_service=InMemoryMemoryService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    events = []
+    for text in messages:
+        async for ev in runner.run_async(user_id="u", session_id=session.id,
+                                         new_message=types.Content(role="user", parts=[types.Part(text=text)])):
+            events.append(ev)
+    plugin.packer.store.flush()
+    return plugin, runner, session, events
+
+
+def _no_offload():
+    return load_profile("default").override(offload={"enabled": False})
+
+
+async def test_token_limit_error_is_recovered_by_one_aggressive_retry():
+    turns = [call("read_chunk", n=i) for i in range(6)] + ["done reading"]
+    llm = ScriptedLlm(turns=turns, max_input_tokens=3000, prompt_token_counter=count_request)
+    plugin, runner, session, events = await _run(llm, window=32_000, profile=_no_offload())
+    assert events[-1].content.parts[0].text == "done reading"
+    recovered = [r for r in plugin.packer.recent if any(f.startswith("recovery_after") for f in r.manifest.flags)]
+    assert recovered, "no recovery was recorded"
+    for r in recovered:
+        assert r.manifest.tokens_after <= int(3000 * 0.7)
+        assert "exceeds the maximum" in " ".join(r.manifest.flags)
+    # every request the model accepted was under its limit
+    accepted = [count_request(r) for r in llm.requests]
+    assert max(accepted) > 3000 and any(a <= 3000 for a in accepted)
+
+
+async def test_recovery_that_fails_again_lets_the_original_error_surface():
+    llm = ScriptedLlm(turns=[call("read_chunk", n=1), "done"], max_input_tokens=20, prompt_token_counter=count_request)
+    with pytest.raises(Exception, match="exceeds the maximum"):
+        await _run(llm, window=32_000, profile=_no_offload())
+
+
+def _tool_session(n_steps: int, size: int = 400) -> PackInputs:
+    msgs = [user_text("Fix the failing test in src/app.py")]
+    for i in range(n_steps):
+        msgs.append(Message("model", (TextPart(f"Step {i}: inspect file_{i}.py"), FunctionCall("bash", {"command": f"cat src/file_{i}.py"}))))
+        body = ("x = 1\n" * size + f'Traceback (most recent call last):\n  File "src/file_{i}.py", line {i}, in run\n'
+                f"ValueError: invalid literal for int() with base 10: 'v{i}'\n") if i % 3 == 0 else "ok\n" * size
+        msgs.append(Message("user", (FunctionResponse("bash", {"output": body}),)))
+    req = ModelRequest("gpt-4o", "You fix bugs.", tuple(msgs), (ToolSpec("bash", {"name": "bash", "description": "run"}),))
+    return PackInputs(request=req, request_index=0, invocation_id="inv", agent="a", now=1.8e9)
+
+
+def _orphans(messages) -> int:
+    bad = 0
+    for i, m in enumerate(messages):
+        if m.responses:
+            prev = messages[i - 1] if i else None
+            names = [c.name for c in prev.calls] if prev else []
+            if not all(r.name in names for r in m.responses):
+                bad += 1
+    return bad
+
+
+def test_decay_zones_keep_pairs_valid_and_cap_the_summary():
+    profile = load_profile("coding_agent")
+    inputs = _tool_session(60)
+    pack = build_pack(inputs, profile, counter=COUNTER, window=8000)
+    msgs = pack.request.messages
+    assert request_tokens(pack.request, COUNTER) <= 8000 - int(8000 * profile.floors.slack)
+    assert _orphans(msgs) == 0
+    payload = msgs[0].text
+    assert "CONVERSATION SUMMARY:" in payload and "[turn " in payload
+    summary = pack.state.summary
+    assert summary["text"].startswith("Goal:") and summary["covered_until"] >= 0
+    assert COUNTER.count_text(summary["text"]) <= profile.decay.summary_max_tokens
+    merged = [e for e in pack.manifest.truncation_events if "running summary" in e["reason"]]
+    assert merged and merged[0]["ids"]
+    # the errors of folded turns survive in the summary
+    assert "ValueError" in summary["text"]
+
+
+def test_running_summary_is_incremental_across_calls():
+    profile = load_profile("coding_agent")
+    first = build_pack(_tool_session(40), profile, counter=COUNTER, window=8000)
+    covered = first.state.summary["covered_until"]
+    later_inputs = _tool_session(60)
+    from dataclasses import replace
+    second = build_pack(replace(later_inputs, summary=first.state.summary), profile, counter=COUNTER, window=8000)
+    assert second.state.summary["covered_until"] >= covered
+    # lines of the first summary that are still relevant are carried, not recomputed from scratch
+    assert second.state.summary["text"].startswith("Goal:")
+
+
+async def test_running_summary_lands_in_session_state():
+    turns = [call("read_chunk", n=i) for i in range(14)] + ["done"]
+    llm = ScriptedLlm(turns=turns)
+    profile = _no_offload().override(decay={"fold_max_tokens": 100})
+    plugin, runner, session, events = await _run(llm, window=8000, profile=profile)
+    stored = await runner.session_service.get_session(app_name="app", user_id="u", session_id=session.id)
+    summary = stored.state.get("aether:summary", {}).get("reader")
+    assert summary and summary["text"] and summary["covered_until"] >= 0
