@@ -129,3 +129,51 @@ async def test_running_summary_lands_in_session_state():
     stored = await runner.session_service.get_session(app_name="app", user_id="u", session_id=session.id)
     summary = stored.state.get("aether:summary", {}).get("reader")
     assert summary and summary["text"] and summary["covered_until"] >= 0
+
+
+async def _run_with_summarizer(summarizer):
+    turns = [call("read_chunk", n=i) for i in range(14)] + ["done"]
+    llm = ScriptedLlm(turns=turns)
+    profile = _no_offload().override(decay={"fold_max_tokens": 100, "summarizer": "llm"})
+    agent = LlmAgent(name="reader", model=llm, instruction="Read.", tools=[read_chunk])
+    plugin = ContextPackPlugin(store="memory://summ-test", window_tokens=8000, profile=profile, summarizer=summarizer)
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService(),
+                    artifact_service=InMemoryArtifactService(), memory_service=InMemoryMemoryService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    async for _ in runner.run_async(user_id="u", session_id=session.id,
+                                    new_message=types.Content(role="user", parts=[types.Part(text="read the document")])):
+        pass
+    stored = await runner.session_service.get_session(app_name="app", user_id="u", session_id=session.id)
+    return plugin, llm, stored
+
+
+async def test_llm_summarizer_refines_the_running_summary():
+    calls = []
+
+    async def summarize(previous, items, *, goal, max_tokens):
+        calls.append(list(items))
+        return "Goal: read the document\nProgress:\n- read chunks " + ", ".join(i.split("]")[0].lstrip("[") for i in items)
+
+    plugin, llm, stored = await _run_with_summarizer(summarize)
+    assert calls and all(calls)
+    text = stored.state["aether:summary"]["reader"]["text"]
+    assert text.startswith("Goal: read the document\nProgress:\n- read chunks turn")
+    # the next requests carried the LLM's summary
+    assert any("- read chunks turn" in m.text for r in llm.requests for m in request_from_llm(r).messages)
+
+
+@pytest.mark.parametrize("failure", ["raise", "empty"])
+async def test_failing_llm_summarizer_keeps_history_and_is_recorded(failure):
+    async def summarize(previous, items, *, goal, max_tokens):
+        if failure == "raise":
+            raise RuntimeError("model unavailable")
+        return ""
+
+    plugin, llm, stored = await _run_with_summarizer(summarize)
+    summary = stored.state["aether:summary"]["reader"]
+    assert summary["text"].startswith("Goal:") or summary["text"].startswith("Progress:")  # the extractive one stayed
+    flags = [f for r in plugin.packer.recent for f in r.manifest.flags]
+    assert any(f.startswith("summary_failed") for f in flags)
+    assert all(r.manifest.error is None for r in plugin.packer.recent)
+    # every request still fits and carries the fold zone
+    assert all(count_request(r) <= 8000 for r in llm.requests)

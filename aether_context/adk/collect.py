@@ -128,7 +128,7 @@ def _describe(part: types.Part | None, chars: int) -> str:
 async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys: StateKeys, previous: PackState | None,
                          memory_limit: int, artifact_cache: dict, now: float, use_memory: bool = True,
                          use_artifacts: bool = True, summary_chars: int = 400,
-                         extra_tools: "tuple[BaseTool, ...]" = ()) -> PackInputs:
+                         extra_tools: "tuple[BaseTool, ...]" = (), edge_flags: "tuple[str, ...]" = ()) -> PackInputs:
     """`extra_tools` (the recall tool) are declared in the pack and kept whatever the step allows."""
     request = request_from_llm(llm_request)
     added = tuple(ToolSpec(t.name, t._get_declaration().model_dump(mode="json", exclude_none=True))
@@ -151,4 +151,5 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys:
         invocation_id=ctx.invocation_id, agent=ctx.agent_name, now=now, previous=previous,
         uris=dict(state.get(URIS_STATE_KEY) or {}),
         summary=dict((state.get(SUMMARY_STATE_KEY) or {}).get(ctx.agent_name) or {}),
+        extra={"edge_flags": list(edge_flags)} if edge_flags else {},
     )

@@ -26,10 +26,12 @@ from ..tokens import TokenCounter, TokenCounting
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
 
-from ..pipeline.decay import blob_key
+from ..compress import SummarizeFn, Summarizer, run_summarizer, validate_summary
+from ..pipeline.decay import RunningSummary, blob_key
 from .collect import SUMMARY_STATE_KEY, URIS_STATE_KEY, collect_inputs
 from .convert import apply_request, request_from_llm
 from .recovery import is_token_limit_error, recovery_pack
+from .summarizer import LlmSummarizer
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool, offload_tool_result
 from .task import StateKeys
 
@@ -52,7 +54,7 @@ class ContextPacker:
     def __init__(self, *, profile: "str | Path | BudgetProfile | None" = None, store: "str | PackStore | None" = None,
                  window_tokens: int | None = None, counter: TokenCounting | None = None,
                  state_keys: StateKeys | None = None, use_memory: bool = True, use_artifacts: bool = True,
-                 memory_pool: int = 50, keep_recent: int = 1000):
+                 memory_pool: int = 50, keep_recent: int = 1000, summarizer: "Summarizer | SummarizeFn | None" = None):
         self.profile = load_profile(profile)
         self.store = store if isinstance(store, PackStore) else PackStore(store or DEFAULT_STORE_URL)
         self.window_tokens = window_tokens
@@ -62,6 +64,9 @@ class ContextPacker:
         self.use_artifacts = use_artifacts
         self.memory_pool = memory_pool
         self.recent: collections.deque[CallRecord] = collections.deque(maxlen=keep_recent)
+        # The LLM summarizer (decay.summarizer: llm): given, or the calling agent's own model.
+        self.summarizer = summarizer
+        self._edge_flags: dict[tuple[str, str], list[str]] = {}
         self._states: collections.OrderedDict[tuple[str, str], PackState] = collections.OrderedDict()
         self._free_conversation: dict[tuple[str, str], int] = {}
         self._last: dict[tuple[str, str], ContextPack] = {}
@@ -90,6 +95,7 @@ class ContextPacker:
                 previous=self._previous(session.id, callback_context.agent_name),
                 memory_limit=self.memory_pool, artifact_cache=self._artifact_cache, now=time.time(),
                 use_memory=self.use_memory, use_artifacts=self.use_artifacts,
+                edge_flags=tuple(self._edge_flags.pop((session.id, callback_context.agent_name), ())),
                 extra_tools=(self.recall_tool,) if offload else ())
             pack = build_pack(inputs, self.profile, counter=self.counter, window=self.window_tokens)
             apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
@@ -100,7 +106,8 @@ class ContextPacker:
             return self._record_failure(callback_context, llm_request, e)
         self._remember(pack.state, session.id)
         self._last[(session.id, callback_context.agent_name)] = pack
-        _persist_summary(callback_context, inputs.summary, pack.state.summary)
+        if pack.state.merged_lines:  # this pack advanced the running summary
+            _persist_summary(callback_context, inputs.summary, pack.state.summary)
         conv = pack.manifest.layer_budgets["conversation"]
         self._free_conversation[(session.id, callback_context.agent_name)] = max(0, conv.budget - conv.used)
         uri = self.store.save(pack)
@@ -108,6 +115,28 @@ class ContextPacker:
         self.recent.append(record)
         _log_pack(pack)
         return record
+
+    async def after_model(self, callback_context: CallbackContext) -> None:
+        """Refine the running summary with the LLM summarizer when this call merged turns into it."""
+        key = (callback_context.session.id, callback_context.agent_name)
+        last = self._last.get(key)
+        if self.profile.decay.summarizer != "llm" or last is None or not last.state.merged_lines:
+            return
+        previous = RunningSummary.from_json(last.inputs.summary)
+        extractive = RunningSummary.from_json(last.state.summary)
+        summarizer = self.summarizer or LlmSummarizer(callback_context.get_invocation_context().agent.canonical_model)
+        try:
+            text = await run_summarizer(summarizer, previous.text or None, last.state.merged_lines,
+                                        goal=last.inputs.task.goal, max_tokens=self.profile.decay.summary_max_tokens)
+            text = validate_summary(text, self.profile.decay.summary_max_tokens, self.counter)
+            if text is None:
+                raise ValueError("the summarizer returned an empty or unusable summary")
+        except Exception as e:  # the extractive summary stays; the next manifest says why
+            logger.warning("aether-context: LLM summary failed (%s); keeping the extractive summary", e, exc_info=True)
+            self._edge_flags.setdefault(key, []).append(f"summary_failed: {type(e).__name__}: {e}"[:300])
+            return
+        _persist_summary(callback_context, last.state.summary,
+                         RunningSummary(text=text, covered_until=extractive.covered_until).to_json())
 
     async def recover(self, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception) -> LlmResponse | None:
         """Retry a request the model rejected as too long, once, after an aggressive repack.

@@ -36,6 +36,10 @@ class ContextPackPlugin(BasePlugin):
         await self.packer.pack(callback_context, llm_request)
         return None
 
+    async def after_model_callback(self, *, callback_context: CallbackContext, llm_response: LlmResponse) -> Optional[LlmResponse]:
+        await self.packer.after_model(callback_context)
+        return None
+
     async def after_tool_callback(self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext,
                                   result: dict) -> Optional[dict]:
         return await self.packer.after_tool(tool, tool_args, tool_context, result)
@@ -55,8 +59,8 @@ def context_pack_callback(*, packer: ContextPacker | None = None, **settings: An
     Tool-result offload needs the tool hook too: pass `cb.after_tool` as `after_tool_callback`::
 
         cb = context_pack_callback(profile="default")
-        agent = LlmAgent(..., before_model_callback=cb, after_tool_callback=cb.after_tool,
-                         on_model_error_callback=cb.on_model_error)
+        agent = LlmAgent(..., before_model_callback=cb, after_model_callback=cb.after_model,
+                         after_tool_callback=cb.after_tool, on_model_error_callback=cb.on_model_error)
     """
     engine = packer or ContextPacker(**settings)
 
@@ -67,10 +71,15 @@ def context_pack_callback(*, packer: ContextPacker | None = None, **settings: An
     async def after_tool(*, tool: BaseTool, args: dict[str, Any], tool_context: ToolContext, tool_response: Any) -> Optional[dict]:
         return await engine.after_tool(tool, args, tool_context, tool_response)
 
+    async def after_model(*, callback_context: CallbackContext, llm_response: LlmResponse) -> Optional[LlmResponse]:
+        await engine.after_model(callback_context)
+        return None
+
     async def on_model_error(*, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception) -> Optional[LlmResponse]:
         return await engine.recover(callback_context, llm_request, error)
 
     before_model.packer = engine  # type: ignore[attr-defined]
     before_model.on_model_error = on_model_error  # type: ignore[attr-defined]
+    before_model.after_model = after_model  # type: ignore[attr-defined]
     before_model.after_tool = after_tool  # type: ignore[attr-defined]
     return before_model

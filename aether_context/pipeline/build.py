@@ -112,6 +112,7 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
         message_digests=tuple(m.digest for m in request.messages),
         message_tokens=tuple(counter.count_message(m) for m in request.messages),
         head_digest=_head_digest(request), head_tokens=_head_tokens(request, counter), pruned=tuple(sorted(pruned)),
+        merged_lines=fitted.merged_lines,
         pack_id="pk_" + sha256_hex(f"{inputs.digest}/{window}/{profile.model_dump_json()}")[:24],
     )
     manifest = _manifest(inputs, profile, window, alloc, request, fitted, ev_lines, mem_lines, cands, events,

@@ -104,6 +104,7 @@ class PackState:
     head_tokens: int = 0
     pack_id: str = ""
     pruned: tuple[int, ...] = ()  # turn starts whose tool outputs were cleared (they stay cleared)
+    merged_lines: tuple[str, ...] = ()  # fold lines this call merged into the running summary
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -112,6 +113,7 @@ class PackState:
             "fold_lines": list(self.fold_lines), "summary": self.summary, "message_digests": list(self.message_digests),
             "message_tokens": list(self.message_tokens), "head_digest": self.head_digest,
             "head_tokens": self.head_tokens, "pack_id": self.pack_id, "pruned": list(self.pruned),
+            "merged_lines": list(self.merged_lines),
         }
 
     @classmethod
@@ -122,6 +124,7 @@ class PackState:
             fold_lines=tuple(d["fold_lines"]), summary=d.get("summary") or {}, message_digests=tuple(d["message_digests"]),
             message_tokens=tuple(d["message_tokens"]), head_digest=d["head_digest"],
             head_tokens=d["head_tokens"], pack_id=d["pack_id"], pruned=tuple(d.get("pruned", ())),
+            merged_lines=tuple(d.get("merged_lines", ())),
         )
 
 

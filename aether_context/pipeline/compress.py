@@ -48,6 +48,7 @@ class Fitted:
     loop: tuple[Turn, ...]
     folded_loop_turns: int
     events: tuple[TruncationEvent, ...] = field(default=())
+    merged_lines: tuple[str, ...] = ()  # fold lines merged into the summary by this pack
 
 
 def turn_id(turn: Turn) -> str:
@@ -215,4 +216,5 @@ def fit_conversation(history: "tuple[Turn, ...]", loop: "tuple[Turn, ...]", *, b
                                       tuple(f"turn-{k}" for k in zones.merged_turns)))
     folded_loop = len(loop) - len(kept[n_hist:])
     return Fitted(history=tuple(kept[:n_hist]), summary=zones.summary, fold_lines=zones.fold_lines,
-                  loop=tuple(kept[n_hist:]), folded_loop_turns=folded_loop, events=tuple(events))
+                  loop=tuple(kept[n_hist:]), folded_loop_turns=folded_loop, events=tuple(events),
+                  merged_lines=zones.merged_lines)

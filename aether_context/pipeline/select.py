@@ -141,6 +141,7 @@ def select(inputs: PackInputs, *, evidence_top_k: int, memory_top_k: int, counte
         flags.append("task_missing_acceptance")
     if inputs.request_index is None:
         flags.append("user_request_not_found")
+    flags.extend(inputs.extra.get("edge_flags", ()))  # e.g. a failed LLM summary after the previous call
 
     tools = tuple(sorted(inputs.request.tools, key=lambda t: t.name))
     if task.tools is not None:

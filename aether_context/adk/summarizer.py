@@ -1,0 +1,39 @@
+"""An LLM summarizer for the running summary, through an ADK model, with a handoff prompt.
+
+It refines the extractive summary after a model call: the pack already holds a deterministic
+extractive summary, so a failed, empty or garbled LLM answer changes nothing but a flag in the
+next manifest. The summarizer's call goes straight to the model (it bypasses plugins), like ADK's
+own `LlmEventSummarizer`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.registry import LLMRegistry
+from google.genai import types
+
+from ..compress import HANDOFF_PROMPT, build_handoff_request
+
+__all__ = ["LlmSummarizer"]
+
+
+class LlmSummarizer:
+    """`Summarizer` backed by an ADK model (an instance or a model name the registry resolves)."""
+
+    def __init__(self, model: "BaseLlm | str"):
+        self.model = LLMRegistry.new_llm(model) if isinstance(model, str) else model
+
+    async def summarize(self, previous_summary: str | None, new_items: Sequence[str], *, goal: str, max_tokens: int) -> str:
+        request = LlmRequest(
+            model=self.model.model,
+            contents=[types.Content(role="user", parts=[types.Part(text=build_handoff_request(previous_summary, list(new_items), goal, max_tokens))])],
+            config=types.GenerateContentConfig(system_instruction=HANDOFF_PROMPT, max_output_tokens=max_tokens * 2),
+        )
+        text = ""
+        async for response in self.model.generate_content_async(request, stream=False):
+            if response.content and response.content.parts:
+                text = "".join(p.text or "" for p in response.content.parts if not p.thought)
+        return text
