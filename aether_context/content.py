@@ -58,6 +58,11 @@ class FunctionResponse:
     response: dict[str, Any] = field(default_factory=dict)
     id: str | None = None
 
+    @cached_property
+    def key(self) -> str:
+        """`response_digest` of the payload: how its saved original's URI is looked up."""
+        return response_digest(self.response)
+
     def to_json(self) -> dict[str, Any]:
         return {"function_response": {"name": self.name, "response": self.response, "id": self.id}}
 
@@ -121,13 +126,18 @@ class Message:
     def text(self) -> str:
         return "\n".join(p.text for p in self.parts if isinstance(p, TextPart))
 
-    @property
+    @cached_property
     def calls(self) -> tuple[FunctionCall, ...]:
         return tuple(p for p in self.parts if isinstance(p, FunctionCall))
 
-    @property
+    @cached_property
     def responses(self) -> tuple[FunctionResponse, ...]:
         return tuple(p for p in self.parts if isinstance(p, FunctionResponse))
+
+    @cached_property
+    def only_responses(self) -> bool:
+        """Function responses and nothing but (no text, no calls): a tool-result message."""
+        return bool(self.parts) and len(self.responses) == len(self.parts)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Message":
@@ -185,7 +195,16 @@ class ModelRequest:
             other_tools=tuple(data.get("other_tools", ())),
         )
 
+    def head_json(self) -> dict[str, Any]:
+        """Everything but the messages (model, system instruction, tools)."""
+        return {"model": self.model, "system_instruction": self.system_instruction,
+                "tools": [t.to_json() for t in self.tools], "other_tools": list(self.other_tools)}
+
     @cached_property
     def checksum(self) -> str:
-        """sha256 of the canonical request JSON, prefixed like `sha256:<hex>`."""
-        return "sha256:" + sha256_hex(canonical_json(self.to_json()))
+        """`sha256:` of the canonical request: its head JSON and the sha256 of each message, in order.
+
+        Hashing messages by their own digests (cached per message) keeps the checksum exact while a
+        long session's history is not re-serialised on every call.
+        """
+        return "sha256:" + sha256_hex(canonical_json({"head": self.head_json(), "messages": [m.digest for m in self.messages]}))

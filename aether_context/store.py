@@ -149,10 +149,16 @@ class PackStore:
             return None
 
     # ---------------------------------------------------------------- requests and inputs
+    def _put_message(self, message: Message) -> str:
+        digest = message.digest
+        with self._lock:
+            if digest in self._known:  # stored before: no need to serialise it again
+                return digest
+        return self.put_blob(canonical_json(message.to_json()).encode("utf-8"), digest)
+
     def put_request(self, request: ModelRequest) -> str:
-        refs = [self.put_blob(canonical_json(m.to_json()).encode("utf-8"), m.digest) for m in request.messages]
-        head = {k: v for k, v in request.to_json().items() if k != "messages"}
-        return self._put_json({"head": self._put_json(head), "messages": refs})
+        refs = [self._put_message(m) for m in request.messages]
+        return self._put_json({"head": self._put_json(request.head_json()), "messages": refs})
 
     def get_request(self, ref: str) -> ModelRequest:
         record = self._get_json(ref)
@@ -161,7 +167,7 @@ class PackStore:
         return ModelRequest.from_json(data)
 
     def put_inputs(self, inputs: PackInputs) -> str:
-        data = inputs.to_json()
+        data = inputs.to_json_without_request()
         data["request"] = {"ref": self.put_request(inputs.request)}
         return self._put_json(data)
 

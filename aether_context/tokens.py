@@ -13,8 +13,6 @@ Usage::
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Protocol, runtime_checkable
 
 from .content import Blob, FunctionCall, FunctionResponse, Message, OpaquePart, TextPart, canonical_json, sha256_hex
@@ -36,30 +34,29 @@ class TokenCounting(Protocol):
     def count_message(self, message: Message) -> int: ...
 
 
-class _LruCache:
+class _Cache:
+    """A bounded dict of counts. Lookups are on the hot path of every call, so no LRU ordering and no
+    lock (single dict operations are atomic under the GIL); when full, the older half is dropped."""
+
     def __init__(self, size: int):
         self._size = size
-        self._data: OrderedDict[str, int] = OrderedDict()
-        self._lock = threading.Lock()
+        self._data: dict[str, int] = {}
         self.hits = 0
         self.misses = 0
 
     def get(self, key: str) -> int | None:
-        with self._lock:
-            value = self._data.get(key)
-            if value is None:
-                self.misses += 1
-                return None
-            self._data.move_to_end(key)
+        value = self._data.get(key)
+        if value is None:
+            self.misses += 1
+        else:
             self.hits += 1
-            return value
+        return value
 
     def put(self, key: str, value: int) -> None:
-        with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self._size:
-                self._data.popitem(last=False)
+        if len(self._data) >= self._size:
+            for old in list(self._data)[: self._size // 2]:  # insertion order: oldest first
+                self._data.pop(old, None)
+        self._data[key] = value
 
 
 class TokenCounter:
@@ -71,8 +68,8 @@ class TokenCounter:
         self.encoding_name = encoding
         self._encoding = tiktoken.get_encoding(encoding)
         self._image_tokens = image_tokens
-        self._texts = _LruCache(cache_size)
-        self._messages = _LruCache(cache_size)
+        self._texts = _Cache(cache_size)
+        self._messages = _Cache(cache_size)
 
     @property
     def cache_stats(self) -> dict[str, int]:
@@ -99,8 +96,14 @@ class TokenCounter:
         return self._encoding.decode(tokens[: max(0, max_tokens)])
 
     def count_message(self, message: Message) -> int:
+        # Fast path: the count rides on the message object itself (keyed by this counter).
+        memo = message.__dict__.get("_token_count")
+        if memo is not None and memo[0] is self:
+            self._messages.hits += 1
+            return memo[1]
         cached = self._messages.get(message.digest)
         if cached is not None:
+            message.__dict__["_token_count"] = (self, cached)
             return cached
         total = MESSAGE_OVERHEAD
         for part in message.parts:
@@ -115,6 +118,7 @@ class TokenCounter:
             elif isinstance(part, OpaquePart):
                 total += self.count_text(canonical_json(part.raw))
         self._messages.put(message.digest, total)
+        message.__dict__["_token_count"] = (self, total)
         return total
 
     def count_messages(self, messages: "tuple[Message, ...] | list[Message]") -> int:

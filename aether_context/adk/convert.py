@@ -18,8 +18,9 @@ __all__ = ["to_message", "to_content", "request_from_llm", "apply_request", "llm
 
 
 def _to_part(part: types.Part) -> Part:
-    dump = part.model_dump(mode="json", exclude_none=True)
-    keys = set(dump)
+    # Field presence straight from __dict__: a pydantic dump of every part of every request
+    # would dominate the cost of packing a long session.
+    keys = {k for k, v in part.__dict__.items() if v is not None}
     if keys == {"text"}:
         return TextPart(part.text or "")
     if keys == {"function_call"}:
@@ -30,7 +31,7 @@ def _to_part(part: types.Part) -> Part:
         return FunctionResponse(fr.name or "", dict(fr.response or {}), fr.id)
     if keys == {"inline_data"} and part.inline_data and part.inline_data.data is not None and not part.inline_data.display_name:
         return Blob(part.inline_data.mime_type or "application/octet-stream", part.inline_data.data)
-    return OpaquePart(dump)
+    return OpaquePart(part.model_dump(mode="json", exclude_none=True))
 
 
 def _from_part(part: Part) -> types.Part:
@@ -45,9 +46,54 @@ def _from_part(part: Part) -> types.Part:
     return types.Part.model_validate(part.raw)
 
 
+_CACHE: "dict[tuple, tuple[list, Message]]" = {}
+_CACHE_SIZE = 100_000
+
+
+def _payload_key(part: types.Part) -> tuple | None:
+    """Identity of a part's payload objects. ADK rebuilds each request with shallow copies of the
+    session's contents, so the text strings and argument/response dicts are the same objects from
+    call to call; anything else is not cached."""
+    fields = part.__pydantic_fields_set__  # every non-None field was set explicitly (defaults are None)
+    if len(fields) != 1:
+        values = list(part.__dict__.values())
+        if len(values) - values.count(None) != 1:
+            return None
+    if part.text is not None:
+        return ("t", id(part.text))
+    fc = part.function_call
+    if fc is not None:
+        return ("c", fc.name, fc.id, id(fc.args)) if fc.args is not None else None
+    fr = part.function_response
+    if fr is not None:
+        return ("r", fr.name, fr.id, id(fr.response)) if fr.response is not None else None
+    return None
+
+
 def to_message(content: types.Content) -> Message:
+    """Convert one content; conversions are memoised by payload identity (a long session's
+    history would otherwise be converted and hashed again on every call)."""
+    parts = content.parts or ()
     role = "model" if content.role == "model" else "user"
-    return Message(role, tuple(_to_part(p) for p in (content.parts or ())))
+    keys = []
+    for p in parts:
+        k = _payload_key(p)
+        if k is None:
+            return Message(role, tuple(_to_part(p) for p in parts))
+        keys.append(k)
+    key = (role, *keys)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit[1]
+    message = Message(role, tuple(_to_part(p) for p in parts))
+    # keep the payload objects alive while cached, so their ids cannot be reused
+    refs = [p.text if p.text is not None else (p.function_call.args if p.function_call else p.function_response.response)
+            for p in parts]
+    if len(_CACHE) >= _CACHE_SIZE:
+        for old in list(_CACHE)[: _CACHE_SIZE // 2]:
+            _CACHE.pop(old, None)
+    _CACHE[key] = (refs, message)
+    return message
 
 
 def to_content(message: Message) -> types.Content:
@@ -99,15 +145,17 @@ def _tools_config(request: ModelRequest) -> list[types.Tool] | None:
 
 
 def apply_request(llm_request: LlmRequest, request: ModelRequest, *, declared: "set[str]",
-                  added: "dict[str, Any] | None" = None) -> None:
+                  added: "dict[str, Any] | None" = None, original: "ModelRequest | None" = None) -> None:
     """Rewrite `llm_request` in place to send `request` (the only place a request is mutated).
 
     `declared` are the function names the original request declared: those not kept by the pack
     leave `tools_dict` too; anything else there (not a declared function) is left alone. `added`
-    are tools the pack itself declares (the recall tool), by name.
+    are tools the pack itself declares (the recall tool), by name. `original` is the core view of
+    `llm_request` as it came in: messages the pack left unchanged go out as ADK's own Content objects.
     """
     keep = {t.name for t in request.tools}
-    llm_request.contents = [to_content(m) for m in request.messages]
+    kept = {m.digest: c for m, c in zip(original.messages, llm_request.contents)} if original is not None else {}
+    llm_request.contents = [kept.get(m.digest) or to_content(m) for m in request.messages]
     llm_request.config.system_instruction = request.system_instruction
     had_callables = [t for t in (llm_request.config.tools or []) if not isinstance(t, types.Tool)]
     tools = _tools_config(request)

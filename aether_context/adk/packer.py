@@ -99,7 +99,7 @@ class ContextPacker:
                 extra_tools=(self.recall_tool,) if offload else ())
             pack = build_pack(inputs, self.profile, counter=self.counter, window=self.window_tokens)
             apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
-                          added={RECALL_TOOL_NAME: self.recall_tool} if offload else {})
+                          added={RECALL_TOOL_NAME: self.recall_tool} if offload else {}, original=inputs.request)
         except Exception as e:  # fail open: the agent keeps working with the request ADK built
             logger.error("aether-context: packing failed for agent %s; sending the original request",
                          callback_context.agent_name, exc_info=True)

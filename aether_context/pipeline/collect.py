@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..content import FunctionCall, Message, ModelRequest, TextPart, ToolSpec, canonical_json, sha256_hex
+from ..content import Message, ModelRequest, ToolSpec, canonical_json, sha256_hex
 
 __all__ = ["TaskSpec", "EvidenceItem", "MemoryItem", "PackInputs", "PackState", "Turn", "group_turns"]
 
@@ -150,16 +150,9 @@ class PackInputs:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "request": self.request.to_json(), "request_index": self.request_index, "task": self.task.to_json(),
-            "evidence": [e.to_json() for e in self.evidence], "memory": [m.to_json() for m in self.memory],
-            "instruction_indices": list(self.instruction_indices), "app_name": self.app_name,
-            "user_id": self.user_id, "session_id": self.session_id, "invocation_id": self.invocation_id,
-            "agent": self.agent, "now": self.now,
-            "previous": None if self.previous is None else self.previous.to_json(), "uris": self.uris,
-            "summary": self.summary,
-            "extra": self.extra,
-        }
+        data = self.to_json_shallow()
+        data["request"] = self.request.to_json()
+        return data
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "PackInputs":
@@ -173,9 +166,27 @@ class PackInputs:
             uris=d.get("uris", {}), summary=d.get("summary") or {}, extra=d.get("extra", {}),
         )
 
+    def to_json_without_request(self) -> dict[str, Any]:
+        data = self.to_json_shallow()
+        data.pop("request")
+        return data
+
+    def to_json_shallow(self) -> dict[str, Any]:
+        """`to_json` with the request left as the object (callers store or hash it their own way)."""
+        return {
+            "request": self.request, "request_index": self.request_index, "task": self.task.to_json(),
+            "evidence": [e.to_json() for e in self.evidence], "memory": [m.to_json() for m in self.memory],
+            "instruction_indices": list(self.instruction_indices), "app_name": self.app_name,
+            "user_id": self.user_id, "session_id": self.session_id, "invocation_id": self.invocation_id,
+            "agent": self.agent, "now": self.now,
+            "previous": None if self.previous is None else self.previous.to_json(), "uris": self.uris,
+            "summary": self.summary, "extra": self.extra,
+        }
+
     @property
     def digest(self) -> str:
-        return sha256_hex(canonical_json(self.to_json()))
+        """Identity of the inputs: the request's checksum and everything else as canonical JSON."""
+        return sha256_hex(self.request.checksum + canonical_json(self.to_json_without_request()))
 
 
 @dataclass(frozen=True)
@@ -212,7 +223,7 @@ def group_turns(messages: "tuple[Message, ...] | list[Message]", offset: int = 0
         if msg.calls:
             pending = [c.name for c in msg.calls]
             j = i + 1
-            while j < n and pending and _only_responses(messages[j]):
+            while j < n and pending and messages[j].only_responses:
                 for r in messages[j].responses:
                     if r.name in pending:
                         pending.remove(r.name)
@@ -224,6 +235,3 @@ def group_turns(messages: "tuple[Message, ...] | list[Message]", offset: int = 0
         turns.append(Turn(start=offset + (i - len(group)), messages=tuple(group)))
     return turns
 
-
-def _only_responses(message: Message) -> bool:
-    return bool(message.parts) and all(not isinstance(p, (TextPart, FunctionCall)) for p in message.parts) and bool(message.responses)

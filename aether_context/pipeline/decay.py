@@ -8,6 +8,7 @@ cap. Fold lines and the summary carry the URIs of the originals, so compaction i
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -40,8 +41,27 @@ def blob_key(data: bytes) -> str:
     return "blob-" + sha256_hex(data)[:20]
 
 
+_FOLD_CACHE: "OrderedDict[tuple, str]" = OrderedDict()
+
+
 def fold_turn(turn: Turn, uris: "dict[str, str]", counter: TokenCounting, max_tokens: int = 72) -> str:
-    """One line for a turn: each call with its response's outcome and URI, or the text in brief."""
+    """One line for a turn: each call with its response's outcome and URI, or the text in brief.
+
+    Memoised by the turn's content and URIs: a long session folds the same turns on every call.
+    """
+    key = (turn.start, tuple(m.digest for m in turn.messages),
+           tuple(uris.get(r.key, "") for m in turn.messages for r in m.responses),
+           max_tokens, id(counter))
+    line = _FOLD_CACHE.get(key)
+    if line is None:
+        line = _fold_turn(turn, uris, counter, max_tokens)
+        _FOLD_CACHE[key] = line
+        if len(_FOLD_CACHE) > 50_000:
+            _FOLD_CACHE.popitem(last=False)
+    return line
+
+
+def _fold_turn(turn: Turn, uris: "dict[str, str]", counter: TokenCounting, max_tokens: int) -> str:
     calls: list[FunctionCall] = [c for m in turn.messages for c in m.calls]
     responses: list[FunctionResponse] = [r for m in turn.messages for r in m.responses]
     if calls:
@@ -51,7 +71,7 @@ def fold_turn(turn: Turn, uris: "dict[str, str]", counter: TokenCounting, max_to
             match = next((r for r in pending if r.name == c.name), None)
             if match is not None:
                 pending.remove(match)
-                pieces.append(fold_tool_pair(turn.start, c, match, uri=uris.get(response_digest(match.response)),
+                pieces.append(fold_tool_pair(turn.start, c, match, uri=uris.get(match.key),
                                              counter=counter, max_tokens=max_tokens))
             else:
                 pieces.append(fold_tool_pair(turn.start, c, FunctionResponse(c.name, {"result": "(no response)"}),
@@ -117,7 +137,8 @@ def decay_images(turns: Sequence[Turn], keep_turns: int, uris: "dict[str, str]")
 
 
 def _response_tokens(turn: Turn, counter: TokenCounting) -> int:
-    return sum(counter.count_text(canonical_json(r.response)) for m in turn.messages for r in m.responses)
+    # message counts are cached by digest; re-serialising every response on every call is not
+    return sum(counter.count_message(m) for m in turn.messages if m.responses)
 
 
 def prune_tool_outputs(turns: Sequence[Turn], *, protect_tokens: int, minimum_tokens: int, uris: "dict[str, str]",
@@ -128,12 +149,14 @@ def prune_tool_outputs(turns: Sequence[Turn], *, protect_tokens: int, minimum_to
     reclaims at least `minimum_tokens` at once (so the prefix changes rarely); turns cleared before
     stay cleared. Returns the turns, every cleared turn start, and the newly cleared ones.
     """
+    if not already and sum(_response_tokens(t, counter) for t in turns) < protect_tokens + minimum_tokens:
+        return tuple(turns), frozenset(), ()  # nothing old enough to reclaim the minimum
     seen = 0
     candidates: list[Turn] = []
     for t in reversed(turns):
         tokens = _response_tokens(t, counter)
         responses = [r for m in t.messages for r in m.responses]
-        if seen >= protect_tokens and responses and all(response_digest(r.response) in uris for r in responses):
+        if seen >= protect_tokens and responses and all(r.key in uris for r in responses):
             candidates.append(t)
         seen += tokens
     fresh = [t for t in candidates if t.start not in already]
@@ -151,8 +174,8 @@ def prune_tool_outputs(turns: Sequence[Turn], *, protect_tokens: int, minimum_to
         for m in t.messages:
             parts = tuple(
                 FunctionResponse(p.name, {"cleared": "old tool output cleared to save context",
-                                          "artifact_uri": uris.get(response_digest(p.response), "")}, p.id)
-                if isinstance(p, FunctionResponse) and response_digest(p.response) in uris else p
+                                          "artifact_uri": uris.get(p.key, "")}, p.id)
+                if isinstance(p, FunctionResponse) and p.key in uris else p
                 for p in m.parts)
             msgs.append(Message(m.role, parts))
         out.append(Turn(t.start, tuple(msgs)))

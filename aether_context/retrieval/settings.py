@@ -48,9 +48,10 @@ class RetrievalSettings(BaseModel):
     candidate_pool: int = Field(100, ge=1)
     """How many top documents each retriever contributes to fusion; larger finds more, costs more."""
 
-    mmr_lambda: float = Field(0.8, ge=0.0, le=1.0)
+    mmr_lambda: float = Field(0.9, ge=0.0, le=1.0)
     """MMR trade-off: 1.0 ranks by relevance only; lower values penalise similarity to items already
-    chosen, so the budget is not spent on near-duplicates."""
+    chosen, so the budget is not spent on near-duplicates. 0.9 costs little recall on SciFact and
+    LoCoMo (whose relevant items are rarely paraphrases of each other); lower it for chatty memories."""
 
     dedup_threshold: float = Field(0.95, gt=0.0, le=1.0)
     """Embedding cosine at or above which two candidates collapse into one item (identical
@@ -101,6 +102,10 @@ class RetrievalSettings(BaseModel):
     embedding_max_seq_length: int | None = Field(None, ge=8)
     """Truncate inputs to this many model tokens (None = the model's own limit, 256 for MiniLM).
     Shorter is faster on CPU at some quality cost; see the benchmark."""
+
+    embedding_quantize: bool = False
+    """Dynamic int8 quantisation of the model's Linear layers (CPU). With max_seq_length 128 it embeds
+    several times faster; dense-only nDCG@10 drops ~0.02 on SciFact, hybrid is unchanged (benchmark)."""
 
     embedding_cache_url: str | None = None
     """fsspec URL (a local dir, `memory://...`, ...) where embeddings persist between processes;
