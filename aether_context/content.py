@@ -135,6 +135,10 @@ class Message:
         return tuple(p for p in self.parts if isinstance(p, FunctionResponse))
 
     @cached_property
+    def blobs(self) -> tuple["Blob", ...]:
+        return tuple(p for p in self.parts if isinstance(p, Blob))
+
+    @cached_property
     def only_responses(self) -> bool:
         """Function responses and nothing but (no text, no calls): a tool-result message."""
         return bool(self.parts) and len(self.responses) == len(self.parts)

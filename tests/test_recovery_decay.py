@@ -177,3 +177,58 @@ async def test_failing_llm_summarizer_keeps_history_and_is_recorded(failure):
     assert all(r.manifest.error is None for r in plugin.packer.recent)
     # every request still fits and carries the fold zone
     assert all(count_request(r) <= 8000 for r in llm.requests)
+
+
+async def test_old_images_become_a_description_with_their_uri():
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
+    llm = ScriptedLlm(turns=["seen"])
+    agent = LlmAgent(name="reader", model=llm, instruction="Look.")
+    plugin = ContextPackPlugin(store="memory://image-test", window_tokens=16_000)
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService(),
+                    artifact_service=InMemoryArtifactService(), memory_service=InMemoryMemoryService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    first = types.Content(role="user", parts=[types.Part(text="what is in this screenshot?"),
+                                              types.Part(inline_data=types.Blob(mime_type="image/png", data=png))])
+    for msg in [first] + [types.Content(role="user", parts=[types.Part(text=f"and now {i}?")]) for i in range(3)]:
+        async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=msg):
+            pass
+    sent = [request_from_llm(r) for r in llm.requests]
+    assert any(m.blobs for m in sent[0].messages)  # fresh: the image itself goes out
+    last = sent[-1]
+    assert not any(m.blobs for m in last.messages)
+    described = [m.text for m in last.messages if "image/png attachment from turn" in m.text]
+    assert described and "artifact://app/u/" in described[0]
+    uri = described[0].split(": ", 1)[1].rstrip("]")
+    data = await plugin.packer.gateway.load(
+        type("Ctx", (), {"session": await runner.session_service.get_session(app_name="app", user_id="u", session_id=session.id),
+                         "load_artifact": lambda self, f, v=None: runner.artifact_service.load_artifact(
+                             app_name="app", user_id="u", session_id=session.id, filename=f, version=v)})(), uri)
+    assert data == png
+
+
+def test_pruning_clears_old_outputs_only_when_it_reclaims_the_minimum():
+    from aether_context.pipeline.collect import group_turns
+    from aether_context.pipeline.decay import prune_tool_outputs
+
+    inputs = _tool_session(12, size=300)
+    turns = group_turns(inputs.request.messages[1:], offset=1)
+    uris = {r.key: f"artifact://a/u/s/out-{i}" for i, t in enumerate(turns) for m in t.messages for r in m.responses}
+    per_turn = min(sum(COUNTER.count_message(m) for m in t.messages if m.responses) for t in turns)
+    # protect 3 turns' worth; the 9 older ones reclaim ~9 turns: above a minimum of 5 turns -> cleared
+    out, cleared, fresh = prune_tool_outputs(turns, protect_tokens=3 * per_turn, minimum_tokens=5 * per_turn, uris=uris,
+                                             already=frozenset(), counter=COUNTER)
+    assert len(fresh) >= 6 and set(fresh) == cleared
+    for t in out:
+        for m in t.messages:
+            for r in m.responses:
+                if t.start in cleared:
+                    assert r.response["artifact_uri"].startswith("artifact://") and "cleared" in r.response
+                else:
+                    assert "output" in r.response
+    # a minimum above what the old outputs hold: nothing is cleared
+    _, cleared2, fresh2 = prune_tool_outputs(turns, protect_tokens=3 * per_turn, minimum_tokens=50 * per_turn, uris=uris,
+                                             already=frozenset(), counter=COUNTER)
+    assert not cleared2 and not fresh2
+    # outputs without a saved original are never cleared
+    _, cleared3, _ = prune_tool_outputs(turns, protect_tokens=0, minimum_tokens=0, uris={}, already=frozenset(), counter=COUNTER)
+    assert not cleared3

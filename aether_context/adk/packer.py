@@ -18,7 +18,7 @@ from google.adk.models.llm_response import LlmResponse
 
 from ..content import sha256_hex
 from ..pipeline.build import ContextPack, build_pack, request_tokens
-from ..pipeline.collect import PackState
+from ..pipeline.collect import PackInputs, PackState
 from ..pipeline.record import Manifest
 from ..profile import BudgetProfile, load_profile
 from ..store import DEFAULT_STORE_URL, PackStore
@@ -89,7 +89,6 @@ class ContextPacker:
         session = callback_context.session
         try:
             offload = self.profile.offload.enabled
-            await self._save_images(callback_context, llm_request)
             inputs = await collect_inputs(
                 callback_context, llm_request, keys=self.keys,
                 previous=self._previous(session.id, callback_context.agent_name),
@@ -97,6 +96,7 @@ class ContextPacker:
                 use_memory=self.use_memory, use_artifacts=self.use_artifacts,
                 edge_flags=tuple(self._edge_flags.pop((session.id, callback_context.agent_name), ())),
                 extra_tools=(self.recall_tool,) if offload else ())
+            inputs = await self._save_images(callback_context, inputs)
             pack = build_pack(inputs, self.profile, counter=self.counter, window=self.window_tokens)
             apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
                           added={RECALL_TOOL_NAME: self.recall_tool} if offload else {}, original=inputs.request)
@@ -169,23 +169,19 @@ class ContextPacker:
             logger.error("aether-context: the retry after recovery failed too; the original error surfaces", exc_info=True)
             return None
 
-    async def _save_images(self, ctx: CallbackContext, llm_request: LlmRequest) -> None:
+    async def _save_images(self, ctx: CallbackContext, inputs: PackInputs) -> PackInputs:
         """Save inline images to the artifact store once, so their decayed form can cite a URI."""
-        uris = dict(ctx.state.get(URIS_STATE_KEY) or {})
-        added = False
-        for content in llm_request.contents:
-            for part in content.parts or []:
-                blob = part.inline_data
-                if blob is None or blob.data is None:
-                    continue
+        uris = inputs.uris
+        for message in inputs.request.messages:
+            for blob in message.blobs:
                 key = blob_key(blob.data)
-                if key in uris:
-                    continue
-                ext = (blob.mime_type or "application/octet-stream").split("/")[-1].split(";")[0]
-                uris[key] = await self.gateway.save(ctx, f"attachment/{key}.{ext}", blob.data, blob.mime_type or "application/octet-stream")
-                added = True
-        if added:
-            ctx.state[URIS_STATE_KEY] = uris
+                if key not in uris:
+                    ext = blob.mime_type.split("/")[-1].split(";")[0]
+                    uris = {**uris, key: await self.gateway.save(ctx, f"attachment/{key}.{ext}", blob.data, blob.mime_type)}
+        if uris is inputs.uris:
+            return inputs
+        ctx.state[URIS_STATE_KEY] = uris
+        return replace(inputs, uris=uris)
 
     async def after_tool(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, result: object) -> dict | None:
         """Save a tool result whole and return its compact form when it is large; never raises."""

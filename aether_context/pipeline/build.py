@@ -68,12 +68,20 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     history, orphan_h = repair_orphans(conv.history)
     loop, orphan_l = repair_orphans(conv.loop)
     events: list[TruncationEvent] = [*orphan_h, *orphan_l]
-    history, loop, pruned, more = _decay(inputs, history, loop, profile, counter)
-    events += more
-    originals = {t.start: t for t in history + loop}
-    history, cut_h = bounded_turns(history, max_turn, counter)
-    loop, cut_l = bounded_turns(loop, max_turn, counter)
-    events += [*cut_h, *cut_l]
+    prev = inputs.previous
+    same_invocation = bool(prev is not None and prev.payload_text and prev.invocation_id == inputs.invocation_id
+                           and prev.agent == inputs.agent)
+    raw_history, raw_loop = history, loop
+
+    def prepare(consider_new_pruning: bool):
+        h, lp, pruned, more = _decay(inputs, raw_history, raw_loop, profile, counter, consider_new_pruning)
+        originals = {t.start: t for t in h + lp}
+        h, cut_h = bounded_turns(h, max_turn, counter)
+        lp, cut_l = bounded_turns(lp, max_turn, counter)
+        return h, lp, pruned, originals, [*more, *cut_h, *cut_l]
+
+    # A frozen pack (same invocation) only re-applies earlier pruning; a full build may prune anew.
+    history, loop, pruned, originals, more = prepare(consider_new_pruning=not same_invocation)
 
     # fixed layers, measured
     empty = render_payload(inputs.task, conv.request, (), (), ())
@@ -84,8 +92,6 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
         "task": counter.count_message(payload_message(empty.text(), conv.request)),
     }
 
-    prev = inputs.previous
-    same_invocation = prev is not None and prev.payload_text and prev.invocation_id == inputs.invocation_id and prev.agent == inputs.agent
     reused = None
     if same_invocation:
         reused = _try_reuse(inputs, prev, cands, history, loop, fixed_used, window, profile, counter)
@@ -93,7 +99,11 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
 
     if reused is not None:
         request, fitted, ev_lines, mem_lines, sections_text, alloc = reused
+        events += more
     else:
+        if overflowed:
+            history, loop, pruned, originals, more = prepare(consider_new_pruning=True)
+        events += more
         request, fitted, ev_lines, mem_lines, sections_text, alloc, more = _full_build(
             inputs, cands, history, loop, fixed_used, window, profile, counter, force_compact=overflowed,
             originals=originals)
@@ -120,7 +130,7 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     return ContextPack(request=request, manifest=manifest, state=state, inputs=inputs)
 
 
-def _decay(inputs: PackInputs, history, loop, profile: BudgetProfile, counter: TokenCounting):
+def _decay(inputs: PackInputs, history, loop, profile: BudgetProfile, counter: TokenCounting, consider_new_pruning: bool):
     """Image decay and pruning of old tool outputs, before the conversation is fitted."""
     events: list[TruncationEvent] = []
     n_hist = len(history)
@@ -132,7 +142,7 @@ def _decay(inputs: PackInputs, history, loop, profile: BudgetProfile, counter: T
     if profile.pruning.enabled:
         turns, pruned, fresh = prune_tool_outputs(turns, protect_tokens=profile.pruning.protect_tokens,
                                                   minimum_tokens=profile.pruning.minimum_tokens, uris=inputs.uris,
-                                                  already=already, counter=counter)
+                                                  already=already, counter=counter, consider_new=consider_new_pruning)
         if fresh:
             events.append(TruncationEvent("conversation", "compress", "old tool outputs cleared to their URI (pruning)",
                                           tuple(f"turn-{k}" for k in fresh)))

@@ -116,7 +116,7 @@ def decay_images(turns: Sequence[Turn], keep_turns: int, uris: "dict[str, str]")
     changed: list[str] = []
     last = len(turns) - keep_turns
     for i, t in enumerate(turns):
-        if i >= last or not any(isinstance(p, Blob) for m in t.messages for p in m.parts):
+        if i >= last or not any(m.blobs for m in t.messages):
             out.append(t)
             continue
         msgs = []
@@ -142,29 +142,28 @@ def _response_tokens(turn: Turn, counter: TokenCounting) -> int:
 
 
 def prune_tool_outputs(turns: Sequence[Turn], *, protect_tokens: int, minimum_tokens: int, uris: "dict[str, str]",
-                       already: "frozenset[int]", counter: TokenCounting) -> tuple[tuple[Turn, ...], frozenset[int], tuple[int, ...]]:
+                       already: "frozenset[int]", counter: TokenCounting,
+                       consider_new: bool = True) -> tuple[tuple[Turn, ...], frozenset[int], tuple[int, ...]]:
     """Clear old tool outputs to a placeholder with their URI, beyond the newest `protect_tokens` of outputs.
 
     Only outputs saved in the artifact store (with a URI) are cleared, and only when the clearing
     reclaims at least `minimum_tokens` at once (so the prefix changes rarely); turns cleared before
-    stay cleared. Returns the turns, every cleared turn start, and the newly cleared ones.
+    stay cleared. Returns the turns, every cleared turn start, and the newly cleared ones. With
+    `consider_new` False only the turns cleared before are cleared again (a frozen pack).
     """
-    if not already and sum(_response_tokens(t, counter) for t in turns) < protect_tokens + minimum_tokens:
-        return tuple(turns), frozenset(), ()  # nothing old enough to reclaim the minimum
-    seen = 0
-    candidates: list[Turn] = []
-    for t in reversed(turns):
-        tokens = _response_tokens(t, counter)
-        responses = [r for m in t.messages for r in m.responses]
-        if seen >= protect_tokens and responses and all(r.key in uris for r in responses):
-            candidates.append(t)
-        seen += tokens
-    fresh = [t for t in candidates if t.start not in already]
-    cleared = set(already)
-    if sum(_response_tokens(t, counter) for t in fresh) >= minimum_tokens:
-        cleared |= {t.start for t in fresh}
-    else:
-        fresh = []
+    fresh: list[Turn] = []
+    if consider_new and (already or sum(_response_tokens(t, counter) for t in turns) >= protect_tokens + minimum_tokens):
+        seen = 0
+        for t in reversed(turns):
+            responses = [r for m in t.messages for r in m.responses]
+            if seen >= protect_tokens and responses and t.start not in already and all(r.key in uris for r in responses):
+                fresh.append(t)
+            seen += _response_tokens(t, counter)
+        if sum(_response_tokens(t, counter) for t in fresh) < minimum_tokens:
+            fresh = []
+    cleared = set(already) | {t.start for t in fresh}
+    if not cleared:
+        return tuple(turns), frozenset(), ()
     out = []
     for t in turns:
         if t.start not in cleared:
