@@ -4,6 +4,7 @@
     aether-context replay URI [--json]      the exact request the call sent (checksum verified)
     aether-context replay URI --profile P   re-pack the call's inputs under profile P and show the diff
     aether-context list STORE_URL           manifests in a store, oldest first
+    aether-context timeline STORE_URL [--session S]   per call: tokens by layer, compactions, cache hits
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .pipeline.record import Manifest
 from .replay import repack, replay, store_for_uri
 from .store import PackStore
 
-__all__ = ["main", "format_manifest", "format_request"]
+__all__ = ["main", "format_manifest", "format_request", "format_timeline"]
 
 
 def format_manifest(m: Manifest) -> str:
@@ -100,6 +101,39 @@ def _list(args, out: TextIO) -> int:
     return 0
 
 
+def format_timeline(store: PackStore, uris: "list[str]") -> str:
+    """Per call: tokens by layer, compactions, cache breaks, the model's reported and cached tokens."""
+    head = (f"{'#':>3} {'pack':<27} {'agent':<12} {'before':>7} {'after':>6} {'sys':>5} {'task':>5} {'tools':>5} "
+            f"{'evid':>5} {'mem':>5} {'conv':>6} {'trunc':>5} {'fail':>4} {'reported':>8} {'cached':>7}  cache break")
+    lines = [head]
+    reported_total = cached_total = 0
+    for i, uri in enumerate(uris, 1):
+        m = store.load_manifest(uri)
+        usage = store.load_usage(uri) or {}
+        lb = m.layer_budgets
+        used = {k: (lb[k].used if k in lb else 0) for k in ("system", "task", "tools", "evidence", "memory", "conversation")}
+        reported, cached = usage.get("reported") or 0, usage.get("cached") or 0
+        reported_total += reported
+        cached_total += cached
+        brk = m.cache_break or {}
+        brk_text = f"{brk.get('block')} ({brk.get('kind', '')}, {brk.get('tokens')} tok)" if brk else ""
+        failures = sum(1 for f in m.flags if f.startswith("failure"))
+        lines.append(f"{i:>3} {m.pack_id:<27} {m.agent[:12]:<12} {m.tokens_before:>7} {m.tokens_after:>6} "
+                     f"{used['system']:>5} {used['task']:>5} {used['tools']:>5} {used['evidence']:>5} {used['memory']:>5} "
+                     f"{used['conversation']:>6} {len(m.truncation_events):>5} {failures:>4} {reported or '-':>8} "
+                     f"{cached if reported else '-':>7}  {brk_text}" + (f"  ERROR {m.error}" if m.error else ""))
+    share = f"{cached_total / reported_total:.1%}" if reported_total else "n/a"
+    lines.append(f"\n{len(uris)} calls; model-reported prompt tokens {reported_total}, cached {cached_total} (cache hit share {share})")
+    return "\n".join(lines)
+
+
+def _timeline(args, out: TextIO) -> int:
+    store = PackStore(args.store, background=False)
+    uris = store.list_manifests(args.app or "", args.user or "", args.session or "")
+    out.write(format_timeline(store, uris) + "\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aether-context", description="Inspect and replay recorded Context Packs.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -117,6 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user")
     p.add_argument("--session")
     p.set_defaults(func=_list)
+    p = sub.add_parser("timeline", help="usage per call of a session: tokens by layer, compactions, cache hits")
+    p.add_argument("store", help="store URL, e.g. .aether/packs")
+    p.add_argument("--app")
+    p.add_argument("--user")
+    p.add_argument("--session")
+    p.set_defaults(func=_timeline)
     return parser
 
 

@@ -200,6 +200,18 @@ class PackStore:
         data["integrity"] = manifest_integrity(data)
         self._write_atomic(rel, json.dumps(data, indent=1, sort_keys=True).encode("utf-8"))
 
+    def save_usage(self, manifest: Manifest, usage: dict) -> None:
+        """What the model reported for a call (prompt and cached tokens), beside its manifest."""
+        rel = self.manifest_rel(manifest).rsplit("/", 1)[0] + "/usage.json"
+        self._submit(lambda: self._write_atomic(rel, json.dumps(usage, sort_keys=True).encode("utf-8")))
+
+    def load_usage(self, manifest_uri: str) -> dict | None:
+        rel = self.rel_from_uri(manifest_uri).rsplit("/", 1)[0] + "/usage.json"
+        try:
+            return json.loads(self.read_bytes(rel))
+        except (ManifestError, json.JSONDecodeError):
+            return None
+
     def load_manifest(self, uri: str) -> Manifest:
         """Read and verify a manifest; a truncated, malformed or edited file is a `ManifestError`."""
         raw = self.read_bytes(self.rel_from_uri(uri))
@@ -219,9 +231,8 @@ class PackStore:
 
     def list_manifests(self, app: str = "", user: str = "", session: str = "") -> list[str]:
         """Manifest URIs under a scope, oldest first (by the pack's creation time)."""
-        base = "/".join(_safe(s) for s in (app, user, session) if s)
-        pattern = self._path(f"{base}/**/manifest.json" if base else "**/manifest.json")
-        found = sorted(self.fs.glob(pattern))
+        scope = "/".join(_safe(s) if s else "*" for s in (app, user, session))
+        found = sorted(self.fs.glob(self._path(f"{scope}/*/manifest.json")))
         uris = [self.uri(p[len(self.root) + 1:] if p.startswith(self.root) else p.lstrip("/")) for p in found]
         return sorted(uris, key=lambda u: (self.load_manifest(u).created_at, u))
 

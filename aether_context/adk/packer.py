@@ -37,6 +37,8 @@ from .task import StateKeys
 
 logger = logging.getLogger("aether_context")
 
+CALIBRATION_ALPHA = 0.5  # weight of the newest observation in the smoothed correction
+
 __all__ = ["ContextPacker", "CallRecord"]
 
 
@@ -67,6 +69,8 @@ class ContextPacker:
         # The LLM summarizer (decay.summarizer: llm): given, or the calling agent's own model.
         self.summarizer = summarizer
         self._edge_flags: dict[tuple[str, str], list[str]] = {}
+        self.calibration: dict[str, float] = {}  # per model: reported prompt tokens / our estimate, smoothed
+        self.usage: collections.deque[dict] = collections.deque(maxlen=keep_recent)
         self._states: collections.OrderedDict[tuple[str, str], PackState] = collections.OrderedDict()
         self._free_conversation: dict[tuple[str, str], int] = {}
         self._last: dict[tuple[str, str], ContextPack] = {}
@@ -97,6 +101,7 @@ class ContextPacker:
                 edge_flags=tuple(self._edge_flags.pop((session.id, callback_context.agent_name), ())),
                 extra_tools=(self.recall_tool,) if offload else ())
             inputs = await self._save_images(callback_context, inputs)
+            inputs = replace(inputs, calibration=self.calibration.get(inputs.request.model, 1.0))
             pack = build_pack(inputs, self.profile, counter=self.counter, window=self.window_tokens)
             apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
                           added={RECALL_TOOL_NAME: self.recall_tool} if offload else {}, original=inputs.request)
@@ -116,10 +121,30 @@ class ContextPacker:
         _log_pack(pack)
         return record
 
-    async def after_model(self, callback_context: CallbackContext) -> None:
-        """Refine the running summary with the LLM summarizer when this call merged turns into it."""
+    async def after_model(self, callback_context: CallbackContext, llm_response: LlmResponse | None = None) -> None:
+        """Learn from the model's reported usage, then refresh the running summary if due."""
         key = (callback_context.session.id, callback_context.agent_name)
         last = self._last.get(key)
+        if last is not None and llm_response is not None and llm_response.usage_metadata is not None:
+            self._record_usage(last, llm_response.usage_metadata)
+        await self._refresh_summary(callback_context, key, last)
+
+    def _record_usage(self, pack: ContextPack, usage) -> None:
+        """Calibrate token estimates per model (bounded, smoothed) and keep the call's usage."""
+        reported = usage.prompt_token_count
+        estimate = pack.manifest.tokens_after
+        model = pack.manifest.model
+        if reported and estimate:
+            ratio = min(3.0, max(0.5, reported / estimate))
+            old = self.calibration.get(model)
+            self.calibration[model] = round(ratio if old is None else old + CALIBRATION_ALPHA * (ratio - old), 4)
+        record = {"pack_id": pack.manifest.pack_id, "model": model, "estimate": estimate, "reported": reported,
+                  "cached": usage.cached_content_token_count or 0, "calibration": self.calibration.get(model, 1.0)}
+        self.usage.append(record)
+        self.store.save_usage(pack.manifest, record)
+
+    async def _refresh_summary(self, callback_context: CallbackContext, key: tuple[str, str], last: ContextPack | None) -> None:
+        """Refine the running summary with the LLM summarizer when this call merged turns into it."""
         if self.profile.decay.summarizer != "llm" or last is None or not last.state.merged_lines:
             return
         previous = RunningSummary.from_json(last.inputs.summary)

@@ -37,7 +37,7 @@ class ContextPackPlugin(BasePlugin):
         return None
 
     async def after_model_callback(self, *, callback_context: CallbackContext, llm_response: LlmResponse) -> Optional[LlmResponse]:
-        await self.packer.after_model(callback_context)
+        await self.packer.after_model(callback_context, llm_response)
         return None
 
     async def after_tool_callback(self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext,
@@ -72,7 +72,7 @@ def context_pack_callback(*, packer: ContextPacker | None = None, **settings: An
         return await engine.after_tool(tool, args, tool_context, tool_response)
 
     async def after_model(*, callback_context: CallbackContext, llm_response: LlmResponse) -> Optional[LlmResponse]:
-        await engine.after_model(callback_context)
+        await engine.after_model(callback_context, llm_response)
         return None
 
     async def on_model_error(*, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception) -> Optional[LlmResponse]:

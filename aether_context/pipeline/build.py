@@ -59,7 +59,9 @@ def _turn_tokens(turns: "tuple[Turn, ...]", counter: TokenCounting) -> int:
 def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting, window: int | None = None) -> ContextPack:
     """Build the Context Pack for one call. Raises `BudgetError` when the fixed layers cannot fit."""
     req = inputs.request
-    window = context_window(req.model, window if window is not None else profile.window_tokens)
+    model_window = context_window(req.model, window if window is not None else profile.window_tokens)
+    # Calibrated: if the model counts 20 % more than our tokenizer, pack for a window 20 % smaller.
+    window = int(model_window / max(0.5, inputs.calibration))
 
     # select: ranked candidates and signals
     cands = select(inputs, evidence_top_k=profile.evidence.top_k, memory_top_k=profile.memory.top_k, counter=counter)
@@ -123,9 +125,12 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
         message_tokens=tuple(counter.count_message(m) for m in request.messages),
         head_digest=_head_digest(request), head_tokens=_head_tokens(request, counter), pruned=tuple(sorted(pruned)),
         merged_lines=fitted.merged_lines,
-        pack_id="pk_" + sha256_hex(f"{inputs.digest}/{window}/{profile.model_dump_json()}")[:24],
+        pack_id="pk_" + sha256_hex(f"{inputs.digest}/{model_window}/{profile.model_dump_json()}")[:24],
+        system_digest=sha256_hex(request.system_instruction),
+        tools_digest=sha256_hex(canonical_json([[t.to_json() for t in request.tools], list(request.other_tools)])),
+        payload_index=len([m for t in fitted.history for m in t.messages]),
     )
-    manifest = _manifest(inputs, profile, window, alloc, request, fitted, ev_lines, mem_lines, cands, events,
+    manifest = _manifest(inputs, profile, model_window, alloc, request, fitted, ev_lines, mem_lines, cands, events,
                          state, counter, reused is not None)
     return ContextPack(request=request, manifest=manifest, state=state, inputs=inputs)
 
@@ -263,6 +268,31 @@ def _in_overflow_order(events: "list[TruncationEvent]") -> list[TruncationEvent]
     return sorted(events, key=lambda e: (_ACTION_ORDER[e.action], _LAYER_ORDER.get(e.layer, 9)))
 
 
+def _cache_break(state: PackState, prev: PackState | None, prefix_tokens: int) -> dict | None:
+    """The first stable block that differs from the previous call's request, and what it costs.
+
+    Appending messages is not a break; changing the system instruction, the tools or any earlier
+    message is (the prompt cache must re-process everything after it).
+    """
+    if prev is None or not prev.message_digests:
+        return None
+    lost = prev.head_tokens + sum(prev.message_tokens) - prefix_tokens
+    if state.system_digest != prev.system_digest:
+        return {"block": "system_instruction", "index": None, "tokens": lost}
+    if state.tools_digest != prev.tools_digest:
+        return {"block": "tools", "index": None, "tokens": lost}
+    for i, (old, new) in enumerate(zip(prev.message_digests, state.message_digests)):
+        if old != new:
+            kind = "history" if i < prev.payload_index else "payload" if i == prev.payload_index else "tool turns"
+            if prev.invocation_id != state.invocation_id:
+                kind += ", new invocation"
+            return {"block": f"messages[{i}]", "index": i, "kind": kind, "tokens": lost}
+    if len(state.message_digests) < len(prev.message_digests):
+        return {"block": f"messages[{len(state.message_digests)}]", "index": len(state.message_digests),
+                "kind": "removed", "tokens": lost}
+    return None
+
+
 def _prefix_tokens(request: ModelRequest, prev: PackState | None, counter: TokenCounting) -> int:
     if prev is None or not prev.message_digests or prev.head_digest != _head_digest(request):
         return 0
@@ -304,6 +334,7 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, window: int, alloc: Al
         "slack": LayerUsage(budget=alloc.slack, used=0),
     }
     uris = sorted({ln.uri for ln in ev_lines if ln.uri})
+    prefix = _prefix_tokens(request, inputs.previous, counter)
     return Manifest(
         pack_id=state.pack_id, model=request.model, window=window, profile=profile.name,
         profile_digest="sha256:" + sha256_hex(profile.model_dump_json()), app_name=inputs.app_name,
@@ -316,7 +347,11 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, window: int, alloc: Al
         },
         flags=list(cands.flags), evidence_needed=list(inputs.task.evidence_needed),
         tokens_before=request_tokens(inputs.request, counter), tokens_after=request_tokens(request, counter),
-        prefix_tokens=_prefix_tokens(request, inputs.previous, counter),
+        prefix_tokens=prefix,
+        block_hashes={"system": state.system_digest, "tools": state.tools_digest,
+                      "payload": sha256_hex(state.payload_text)},
+        cache_break=_cache_break(state, inputs.previous, prefix),
+        calibration=round(inputs.calibration, 4), packed_for=alloc.window,
         previous_tokens=(inputs.previous.head_tokens + sum(inputs.previous.message_tokens)) if inputs.previous else 0,
         previous_pack_id=inputs.previous.pack_id if inputs.previous else "",
         reused_payload=reused, tools=[t.name for t in request.tools], checksum=request.checksum,

@@ -101,6 +101,9 @@ class PackState:
     message_digests: tuple[str, ...] = ()
     message_tokens: tuple[int, ...] = ()
     head_digest: str = ""  # system instruction + tools
+    system_digest: str = ""
+    tools_digest: str = ""
+    payload_index: int = -1  # position of the Pack Payload among the messages
     head_tokens: int = 0
     pack_id: str = ""
     pruned: tuple[int, ...] = ()  # turn starts whose tool outputs were cleared (they stay cleared)
@@ -112,6 +115,7 @@ class PackState:
             "folded_loop_turns": self.folded_loop_turns, "kept_history_turns": self.kept_history_turns,
             "fold_lines": list(self.fold_lines), "summary": self.summary, "message_digests": list(self.message_digests),
             "message_tokens": list(self.message_tokens), "head_digest": self.head_digest,
+            "system_digest": self.system_digest, "tools_digest": self.tools_digest, "payload_index": self.payload_index,
             "head_tokens": self.head_tokens, "pack_id": self.pack_id, "pruned": list(self.pruned),
             "merged_lines": list(self.merged_lines),
         }
@@ -123,6 +127,8 @@ class PackState:
             folded_loop_turns=d["folded_loop_turns"], kept_history_turns=d["kept_history_turns"],
             fold_lines=tuple(d["fold_lines"]), summary=d.get("summary") or {}, message_digests=tuple(d["message_digests"]),
             message_tokens=tuple(d["message_tokens"]), head_digest=d["head_digest"],
+            system_digest=d.get("system_digest", ""), tools_digest=d.get("tools_digest", ""),
+            payload_index=d.get("payload_index", -1),
             head_tokens=d["head_tokens"], pack_id=d["pack_id"], pruned=tuple(d.get("pruned", ())),
             merged_lines=tuple(d.get("merged_lines", ())),
         )
@@ -147,6 +153,7 @@ class PackInputs:
     previous: PackState | None = None
     uris: dict[str, str] = field(default_factory=dict)  # response/blob digest -> artifact URI of the original
     summary: dict[str, Any] = field(default_factory=dict)  # the running summary kept in session state
+    calibration: float = 1.0  # the model's reported prompt tokens / our estimate, smoothed (see calibrate)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -163,7 +170,8 @@ class PackInputs:
             instruction_indices=tuple(d.get("instruction_indices", ())), app_name=d["app_name"],
             user_id=d["user_id"], session_id=d["session_id"], invocation_id=d["invocation_id"], agent=d["agent"],
             now=d["now"], previous=None if d["previous"] is None else PackState.from_json(d["previous"]),
-            uris=d.get("uris", {}), summary=d.get("summary") or {}, extra=d.get("extra", {}),
+            uris=d.get("uris", {}), summary=d.get("summary") or {}, calibration=float(d.get("calibration", 1.0)),
+            extra=d.get("extra", {}),
         )
 
     def to_json_without_request(self) -> dict[str, Any]:
@@ -180,7 +188,7 @@ class PackInputs:
             "user_id": self.user_id, "session_id": self.session_id, "invocation_id": self.invocation_id,
             "agent": self.agent, "now": self.now,
             "previous": None if self.previous is None else self.previous.to_json(), "uris": self.uris,
-            "summary": self.summary, "extra": self.extra,
+            "summary": self.summary, "calibration": self.calibration, "extra": self.extra,
         }
 
     @property

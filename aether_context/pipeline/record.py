@@ -56,6 +56,12 @@ class Manifest(BaseModel):
     previous_tokens: int = 0
     previous_pack_id: str = ""
     reused_payload: bool = Field(False, description="The payload was kept from the previous call of this invocation.")
+    block_hashes: dict[str, str] = Field(default_factory=dict, description="sha256 of each stable block: system, tools, payload.")
+    cache_break: dict[str, Any] | None = Field(None, description=(
+        "When the request is not the previous one plus appended messages: the first block that changed "
+        "(system_instruction, tools, or messages[i] with its kind) and the tokens to re-process."))
+    calibration: float = Field(1.0, description="Correction applied to our token estimates (model count / estimate).")
+    packed_for: int = Field(0, description="The window in our tokenizer's units after calibration.")
     tools: list[str] = Field(default_factory=list)
     checksum: str
     request_ref: str = Field("", description="Content hash of the stored request.")
