@@ -21,11 +21,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ProfileError
+from .failures import FailureSettings
+from .recitation import RecitationSettings
 
 __all__ = [
     "BudgetProfile", "Floors", "EvidenceWeights", "MemoryWeights", "ConversationWeights", "Weights",
     "ConversationSettings", "SelectionSettings", "OffloadSettings", "PruningSettings", "DecaySettings",
-    "RecoverySettings", "load_profile", "builtin_profiles",
+    "RecoverySettings", "FailureEvidenceSettings", "VariationSettings", "load_profile", "builtin_profiles",
 ]
 
 
@@ -133,6 +135,22 @@ class RecoverySettings(_Strict):
     window_factor: float = Field(0.7, gt=0, le=1, description="The retry packs for this share of the limit the model reported.")
 
 
+class FailureEvidenceSettings(_Strict):
+    """The FAILURES SO FAR section: tool failures of the session, categorised and analysed."""
+
+    enabled: bool = Field(True, description="Record tool failures and show the section.")
+    max_tokens: int = Field(400, ge=32, description="Hard cap of the section (part of the never-truncated Task layer).")
+    log: FailureSettings = Field(default_factory=FailureSettings, description="Bound, repeat/cluster/cascade thresholds.")
+
+
+class VariationSettings(_Strict):
+    """Opt-in structural variation of the dynamic sections, and compact JSON for tool results."""
+
+    enabled: bool = Field(False, description="Vary formatting of the recitation block (never the cached prefix).")
+    seed: int = Field(0, description="Seed: the same seed and call give the same format.")
+    compact_json: bool = Field(False, description="Re-serialise JSON tool results in their shortest faithful form.")
+
+
 class BudgetProfile(_Strict):
     """A named budget policy. Every field has a default, so a YAML file may set only what it changes."""
 
@@ -148,6 +166,9 @@ class BudgetProfile(_Strict):
     pruning: PruningSettings = PruningSettings()
     decay: DecaySettings = DecaySettings()
     recovery: RecoverySettings = RecoverySettings()
+    recitation: RecitationSettings = RecitationSettings()
+    failures: FailureEvidenceSettings = FailureEvidenceSettings()
+    variation: VariationSettings = VariationSettings()
 
     @model_validator(mode="after")
     def _floors_fit(self) -> "BudgetProfile":

@@ -155,14 +155,15 @@ def _cut(text: str, k: int) -> str:
 def _render(goal: str, progress: str, next_step: str | None, open_items: Sequence[str],
             errors: Sequence[str], variation: StructuralVariation | None, call_index: int) -> str:
     if variation is None or not variation.enabled:
-        lines = [f"STATUS — goal: {goal}", f"progress {progress}" + (f"; next: {next_step}" if next_step else "")]
+        step = "; ".join(x for x in (f"progress {progress}" if progress else "", f"next: {next_step}" if next_step else "") if x)
+        lines = [f"STATUS — goal: {goal}"] + ([step] if step else [])
         if open_items:
             lines.append("open: " + "; ".join(open_items))
         if errors:
             lines.append("last errors: " + "; ".join(errors))
         return "\n".join(lines)
     style = variation.style(call_index)
-    lines = [f"{style.status_label} {goal}", f"progress: {progress}"]
+    lines = [f"{style.status_label} {goal}"] + ([f"progress: {progress}"] if progress else [])
     if next_step:
         lines.append(f"next: {next_step}")
     for title, items in (("open", open_items), ("last errors", errors)):
@@ -185,8 +186,10 @@ def build_recitation(goal: str, steps_done: int, steps_total: int, next_step: st
     if max_tokens <= 0:
         return ""
     goal_c = _clip(goal)
-    progress = (variation.format_progress(steps_done, steps_total, call_index) if variation
-                else format_progress(steps_done, steps_total))
+    # no plan, no progress figure (a bare "0/0" would read as "nothing done of nothing")
+    progress = "" if steps_total <= 0 else (
+        variation.format_progress(steps_done, steps_total, call_index) if variation
+        else format_progress(steps_done, steps_total))
     nxt = _clip(next_step) if next_step else None
     items = [_clip(i) for i in open_items if i and i.strip()]
     errors = [_clip(e) for e in last_errors if e and e.strip()]

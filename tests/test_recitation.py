@@ -28,8 +28,8 @@ def test_canonical_block():
 
 
 def test_minimal_block():
-    assert build_recitation("Ship it", 0, 0, None, [], [], max_tokens=50, counter=COUNTER) == (
-        "STATUS — goal: Ship it\nprogress 0/?")
+    # no plan: no progress figure
+    assert build_recitation("Ship it", 0, 0, None, [], [], max_tokens=50, counter=COUNTER) == "STATUS — goal: Ship it"
 
 
 @pytest.mark.parametrize("cap", [1, 3, 8, 12, 20, 40, 60, 500])

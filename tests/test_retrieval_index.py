@@ -174,3 +174,16 @@ def test_context_is_searched_but_not_returned_or_counted():
     assert result.ids == ["t1"]
     assert result.items[0].text == "Caroline: Yes, it was amazing!" and result.items[0].tokens == 5
     assert Document.from_json(docs[0].to_json()) == docs[0]
+
+
+def test_settings_configure_the_default_embedder_lazily(tmp_path):
+    from aether_context.retrieval import SentenceTransformerEmbedder
+
+    settings = RetrievalSettings(embedding_model=str(tmp_path / "no-model-here"), embedding_max_seq_length=128,
+                                 embedding_quantize=True, embedding_batch_size=8,
+                                 embedding_cache_url=str(tmp_path / "vectors"))
+    index = HybridIndex(settings)  # nothing is loaded until the first embedding
+    assert index.embedder == SentenceTransformerEmbedder(str(tmp_path / "no-model-here"), batch_size=8,
+                                                         max_seq_length=128, quantize=True)
+    assert index.cache.url == str(tmp_path / "vectors")
+    assert "seq=128" in index.embedder.name and "int8=1" in index.embedder.name

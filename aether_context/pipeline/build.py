@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..content import Message, ModelRequest, canonical_json, sha256_hex
 from ..errors import BudgetError
@@ -19,6 +19,7 @@ from .record import LayerUsage, Manifest
 from .render import PAYLOAD_HEADER, payload_message, render_payload, render_request, system_text
 from .decay import RunningSummary, decay_images, prune_tool_outputs
 from .select import Candidates, Line, query_text, select
+from .status import failures_section, recitation_message, recitation_reserve
 
 __all__ = ["ContextPack", "build_pack", "request_tokens"]
 
@@ -85,18 +86,20 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     # A frozen pack (same invocation) only re-applies earlier pruning; a full build may prune anew.
     history, loop, pruned, originals, more = prepare(consider_new_pruning=not same_invocation)
 
-    # fixed layers, measured
-    empty = render_payload(inputs.task, conv.request, (), (), ())
+    # fixed layers, measured (the Task layer includes failures so far and room for the recitation)
+    failures = failures_section(inputs, profile, int(inputs.failures.get("current_turn", 0)), counter)
+    reserve = recitation_reserve(profile)
+    empty = render_payload(inputs.task, conv.request, (), (), failures=failures)
     fixed_used = {
         "system": counter.count_text(system_text(req.system_instruction)) + sum(counter.count_message(m) for m in conv.instructions),
         "tools": sum(counter.count_text(canonical_json(t.declaration)) for t in cands.tools)
         + sum(counter.count_text(canonical_json(t)) for t in req.other_tools),
-        "task": counter.count_message(payload_message(empty.text(), conv.request)),
+        "task": counter.count_message(payload_message(empty.text(), conv.request)) + reserve,
     }
 
     reused = None
     if same_invocation:
-        reused = _try_reuse(inputs, prev, cands, history, loop, fixed_used, window, profile, counter)
+        reused = _try_reuse(inputs, prev, cands, history, loop, fixed_used, window, profile, counter, reserve)
     overflowed = same_invocation and reused is None
 
     if reused is not None:
@@ -108,9 +111,15 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
         events += more
         request, fitted, ev_lines, mem_lines, sections_text, alloc, more = _full_build(
             inputs, cands, history, loop, fixed_used, window, profile, counter, force_compact=overflowed,
-            originals=originals)
+            originals=originals, failures=failures, reserve=reserve)
         events.extend(more)
 
+    # the goal recitation goes last, after everything that may be cached
+    stable = request
+    recital, call_index, last_recited = recitation_message(
+        inputs, profile, fitted.history + fitted.loop, request_tokens(request, counter), counter)
+    if recital is not None:
+        request = replace(request, messages=request.messages + (recital,))
     total = request_tokens(request, counter)
     if total > alloc.pack_limit:
         raise BudgetError(f"pack needs {total} tokens but only {alloc.pack_limit} fit (window {window} less "
@@ -121,9 +130,10 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
         invocation_id=inputs.invocation_id, agent=inputs.agent, payload_text=sections_text,
         folded_loop_turns=fitted.folded_loop_turns, kept_history_turns=len(fitted.history),
         fold_lines=fitted.fold_lines, summary=fitted.summary.to_json(),
-        message_digests=tuple(m.digest for m in request.messages),
-        message_tokens=tuple(counter.count_message(m) for m in request.messages),
+        message_digests=tuple(m.digest for m in stable.messages),  # the recitation is not part of the prefix
+        message_tokens=tuple(counter.count_message(m) for m in stable.messages),
         head_digest=_head_digest(request), head_tokens=_head_tokens(request, counter), pruned=tuple(sorted(pruned)),
+        call_index=call_index, last_recited=last_recited,
         merged_lines=fitted.merged_lines,
         pack_id="pk_" + sha256_hex(f"{inputs.digest}/{model_window}/{profile.model_dump_json()}")[:24],
         system_digest=sha256_hex(request.system_instruction),
@@ -131,7 +141,7 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
         payload_index=len([m for t in fitted.history for m in t.messages]),
     )
     manifest = _manifest(inputs, profile, model_window, alloc, request, fitted, ev_lines, mem_lines, cands, events,
-                         state, counter, reused is not None)
+                         state, counter, reused is not None, failures, recital)
     return ContextPack(request=request, manifest=manifest, state=state, inputs=inputs)
 
 
@@ -154,7 +164,7 @@ def _decay(inputs: PackInputs, history, loop, profile: BudgetProfile, counter: T
     return turns[:n_hist], turns[n_hist:], pruned, events
 
 
-def _try_reuse(inputs, prev: PackState, cands: Candidates, history, loop, fixed_used, window, profile, counter):
+def _try_reuse(inputs, prev: PackState, cands: Candidates, history, loop, fixed_used, window, profile, counter, reserve: int):
     """Keep the previous call's payload and folding point if the grown request still fits."""
     if prev.folded_loop_turns > len(loop) or prev.kept_history_turns > len(history):
         return None
@@ -171,7 +181,7 @@ def _try_reuse(inputs, prev: PackState, cands: Candidates, history, loop, fixed_
     demands = {"evidence": _lines_tokens(ev, "EVIDENCE:", counter), "memory": _lines_tokens(mem, "MEMORY:", counter),
                "conversation": 0}
     alloc = allocate(profile, window, cands.signals, fixed_used, demands)
-    if request_tokens(request, counter) > alloc.pack_limit:
+    if request_tokens(request, counter) + reserve > alloc.pack_limit:
         return None
     fitted = Fitted(history=kept_hist, summary=RunningSummary.from_json(prev.summary), fold_lines=prev.fold_lines, loop=kept_loop,
                     folded_loop_turns=prev.folded_loop_turns)
@@ -183,7 +193,7 @@ def _lines_tokens(lines: "tuple[Line, ...]", header: str, counter: TokenCounting
 
 
 def _full_build(inputs, cands: Candidates, history, loop, fixed_used, window, profile: BudgetProfile, counter,
-                *, force_compact: bool, originals: "dict[int, Turn]"):
+                *, force_compact: bool, originals: "dict[int, Turn]", failures: str, reserve: int):
     conv = cands.conversation
     tail = profile.conversation.tail_turns
     ev_header = _section_tokens("EVIDENCE:", counter)
@@ -220,12 +230,12 @@ def _full_build(inputs, cands: Candidates, history, loop, fixed_used, window, pr
                                   counter=counter, max_verbatim_turns=profile.conversation.max_verbatim_turns,
                                   originals=originals)
         text = render_payload(inputs.task, conv.request, ev_lines, mem_lines, fitted.summary.text,
-                              fitted.fold_lines).text()
+                              fitted.fold_lines, failures).text()
         request = render_request(model=inputs.request.model, system_instruction=inputs.request.system_instruction,
                                  tools=cands.tools, other_tools=inputs.request.other_tools, history=fitted.history,
                                  payload=payload_message(text, conv.request), loop=fitted.loop,
                                  instructions=conv.instructions)
-        over = request_tokens(request, counter) - alloc.pack_limit
+        over = request_tokens(request, counter) + reserve - alloc.pack_limit
         if over <= 0:
             break
         # Still over (rounding at section joins, or a tiny window): summary, then memory, evidence, turns.
@@ -306,16 +316,19 @@ def _prefix_tokens(request: ModelRequest, prev: PackState | None, counter: Token
 
 def _manifest(inputs: PackInputs, profile: BudgetProfile, window: int, alloc: Allocation, request: ModelRequest,
               fitted: Fitted, ev_lines: "tuple[Line, ...]", mem_lines: "tuple[Line, ...]", cands: Candidates,
-              events: list[TruncationEvent], state: PackState, counter: TokenCounting, reused: bool) -> Manifest:
+              events: list[TruncationEvent], state: PackState, counter: TokenCounting, reused: bool,
+              failures: str, recital: Message | None) -> Manifest:
     conv = cands.conversation
     payload_idx = len([m for t in fitted.history for m in t.messages])
     payload = request.messages[payload_idx]
-    sections = render_payload(inputs.task, conv.request, ev_lines, mem_lines, fitted.summary.text, fitted.fold_lines)
+    sections = render_payload(inputs.task, conv.request, ev_lines, mem_lines, fitted.summary.text, fitted.fold_lines,
+                              failures)
     ev_used = _section_tokens(sections.evidence, counter)
     mem_used = _section_tokens(sections.memory, counter)
     sum_used = _section_tokens(sections.summary, counter)
     conv_used = _turn_tokens(fitted.history, counter) + _turn_tokens(fitted.loop, counter) + sum_used
-    task_used = counter.count_message(payload) - ev_used - mem_used - sum_used
+    task_used = counter.count_message(payload) - ev_used - mem_used - sum_used \
+        + (counter.count_message(recital) if recital is not None else 0)
     system_used = counter.count_text(request.system_instruction) + sum(counter.count_message(m) for m in conv.instructions)
     tools_used = _head_tokens(request, counter) - counter.count_text(request.system_instruction)
     n_conv = len(conv.history) + len(conv.loop)
@@ -351,7 +364,7 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, window: int, alloc: Al
         block_hashes={"system": state.system_digest, "tools": state.tools_digest,
                       "payload": sha256_hex(state.payload_text)},
         cache_break=_cache_break(state, inputs.previous, prefix),
-        calibration=round(inputs.calibration, 4), packed_for=alloc.window,
+        calibration=round(inputs.calibration, 4), packed_for=alloc.window, recited=recital is not None,
         previous_tokens=(inputs.previous.head_tokens + sum(inputs.previous.message_tokens)) if inputs.previous else 0,
         previous_pack_id=inputs.previous.pack_id if inputs.previous else "",
         reused_payload=reused, tools=[t.name for t in request.tools], checksum=request.checksum,

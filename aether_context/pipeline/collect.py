@@ -27,13 +27,16 @@ class TaskSpec:
     expected_tool_calls: int = 0
     risk: float = 0.0
     evidence_needed: tuple[str, ...] = ()  # checklist items that need evidence
+    plan: tuple[tuple[str, bool], ...] = ()  # (step, done) — progress for the recitation block
+    done: tuple[str, ...] = ()  # acceptance items already met
 
     def to_json(self) -> dict[str, Any]:
         return {
             "goal": self.goal, "step": self.step, "acceptance": list(self.acceptance),
             "constraints": list(self.constraints), "tools": None if self.tools is None else list(self.tools),
             "expected_tool_calls": self.expected_tool_calls, "risk": self.risk,
-            "evidence_needed": list(self.evidence_needed),
+            "evidence_needed": list(self.evidence_needed), "plan": [list(p) for p in self.plan],
+            "done": list(self.done),
         }
 
     @classmethod
@@ -44,6 +47,7 @@ class TaskSpec:
             tools=None if d.get("tools") is None else tuple(d["tools"]),
             expected_tool_calls=int(d.get("expected_tool_calls", 0)), risk=float(d.get("risk", 0.0)),
             evidence_needed=tuple(d.get("evidence_needed", ())),
+            plan=tuple((str(p[0]), bool(p[1])) for p in d.get("plan", ())), done=tuple(d.get("done", ())),
         )
 
 
@@ -108,6 +112,8 @@ class PackState:
     pack_id: str = ""
     pruned: tuple[int, ...] = ()  # turn starts whose tool outputs were cleared (they stay cleared)
     merged_lines: tuple[str, ...] = ()  # fold lines this call merged into the running summary
+    call_index: int = 0  # model calls of this agent in this session, counting from 0
+    last_recited: int = -1  # call index of the last recitation block
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -117,7 +123,7 @@ class PackState:
             "message_tokens": list(self.message_tokens), "head_digest": self.head_digest,
             "system_digest": self.system_digest, "tools_digest": self.tools_digest, "payload_index": self.payload_index,
             "head_tokens": self.head_tokens, "pack_id": self.pack_id, "pruned": list(self.pruned),
-            "merged_lines": list(self.merged_lines),
+            "merged_lines": list(self.merged_lines), "call_index": self.call_index, "last_recited": self.last_recited,
         }
 
     @classmethod
@@ -130,7 +136,8 @@ class PackState:
             system_digest=d.get("system_digest", ""), tools_digest=d.get("tools_digest", ""),
             payload_index=d.get("payload_index", -1),
             head_tokens=d["head_tokens"], pack_id=d["pack_id"], pruned=tuple(d.get("pruned", ())),
-            merged_lines=tuple(d.get("merged_lines", ())),
+            merged_lines=tuple(d.get("merged_lines", ())), call_index=d.get("call_index", 0),
+            last_recited=d.get("last_recited", -1),
         )
 
 
@@ -154,6 +161,7 @@ class PackInputs:
     uris: dict[str, str] = field(default_factory=dict)  # response/blob digest -> artifact URI of the original
     summary: dict[str, Any] = field(default_factory=dict)  # the running summary kept in session state
     calibration: float = 1.0  # the model's reported prompt tokens / our estimate, smoothed (see calibrate)
+    failures: dict[str, Any] = field(default_factory=dict)  # the session's FailureLog (JSON)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -170,7 +178,7 @@ class PackInputs:
             instruction_indices=tuple(d.get("instruction_indices", ())), app_name=d["app_name"],
             user_id=d["user_id"], session_id=d["session_id"], invocation_id=d["invocation_id"], agent=d["agent"],
             now=d["now"], previous=None if d["previous"] is None else PackState.from_json(d["previous"]),
-            uris=d.get("uris", {}), summary=d.get("summary") or {}, calibration=float(d.get("calibration", 1.0)),
+            uris=d.get("uris", {}), summary=d.get("summary") or {}, calibration=float(d.get("calibration", 1.0)), failures=d.get("failures") or {},
             extra=d.get("extra", {}),
         )
 
@@ -188,7 +196,7 @@ class PackInputs:
             "user_id": self.user_id, "session_id": self.session_id, "invocation_id": self.invocation_id,
             "agent": self.agent, "now": self.now,
             "previous": None if self.previous is None else self.previous.to_json(), "uris": self.uris,
-            "summary": self.summary, "calibration": self.calibration, "extra": self.extra,
+            "summary": self.summary, "calibration": self.calibration, "failures": self.failures, "extra": self.extra,
         }
 
     @property

@@ -62,6 +62,7 @@ class Manifest(BaseModel):
         "(system_instruction, tools, or messages[i] with its kind) and the tokens to re-process."))
     calibration: float = Field(1.0, description="Correction applied to our token estimates (model count / estimate).")
     packed_for: int = Field(0, description="The window in our tokenizer's units after calibration.")
+    recited: bool = Field(False, description="A goal recitation block closes this request.")
     tools: list[str] = Field(default_factory=list)
     checksum: str
     request_ref: str = Field("", description="Content hash of the stored request.")

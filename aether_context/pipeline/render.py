@@ -24,6 +24,8 @@ The user turn that begins with "CONTEXT PACK" holds the context prepared for thi
 - EVIDENCE items are summaries; an artifact:// URI points to the full original. Cite them; do not invent facts.
 - MEMORY items are dated recollections; prefer newer ones when they disagree.
 - CONVERSATION SUMMARY stands in for earlier turns that are not repeated verbatim.
+- FAILURES SO FAR lists this session's tool failures: do not repeat a failing action unchanged.
+- A closing STATUS message restates the goal and progress: keep working toward it.
 - USER REQUEST is the user's message, verbatim: answer it.
 - If evidence is missing, say "unknown" and ask for the tool call or action that would provide it."""
 
@@ -41,12 +43,13 @@ class PayloadSections:
     evidence: str
     memory: str
     summary: str
+    failures: str
     acceptance: str
     request: str
 
     def text(self) -> str:
         return "\n".join(s for s in (PAYLOAD_HEADER, self.task, self.evidence, self.memory, self.summary,
-                                     self.acceptance, self.request) if s)
+                                     self.failures, self.acceptance, self.request) if s)
 
 
 def _bullets(header: str, lines: "list[str] | tuple[str, ...]") -> str:
@@ -81,12 +84,13 @@ def render_summary(summary_text: str, fold_lines: "tuple[str, ...]") -> str:
 
 
 def render_payload(task: TaskSpec, request: Message | None, evidence: "tuple[Line, ...]", memory: "tuple[Line, ...]",
-                   summary_text: str = "", fold_lines: "tuple[str, ...]" = ()) -> PayloadSections:
+                   summary_text: str = "", fold_lines: "tuple[str, ...]" = (), failures: str = "") -> PayloadSections:
     return PayloadSections(
         task=render_task(task),
         evidence=_bullets("EVIDENCE:", [ln.text for ln in evidence]),
         memory=_bullets("MEMORY:", [ln.text for ln in memory]),
         summary=render_summary(summary_text, fold_lines),
+        failures=failures,
         acceptance=render_acceptance(task),
         request=render_request_section(request),
     )

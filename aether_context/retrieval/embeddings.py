@@ -146,9 +146,7 @@ class SentenceTransformerEmbedder:
 
     @property
     def name(self) -> str:
-        label = os.path.basename(os.path.normpath(self.model_path)) if self.model is None else self.model
-        if self.model is None:
-            label = "all-MiniLM-L6-v2"
+        label = "all-MiniLM-L6-v2" if self.model is None else self.model
         return f"st:{label}:seq={self.max_seq_length or 'model'}:int8={int(self.quantize)}"
 
     def embed(self, texts: list[str]) -> np.ndarray:
