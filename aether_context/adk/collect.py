@@ -26,6 +26,7 @@ INSTRUCTION_MARKER = "<<<BEGIN_SYSTEM_INSTRUCTION>>>"
 _OTHER_AGENT_PREFIX = "For context:"
 URIS_STATE_KEY = "aether:uris"  # response digest -> artifact URI of the saved original
 SUMMARY_STATE_KEY = "aether:summary"  # the running summary of folded history, per agent
+FAILURES_STATE_KEY = "aether:failures"  # the session's FailureLog
 OFFLOAD_PREFIX = "tool-output/"
 OFFLOAD_PREFIXES = (OFFLOAD_PREFIX, "attachment/")
 
@@ -151,5 +152,7 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys:
         invocation_id=ctx.invocation_id, agent=ctx.agent_name, now=now, previous=previous,
         uris=dict(state.get(URIS_STATE_KEY) or {}),
         summary=dict((state.get(SUMMARY_STATE_KEY) or {}).get(ctx.agent_name) or {}),
+        failures={**(state.get(FAILURES_STATE_KEY) or {}), "current_turn": len(session.events)}
+        if state.get(FAILURES_STATE_KEY) else {},
         extra={"edge_flags": list(edge_flags)} if edge_flags else {},
     )

@@ -28,7 +28,10 @@ from google.adk.tools.tool_context import ToolContext
 
 from ..compress import SummarizeFn, Summarizer, run_summarizer, validate_summary
 from ..pipeline.decay import RunningSummary, blob_key
-from .collect import SUMMARY_STATE_KEY, URIS_STATE_KEY, collect_inputs
+from ..compress import render_payload
+from ..content import response_digest
+from ..failures import FailureLog, FailureRecord, is_error_result
+from .collect import FAILURES_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY, collect_inputs
 from .convert import apply_request, request_from_llm
 from .recovery import is_token_limit_error, recovery_pack
 from .summarizer import LlmSummarizer
@@ -208,8 +211,30 @@ class ContextPacker:
         ctx.state[URIS_STATE_KEY] = uris
         return replace(inputs, uris=uris)
 
+    def record_failure(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, error_text: str) -> None:
+        """Add a tool failure to the session's failure log (kept in state; never raises)."""
+        if not self.profile.failures.enabled:
+            return
+        try:
+            data = tool_context.state.get(FAILURES_STATE_KEY) or {}
+            records = [FailureRecord.from_json(r) for r in data.get("records", ())]
+            log = FailureLog(self.profile.failures.log, records, int(data.get("evicted", 0)))
+            uris = tool_context.state.get(URIS_STATE_KEY) or {}
+            log.add(turn=len(tool_context.session.events), tool=tool.name, args=tool_args, error_text=error_text,
+                    uri=uris.get(response_digest({"result": error_text})), timestamp=time.time())
+            tool_context.state[FAILURES_STATE_KEY] = log.to_json()
+        except Exception:
+            logger.error("aether-context: could not record the failure of %s", tool.name, exc_info=True)
+
     async def after_tool(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, result: object) -> dict | None:
-        """Save a tool result whole and return its compact form when it is large; never raises."""
+        """Record error-shaped results as failures; save a result whole and return its compact form
+        when it is large. Never raises."""
+        if tool.name != RECALL_TOOL_NAME and self.profile.failures.enabled and isinstance(result, (dict, str)):
+            try:
+                if is_error_result(result):
+                    self.record_failure(tool, tool_args, tool_context, render_payload(result))
+            except Exception:  # fail open: a result we cannot classify is simply not a recorded failure
+                logger.error("aether-context: could not classify the result of %s", tool.name, exc_info=True)
         if not self.profile.offload.enabled or tool.name == RECALL_TOOL_NAME:
             return None
         try:

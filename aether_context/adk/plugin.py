@@ -44,6 +44,11 @@ class ContextPackPlugin(BasePlugin):
                                   result: dict) -> Optional[dict]:
         return await self.packer.after_tool(tool, tool_args, tool_context, result)
 
+    async def on_tool_error_callback(self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext,
+                                     error: Exception) -> Optional[dict]:
+        self.packer.record_failure(tool, tool_args, tool_context, f"{type(error).__name__}: {error}")
+        return None  # ADK handles the error as usual
+
     async def on_model_error_callback(self, *, callback_context: CallbackContext, llm_request: LlmRequest,
                                       error: Exception) -> Optional[LlmResponse]:
         return await self.packer.recover(callback_context, llm_request, error)

@@ -34,6 +34,8 @@ class StateKeys(BaseModel):
     expected_tool_calls: str = Field("aether:expected_tool_calls", description="How many tool calls the step expects (int).")
     risk: str = Field("aether:risk", description="Risk of the step, 0..1.")
     evidence_needed: str = Field("aether:evidence_needed", description="Checklist items that need evidence (list).")
+    plan: str = Field("aether:plan", description="Plan steps: list of {step, done} (progress in the recitation).")
+    done: str = Field("aether:done", description="Acceptance items already met (list of text).")
     evidence: str = Field("aether:evidence", description="Evidence items: list of {id, summary, uri}.")
     notes: str = Field("aether:notes", description="Memory notes: list of {text, timestamp}.")
 
@@ -52,10 +54,17 @@ def _list(value: Any) -> tuple[str, ...]:
 def set_task(state: MutableMapping[str, Any], *, goal: str | None = None, step: str | None = None,
              acceptance: Iterable[str] | None = None, constraints: Iterable[str] | None = None,
              tools: Iterable[str] | None = None, expected_tool_calls: int | None = None, risk: float | None = None,
-             evidence_needed: Iterable[str] | None = None, keys: StateKeys = DEFAULT_KEYS) -> None:
-    """Write the task into state; arguments left as None are not touched."""
+             evidence_needed: Iterable[str] | None = None, plan: "Iterable[str | tuple[str, bool]] | None" = None,
+             done: Iterable[str] | None = None, keys: StateKeys = DEFAULT_KEYS) -> None:
+    """Write the task into state; arguments left as None are not touched.
+
+    `plan` is a list of steps (text, or (text, done) pairs); `done` lists acceptance items already met.
+    """
+    if plan is not None:
+        plan = [{"step": p, "done": False} if isinstance(p, str) else {"step": p[0], "done": bool(p[1])} for p in plan]
     values = {"goal": goal, "step": step, "acceptance": acceptance, "constraints": constraints, "tools": tools,
-              "expected_tool_calls": expected_tool_calls, "risk": risk, "evidence_needed": evidence_needed}
+              "expected_tool_calls": expected_tool_calls, "risk": risk, "evidence_needed": evidence_needed,
+              "plan": plan, "done": done}
     for name, value in values.items():
         if value is None:
             continue
@@ -84,6 +93,9 @@ def task_from_state(state: Any, keys: StateKeys = DEFAULT_KEYS) -> TaskSpec:
         tools=None if tools is None else _list(tools),
         expected_tool_calls=int(state.get(keys.expected_tool_calls) or 0), risk=float(state.get(keys.risk) or 0.0),
         evidence_needed=_list(state.get(keys.evidence_needed)),
+        plan=tuple((str(p.get("step", "")), bool(p.get("done"))) if isinstance(p, dict) else (str(p), False)
+                   for p in (state.get(keys.plan) or ())),
+        done=_list(state.get(keys.done)),
     )
 
 

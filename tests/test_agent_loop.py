@@ -1,0 +1,91 @@
+"""Goal recitation and failure evidence through a real ADK Runner."""
+
+from __future__ import annotations
+
+from google.adk.agents import LlmAgent
+from google.adk.apps.app import App
+from google.adk.artifacts import InMemoryArtifactService
+from google.adk.memory import InMemoryMemoryService
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService
+from google.genai import types
+
+from aether_context import ContextPackPlugin, TokenCounter, set_task
+from aether_context.adk import request_from_llm
+from aether_context.testing import ScriptedLlm, call
+
+COUNTER = TokenCounter()
+GOAL = "Fix the failing date parser test in utils/dates.py"
+
+
+def run_tests(path: str) -> dict:
+    """Run the tests of a file."""
+    return {"returncode": 0, "output": f"ran tests in {path}: 3 passed"}
+
+
+def read_secret(path: str) -> dict:
+    """Read a protected file."""
+    return {"error": f"PermissionError: [Errno 13] Permission denied: '{path}'"}
+
+
+async def _run(turns, tools, texts=("start",), profile="default"):
+    llm = ScriptedLlm(turns=turns)
+    agent = LlmAgent(name="fixer", model=llm, instruction="Fix bugs.", tools=tools)
+    plugin = ContextPackPlugin(store="memory://agent-loop", window_tokens=32_000, profile=profile)
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService(),
+                    artifact_service=InMemoryArtifactService(), memory_service=InMemoryMemoryService())
+    state: dict = {}
+    set_task(state, goal=GOAL, step="Reproduce the failure", acceptance=["test passes", "no other test breaks"],
+             plan=[("Reproduce the failure", True), ("Fix the parser", False), "Run the whole suite"])
+    session = await runner.session_service.create_session(app_name="app", user_id="u", state=state)
+    for text in texts:
+        async for _ in runner.run_async(user_id="u", session_id=session.id,
+                                        new_message=types.Content(role="user", parts=[types.Part(text=text)])):
+            pass
+    return plugin, llm
+
+
+async def test_recitation_is_the_last_message_and_capped():
+    turns = [[types.Part(text="Running the date parser test."), call("run_tests", path="utils/dates.py")]] * 6 + ["fixed"]
+    plugin, llm = await _run(turns, [run_tests])
+    recited = 0
+    for record, req in zip(plugin.packer.recent, llm.requests):
+        sent = request_from_llm(req)
+        if record.manifest.recited:
+            recited += 1
+            last = sent.messages[-1]
+            assert last.role == "user" and last.text.startswith("STATUS — goal: " + GOAL)
+            assert "progress 1/3; next: Fix the parser" in last.text
+            assert "open: test passes; no other test breaks" in last.text
+            assert COUNTER.count_text(last.text) <= 500
+        else:
+            assert not sent.messages[-1].text.startswith("STATUS")
+    assert plugin.packer.recent[0].manifest.recited  # always on the first call
+    assert 1 <= recited < len(llm.requests)
+
+
+def _recital_count(plugin) -> int:
+    return sum(r.manifest.recited for r in plugin.packer.recent)
+
+
+async def test_drift_from_the_goal_raises_the_recitation_frequency():
+    on_track = [[types.Part(text="Checking the date parser test in utils/dates.py."), call("run_tests", path="utils/dates.py")]] * 12
+    drifted = [[types.Part(text="Looking at the weather API pagination instead."), call("run_tests", path="weather/api.py")]] * 12
+    p1, _ = await _run(on_track + ["done"], [run_tests])
+    p2, _ = await _run(drifted + ["done"], [run_tests])
+    assert _recital_count(p2) > _recital_count(p1), (_recital_count(p1), _recital_count(p2))
+
+
+async def test_failures_are_recorded_categorised_and_shown():
+    turns = [call("read_secret", path="/etc/shadow")] * 3 + ["giving up"]
+    plugin, llm = await _run(turns, [read_secret, explode], texts=("read the secret", "try again"))
+    # the second invocation's payload carries the failures section with a repeat warning
+    payloads = [m.text for r in llm.requests for m in request_from_llm(r).messages if m.text.startswith("CONTEXT PACK")]
+    last_payload = payloads[-1]
+    assert "FAILURES SO FAR" in last_payload
+    assert "permission" in last_payload and "read_secret" in last_payload
+    assert "repeat" in last_payload.lower() or "3" in last_payload
+    # within an invocation, the latest errors ride in the recitation block
+    statuses = [request_from_llm(r).messages[-1].text for r in llm.requests]
+    assert any("last errors:" in s and "Permission denied" in s for s in statuses if s.startswith("STATUS"))
+
