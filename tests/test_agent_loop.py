@@ -78,7 +78,7 @@ async def test_drift_from_the_goal_raises_the_recitation_frequency():
 
 async def test_failures_are_recorded_categorised_and_shown():
     turns = [call("read_secret", path="/etc/shadow")] * 3 + ["giving up"]
-    plugin, llm = await _run(turns, [read_secret, explode], texts=("read the secret", "try again"))
+    plugin, llm = await _run(turns, [read_secret], texts=("read the secret", "try again"))
     # the second invocation's payload carries the failures section with a repeat warning
     payloads = [m.text for r in llm.requests for m in request_from_llm(r).messages if m.text.startswith("CONTEXT PACK")]
     last_payload = payloads[-1]
