@@ -13,6 +13,7 @@ from .errors import AetherContextError, BudgetError, ManifestError, ProfileError
 from .pipeline import (ContextPack, EvidenceItem, Manifest, MemoryItem, PackInputs, PackState, Signals, TaskSpec,
                        TruncationEvent, build_pack)
 from .profile import BudgetProfile, builtin_profiles, load_profile
+from .providers import CodeContextProvider, EvidenceProvider, EvidenceRequest
 from .replay import RepackResult, repack, replay
 from .store import PackStore
 from .tokens import TokenCounter, TokenCounting
@@ -27,4 +28,5 @@ __all__ = [
     "ContextPack", "EvidenceItem", "Manifest", "MemoryItem", "PackInputs", "PackState", "Signals", "TaskSpec",
     "TruncationEvent", "build_pack", "BudgetProfile", "builtin_profiles", "load_profile", "RepackResult",
     "repack", "replay", "PackStore", "TokenCounter", "TokenCounting", "context_window",
+    "CodeContextProvider", "EvidenceProvider", "EvidenceRequest",
 ]

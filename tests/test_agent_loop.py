@@ -89,3 +89,53 @@ async def test_failures_are_recorded_categorised_and_shown():
     statuses = [request_from_llm(r).messages[-1].text for r in llm.requests]
     assert any("last errors:" in s and "Permission denied" in s for s in statuses if s.startswith("STATUS"))
 
+
+
+FIXTURE_REPO = __import__("pathlib").Path(__file__).parent / "fixtures" / "coderepo"
+
+
+async def test_code_context_provider_offers_imported_files_within_limits():
+    from aether_context import CodeContextProvider
+    from aether_context.codecontext import CodeContextSettings
+
+    provider = CodeContextProvider(FIXTURE_REPO, CodeContextSettings(max_depth=1, max_files=3, max_tokens=2000))
+    llm = ScriptedLlm(turns=["looked"])
+    agent = LlmAgent(name="coder", model=llm, instruction="Code.")
+    plugin = ContextPackPlugin(store="memory://code-ctx", window_tokens=32_000, evidence_providers=[provider])
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=types.Content(
+            role="user", parts=[types.Part(text="Why does shop/main.py crash on checkout?")])):
+        pass
+    payload = request_from_llm(llm.requests[0]).messages[-1].text
+    assert "[code:shop/main.py] shop/main.py (seed" in payload
+    code_items = [s for s in plugin.packer.recent[0].manifest.selected["evidence"] if s["id"].startswith("code:")]
+    assert 1 < len(code_items) <= 3  # the seed plus what it imports, within max_files
+    assert all(item["source"] == "code" for item in code_items)
+
+
+async def test_compact_json_tool_results_are_faithful_and_shorter():
+    from aether_context import load_profile
+    from aether_context.variation import expand_compact_json
+
+    rows = [{"flight": f"HAT{i:03d}", "origin": "JFK", "destination": "SFO", "status": "available", "price": 100 + i}
+            for i in range(30)]
+
+    def search_flights(origin: str) -> dict:
+        """Search flights."""
+        return {"flights": rows}
+
+    llm = ScriptedLlm(turns=[call("search_flights", origin="JFK"), "found"])
+    agent = LlmAgent(name="agent", model=llm, instruction="Book.", tools=[search_flights])
+    profile = load_profile("default").override(variation={"compact_json": True}, offload={"enabled": False})
+    plugin = ContextPackPlugin(store="memory://compact-json", window_tokens=32_000, profile=profile)
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    async for _ in runner.run_async(user_id="u", session_id=session.id,
+                                    new_message=types.Content(role="user", parts=[types.Part(text="flights from JFK")])):
+        pass
+    sent = [r for m in request_from_llm(llm.requests[1]).messages for r in m.responses][0].response
+    compact = sent["result_compact_json"]
+    assert expand_compact_json(compact) == {"flights": rows}
+    import json
+    assert COUNTER.count_text(compact) < 0.8 * COUNTER.count_text(json.dumps({"flights": rows}, separators=(",", ":")))

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Sequence
 
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.models.llm_request import LlmRequest
@@ -15,6 +16,7 @@ from google.adk.tools.base_tool import BaseTool
 
 from ..content import ModelRequest, ToolSpec, sha256_hex
 from ..pipeline.collect import EvidenceItem, MemoryItem, PackInputs, PackState
+from ..providers import EvidenceProvider, EvidenceRequest
 from .convert import request_from_llm
 from .task import StateKeys, evidence_from_state, notes_from_state, task_from_state
 
@@ -129,7 +131,8 @@ def _describe(part: types.Part | None, chars: int) -> str:
 async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys: StateKeys, previous: PackState | None,
                          memory_limit: int, artifact_cache: dict, now: float, use_memory: bool = True,
                          use_artifacts: bool = True, summary_chars: int = 400,
-                         extra_tools: "tuple[BaseTool, ...]" = (), edge_flags: "tuple[str, ...]" = ()) -> PackInputs:
+                         extra_tools: "tuple[BaseTool, ...]" = (), edge_flags: "tuple[str, ...]" = (),
+                         providers: "Sequence[EvidenceProvider]" = ()) -> PackInputs:
     """`extra_tools` (the recall tool) are declared in the pack and kept whatever the step allows."""
     request = request_from_llm(llm_request)
     added = tuple(ToolSpec(t.name, t._get_declaration().model_dump(mode="json", exclude_none=True))
@@ -144,6 +147,14 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys:
     query = " ".join(x for x in (request.messages[index].text if index is not None else "", task.step, task.goal) if x)
     memory = notes_from_state(state, keys) + (await _memory_hits(ctx, query, memory_limit) if use_memory else [])
     evidence = evidence_from_state(state, keys) + (await _artifact_evidence(ctx, artifact_cache, summary_chars) if use_artifacts else [])
+    if providers:
+        recent = tuple(m.text for m in request.messages[-8:] if m.text)
+        ask = EvidenceRequest(task=task, user_request=request.messages[index].text if index is not None else "", recent_texts=recent)
+        for provider in providers:
+            found = provider(ask)
+            if inspect.isawaitable(found):
+                found = await found
+            evidence += list(found)
     session = ctx.session
     return PackInputs(
         request=request, request_index=index, task=task, evidence=tuple(evidence), memory=tuple(memory),

@@ -11,31 +11,31 @@ import logging
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Sequence
 
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
-
-from ..content import sha256_hex
-from ..pipeline.build import ContextPack, build_pack, request_tokens
-from ..pipeline.collect import PackInputs, PackState
-from ..pipeline.record import Manifest
-from ..profile import BudgetProfile, load_profile
-from ..store import DEFAULT_STORE_URL, PackStore
-from ..tokens import TokenCounter, TokenCounting
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
 
-from ..compress import SummarizeFn, Summarizer, run_summarizer, validate_summary
-from ..pipeline.decay import RunningSummary, blob_key
-from ..compress import render_payload
-from ..content import response_digest
+from ..compress import SummarizeFn, Summarizer, render_payload, run_summarizer, validate_summary
+from ..content import response_digest, sha256_hex
 from ..failures import FailureLog, FailureRecord, is_error_result
+from ..pipeline.build import ContextPack, build_pack, request_tokens
+from ..pipeline.collect import PackInputs, PackState
+from ..pipeline.decay import RunningSummary, blob_key
+from ..pipeline.record import Manifest
+from ..profile import BudgetProfile, load_profile
+from ..providers import EvidenceProvider
+from ..store import DEFAULT_STORE_URL, PackStore
+from ..tokens import TokenCounter, TokenCounting
+from ..variation import compact_json
 from .collect import FAILURES_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY, collect_inputs
 from .convert import apply_request, request_from_llm
+from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool, offload_tool_result
 from .recovery import is_token_limit_error, recovery_pack
 from .summarizer import LlmSummarizer
-from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool, offload_tool_result
 from .task import StateKeys
 
 logger = logging.getLogger("aether_context")
@@ -59,7 +59,8 @@ class ContextPacker:
     def __init__(self, *, profile: "str | Path | BudgetProfile | None" = None, store: "str | PackStore | None" = None,
                  window_tokens: int | None = None, counter: TokenCounting | None = None,
                  state_keys: StateKeys | None = None, use_memory: bool = True, use_artifacts: bool = True,
-                 memory_pool: int = 50, keep_recent: int = 1000, summarizer: "Summarizer | SummarizeFn | None" = None):
+                 memory_pool: int = 50, keep_recent: int = 1000, summarizer: "Summarizer | SummarizeFn | None" = None,
+                 evidence_providers: "Sequence[EvidenceProvider]" = ()):
         self.profile = load_profile(profile)
         self.store = store if isinstance(store, PackStore) else PackStore(store or DEFAULT_STORE_URL)
         self.window_tokens = window_tokens
@@ -71,6 +72,7 @@ class ContextPacker:
         self.recent: collections.deque[CallRecord] = collections.deque(maxlen=keep_recent)
         # The LLM summarizer (decay.summarizer: llm): given, or the calling agent's own model.
         self.summarizer = summarizer
+        self.evidence_providers = tuple(evidence_providers)
         self._edge_flags: dict[tuple[str, str], list[str]] = {}
         self.calibration: dict[str, float] = {}  # per model: reported prompt tokens / our estimate, smoothed
         self.usage: collections.deque[dict] = collections.deque(maxlen=keep_recent)
@@ -102,6 +104,7 @@ class ContextPacker:
                 memory_limit=self.memory_pool, artifact_cache=self._artifact_cache, now=time.time(),
                 use_memory=self.use_memory, use_artifacts=self.use_artifacts,
                 edge_flags=tuple(self._edge_flags.pop((session.id, callback_context.agent_name), ())),
+                providers=self.evidence_providers,
                 extra_tools=(self.recall_tool,) if offload else ())
             inputs = await self._save_images(callback_context, inputs)
             inputs = replace(inputs, calibration=self.calibration.get(inputs.request.model, 1.0))
@@ -235,13 +238,20 @@ class ContextPacker:
                     self.record_failure(tool, tool_args, tool_context, render_payload(result))
             except Exception:  # fail open: a result we cannot classify is simply not a recorded failure
                 logger.error("aether-context: could not classify the result of %s", tool.name, exc_info=True)
+        if self.profile.variation.compact_json and isinstance(result, (dict, list)) and tool.name != RECALL_TOOL_NAME:
+            compact = compact_json(result, self.counter)
+            if self.counter.count_text(compact) < self.counter.count_text(render_payload(result)):
+                result = {"result_compact_json": compact}  # faithful: aether_context.variation.expand_compact_json
         if not self.profile.offload.enabled or tool.name == RECALL_TOOL_NAME:
-            return None
+            return result if isinstance(result, dict) and "result_compact_json" in result else None
         try:
-            return await offload_tool_result(
+            replaced = await offload_tool_result(
                 tool_name=tool.name, args=tool_args, result=result, ctx=tool_context, gateway=self.gateway,
                 settings=self.profile.offload, counter=self.counter,
                 free_conversation_tokens=self._free_conversation.get((tool_context.session.id, tool_context.agent_name)))
+            if replaced is None and isinstance(result, dict) and "result_compact_json" in result:
+                return result
+            return replaced
         except Exception:  # fail open: the tool's own result goes on unchanged
             logger.error("aether-context: offloading the result of %s failed; keeping it inline", tool.name, exc_info=True)
             return None

@@ -16,6 +16,7 @@ from google.adk.models.registry import LLMRegistry
 from google.genai import types
 
 from ..compress import HANDOFF_PROMPT, build_handoff_request
+from ..jsonparse import parse_json_loose
 
 __all__ = ["LlmSummarizer"]
 
@@ -36,4 +37,20 @@ class LlmSummarizer:
         async for response in self.model.generate_content_async(request, stream=False):
             if response.content and response.content.parts:
                 text = "".join(p.text or "" for p in response.content.parts if not p.thought)
+        return _unwrap(text)
+
+
+def _unwrap(text: str) -> str:
+    """Models sometimes answer `{"summary": "..."}` (often fenced) instead of plain text."""
+    stripped = text.strip()
+    if not stripped.startswith(("{", "```")):
         return text
+    try:
+        value = parse_json_loose(stripped)
+    except ValueError:
+        return text
+    if isinstance(value, dict):
+        for key in ("summary", "text", "handoff"):
+            if isinstance(value.get(key), str):
+                return value[key]
+    return text

@@ -85,6 +85,13 @@ def _freshness(ts: float | None, now: float, half_life_days: float = 30.0) -> fl
     return 0.5 ** (age_days / half_life_days)
 
 
+def _block(text: str, limit: int) -> str:
+    """Multi-line text as a bullet's body: lines kept (code stays readable), continuation indented."""
+    text = text.strip()
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return "\n  ".join(text.splitlines())
+
+
 def _clip(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -152,7 +159,7 @@ def select(inputs: PackInputs, *, evidence_top_k: int, memory_top_k: int, counte
 
     query = words(query_text(inputs))
     evidence = _ranked_lines(
-        [(e.id, f"- [{e.id}] {_clip(e.summary, 2000)}" + (f" ({e.uri})" if e.uri else ""), e.source, e.uri,
+        [(e.id, f"- [{e.id}] {_block(e.summary, 6000)}" + (f" ({e.uri})" if e.uri else ""), e.source, e.uri,
           e.timestamp, i) for i, e in enumerate(inputs.evidence)],
         query, inputs.now, evidence_top_k, counter)
     memory = _ranked_lines(
