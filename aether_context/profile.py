@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .errors import ProfileError
 from .failures import FailureSettings
 from .recitation import RecitationSettings
+from .retrieval import RetrievalSettings
 
 __all__ = [
     "BudgetProfile", "Floors", "EvidenceWeights", "MemoryWeights", "ConversationWeights", "Weights",
@@ -169,6 +170,7 @@ class BudgetProfile(_Strict):
     recitation: RecitationSettings = RecitationSettings()
     failures: FailureEvidenceSettings = FailureEvidenceSettings()
     variation: VariationSettings = VariationSettings()
+    retrieval: RetrievalSettings = RetrievalSettings(embedding_max_seq_length=128, embedding_quantize=True)
 
     @model_validator(mode="after")
     def _floors_fit(self) -> "BudgetProfile":

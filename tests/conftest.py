@@ -16,6 +16,12 @@ import pytest
 from aether_context.content import FunctionCall, FunctionResponse, Message, ModelRequest, TextPart, ToolSpec
 from aether_context.pipeline import PackInputs, TaskSpec
 from aether_context.tokens import TokenCounter
+from aether_context.pipeline.retrieve import use_default_embedder
+from aether_context.retrieval import HashingEmbedder
+
+# Pipeline and plugin tests rank Memory/Evidence with a deterministic, model-free embedder (fast);
+# the real MiniLM is exercised by the retrieval tests that ask for it explicitly.
+use_default_embedder(HashingEmbedder())
 
 # ---------------------------------------------------------------------------------------------
 # deterministic filler text

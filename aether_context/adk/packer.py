@@ -26,6 +26,8 @@ from ..pipeline.build import ContextPack, build_pack, request_tokens
 from ..pipeline.collect import PackInputs, PackState
 from ..pipeline.decay import RunningSummary, blob_key
 from ..pipeline.record import Manifest
+from ..pipeline.retrieve import Retriever, default_retriever
+from ..retrieval.embeddings import Embedder
 from ..profile import BudgetProfile, load_profile
 from ..providers import EvidenceProvider
 from ..store import DEFAULT_STORE_URL, PackStore
@@ -60,7 +62,7 @@ class ContextPacker:
                  window_tokens: int | None = None, counter: TokenCounting | None = None,
                  state_keys: StateKeys | None = None, use_memory: bool = True, use_artifacts: bool = True,
                  memory_pool: int = 50, keep_recent: int = 1000, summarizer: "Summarizer | SummarizeFn | None" = None,
-                 evidence_providers: "Sequence[EvidenceProvider]" = ()):
+                 evidence_providers: "Sequence[EvidenceProvider]" = (), embedder: "Embedder | None" = None):
         self.profile = load_profile(profile)
         self.store = store if isinstance(store, PackStore) else PackStore(store or DEFAULT_STORE_URL)
         self.window_tokens = window_tokens
@@ -73,6 +75,8 @@ class ContextPacker:
         # The LLM summarizer (decay.summarizer: llm): given, or the calling agent's own model.
         self.summarizer = summarizer
         self.evidence_providers = tuple(evidence_providers)
+        # Hybrid retrieval for Memory and Evidence; `embedder` replaces the profile's model (tests, no torch).
+        self.retriever = Retriever(self.profile.retrieval, embedder=embedder) if embedder else default_retriever(self.profile)
         self._edge_flags: dict[tuple[str, str], list[str]] = {}
         self.calibration: dict[str, float] = {}  # per model: reported prompt tokens / our estimate, smoothed
         self.usage: collections.deque[dict] = collections.deque(maxlen=keep_recent)
@@ -108,7 +112,7 @@ class ContextPacker:
                 extra_tools=(self.recall_tool,) if offload else ())
             inputs = await self._save_images(callback_context, inputs)
             inputs = replace(inputs, calibration=self.calibration.get(inputs.request.model, 1.0))
-            pack = build_pack(inputs, self.profile, counter=self.counter, window=self.window_tokens)
+            pack = build_pack(inputs, self.profile, counter=self.counter, window=self.window_tokens, retriever=self.retriever)
             apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
                           added={RECALL_TOOL_NAME: self.recall_tool} if offload else {}, original=inputs.request)
         except Exception as e:  # fail open: the agent keeps working with the request ADK built

@@ -18,6 +18,7 @@ from .compress import Fitted, TruncationEvent, bounded_turns, cut_turn, fit_conv
 from .record import LayerUsage, Manifest
 from .render import PAYLOAD_HEADER, payload_message, render_payload, render_request, system_text
 from .decay import RunningSummary, decay_images, prune_tool_outputs
+from .retrieve import Retriever, default_retriever
 from .select import Candidates, Line, query_text, select
 from .status import failures_section, recitation_message, recitation_reserve
 
@@ -57,20 +58,28 @@ def _turn_tokens(turns: "tuple[Turn, ...]", counter: TokenCounting) -> int:
     return sum(counter.count_message(m) for t in turns for m in t.messages)
 
 
-def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting, window: int | None = None) -> ContextPack:
-    """Build the Context Pack for one call. Raises `BudgetError` when the fixed layers cannot fit."""
+def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting, window: int | None = None,
+               retriever: Retriever | None = None) -> ContextPack:
+    """Build the Context Pack for one call. Raises `BudgetError` when the fixed layers cannot fit.
+
+    `retriever` keeps retrieval indexes and embeddings across calls (the plugin passes its own);
+    without one, a fresh one gives the same result, only slower.
+    """
     req = inputs.request
     model_window = context_window(req.model, window if window is not None else profile.window_tokens)
     # Calibrated: if the model counts 20 % more than our tokenizer, pack for a window 20 % smaller.
     window = int(model_window / max(0.5, inputs.calibration))
 
     # select: ranked candidates and signals
-    cands = select(inputs, evidence_top_k=profile.evidence.top_k, memory_top_k=profile.memory.top_k, counter=counter)
+    cands = select(inputs, profile, counter=counter, retriever=retriever or default_retriever(profile))
     conv = cands.conversation
     max_turn = profile.conversation.max_turn_tokens
     history, orphan_h = repair_orphans(conv.history)
     loop, orphan_l = repair_orphans(conv.loop)
     events: list[TruncationEvent] = [*orphan_h, *orphan_l]
+    for layer, ids in cands.unselected.items():  # retrieval's choice is a drop too, and says so
+        if ids:
+            events.append(TruncationEvent(layer, "drop", "not selected: below top-k, a near-duplicate, or already in the conversation", ids))
     prev = inputs.previous
     same_invocation = bool(prev is not None and prev.payload_text and prev.invocation_id == inputs.invocation_id
                            and prev.agent == inputs.agent)
@@ -114,6 +123,7 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
             originals=originals, failures=failures, reserve=reserve)
         events.extend(more)
 
+    events = _in_overflow_order(events)
     # the goal recitation goes last, after everything that may be cached
     stable = request
     recital, call_index, last_recited = recitation_message(
@@ -266,7 +276,7 @@ def _full_build(inputs, cands: Candidates, history, loop, fixed_used, window, pr
             loop = tuple(cut if t.start == last.start else t for t in loop)
     events.extend(guard)
     events.extend(fitted.events)
-    return request, fitted, ev_lines, mem_lines, text, alloc, _in_overflow_order(events)
+    return request, fitted, ev_lines, mem_lines, text, alloc, events
 
 
 _ACTION_ORDER = {"compress": 0, "cut": 1, "fold": 2, "drop": 3}
@@ -355,8 +365,10 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, window: int, alloc: Al
         created_at=inputs.now, layer_budgets=layers, allocation=alloc.to_json(),
         truncation_events=[e.to_json() for e in events], artifact_uris=uris,
         selected={
-            "evidence": [{"id": ln.id, "source": ln.source, "score": ln.score, "compressed": ln.compressed} for ln in ev_lines],
-            "memory": [{"id": ln.id, "source": ln.source, "score": ln.score, "compressed": ln.compressed} for ln in mem_lines],
+            "evidence": [{"id": ln.id, "source": ln.source, "score": ln.score, **ln.scores, "compressed": ln.compressed}
+                         for ln in ev_lines],
+            "memory": [{"id": ln.id, "source": ln.source, "score": ln.score, **ln.scores, "compressed": ln.compressed}
+                       for ln in mem_lines],
         },
         flags=list(cands.flags), evidence_needed=list(inputs.task.evidence_needed),
         tokens_before=request_tokens(inputs.request, counter), tokens_after=request_tokens(request, counter),

@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 from datetime import datetime, timezone
 
-from ..content import Message, ToolSpec
+from ..content import Message, ToolSpec, canonical_json
+from ..profile import BudgetProfile
+from ..retrieval import Document, RetrievalResult
+from .retrieve import Retriever
 from ..tokens import TokenCounting
 from .allocate import Signals
 from .collect import PackInputs, Turn, group_turns
 
 __all__ = ["Line", "Conversation", "Candidates", "select", "query_text", "words"]
 
+MAX_HISTORY_POOL = 200  # older turns offered to Memory (newest first past this)
 _WORD = re.compile(r"\w+", re.UNICODE)
 _STOP = frozenset("a an and are as at be by for from has have i in is it its of on or that the this to was were will with you your we".split())
 
@@ -38,6 +43,7 @@ class Line:
     score: float = 0.0
     timestamp: float | None = None
     compressed: bool = False
+    scores: dict[str, float] = field(default_factory=dict)  # bm25, dense, fused, freshness, mmr
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,7 @@ class Candidates:
     conversation: Conversation
     signals: Signals
     flags: tuple[str, ...]
+    unselected: dict[str, tuple[str, ...]] = field(default_factory=dict)  # layer -> candidate ids retrieval left out
 
 
 def query_text(inputs: PackInputs) -> str:
@@ -66,23 +73,10 @@ def query_text(inputs: PackInputs) -> str:
     return "\n".join(x for x in (req, inputs.task.goal, inputs.task.step, *inputs.task.acceptance) if x)
 
 
-def _overlap(query: set[str], text: str) -> float:
-    if not query:
-        return 0.0
-    return len(query & words(text)) / math.sqrt(len(query))
-
-
 def _date(ts: float | None) -> str:
     if ts is None:
         return "undated"
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
-
-
-def _freshness(ts: float | None, now: float, half_life_days: float = 30.0) -> float:
-    if ts is None or now <= 0:
-        return 0.0
-    age_days = max(0.0, now - ts) / 86400
-    return 0.5 ** (age_days / half_life_days)
 
 
 def _block(text: str, limit: int) -> str:
@@ -124,22 +118,46 @@ def _split_conversation(inputs: PackInputs) -> Conversation:
     )
 
 
-def _ranked_lines(items: list[tuple[str, str, str, str, float | None, int]], query: set[str], now: float,
-                  top_k: int, counter: TokenCounting) -> tuple[Line, ...]:
-    """Rank by query overlap, then freshness, then source order; keep top_k."""
-    scored = []
-    for id_, text, source, uri, ts, rank in items:
-        score = _overlap(query, text) + 0.1 * _freshness(ts, now)
-        scored.append((-score, rank, id_, text, source, uri, ts))
-    scored.sort(key=lambda x: (x[0], x[1], x[2]))
-    return tuple(
-        Line(id=i, text=t, tokens=counter.count_text(t), source=s, uri=u, score=round(-neg, 6), timestamp=ts)
-        for neg, _, i, t, s, u, ts in scored[:top_k]
-    )
+def _turn_text(turn: Turn) -> str:
+    """A history turn as a memory candidate: its text, calls and results, in brief."""
+    bits = []
+    for m in turn.messages:
+        if m.text:
+            bits.append(f"{m.role}: {m.text}")
+        for c in m.calls:
+            bits.append(f"called {c.name}({_clip(canonical_json(c.args), 200)})")
+        for r in m.responses:
+            bits.append(f"{r.name} returned {_clip(canonical_json(r.response), 600)}")
+    return _clip(" | ".join(bits), 1500)
 
 
-def select(inputs: PackInputs, *, evidence_top_k: int, memory_top_k: int, counter: TokenCounting) -> Candidates:
-    """Rank the candidates of every layer and compute the allocator's signals."""
+def _lines(result: RetrievalResult, render: Callable[[Document], str], counter: TokenCounting) -> tuple[Line, ...]:
+    """Ranked lines with every score that placed them (recorded in the manifest)."""
+    out = []
+    for item in result.items:
+        doc = item.document
+        text = render(doc)
+        sources = tuple(item.sources) if item.sources else (doc.source,)
+        out.append(Line(id=doc.id, text=text, tokens=counter.count_text(text), source="+".join(sources),
+                        uri=str(doc.metadata.get("uri", "")), score=round(item.score, 6), timestamp=doc.timestamp,
+                        scores={"bm25": round(item.bm25, 4), "dense": round(item.dense, 4), "fused": round(item.fused, 4),
+                                "freshness": round(item.freshness, 4), "mmr": round(item.mmr, 4)}))
+    return tuple(out)
+
+
+def _render_evidence(doc: Document) -> str:
+    uri = doc.metadata.get("uri", "")
+    return f"- [{doc.id}] {_block(doc.text, 6000)}" + (f" ({uri})" if uri else "")
+
+
+def _render_memory(doc: Document) -> str:
+    if doc.source == "history":
+        return f"- (earlier, {doc.id}) {doc.text}"
+    return f"- ({_date(doc.timestamp)}) {_clip(doc.text, 2000)}"
+
+
+def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting, retriever: Retriever) -> Candidates:
+    """Rank the candidates of every layer (hybrid retrieval) and compute the allocator's signals."""
     task = inputs.task
     flags: list[str] = []
     if not task.goal:
@@ -157,28 +175,44 @@ def select(inputs: PackInputs, *, evidence_top_k: int, memory_top_k: int, counte
         flags.extend(f"unknown_step_tool:{n}" for n in sorted(wanted - known))
         tools = tuple(t for t in tools if t.name in wanted)
 
-    query = words(query_text(inputs))
-    evidence = _ranked_lines(
-        [(e.id, f"- [{e.id}] {_block(e.summary, 6000)}" + (f" ({e.uri})" if e.uri else ""), e.source, e.uri,
-          e.timestamp, i) for i, e in enumerate(inputs.evidence)],
-        query, inputs.now, evidence_top_k, counter)
-    memory = _ranked_lines(
-        [(m.id, f"- ({_date(m.timestamp)}) {_clip(m.text, 2000)}", m.source, "", m.timestamp, m.rank)
-         for m in inputs.memory],
-        query, inputs.now, memory_top_k, counter)
-
     conv = _split_conversation(inputs)
+    tail = profile.conversation.tail_turns
+    older = conv.history[:-tail] if len(conv.history) > tail else ()
+    # What the model sees verbatim is not repeated in Memory or Evidence.
+    verbatim = [m.text for t in conv.history[-tail:] + conv.loop for m in t.messages if m.text]
+    if conv.request is not None and conv.request.text:
+        verbatim.append(conv.request.text)
+    query = query_text(inputs)
+    namespace = f"{inputs.app_name}/{inputs.user_id}/{inputs.session_id}/{inputs.agent}"
+    now = inputs.now or None
+    ev_docs = [Document(e.id, e.summary, e.source, e.timestamp, {"uri": e.uri} if e.uri else {}) for e in inputs.evidence]
+    ev_result = retriever.rank(namespace, "evidence", query, ev_docs, k=profile.evidence.top_k,
+                               count_tokens=counter.count_text, now=now, exclude=verbatim)
+    evidence = _lines(ev_result, _render_evidence, counter)
+    # Memory: remembered facts plus the session's own older turns, which an old question can pull back.
+    mem_docs = [Document(m.id, m.text, m.source, m.timestamp) for m in inputs.memory]
+    mem_docs += [Document(f"turn-{t.start}", _turn_text(t), "history") for t in older[-MAX_HISTORY_POOL:]]
+    mem_result = retriever.rank(namespace, "memory", query, mem_docs, k=profile.memory.top_k,
+                                count_tokens=counter.count_text, now=now,
+                                exclude=verbatim + [e.summary for e in inputs.evidence])
+    memory = _lines(mem_result, _render_memory, counter)
+
     recent_text = " ".join(m.text for t in (conv.history[-4:] + conv.loop[-4:]) for m in t.messages)
-    hits = [ln for ln in memory if ln.score >= 0.5]
     acceptance = max(1, len(task.acceptance))
+    sig = mem_result.signals
     signals = Signals(
         checklist_evidence_ratio=min(1.0, len(task.evidence_needed) / acceptance) if task.acceptance else 0.0,
         expected_tool_calls=float(task.expected_tool_calls),
         risk_weight=float(task.risk),
-        retrieval_hit_rate=len(hits) / len(memory) if memory else 0.0,
-        similarity=min(1.0, sum(ln.score for ln in memory[:3]) / (3 * max(1.0, math.sqrt(len(query)) or 1.0))) if memory else 0.0,
-        freshness=sum(_freshness(ln.timestamp, inputs.now) for ln in memory) / len(memory) if memory else 0.0,
+        retrieval_hit_rate=float(sig.get("retrieval_hit_rate", 0.0)) if memory else 0.0,
+        similarity=max(0.0, float(sig.get("similarity", 0.0))) if memory else 0.0,
+        freshness=float(sig.get("freshness", 0.0)) if memory else 0.0,
         unresolved_questions=float(recent_text.count("?")),
         dialogue_depth=float(len(conv.history) + len(conv.loop)),
     )
-    return Candidates(tools=tools, evidence=evidence, memory=memory, conversation=conv, signals=signals, flags=tuple(flags))
+    unselected = {
+        "evidence": tuple(d.id for d in ev_docs if d.id not in {ln.id for ln in evidence}),
+        "memory": tuple(d.id for d in mem_docs if d.id not in {ln.id for ln in memory} and d.source != "history"),
+    }
+    return Candidates(tools=tools, evidence=evidence, memory=memory, conversation=conv, signals=signals,
+                      flags=tuple(flags), unselected=unselected)

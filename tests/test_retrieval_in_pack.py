@@ -1,0 +1,59 @@
+"""Hybrid retrieval inside the pack: old facts come back, layers do not repeat each other, scores are recorded."""
+
+from __future__ import annotations
+
+from google.adk.agents import LlmAgent
+from google.adk.apps.app import App
+from google.adk.memory import InMemoryMemoryService
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService
+from google.genai import types
+
+from aether_context import ContextPackPlugin, EvidenceItem, MemoryItem, TokenCounter, build_pack, load_profile
+from aether_context.adk import request_from_llm
+from aether_context.testing import ScriptedLlm
+
+from conftest import make_inputs, text_msg
+
+COUNTER = TokenCounter()
+TOPICS = ["the weather in Lisbon", "a pasta recipe", "the football results", "a birthday gift idea", "train times to Porto",
+          "how to repot a cactus", "a good sci-fi novel", "the price of olive oil", "a jazz album", "stretching exercises"]
+
+
+async def test_an_old_fact_outside_the_tail_is_pulled_back_by_a_later_question():
+    llm = ScriptedLlm(turns=["Noted."] + [f"Here is something about {t}." for t in TOPICS] + ["It is 4817."])
+    agent = LlmAgent(name="assistant", model=llm, instruction="Help the user.")
+    plugin = ContextPackPlugin(store="memory://retrieval-pack", window_tokens=32_000)
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService(),
+                    memory_service=InMemoryMemoryService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    texts = ["Please remember this: my gym locker code is 4817."] + [f"Tell me about {t}." for t in TOPICS] + \
+            ["What is my gym locker code again?"]
+    for text in texts:
+        async for _ in runner.run_async(user_id="u", session_id=session.id,
+                                        new_message=types.Content(role="user", parts=[types.Part(text=text)])):
+            pass
+    last = request_from_llm(llm.requests[-1])
+    payload = next(m.text for m in last.messages if m.text.startswith("CONTEXT PACK"))
+    memory = payload.split("MEMORY:", 1)[1]
+    assert "4817" in memory.split("\n\n")[0] or "4817" in memory  # the old turn is back, via retrieval
+    verbatim = [m.text for m in last.messages if not m.text.startswith("CONTEXT PACK")]
+    assert not any("4817" in v for v in verbatim)  # it is not in the verbatim tail: only retrieval brought it
+    picked = plugin.packer.recent[-1].manifest.selected["memory"]
+    first = picked[0]
+    assert first["id"] == "turn-0" and first["source"] == "history"
+    assert {"bm25", "dense", "fused", "mmr"} <= set(first) and first["bm25"] > 0
+
+
+def test_items_in_the_conversation_or_evidence_are_not_repeated_in_memory():
+    history = [text_msg("user", "The deploy failed with error E42 on node seven."), text_msg("model", "Looking into it.")]
+    inputs = make_inputs(history, "what failed?",
+                         evidence=[EvidenceItem("ev-1", "Runbook: restart node seven after E42.", uri="artifact://a/u/s/runbook")],
+                         memory=[MemoryItem("m-dup-conv", "The deploy failed with error E42 on node seven."),
+                                 MemoryItem("m-dup-ev", "Runbook: restart node seven after E42."),
+                                 MemoryItem("m-new", "Node seven had a disk replaced last week.")])
+    pack = build_pack(inputs, load_profile(), counter=COUNTER, window=16_000)
+    kept = [s["id"] for s in pack.manifest.selected["memory"]]
+    assert kept == ["m-new"]
+    dropped = [i for e in pack.manifest.truncation_events if e["layer"] == "memory" for i in e["ids"]]
+    assert set(dropped) == {"m-dup-conv", "m-dup-ev"}
