@@ -132,6 +132,9 @@ class SentenceTransformerEmbedder:
 
     `model` is a name or local path (None: the offline MiniLM). Inputs are sorted by length
     inside `encode`, so each batch pads little; `max_seq_length` truncates long inputs.
+    `threads`, when set, is applied with `torch.set_num_threads` before encoding: a process-wide
+    choice, made explicit because on a small shared CPU two OpenMP threads spinning against other
+    processes turn a 15 ms query embedding into 150+ ms at p95 (see the benchmark).
     """
 
     model: str | None = None
@@ -139,6 +142,7 @@ class SentenceTransformerEmbedder:
     max_seq_length: int | None = None
     quantize: bool = False
     device: str | None = None
+    threads: int | None = None
 
     @property
     def model_path(self) -> str:
@@ -154,6 +158,11 @@ class SentenceTransformerEmbedder:
                                           quantize=self.quantize, device=self.device)
         if not texts:
             return np.zeros((0, model.get_sentence_embedding_dimension()), dtype=np.float32)
+        if self.threads is not None:
+            import torch
+
+            if torch.get_num_threads() != self.threads:
+                torch.set_num_threads(self.threads)
         vectors = model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
                                convert_to_numpy=True, show_progress_bar=False)
         return np.asarray(vectors, dtype=np.float32)

@@ -72,7 +72,7 @@ class RetrievalSettings(BaseModel):
 
     hit_threshold: float = Field(0.35, ge=-1.0, le=1.0)
     """Dense cosine to the query at or above which a selected item counts as a hit in the
-    `retrieval_hit_rate` signal (0.35 separates related from unrelated text for MiniLM)."""
+    `retrieval_hit_rate` signal. 0.35 is a moderate MiniLM cosine; retune it for other embedders."""
 
     top_k: int = Field(10, ge=1)
     """Items returned when a search gives neither `k` nor `budget_tokens`."""
@@ -106,6 +106,10 @@ class RetrievalSettings(BaseModel):
     embedding_quantize: bool = False
     """Dynamic int8 quantisation of the model's Linear layers (CPU). With max_seq_length 128 it embeds
     several times faster; dense-only nDCG@10 drops ~0.02 on SciFact, hybrid is unchanged (benchmark)."""
+
+    embedding_threads: int | None = Field(None, ge=1)
+    """torch intra-op threads for embedding, set process-wide (None leaves torch's default). 1 keeps
+    query latency steady on a small CPU shared with other work; more helps bulk embedding."""
 
     embedding_cache_url: str | None = None
     """fsspec URL (a local dir, `memory://...`, ...) where embeddings persist between processes;
