@@ -30,7 +30,8 @@ from .content import canonical_json, sha256_hex
 from .tokens import TokenCounting
 
 __all__ = [
-    "Category", "CATEGORIES", "categorize_failure", "is_error_result", "digest_args", "first_error_line",
+    "Category", "CATEGORIES", "categorize_failure", "is_error_result", "error_text", "exception_lines", "digest_args",
+    "first_error_line",
     "mentioned_file", "FailureRecord", "FailureWarning", "FailureAnalysis", "FailureSettings", "FailureLog",
     "render_failures",
 ]
@@ -186,8 +187,10 @@ def _text_is_error(text: str) -> bool:
         code = int(m.group(1))
         body = _OUTPUT.search(stripped)
         output = (body.group(1) if body else stripped[m.end():]).strip()
+        if code == 0:  # the shell succeeded, but a program inside it may have crashed (`cmd; echo done`)
+            return _ends_in_traceback(output)
         # grep/diff convention: exit 1 with no output means "no match", not a failure.
-        return code != 0 and bool(output) and (code != 1 or _has_error_evidence(output))
+        return bool(output) and (code != 1 or _has_error_evidence(output))
     if stripped[0] in "{[":
         try:
             parsed = json.loads(stripped)
@@ -205,6 +208,12 @@ def _text_is_error(text: str) -> bool:
     if tracebackish and _EXC_LINE.match(lines[-1]):
         return True
     return bool(_TEST_SUMMARY.search(lines[-1]))
+
+
+def _ends_in_traceback(text: str) -> bool:
+    """A Python traceback whose exception line follows it: a crash, whatever the exit code said."""
+    at = text.rfind("Traceback (most recent call last):")
+    return at >= 0 and any(_EXC_LINE.match(ln) for ln in _ANSI.sub("", text[at:]).splitlines()[1:])
 
 
 def _has_error_evidence(output: str) -> bool:
@@ -248,6 +257,50 @@ def is_error_result(payload: Mapping[str, Any] | str) -> bool:
     return _dict_is_error(payload)
 
 
+_TEXT_KEYS = ("error", "errors", "exception", "error_message", "message", "detail", "stderr", "output", "stdout",
+              "result", "response")
+
+
+def error_text(payload: Mapping[str, Any] | str) -> str:
+    """The plain text of a tool result for error analysis: its message fields with their real line
+    breaks (JSON would escape them and hide every traceback line), then any exit or HTTP code."""
+    if isinstance(payload, str):
+        return payload
+    parts: list[str] = []
+
+    def walk(value: Any, depth: int) -> None:
+        if isinstance(value, str):
+            if value.strip():
+                parts.append(value)
+        elif isinstance(value, Mapping) and depth < 3:
+            for key in _TEXT_KEYS:
+                if key in value:
+                    walk(value[key], depth + 1)
+            for key in (*_CODE_KEYS, *_HTTP_KEYS):
+                if _is_int(value.get(key)):
+                    parts.append(f"{key}: {value[key]}")
+        elif isinstance(value, (list, tuple)) and depth < 3:
+            for item in value[:20]:
+                walk(item, depth + 1)
+
+    walk(payload, 0)
+    return "\n".join(parts) if parts else canonical_json(payload)
+
+
+def _clip_chars(text: str, max_chars: int) -> str:
+    """The first `max_chars` characters kept whole, so a clipped line still starts verbatim."""
+    return text if len(text) <= max_chars else text[:max_chars] + "…"
+
+
+def exception_lines(text: str, max_chars: int = 200) -> list[str]:
+    """Every distinct exception line, in order (a chained traceback names its causes first)."""
+    seen: dict[str, None] = {}
+    for line in _ANSI.sub("", text).splitlines():
+        if _EXC_LINE.match(line):
+            seen.setdefault(_clip_chars(re.sub(r"^\s*(?:E\s+)?", "", line).strip(), max_chars), None)
+    return list(seen)
+
+
 # --- records ----------------------------------------------------------------------------------------
 
 _BOILERPLATE = re.compile(r"^(?:<returncode>.*|<output>|</output>|<warning>.*|traceback \(most recent call last\):|"
@@ -280,7 +333,7 @@ def first_error_line(text: str, max_chars: int = 200) -> str:
         else:
             chosen = lines[0] if lines else ""
     chosen = re.sub(r"^E\s{2,}", "", chosen)  # pytest's error-line marker
-    return chosen if len(chosen) <= max_chars else chosen[: max_chars - 1] + "…"
+    return _clip_chars(chosen, max_chars)
 
 
 def mentioned_file(text: str, args: Mapping[str, Any] | None = None) -> str | None:
@@ -310,13 +363,18 @@ class FailureRecord:
     file: str | None = None
     uri: str | None = None
     timestamp: float | None = None
+    causes: tuple[str, ...] = ()  # the other exception lines of the same output (chained causes), nearest last
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["causes"] = list(self.causes)
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "FailureRecord":
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        values["causes"] = tuple(values.get("causes") or ())
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -356,6 +414,7 @@ class FailureSettings(BaseModel):
     systemic_threshold: int = Field(3, ge=2, description="Distinct turns in which one tool + category must fail.")
     stale_after_turns: int = Field(20, ge=1, description="Patterns whose last failure is older than this are dropped.")
     message_max_chars: int = Field(200, ge=20, description="Clip stored error lines to this many characters.")
+    max_causes: int = Field(2, ge=0, description="Other exception lines of a chained traceback kept with a failure.")
 
 
 class FailureLog:
@@ -387,11 +446,13 @@ class FailureLog:
     def add(self, *, turn: int, tool: str, args: Mapping[str, Any] | None, error_text: str,
             uri: str | None = None, timestamp: float | None = None, category: Category | None = None) -> FailureRecord:
         """Record a failure from its raw error text; categorises it unless `category` is given."""
+        message = first_error_line(error_text, self.settings.message_max_chars)
+        causes = [ln for ln in exception_lines(error_text, self.settings.message_max_chars) if ln != message]
         record = FailureRecord(
             turn=turn, tool=tool, args_digest=digest_args(args),
-            category=category or categorize_failure(error_text, tool),
-            message=first_error_line(error_text, self.settings.message_max_chars),
+            category=category or categorize_failure(error_text, tool), message=message,
             file=mentioned_file(error_text, args), uri=uri, timestamp=timestamp,
+            causes=tuple(causes[-self.settings.max_causes:]) if self.settings.max_causes else (),
         )
         logger.debug("failure at turn %d: %s [%s] %s", turn, tool, record.category, record.message)
         return self.add_record(record)
@@ -513,6 +574,8 @@ def render_failures(analysis: FailureAnalysis, records: Sequence[FailureRecord],
             continue
         seen.add(key)
         line = f"- turn {r.turn} {r.tool} [{r.category}] {r.message}"
+        if r.causes:
+            line += f" (after: {'; '.join(r.causes)})"
         if r.file and r.file not in r.message:
             line += f" (file: {r.file})"
         if r.uri:

@@ -91,6 +91,26 @@ async def test_failures_are_recorded_categorised_and_shown():
 
 
 
+def run_script(path: str) -> dict:
+    """Run a Python script (its traceback is long: the shell result is offloaded)."""
+    frames = "".join(f'  File "/repo/pkg/mod{i}.py", line {i + 10}, in step{i}\n    step{i + 1}()\n' for i in range(60))
+    return {"output": "<returncode>1</returncode>\n<output>\nTraceback (most recent call last):\n" + frames
+            + "sqlite3.OperationalError: no such table: app_book\n\nThe above exception was the direct cause of "
+            "the following exception:\n\nTraceback (most recent call last):\n" + frames
+            + "django.db.utils.OperationalError: no such table: app_book\n</output>"}
+
+
+async def test_a_failure_inside_an_offloaded_result_is_shown_with_its_cause_and_uri():
+    turns = [call("run_script", path="reproduce.py"), "next", "done"]
+    plugin, llm = await _run(turns, [run_script], texts=("run it", "and now?"))
+    last = [m.text for m in request_from_llm(llm.requests[-1]).messages if m.text.startswith("CONTEXT PACK")][-1]
+    line = next(ln for ln in last.splitlines() if ln.startswith("- turn ") and "run_script" in ln)
+    assert ("run_script [not_found] django.db.utils.OperationalError: no such table: app_book "
+            "(after: sqlite3.OperationalError: no such table: app_book)") in line
+    uri = line.rsplit("<", 1)[1].rstrip(">")
+    assert uri.startswith("artifact://app/u/") and "/tool-output/run_script-" in uri
+
+
 FIXTURE_REPO = __import__("pathlib").Path(__file__).parent / "fixtures" / "coderepo"
 
 

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from aether_context.failures import (
-    CATEGORIES, FailureLog, FailureRecord, FailureSettings, categorize_failure, digest_args, first_error_line,
+    CATEGORIES, FailureLog, FailureRecord, FailureSettings, categorize_failure, digest_args, error_text, exception_lines,
+    first_error_line,
     is_error_result, mentioned_file, render_failures,
 )
 from aether_context.tokens import TokenCounter
@@ -182,7 +183,8 @@ def test_first_error_line_and_file():
     assert mentioned_file(text) == "reproduce_issue.py"
     assert mentioned_file(text, {"path": "shop/models.py"}) == "shop/models.py"
     assert mentioned_file("sed: can't read shop/helpers.py: No such file or directory") == "shop/helpers.py"
-    assert len(first_error_line("Error: " + "x" * 1000, max_chars=50)) == 50
+    clipped = first_error_line("Error: " + "x" * 1000, max_chars=50)
+    assert clipped == ("Error: " + "x" * 1000)[:50] + "…"  # the first 50 characters stay verbatim
 
 
 def test_digest_args_is_order_independent():
@@ -323,3 +325,46 @@ def test_render_empty_and_deterministic():
     a, b = _busy_log(), _busy_log()
     assert (render_failures(a.analyze(6), a.records, max_tokens=200, counter=COUNTER)
             == render_failures(b.analyze(6), b.records, max_tokens=200, counter=COUNTER))
+
+
+CHAINED = ("<returncode>1</returncode>\n<output>\nTraceback (most recent call last):\n"
+           '  File "/testbed/django/db/backends/utils.py", line 84, in _execute\n    return self.cursor.execute(sql)\n'
+           "sqlite3.OperationalError: no such table: app_book\n\nThe above exception was the direct cause of the "
+           "following exception:\n\nTraceback (most recent call last):\n  File \"reproduce.py\", line 9, in <module>\n"
+           "django.db.utils.OperationalError: no such table: app_book\n</output>")
+
+
+def test_a_dict_result_is_analysed_as_its_text_not_its_json():
+    """ADK tools return dicts: a traceback inside {"output": ...} keeps its line breaks for the analysis."""
+    result = {"output": CHAINED}
+    assert is_error_result(result)
+    text = error_text(result)
+    assert "\nsqlite3.OperationalError: no such table: app_book\n" in text
+    log = FailureLog()
+    record = log.add(turn=3, tool="bash", args={"command": "python reproduce.py"}, error_text=text)
+    assert record.message == "django.db.utils.OperationalError: no such table: app_book"
+    assert record.causes == ("sqlite3.OperationalError: no such table: app_book",)
+    assert record.category == "not_found"
+    assert FailureRecord.from_json(record.to_json()) == record
+    rendered = render_failures(log.analyze(4), log.records, max_tokens=400, counter=TokenCounter())
+    assert ("- turn 3 bash [not_found] django.db.utils.OperationalError: no such table: app_book "
+            "(after: sqlite3.OperationalError: no such table: app_book)") in rendered
+
+
+def test_error_text_of_nested_and_coded_results():
+    assert error_text({"result": {"stderr": "boom\nline 2", "returncode": 2}}) == "boom\nline 2\nreturncode: 2"
+    assert error_text({"status": "error", "error": ["first", "second"]}) == "first\nsecond"
+    assert error_text({"weird": 1}) == '{"weird":1}'
+
+
+def test_exit_code_zero_with_a_traceback_is_a_failure():
+    crashed = ("<returncode>0</returncode>\n<output>\nTraceback (most recent call last):\n  File \"x.py\", line 1\n"
+               "TypeError: int() argument must be a string\ndone\n</output>")
+    assert is_error_result({"output": crashed})
+    assert not is_error_result({"output": "<returncode>0</returncode>\n<output>\nTypeError is a builtin\n</output>"})
+
+
+def test_exception_lines_are_distinct_clipped_and_in_order():
+    lines = exception_lines("E   ValueError: bad\nValueError: bad\nKeyError: 'k'\n" + "RuntimeError: " + "y" * 300)
+    assert lines[:2] == ["ValueError: bad", "KeyError: 'k'"]
+    assert lines[2] == ("RuntimeError: " + "y" * 300)[:200] + "…"

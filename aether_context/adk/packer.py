@@ -21,7 +21,7 @@ from google.adk.tools.tool_context import ToolContext
 
 from ..compress import SummarizeFn, Summarizer, render_payload, run_summarizer, validate_summary
 from ..content import response_digest, sha256_hex
-from ..failures import FailureLog, FailureRecord, is_error_result
+from ..failures import FailureLog, FailureRecord, error_text, is_error_result
 from ..pipeline.build import ContextPack, build_pack, request_tokens
 from ..pipeline.collect import PackInputs, PackState
 from ..pipeline.decay import RunningSummary, blob_key
@@ -218,7 +218,8 @@ class ContextPacker:
         ctx.state[URIS_STATE_KEY] = uris
         return replace(inputs, uris=uris)
 
-    def record_failure(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, error_text: str) -> None:
+    def record_failure(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, error_text: str,
+                       uri: str | None = None) -> None:
         """Add a tool failure to the session's failure log (kept in state; never raises)."""
         if not self.profile.failures.enabled:
             return
@@ -226,39 +227,42 @@ class ContextPacker:
             data = tool_context.state.get(FAILURES_STATE_KEY) or {}
             records = [FailureRecord.from_json(r) for r in data.get("records", ())]
             log = FailureLog(self.profile.failures.log, records, int(data.get("evicted", 0)))
-            uris = tool_context.state.get(URIS_STATE_KEY) or {}
             log.add(turn=len(tool_context.session.events), tool=tool.name, args=tool_args, error_text=error_text,
-                    uri=uris.get(response_digest({"result": error_text})), timestamp=time.time())
+                    uri=uri, timestamp=time.time())
             tool_context.state[FAILURES_STATE_KEY] = log.to_json()
         except Exception:
             logger.error("aether-context: could not record the failure of %s", tool.name, exc_info=True)
 
     async def after_tool(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, result: object) -> dict | None:
-        """Record error-shaped results as failures; save a result whole and return its compact form
-        when it is large. Never raises."""
-        if tool.name != RECALL_TOOL_NAME and self.profile.failures.enabled and isinstance(result, (dict, str)):
+        """Save a result whole and return its compact form when it is large; record error-shaped
+        results as failures, citing the saved original. Never raises."""
+        own = tool.name == RECALL_TOOL_NAME
+        failed = False
+        if not own and self.profile.failures.enabled and isinstance(result, (dict, str)):
             try:
-                if is_error_result(result):
-                    self.record_failure(tool, tool_args, tool_context, render_payload(result))
+                failed = is_error_result(result)
             except Exception:  # fail open: a result we cannot classify is simply not a recorded failure
                 logger.error("aether-context: could not classify the result of %s", tool.name, exc_info=True)
-        if self.profile.variation.compact_json and isinstance(result, (dict, list)) and tool.name != RECALL_TOOL_NAME:
+        replaced = None
+        if self.profile.variation.compact_json and isinstance(result, (dict, list)) and not own:
             compact = compact_json(result, self.counter)
             if self.counter.count_text(compact) < self.counter.count_text(render_payload(result)):
-                result = {"result_compact_json": compact}  # faithful: aether_context.variation.expand_compact_json
-        if not self.profile.offload.enabled or tool.name == RECALL_TOOL_NAME:
-            return result if isinstance(result, dict) and "result_compact_json" in result else None
-        try:
-            replaced = await offload_tool_result(
-                tool_name=tool.name, args=tool_args, result=result, ctx=tool_context, gateway=self.gateway,
-                settings=self.profile.offload, counter=self.counter,
-                free_conversation_tokens=self._free_conversation.get((tool_context.session.id, tool_context.agent_name)))
-            if replaced is None and isinstance(result, dict) and "result_compact_json" in result:
-                return result
-            return replaced
-        except Exception:  # fail open: the tool's own result goes on unchanged
-            logger.error("aether-context: offloading the result of %s failed; keeping it inline", tool.name, exc_info=True)
-            return None
+                replaced = {"result_compact_json": compact}  # faithful: aether_context.variation.expand_compact_json
+        if self.profile.offload.enabled and not own:
+            try:
+                replaced = await offload_tool_result(
+                    tool_name=tool.name, args=tool_args, result=replaced or result, ctx=tool_context,
+                    gateway=self.gateway, settings=self.profile.offload, counter=self.counter,
+                    free_conversation_tokens=self._free_conversation.get((tool_context.session.id, tool_context.agent_name))
+                ) or replaced
+            except Exception:  # fail open: the tool's own result goes on unchanged
+                logger.error("aether-context: offloading the result of %s failed; keeping it inline", tool.name, exc_info=True)
+                replaced = None
+        if failed:
+            uris = tool_context.state.get(URIS_STATE_KEY) or {}
+            self.record_failure(tool, tool_args, tool_context, error_text(result),  # type: ignore[arg-type]
+                                uri=uris.get(response_digest(result)))
+        return replaced
 
     def _record_failure(self, ctx: CallbackContext, llm_request: LlmRequest, error: Exception) -> CallRecord:
         session = ctx.session
