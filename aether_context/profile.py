@@ -27,7 +27,7 @@ from .retrieval import RetrievalSettings
 
 __all__ = [
     "BudgetProfile", "Floors", "EvidenceWeights", "MemoryWeights", "ConversationWeights", "Weights",
-    "ConversationSettings", "SelectionSettings", "OffloadSettings", "PruningSettings", "DecaySettings",
+    "TaskSettings", "CacheSettings", "ConversationSettings", "SelectionSettings", "OffloadSettings", "PruningSettings", "DecaySettings",
     "RecoverySettings", "FailureEvidenceSettings", "VariationSettings", "load_profile", "builtin_profiles",
 ]
 
@@ -87,6 +87,24 @@ class ConversationSettings(_Strict):
     max_turn_tokens: int = Field(4000, ge=64, description="A single kept turn above this is cut middle-out (a truncation event).")
     max_verbatim_turns: int | None = Field(None, ge=1, description=(
         "At most this many turns verbatim (tail + this invocation's tool turns); None: as many as fit."))
+
+
+class TaskSettings(_Strict):
+    """The Task layer: what stands in for the goal when the app never sets one."""
+
+    pin_opening_request: bool = Field(True, description=(
+        "With no goal in state, keep the session's first user message in the Task layer once it has left "
+        "the verbatim history, so the task is never folded away."))
+    opening_max_tokens: int = Field(1500, ge=16, description="The pinned opening request is cut middle-out to this.")
+    opening_max_share: float = Field(0.15, gt=0, le=1, description="... and to this share of the window.")
+
+
+class CacheSettings(_Strict):
+    """Cache discipline: later calls of an invocation append to the earlier request."""
+
+    stable_prefix: bool = Field(True, description=(
+        "Freeze the Pack Payload and folding point within an invocation (rebuild only when the grown "
+        "request no longer fits). Off: every call is packed from scratch (for comparison only)."))
 
 
 class SelectionSettings(_Strict):
@@ -160,7 +178,9 @@ class BudgetProfile(_Strict):
     window_tokens: int | None = Field(None, gt=0, description="Overrides the model registry's window.")
     floors: Floors = Floors()
     weights: Weights = Weights()
+    task: TaskSettings = TaskSettings()
     conversation: ConversationSettings = ConversationSettings()
+    cache: CacheSettings = CacheSettings()
     evidence: SelectionSettings = SelectionSettings()
     memory: SelectionSettings = SelectionSettings()
     offload: OffloadSettings = OffloadSettings()

@@ -100,3 +100,20 @@ async def test_cached_tokens_give_the_cache_hit_share(tmp_path):
     out = io.StringIO()
     cli_main(["timeline", str(tmp_path / "p")], out=out)
     assert "cached 1200 (cache hit share 60.0%)" in out.getvalue()
+
+
+async def test_cache_discipline_switch_rebuilds_every_call_when_off():
+    """`cache.stable_prefix: false` packs every call from scratch (the comparison the benchmark makes)."""
+    turns = [call("read_chunk", n=i) for i in range(6)] + ["done"]
+    results = {}
+    for stable in (True, False):
+        profile = load_profile("default").override(cache={"stable_prefix": stable})
+        plugin, _ = await _run(ScriptedLlm(turns=list(turns)), [read_chunk], window=6_000, profile=profile,
+                               store=f"memory://cache-switch-{stable}")
+        results[stable] = [r.manifest for r in plugin.packer.recent]
+    assert any(m.reused_payload for m in results[True][1:])
+    assert not any(m.reused_payload for m in results[False])
+    # with the discipline on, later calls keep the earlier request as their prefix more often
+    def kept(ms):
+        return sum(m.prefix_tokens for m in ms[1:]) / max(1, sum(m.previous_tokens for m in ms[1:]))
+    assert kept(results[True]) >= kept(results[False])

@@ -17,7 +17,7 @@ from aether_context.adk.collect import INSTRUCTION_MARKER
 from aether_context.pipeline import request_tokens
 from aether_context.testing import ScriptedLlm, call
 
-from conftest import (lookup, make_runner, new_session, orphan_responses, run_turn,
+from conftest import (filler, lookup, make_runner, new_session, orphan_responses, run_turn,
                       save_report, scripted_agent, strip_continue)
 
 WINDOW = 6_000
@@ -454,3 +454,55 @@ async def test_saved_artifacts_become_evidence(memory_store_url):
     assert any(s["id"] == "artifact:report.txt" and s["source"] == "artifact" for s in manifest.selected["evidence"])
     stored = plugin.packer.store.load_manifest(plugin.packer.recent[-1].uri)
     assert stored.artifact_uris == [uri]
+
+
+async def test_opening_request_is_pinned_once_it_leaves_the_verbatim_history(memory_store_url):
+    """Without a goal in state, the session's first message is the task: it stays in every call."""
+    opening = "Migrate the billing service to the new ledger API. Keep every invoice total identical.\n" + filler(1400, seed=3)
+    n = 8
+    agent, llm = scripted_agent(session_script(n))
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=WINDOW)
+    runner = make_runner(agent, plugins=[plugin])
+    sid = await new_session(runner)
+    for text in [opening] + user_texts(n)[1:]:
+        await run_turn(runner, sid, text)
+    requests = check_requests(llm, plugin.packer, WINDOW)
+    head = opening[:200]
+    cap = min(plugin.packer.profile.task.opening_max_tokens, int(WINDOW * plugin.packer.profile.task.opening_max_share))
+    pinned = 0
+    for r, record in zip(requests, plugin.packer.recent):
+        full = "\n".join(m.text for m in r.messages)
+        assert head in full  # the task statement is in every request
+        text = payload(r)
+        if "OPENING REQUEST:\n" in text:
+            pinned += 1
+            assert "opening_request_pinned" in record.manifest.flags
+            section = text.split("OPENING REQUEST:\n", 1)[1]
+            for header in ("GOAL:", "EVIDENCE:", "MEMORY:", "CONVERSATION SUMMARY:", "FAILURES SO FAR", "ACCEPTANCE:",
+                           "USER REQUEST (VERBATIM):"):
+                section = section.split(f"\n{header}", 1)[0]
+            assert section.startswith(head) and "tokens omitted" in section  # cut middle-out, head kept
+            assert plugin.packer.counter.count_text(section) <= cap < plugin.packer.counter.count_text(opening)
+            # never twice: a pinned opening request is not also kept verbatim in the history
+            assert sum(m.text == opening for m in r.messages) == 0
+        else:
+            assert "opening_request_pinned" not in record.manifest.flags
+    assert pinned > 0  # the window is small: the first message left the verbatim history
+    assert "OPENING REQUEST:\n" not in payload(requests[0])  # the first call's request is the opening itself
+    # with no goal set, the status block recites the opening request's first line, but not right after the user spoke
+    statuses = [r.messages[-1].text for r in requests if r.messages[-1].text.startswith("STATUS")]
+    assert statuses and all(s.startswith("STATUS — goal: Migrate the billing service") for s in statuses)
+    assert not requests[0].messages[-1].text.startswith("STATUS")
+
+
+async def test_a_goal_in_state_replaces_the_opening_request(memory_store_url):
+    agent, llm = scripted_agent(session_script(6))
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=WINDOW)
+    runner = make_runner(agent, plugins=[plugin])
+    state: dict = {}
+    set_task(state, goal="Answer the revenue questions")
+    sid = await new_session(runner, state=state)
+    for text in user_texts(6):
+        await run_turn(runner, sid, text)
+    requests = check_requests(llm, plugin.packer, WINDOW)
+    assert all("OPENING REQUEST:" not in payload(r) for r in requests)

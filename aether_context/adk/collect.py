@@ -22,7 +22,7 @@ from .task import StateKeys, evidence_from_state, notes_from_state, task_from_st
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["collect_inputs", "find_request_index", "INSTRUCTION_MARKER", "artifact_uri"]
+__all__ = ["collect_inputs", "find_request_index", "opening_request", "INSTRUCTION_MARKER", "artifact_uri"]
 
 INSTRUCTION_MARKER = "<<<BEGIN_SYSTEM_INSTRUCTION>>>"
 _OTHER_AGENT_PREFIX = "For context:"
@@ -54,6 +54,17 @@ def find_request_index(request: ModelRequest, user_content: types.Content | None
         if m.role == "user" and text and not m.responses and INSTRUCTION_MARKER not in text and not text.startswith(_OTHER_AGENT_PREFIX):
             return i
     return None
+
+
+def opening_request(events: Sequence[Any]) -> str:
+    """The text of the session's first user message: the task, for apps that never set a goal."""
+    from .convert import to_message
+    for event in events:
+        if event.author == "user" and event.content is not None and event.content.parts:
+            text = to_message(event.content).text
+            if text.strip() and INSTRUCTION_MARKER not in text:
+                return text
+    return ""
 
 
 def _timestamp(value: Any) -> float | None:
@@ -141,7 +152,8 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys:
         request = replace(request, tools=request.tools + added)
     index = find_request_index(request, ctx.user_content)
     state = ctx.state
-    task = task_from_state(state, keys)
+    session = ctx.session
+    task = replace(task_from_state(state, keys), opening_request=opening_request(session.events))
     if task.tools is not None and extra_tools:
         task = replace(task, tools=task.tools + tuple(t.name for t in extra_tools if t.name not in task.tools))
     query = " ".join(x for x in (request.messages[index].text if index is not None else "", task.step, task.goal) if x)
@@ -155,7 +167,6 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys:
             if inspect.isawaitable(found):
                 found = await found
             evidence += list(found)
-    session = ctx.session
     return PackInputs(
         request=request, request_index=index, task=task, evidence=tuple(evidence), memory=tuple(memory),
         instruction_indices=tuple(i for i, m in enumerate(request.messages) if m.role == "user" and INSTRUCTION_MARKER in m.text),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..compress.middle_out import middle_out
 from ..content import Message, ModelRequest, canonical_json, sha256_hex
 from ..errors import BudgetError
 from ..profile import BudgetProfile
@@ -81,8 +82,8 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
         if ids:
             events.append(TruncationEvent(layer, "drop", "not selected: below top-k, a near-duplicate, or already in the conversation", ids))
     prev = inputs.previous
-    same_invocation = bool(prev is not None and prev.payload_text and prev.invocation_id == inputs.invocation_id
-                           and prev.agent == inputs.agent)
+    same_invocation = bool(profile.cache.stable_prefix and prev is not None and prev.payload_text
+                           and prev.invocation_id == inputs.invocation_id and prev.agent == inputs.agent)
     raw_history, raw_loop = history, loop
 
     def prepare(consider_new_pruning: bool):
@@ -98,7 +99,8 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     # fixed layers, measured (the Task layer includes failures so far and room for the recitation)
     failures = failures_section(inputs, profile, int(inputs.failures.get("current_turn", 0)), counter)
     reserve = recitation_reserve(profile)
-    empty = render_payload(inputs.task, conv.request, (), (), failures=failures)
+    opening = _opening(inputs, conv.request, profile, window, counter)
+    empty = render_payload(inputs.task, conv.request, (), (), failures=failures, opening=opening)
     fixed_used = {
         "system": counter.count_text(system_text(req.system_instruction)) + sum(counter.count_message(m) for m in conv.instructions),
         "tools": sum(counter.count_text(canonical_json(t.declaration)) for t in cands.tools)
@@ -120,7 +122,7 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
         events += more
         request, fitted, ev_lines, mem_lines, sections_text, alloc, more = _full_build(
             inputs, cands, history, loop, fixed_used, window, profile, counter, force_compact=overflowed,
-            originals=originals, failures=failures, reserve=reserve)
+            originals=originals, failures=failures, reserve=reserve, opening=opening)
         events.extend(more)
 
     events = _in_overflow_order(events)
@@ -153,6 +155,21 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     manifest = _manifest(inputs, profile, model_window, alloc, request, fitted, ev_lines, mem_lines, cands, events,
                          state, counter, reused is not None, failures, recital)
     return ContextPack(request=request, manifest=manifest, state=state, inputs=inputs)
+
+
+def _opening(inputs: PackInputs, request: Message | None, profile: BudgetProfile, window: int,
+             counter: TokenCounting) -> str:
+    """The opening request to pin in the Task layer, capped; "" when a goal is set or it is the request itself."""
+    text = inputs.task.opening_request
+    if not profile.task.pin_opening_request or inputs.task.goal or not text.strip():
+        return ""
+    if request is not None and request.text == text:
+        return ""
+    return middle_out(text, min(profile.task.opening_max_tokens, int(window * profile.task.opening_max_share)), counter)
+
+
+def _holds_verbatim(history: "tuple[Turn, ...]", text: str) -> bool:
+    return any(m.role == "user" and m.text == text for t in history for m in t.messages)
 
 
 def _decay(inputs: PackInputs, history, loop, profile: BudgetProfile, counter: TokenCounting, consider_new_pruning: bool):
@@ -203,7 +220,7 @@ def _lines_tokens(lines: "tuple[Line, ...]", header: str, counter: TokenCounting
 
 
 def _full_build(inputs, cands: Candidates, history, loop, fixed_used, window, profile: BudgetProfile, counter,
-                *, force_compact: bool, originals: "dict[int, Turn]", failures: str, reserve: int):
+                *, force_compact: bool, originals: "dict[int, Turn]", failures: str, reserve: int, opening: str):
     conv = cands.conversation
     tail = profile.conversation.tail_turns
     ev_header = _section_tokens("EVIDENCE:", counter)
@@ -239,8 +256,10 @@ def _full_build(inputs, cands: Candidates, history, loop, fixed_used, window, pr
                                   fold_max_tokens=fold_cap, summary_max_tokens=summary_cap, uris=inputs.uris,
                                   counter=counter, max_verbatim_turns=profile.conversation.max_verbatim_turns,
                                   originals=originals)
+        # The opening request is pinned only once the history no longer holds it verbatim (never twice).
+        pin = "" if opening and _holds_verbatim(fitted.history, inputs.task.opening_request) else opening
         text = render_payload(inputs.task, conv.request, ev_lines, mem_lines, fitted.summary.text,
-                              fitted.fold_lines, failures).text()
+                              fitted.fold_lines, failures, opening=pin).text()
         request = render_request(model=inputs.request.model, system_instruction=inputs.request.system_instruction,
                                  tools=cands.tools, other_tools=inputs.request.other_tools, history=fitted.history,
                                  payload=payload_message(text, conv.request), loop=fitted.loop,
@@ -370,7 +389,8 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, window: int, alloc: Al
             "memory": [{"id": ln.id, "source": ln.source, "score": ln.score, **ln.scores, "compressed": ln.compressed}
                        for ln in mem_lines],
         },
-        flags=list(cands.flags), evidence_needed=list(inputs.task.evidence_needed),
+        flags=list(cands.flags) + (["opening_request_pinned"] if state.payload_text.startswith(
+            f"{PAYLOAD_HEADER}\nOPENING REQUEST:\n") else []), evidence_needed=list(inputs.task.evidence_needed),
         tokens_before=request_tokens(inputs.request, counter), tokens_after=request_tokens(request, counter),
         prefix_tokens=prefix,
         block_hashes={"system": state.system_digest, "tools": state.tools_digest,

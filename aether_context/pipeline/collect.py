@@ -29,6 +29,7 @@ class TaskSpec:
     evidence_needed: tuple[str, ...] = ()  # checklist items that need evidence
     plan: tuple[tuple[str, bool], ...] = ()  # (step, done) — progress for the recitation block
     done: tuple[str, ...] = ()  # acceptance items already met
+    opening_request: str = ""  # the session's first user message: the task when no goal was set
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -36,7 +37,7 @@ class TaskSpec:
             "constraints": list(self.constraints), "tools": None if self.tools is None else list(self.tools),
             "expected_tool_calls": self.expected_tool_calls, "risk": self.risk,
             "evidence_needed": list(self.evidence_needed), "plan": [list(p) for p in self.plan],
-            "done": list(self.done),
+            "done": list(self.done), "opening_request": self.opening_request,
         }
 
     @classmethod
@@ -48,6 +49,7 @@ class TaskSpec:
             expected_tool_calls=int(d.get("expected_tool_calls", 0)), risk=float(d.get("risk", 0.0)),
             evidence_needed=tuple(d.get("evidence_needed", ())),
             plan=tuple((str(p[0]), bool(p[1])) for p in d.get("plan", ())), done=tuple(d.get("done", ())),
+            opening_request=d.get("opening_request", ""),
         )
 
 

@@ -21,6 +21,7 @@ CONTRACT = """\
 CONTEXT PACK CONTRACT
 The user turn that begins with "CONTEXT PACK" holds the context prepared for this step:
 - GOAL, STEP, CONSTRAINTS and ACCEPTANCE there are authoritative for the current step.
+- OPENING REQUEST is the session's first user message: the overall task when no GOAL is given.
 - EVIDENCE items are summaries; an artifact:// URI points to the full original. Cite them; do not invent facts.
 - MEMORY items are dated recollections; prefer newer ones when they disagree.
 - CONVERSATION SUMMARY stands in for earlier turns that are not repeated verbatim.
@@ -56,8 +57,9 @@ def _bullets(header: str, lines: "list[str] | tuple[str, ...]") -> str:
     return f"{header}\n" + "\n".join(lines) if lines else ""
 
 
-def render_task(task: TaskSpec) -> str:
-    out = []
+def render_task(task: TaskSpec, opening: str = "") -> str:
+    """`opening`: the (capped) opening request, when the pack pins it; the caller decides when."""
+    out = [f"OPENING REQUEST:\n{opening}"] if opening else []
     if task.goal:
         out.append(f"GOAL: {task.goal}")
     if task.step:
@@ -84,9 +86,10 @@ def render_summary(summary_text: str, fold_lines: "tuple[str, ...]") -> str:
 
 
 def render_payload(task: TaskSpec, request: Message | None, evidence: "tuple[Line, ...]", memory: "tuple[Line, ...]",
-                   summary_text: str = "", fold_lines: "tuple[str, ...]" = (), failures: str = "") -> PayloadSections:
+                   summary_text: str = "", fold_lines: "tuple[str, ...]" = (), failures: str = "",
+                   opening: str = "") -> PayloadSections:
     return PayloadSections(
-        task=render_task(task),
+        task=render_task(task, opening),
         evidence=_bullets("EVIDENCE:", [ln.text for ln in evidence]),
         memory=_bullets("MEMORY:", [ln.text for ln in memory]),
         summary=render_summary(summary_text, fold_lines),

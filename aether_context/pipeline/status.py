@@ -31,6 +31,12 @@ def failures_section(inputs: PackInputs, profile: BudgetProfile, current_turn: i
     return render_failures(log.analyze(current_turn), log.records, max_tokens=profile.failures.max_tokens, counter=counter)
 
 
+def _first_line(text: str, max_chars: int = 300) -> str:
+    """The opening request's first non-empty line stands in for a goal in the status block."""
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line if len(line) <= max_chars else line[: max_chars - 1] + "…"
+
+
 def recitation_reserve(profile: BudgetProfile) -> int:
     """Tokens kept free for the recitation block, so reciting never pushes the pack over."""
     return profile.recitation.max_tokens + MESSAGE_OVERHEAD if profile.recitation.enabled else 0
@@ -45,6 +51,9 @@ def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tupl
     settings = profile.recitation
     task = inputs.task
     goal = task.goal or task.step
+    if not goal and inputs.request_index != len(inputs.request.messages) - 1:
+        # No goal was set: the opening request stands in, once the user's message is no longer the last word.
+        goal = _first_line(task.opening_request)
     if not settings.enabled or not goal:
         return None, call_index, last if last is not None else -1
     recent_texts = [m.text or " ".join(c.name for c in m.calls) for t in recent[-4:] for m in t.messages]
