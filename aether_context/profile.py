@@ -190,7 +190,8 @@ class BudgetProfile(_Strict):
     recitation: RecitationSettings = RecitationSettings()
     failures: FailureEvidenceSettings = FailureEvidenceSettings()
     variation: VariationSettings = VariationSettings()
-    retrieval: RetrievalSettings = RetrievalSettings(embedding_max_seq_length=128, embedding_quantize=True)
+    retrieval: RetrievalSettings = RetrievalSettings(embedding_max_seq_length=128, embedding_quantize=True,
+                                                     embedding_threads=1)
 
     @model_validator(mode="after")
     def _floors_fit(self) -> "BudgetProfile":

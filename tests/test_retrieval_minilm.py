@@ -26,3 +26,20 @@ def test_default_index_uses_the_offline_minilm_once_per_process():
     assert result.signals["similarity"] > 0.5 and result.signals["retrieval_hit_rate"] == 1.0
     again = load_sentence_transformer(embedder.model_path)
     assert again is load_sentence_transformer(embedder.model_path)
+
+
+def test_embedding_threads_apply_while_encoding_and_are_restored():
+    """A profile's `embedding_threads` must not leak into the host process's torch settings."""
+    import torch
+
+    from aether_context.pipeline.retrieve import Retriever
+    from aether_context.profile import load_profile
+
+    before = torch.get_num_threads()
+    retriever = Retriever(load_profile("default").retrieval)
+    embedder = retriever.cache.embedder
+    assert isinstance(embedder, SentenceTransformerEmbedder) and embedder.threads == 1
+    retriever.warm_up()
+    retriever._warming.join(timeout=120)
+    assert embedder.embed(["the model is already loaded"]).shape == (1, 384)
+    assert torch.get_num_threads() == before

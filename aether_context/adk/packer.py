@@ -77,6 +77,7 @@ class ContextPacker:
         self.evidence_providers = tuple(evidence_providers)
         # Hybrid retrieval for Memory and Evidence; `embedder` replaces the profile's model (tests, no torch).
         self.retriever = Retriever(self.profile.retrieval, embedder=embedder) if embedder else default_retriever(self.profile)
+        self.retriever.warm_up()  # load the embedding model now, off the first model call's path
         self._edge_flags: dict[tuple[str, str], list[str]] = {}
         self.calibration: dict[str, float] = {}  # per model: reported prompt tokens / our estimate, smoothed
         self.usage: collections.deque[dict] = collections.deque(maxlen=keep_recent)

@@ -8,6 +8,8 @@ keeps a pack a function of its inputs.
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections import OrderedDict
 from typing import Callable, Iterable, Sequence
 
@@ -15,6 +17,8 @@ from ..retrieval import Document, EmbeddingCache, HybridIndex, RetrievalResult, 
 from ..retrieval.embeddings import Embedder, SentenceTransformerEmbedder
 
 __all__ = ["Retriever", "default_retriever", "use_default_embedder"]
+
+logger = logging.getLogger(__name__)
 
 
 class Retriever:
@@ -24,12 +28,27 @@ class Retriever:
                  max_indexes: int = 256):
         self.settings = settings or RetrievalSettings()
         s = self.settings
-        embedder = embedder or SentenceTransformerEmbedder(s.embedding_model, batch_size=s.embedding_batch_size,
-                                                           max_seq_length=s.embedding_max_seq_length,
-                                                           quantize=s.embedding_quantize)
+        embedder = embedder or SentenceTransformerEmbedder.from_settings(s)
         self.cache = EmbeddingCache(embedder, url=s.embedding_cache_url)
+        self._warming: threading.Thread | None = None
         self._indexes: OrderedDict[tuple[str, str], HybridIndex] = OrderedDict()
         self._max = max_indexes
+
+    def warm_up(self) -> None:
+        """Load the embedding model on a background thread, so the first pack does not wait for
+        the import (seconds); a no-op for embedders without a model to load."""
+        warm = getattr(self.cache.embedder, "warm_up", None)
+        if warm is None or self._warming is not None:
+            return
+
+        def run() -> None:
+            try:
+                warm()
+            except Exception:  # the first real embedding will raise it where it can be handled
+                logger.debug("aether-context: embedding model warm-up failed", exc_info=True)
+
+        self._warming = threading.Thread(target=run, name="aether-embedder-warm-up", daemon=True)
+        self._warming.start()
 
     def _index(self, namespace: str, layer: str) -> HybridIndex:
         key = (namespace, layer)

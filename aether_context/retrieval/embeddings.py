@@ -14,6 +14,7 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import logging
@@ -132,9 +133,9 @@ class SentenceTransformerEmbedder:
 
     `model` is a name or local path (None: the offline MiniLM). Inputs are sorted by length
     inside `encode`, so each batch pads little; `max_seq_length` truncates long inputs.
-    `threads`, when set, is applied with `torch.set_num_threads` before encoding: a process-wide
-    choice, made explicit because on a small shared CPU two OpenMP threads spinning against other
-    processes turn a 15 ms query embedding into 150+ ms at p95 (see the benchmark).
+    `threads`, when set, is torch's intra-op thread count while this embedder encodes (restored
+    after): on a small shared CPU, OpenMP threads spinning against other processes turn a 20 ms
+    embedding into 400+ ms (see the benchmark), and a pack embeds a few items per call.
     """
 
     model: str | None = None
@@ -144,9 +145,21 @@ class SentenceTransformerEmbedder:
     device: str | None = None
     threads: int | None = None
 
+    @classmethod
+    def from_settings(cls, settings: Any) -> "SentenceTransformerEmbedder":
+        """The embedder a `RetrievalSettings` describes."""
+        return cls(settings.embedding_model, batch_size=settings.embedding_batch_size,
+                   max_seq_length=settings.embedding_max_seq_length, quantize=settings.embedding_quantize,
+                   threads=settings.embedding_threads)
+
     @property
     def model_path(self) -> str:
         return self.model if self.model is not None else default_model_path()
+
+    def warm_up(self) -> None:
+        """Load the model now (e.g. on a background thread at startup) instead of on the first call."""
+        load_sentence_transformer(self.model_path, max_seq_length=self.max_seq_length, quantize=self.quantize,
+                                  device=self.device)
 
     @property
     def name(self) -> str:
@@ -158,14 +171,32 @@ class SentenceTransformerEmbedder:
                                           quantize=self.quantize, device=self.device)
         if not texts:
             return np.zeros((0, model.get_sentence_embedding_dimension()), dtype=np.float32)
-        if self.threads is not None:
-            import torch
-
-            if torch.get_num_threads() != self.threads:
-                torch.set_num_threads(self.threads)
-        vectors = model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                               convert_to_numpy=True, show_progress_bar=False)
+        with _torch_threads(self.threads):
+            vectors = model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                                   convert_to_numpy=True, show_progress_bar=False)
         return np.asarray(vectors, dtype=np.float32)
+
+
+_THREADS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None):
+    """torch's thread count set to `threads` for the block, then restored (None: left alone)."""
+    if threads is None:
+        yield
+        return
+    import torch
+
+    with _THREADS_LOCK:
+        old = torch.get_num_threads()
+        if old != threads:
+            torch.set_num_threads(threads)
+        try:
+            yield
+        finally:
+            if old != threads:
+                torch.set_num_threads(old)
 
 
 class EmbeddingCache:

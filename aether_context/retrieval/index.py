@@ -70,9 +70,7 @@ class HybridIndex:
         s = self.settings
         if cache is None:
             if embedder is None:
-                embedder = SentenceTransformerEmbedder(s.embedding_model, batch_size=s.embedding_batch_size,
-                                                       max_seq_length=s.embedding_max_seq_length,
-                                                       quantize=s.embedding_quantize, threads=s.embedding_threads)
+                embedder = SentenceTransformerEmbedder.from_settings(s)
             cache = EmbeddingCache(embedder, url=s.embedding_cache_url)
         elif embedder is not None and embedder is not cache.embedder:
             raise ValueError("pass either embedder= or cache= (a cache carries its own embedder), not both")

@@ -108,8 +108,9 @@ class RetrievalSettings(BaseModel):
     several times faster; dense-only nDCG@10 drops ~0.02 on SciFact, hybrid is unchanged (benchmark)."""
 
     embedding_threads: int | None = Field(None, ge=1)
-    """torch intra-op threads for embedding, set process-wide (None leaves torch's default). 1 keeps
-    query latency steady on a small CPU shared with other work; more helps bulk embedding."""
+    """torch intra-op threads while this retriever embeds, restored after (None: torch's default).
+    1 keeps per-call latency steady on a small CPU shared with other work (profiles default to it);
+    more helps bulk embedding on idle cores."""
 
     embedding_cache_url: str | None = None
     """fsspec URL (a local dir, `memory://...`, ...) where embeddings persist between processes;
