@@ -122,7 +122,7 @@ class Message:
     def digest(self) -> str:
         return sha256_hex(canonical_json(self.to_json()))
 
-    @property
+    @cached_property
     def text(self) -> str:
         return "\n".join(p.text for p in self.parts if isinstance(p, TextPart))
 

@@ -54,20 +54,25 @@ def _payload_key(part: types.Part) -> tuple | None:
     """Identity of a part's payload objects. ADK rebuilds each request with shallow copies of the
     session's contents, so the text strings and argument/response dicts are the same objects from
     call to call; anything else is not cached."""
-    fields = part.__pydantic_fields_set__  # every non-None field was set explicitly (defaults are None)
-    if len(fields) != 1:
+    if len(part.__pydantic_fields_set__) != 1:  # every non-None field was set explicitly (defaults are None)
         values = list(part.__dict__.values())
         if len(values) - values.count(None) != 1:
             return None
-    if part.text is not None:
-        return ("t", id(part.text))
-    fc = part.function_call
+    d = part.__dict__
+    text = d["text"]
+    if text is not None:
+        return ("t", id(text))
+    fc = d["function_call"]
     if fc is not None:
         return ("c", fc.name, fc.id, id(fc.args)) if fc.args is not None else None
-    fr = part.function_response
+    fr = d["function_response"]
     if fr is not None:
         return ("r", fr.name, fr.id, id(fr.response)) if fr.response is not None else None
     return None
+
+
+def _payload_ref(part: types.Part) -> object:
+    return part.text if part.text is not None else (part.function_call.args if part.function_call else part.function_response.response)
 
 
 def to_message(content: types.Content) -> Message:
@@ -75,20 +80,30 @@ def to_message(content: types.Content) -> Message:
     history would otherwise be converted and hashed again on every call)."""
     parts = content.parts or ()
     role = "model" if content.role == "model" else "user"
-    keys = []
-    for p in parts:
-        k = _payload_key(p)
-        if k is None:
-            return Message(role, tuple(_to_part(p) for p in parts))
-        keys.append(k)
-    key = (role, *keys)
+    if len(parts) == 1:  # the common case, without the loop
+        p = parts[0]
+        text = p.__dict__["text"]
+        if text is not None and len(p.__pydantic_fields_set__) == 1:  # a text part: its key, inline
+            key: tuple = (role, "t", id(text))
+        else:
+            k = _payload_key(p)
+            if k is None:
+                return Message(role, (_to_part(p),))
+            key = (role, *k)
+    else:
+        keys = []
+        for p in parts:
+            k = _payload_key(p)
+            if k is None:
+                return Message(role, tuple(_to_part(p) for p in parts))
+            keys.append(k)
+        key = (role, *keys)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit[1]
     message = Message(role, tuple(_to_part(p) for p in parts))
     # keep the payload objects alive while cached, so their ids cannot be reused
-    refs = [p.text if p.text is not None else (p.function_call.args if p.function_call else p.function_response.response)
-            for p in parts]
+    refs = [_payload_ref(p) for p in parts]
     if len(_CACHE) >= _CACHE_SIZE:
         for old in list(_CACHE)[: _CACHE_SIZE // 2]:
             _CACHE.pop(old, None)

@@ -19,6 +19,7 @@ from .compress import Fitted, TruncationEvent, bounded_turns, cut_turn, fit_conv
 from .record import LayerUsage, Manifest
 from .render import PAYLOAD_HEADER, payload_message, render_payload, render_request, system_text
 from .decay import RunningSummary, decay_images, prune_tool_outputs
+from .incremental import turns_tokens
 from .retrieve import Retriever, default_retriever
 from .select import Candidates, Line, query_text, select
 from .status import failures_section, recitation_message, recitation_reserve
@@ -38,7 +39,12 @@ class ContextPack:
 
 def request_tokens(request: ModelRequest, counter: TokenCounting) -> int:
     """Tokens of a whole request: system instruction, tool declarations and messages."""
-    return _head_tokens(request, counter) + sum(counter.count_message(m) for m in request.messages)
+    memo = request.__dict__.get("_tokens")  # a pack measures the same request several times
+    if memo is not None and memo[0] is counter:
+        return memo[1]
+    total = _head_tokens(request, counter) + sum(counter.count_message(m) for m in request.messages)
+    request.__dict__["_tokens"] = (counter, total)
+    return total
 
 
 def _head_tokens(request: ModelRequest, counter: TokenCounting) -> int:
@@ -55,8 +61,7 @@ def _section_tokens(text: str, counter: TokenCounting) -> int:
     return counter.count_text(text) + 1 if text else 0  # +1: the joining newline
 
 
-def _turn_tokens(turns: "tuple[Turn, ...]", counter: TokenCounting) -> int:
-    return sum(counter.count_message(m) for t in turns for m in t.messages)
+_turn_tokens = turns_tokens  # per-turn totals are memoised on the turns
 
 
 def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting, window: int | None = None,

@@ -16,6 +16,7 @@ from ..content import FunctionResponse, Message, TextPart, canonical_json
 from ..tokens import TokenCounting
 from .collect import Turn
 from .decay import RunningSummary, decay_zones
+from .incremental import turn_tokens
 from ..compress import describe_outcome
 from .select import Line
 
@@ -101,8 +102,7 @@ def cut_turn(turn: Turn, max_tokens: int, counter: TokenCounting) -> Turn:
     return Turn(turn.start, tuple(msgs))
 
 
-def _turn_tokens(turn: Turn, counter: TokenCounting) -> int:
-    return sum(counter.count_message(m) for m in turn.messages)
+_turn_tokens = turn_tokens  # memoised on the turn: a long loop's turns are measured on every call
 
 
 def repair_orphans(turns: "tuple[Turn, ...]") -> tuple[tuple[Turn, ...], tuple[TruncationEvent, ...]]:
@@ -128,7 +128,12 @@ def bounded_turns(turns: "tuple[Turn, ...]", max_turn_tokens: int, counter: Toke
     for t in turns:
         before = _turn_tokens(t, counter)
         if before > max_turn_tokens:
-            t2 = cut_turn(t, max_turn_tokens, counter)
+            memo = t.__dict__.get("_cut")  # the same turn is cut again on every later call: reuse
+            if memo is not None and memo[0] is counter and memo[1] == max_turn_tokens:
+                t2 = memo[2]
+            else:
+                t2 = cut_turn(t, max_turn_tokens, counter)
+                t.__dict__["_cut"] = (counter, max_turn_tokens, t2)
             after = _turn_tokens(t2, counter)
             events.append(TruncationEvent(layer, "cut", "turn over max_turn_tokens", (turn_id(t),), before, after))
             t = t2

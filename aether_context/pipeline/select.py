@@ -18,7 +18,8 @@ from ..retrieval import Document, RetrievalResult
 from .retrieve import Retriever
 from ..tokens import TokenCounting
 from .allocate import Signals
-from .collect import PackInputs, Turn, group_turns
+from .collect import PackInputs, Turn
+from .incremental import grouped_turns
 
 __all__ = ["Line", "Conversation", "Candidates", "select", "query_text", "words"]
 
@@ -93,26 +94,21 @@ def _clip(text: str, limit: int) -> str:
 
 def _split_conversation(inputs: PackInputs) -> Conversation:
     msgs = inputs.request.messages
-    skip = set(inputs.instruction_indices)
+    skip = sorted(set(inputs.instruction_indices))
     r = inputs.request_index
-    before = [i for i in range(len(msgs)) if i not in skip and (r is None or i < r)]
-    after = [i for i in range(len(msgs)) if i not in skip and r is not None and i > r]
 
-    def turns(idx: list[int]) -> tuple[Turn, ...]:
-        # indices are contiguous except for skipped instruction messages; group runs separately
-        out: list[Turn] = []
-        run: list[int] = []
-        for i in idx + [None]:  # type: ignore[list-item]
-            if i is not None and (not run or i == run[-1] + 1):
-                run.append(i)
-                continue
-            if run:
-                out.extend(group_turns([msgs[k] for k in run], offset=run[0]))
-            run = [i] if i is not None else []
-        return tuple(out)
+    def turns(lo: int, hi: int) -> tuple[Turn, ...]:
+        # messages lo..hi-1 are contiguous except for skipped instruction messages; group runs separately
+        out: tuple[Turn, ...] = ()
+        for cut in [k for k in skip if lo <= k < hi] + [hi]:
+            if cut > lo:
+                out += grouped_turns(msgs[lo:cut], offset=lo)
+            lo = cut + 1
+        return out
 
+    n = len(msgs)
     return Conversation(
-        history=turns(before), loop=turns(after),
+        history=turns(0, n if r is None else r), loop=turns(r + 1, n) if r is not None else (),
         request=msgs[r] if r is not None else None,
         instructions=tuple(msgs[i] for i in sorted(skip)),
     )
@@ -179,19 +175,21 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     tail = profile.conversation.tail_turns
     older = conv.history[:-tail] if len(conv.history) > tail else ()
     # What the model sees verbatim is not repeated in Memory or Evidence.
-    verbatim = [m.text for t in conv.history[-tail:] + conv.loop for m in t.messages if m.text]
-    if conv.request is not None and conv.request.text:
-        verbatim.append(conv.request.text)
     query = query_text(inputs)
     namespace = f"{inputs.app_name}/{inputs.user_id}/{inputs.session_id}/{inputs.agent}"
     now = inputs.now or None
     ev_docs = [Document(e.id, e.summary, e.source, e.timestamp, {"uri": e.uri} if e.uri else {}) for e in inputs.evidence]
+    mem_docs = [Document(m.id, m.text, m.source, m.timestamp) for m in inputs.memory]
+    mem_docs += [Document(f"turn-{t.start}", _turn_text(t), "history") for t in older[-MAX_HISTORY_POOL:]]
+    verbatim: list[str] = []
+    if ev_docs or mem_docs:  # only ranking reads it (a long tool loop has many messages)
+        verbatim = [m.text for t in conv.history[-tail:] + conv.loop for m in t.messages if m.text]
+        if conv.request is not None and conv.request.text:
+            verbatim.append(conv.request.text)
     ev_result = retriever.rank(namespace, "evidence", query, ev_docs, k=profile.evidence.top_k,
                                count_tokens=counter.count_text, now=now, exclude=verbatim)
     evidence = _lines(ev_result, _render_evidence, counter)
-    # Memory: remembered facts plus the session's own older turns, which an old question can pull back.
-    mem_docs = [Document(m.id, m.text, m.source, m.timestamp) for m in inputs.memory]
-    mem_docs += [Document(f"turn-{t.start}", _turn_text(t), "history") for t in older[-MAX_HISTORY_POOL:]]
+    # Memory: remembered facts plus the session's own older turns (mem_docs), which an old question can pull back.
     mem_result = retriever.rank(namespace, "memory", query, mem_docs, k=profile.memory.top_k,
                                 count_tokens=counter.count_text, now=now,
                                 exclude=verbatim + [e.summary for e in inputs.evidence])

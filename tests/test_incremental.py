@@ -1,0 +1,131 @@
+"""Caches that make a long session's calls cheap must give exactly what a fresh computation gives."""
+
+from __future__ import annotations
+
+import random
+
+from google.adk.flows.llm_flows.context._contents import _copy_content_for_request
+from google.adk.models.llm_request import LlmRequest
+from google.genai import types
+
+from aether_context import TokenCounter
+from aether_context.adk import convert
+from aether_context.adk.convert import request_from_llm, to_message
+from aether_context.content import FunctionCall, FunctionResponse, Message, ModelRequest, TextPart
+from aether_context.pipeline import incremental
+from aether_context.pipeline.build import request_tokens
+from aether_context.pipeline.collect import Turn, group_turns
+from aether_context.pipeline.compress import bounded_turns, cut_turn
+from aether_context.pipeline.incremental import grouped_turns, turn_tokens
+
+
+def _msg(kind: str, i: int) -> Message:
+    if kind == "call":
+        return Message("model", (FunctionCall("bash", {"command": f"ls {i}"}),))
+    if kind == "call2":
+        return Message("model", (TextPart(f"two at once {i}"), FunctionCall("bash", {"c": i}), FunctionCall("grep", {"c": i})))
+    if kind == "resp":
+        return Message("user", (FunctionResponse("bash", {"output": f"out {i}"}),))
+    if kind == "resp2":
+        return Message("user", (FunctionResponse("grep", {"output": f"g {i}"}),))
+    return Message("user" if i % 2 else "model", (TextPart(f"text {i}"),))
+
+
+def _random_messages(rng: random.Random, n: int) -> list[Message]:
+    return [_msg(rng.choice(["call", "call2", "resp", "resp2", "text"]), i) for i in range(n)]
+
+
+def _same(a, b) -> bool:
+    return [(t.start, t.messages) for t in a] == [(t.start, t.messages) for t in b]
+
+
+def test_grouped_turns_equals_a_full_grouping_as_a_session_grows_and_changes():
+    rng = random.Random(7)
+    for trial in range(40):
+        incremental._GROUPING.clear()
+        msgs = _random_messages(rng, rng.randint(1, 30))
+        offset = rng.choice([0, 1, 5])
+        for step in range(12):
+            got = grouped_turns(msgs, offset)
+            assert _same(got, group_turns(msgs, offset)), (trial, step)
+            action = rng.random()
+            if action < 0.6:  # append (the common case: a tool loop grows)
+                msgs = msgs + _random_messages(rng, rng.randint(1, 3))
+            elif action < 0.8 and len(msgs) > 1:  # an earlier message replaced (not the first)
+                k = rng.randrange(1, len(msgs))
+                msgs = msgs[:k] + [_msg(rng.choice(["call", "resp", "resp2", "text"]), 1000 + step)] + msgs[k + 1:]
+            else:  # history cut from the end
+                msgs = msgs[: max(1, len(msgs) - rng.randint(1, 3))]
+
+
+def test_grouped_turns_reuses_unchanged_turns_and_stays_bounded():
+    incremental._GROUPING.clear()
+    msgs = [_msg("text", 0)] + [m for i in range(1, 50) for m in (_msg("call", i), _msg("resp", i))]
+    first = grouped_turns(msgs)
+    grown = grouped_turns(msgs + [_msg("call", 99)])
+    assert all(a is b for a, b in zip(first[:-1], grown))  # turns before the open end are the same objects
+    for i in range(incremental.GROUPING_CACHE_SIZE + 10):
+        grouped_turns([_msg("text", 10_000 + i)])
+    assert len(incremental._GROUPING) == incremental.GROUPING_CACHE_SIZE
+
+
+def test_turn_tokens_memo_matches_and_is_per_counter():
+    a, b = TokenCounter(), TokenCounter()
+    turn = Turn(0, (_msg("call", 1), _msg("resp", 1)))
+    expected = sum(a.count_message(m) for m in turn.messages)
+    assert turn_tokens(turn, a) == expected == turn_tokens(turn, a)
+    assert turn_tokens(turn, b) == expected
+
+
+def test_bounded_turns_memo_gives_the_same_cut_every_call():
+    counter = TokenCounter()
+    big = Turn(3, (Message("model", (FunctionCall("cat", {"path": "x"}),)),
+                   Message("user", (FunctionResponse("cat", {"output": "line of text\n" * 800}),))))
+    first, ev1 = bounded_turns((big,), 200, counter)
+    again, ev2 = bounded_turns((big,), 200, counter)
+    assert first[0] == cut_turn(big, 200, counter) and again[0] is first[0] and ev1 == ev2
+    other, _ = bounded_turns((big,), 300, counter)  # another cap is not served from the memo
+    assert other[0] == cut_turn(big, 300, counter)
+
+
+def test_request_tokens_memo_equals_a_fresh_count():
+    counter = TokenCounter()
+    msgs = tuple(_random_messages(random.Random(1), 20))
+    req = ModelRequest("m", "sys", msgs)
+    fresh = request_tokens(ModelRequest("m", "sys", msgs), counter)
+    assert request_tokens(req, counter) == fresh == request_tokens(req, counter)
+
+
+def _contents() -> list[types.Content]:
+    out = [types.Content(role="user", parts=[types.Part(text="the task")])]
+    for i in range(20):
+        out.append(types.Content(role="model", parts=[
+            types.Part(text=f"step {i}"), types.Part(function_call=types.FunctionCall(name="bash", args={"c": i}, id=f"adk-{i}"))]))
+        out.append(types.Content(role="user", parts=[
+            types.Part(function_response=types.FunctionResponse(name="bash", response={"output": f"o {i}"}, id=f"adk-{i}"))]))
+    out.append(types.Content(role="model", parts=[types.Part(text="done")]))
+    out.append(types.Content(role="user", parts=[types.Part(text="x", thought=True)]))  # not a plain text part
+    return out
+
+
+def test_memoised_conversion_equals_a_fresh_one_and_hits_return_the_same_messages():
+    contents = _contents()
+
+    def adk_copy() -> LlmRequest:  # what ADK sends on each call: shallow copies sharing the payloads
+        return LlmRequest(model="m", contents=[_copy_content_for_request(c, strip_client_function_call_ids=True)
+                                               for c in contents])
+
+    first = request_from_llm(adk_copy())
+    second = request_from_llm(adk_copy())
+    saved = dict(convert._CACHE)
+    convert._CACHE.clear()
+    try:
+        fresh = request_from_llm(adk_copy())
+    finally:
+        convert._CACHE.update(saved)
+    assert first.messages == second.messages == fresh.messages
+    assert first.checksum == second.checksum == fresh.checksum
+    assert all(a is b for a, b in zip(first.messages[:-1], second.messages[:-1]))  # cache hits
+    assert to_message(contents[0]).text == "the task"
+    # a text part and a one-part content of another role never share an entry
+    assert to_message(types.Content(role="model", parts=[contents[0].parts[0]])).role == "model"
