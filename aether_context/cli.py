@@ -117,10 +117,9 @@ def format_timeline(store: PackStore, uris: "list[str]") -> str:
         cached_total += cached
         brk = m.cache_break or {}
         brk_text = f"{brk.get('block')} ({brk.get('kind', '')}, {brk.get('tokens')} tok)" if brk else ""
-        failures = sum(1 for f in m.flags if f.startswith("failure"))
         lines.append(f"{i:>3} {m.pack_id:<27} {m.agent[:12]:<12} {m.tokens_before:>7} {m.tokens_after:>6} "
                      f"{used['system']:>5} {used['task']:>5} {used['tools']:>5} {used['evidence']:>5} {used['memory']:>5} "
-                     f"{used['conversation']:>6} {len(m.truncation_events):>5} {failures:>4} {reported or '-':>8} "
+                     f"{used['conversation']:>6} {len(m.truncation_events):>5} {m.failures:>4} {reported or '-':>8} "
                      f"{cached if reported else '-':>7}  {brk_text}" + (f"  ERROR {m.error}" if m.error else ""))
     share = f"{cached_total / reported_total:.1%}" if reported_total else "n/a"
     lines.append(f"\n{len(uris)} calls; model-reported prompt tokens {reported_total}, cached {cached_total} (cache hit share {share})")

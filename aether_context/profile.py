@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ProfileError
 from .failures import FailureSettings
@@ -159,6 +159,9 @@ class FailureEvidenceSettings(_Strict):
 
     enabled: bool = Field(True, description="Record tool failures and show the section.")
     max_tokens: int = Field(400, ge=32, description="Hard cap of the section (part of the never-truncated Task layer).")
+    errors_as_results: bool = Field(False, description=(
+        "A tool that raises answers the model with {'error': ...} and the run goes on (the failure is recorded). "
+        "Off: ADK's behaviour, the exception ends the run (and the record with it)."))
     log: FailureSettings = Field(default_factory=FailureSettings, description="Bound, repeat/cluster/cascade thresholds.")
 
 
@@ -168,6 +171,12 @@ class VariationSettings(_Strict):
     enabled: bool = Field(False, description="Vary formatting of the recitation block (never the cached prefix).")
     seed: int = Field(0, description="Seed: the same seed and call give the same format.")
     compact_json: bool = Field(False, description="Re-serialise JSON tool results in their shortest faithful form.")
+
+
+# Inside a pack, embeddings are computed a few at a time on the model call's path: short inputs,
+# int8 and one thread keep that fast and steady (the retrieval benchmark has the quality cost).
+PACK_RETRIEVAL_DEFAULTS: dict[str, Any] = {"embedding_max_seq_length": 128, "embedding_quantize": True,
+                                           "embedding_threads": 1}
 
 
 class BudgetProfile(_Strict):
@@ -190,8 +199,13 @@ class BudgetProfile(_Strict):
     recitation: RecitationSettings = RecitationSettings()
     failures: FailureEvidenceSettings = FailureEvidenceSettings()
     variation: VariationSettings = VariationSettings()
-    retrieval: RetrievalSettings = RetrievalSettings(embedding_max_seq_length=128, embedding_quantize=True,
-                                                     embedding_threads=1)
+    retrieval: RetrievalSettings = RetrievalSettings(**PACK_RETRIEVAL_DEFAULTS)
+
+    @field_validator("retrieval", mode="before")
+    @classmethod
+    def _pack_retrieval_defaults(cls, value: Any) -> Any:
+        """A profile that sets some retrieval keys keeps the pack's embedding defaults for the rest."""
+        return {**PACK_RETRIEVAL_DEFAULTS, **value} if isinstance(value, dict) else value
 
     @model_validator(mode="after")
     def _floors_fit(self) -> "BudgetProfile":

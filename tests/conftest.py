@@ -7,6 +7,7 @@ Core (non-ADK) helpers build `ModelRequest`s and `PackInputs` directly.
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any, Iterable, Sequence
 
@@ -217,8 +218,13 @@ def memory_store_url():
     yield url
     fs = fsspec.filesystem("memory")
     path = url[len("memory://"):]
-    if fs.exists(path):
-        fs.rm(path, recursive=True)
+    for _ in range(5):  # a store's background writer may still be moving a file into place
+        try:
+            if fs.exists(path):
+                fs.rm(path, recursive=True)
+            break
+        except FileNotFoundError:
+            time.sleep(0.05)
 
 
 @pytest.fixture

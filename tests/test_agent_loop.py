@@ -88,6 +88,11 @@ async def test_failures_are_recorded_categorised_and_shown():
     # within an invocation, the latest errors ride in the recitation block
     statuses = [request_from_llm(r).messages[-1].text for r in llm.requests]
     assert any("last errors:" in s and "Permission denied" in s for s in statuses if s.startswith("STATUS"))
+    # one repeated failure is one entry in the status block, not three
+    assert all(s.count("Permission denied") <= 1 for s in statuses if s.startswith("STATUS"))
+    manifests = [r.manifest for r in plugin.packer.recent]
+    assert manifests[-1].failures == 3 and manifests[0].failures == 0
+    assert all(lb.dropped >= 0 for m in manifests for lb in m.layer_budgets.values())
 
 
 
@@ -159,3 +164,48 @@ async def test_compact_json_tool_results_are_faithful_and_shorter():
     assert expand_compact_json(compact) == {"flights": rows}
     import json
     assert COUNTER.count_text(compact) < 0.8 * COUNTER.count_text(json.dumps({"flights": rows}, separators=(",", ":")))
+
+
+def explode(path: str) -> dict:
+    """A tool that raises."""
+    raise FileNotFoundError(f"[Errno 2] No such file or directory: '{path}'")
+
+
+async def test_tool_exceptions_become_recorded_error_results_when_asked():
+    from aether_context import context_pack_callback, load_profile
+    from aether_context.adk.collect import FAILURES_STATE_KEY
+
+    profile = load_profile("default").override(failures={"errors_as_results": True})
+    cb = context_pack_callback(store="memory://agent-loop-cb", window_tokens=32_000, profile=profile)
+    llm = ScriptedLlm(turns=[call("explode", path="missing.txt"), "stopped"])
+    agent = LlmAgent(name="fixer", model=llm, instruction="Fix bugs.", tools=[explode], before_model_callback=cb,
+                     after_tool_callback=cb.after_tool, on_tool_error_callback=cb.on_tool_error)
+    runner = Runner(app=App(name="app", root_agent=agent), session_service=InMemorySessionService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    async for _ in runner.run_async(user_id="u", session_id=session.id,
+                                    new_message=types.Content(role="user", parts=[types.Part(text="go")])):
+        pass
+    session = await runner.session_service.get_session(app_name="app", user_id="u", session_id=session.id)
+    records = session.state[FAILURES_STATE_KEY]["records"]
+    assert [(r["tool"], r["category"]) for r in records] == [("explode", "not_found")]
+    # the model saw the error as the tool's result, and the run went on to its answer
+    sent = request_from_llm(llm.requests[1])
+    responses = [r.response for m in sent.messages for r in m.responses]
+    assert len(responses) == 1 and "FileNotFoundError" in str(responses[0])
+    assert len(llm.requests) == 2
+
+
+async def test_without_the_switch_a_tool_exception_ends_the_run_as_in_adk():
+    import pytest
+
+    plugin_profile = "default"
+    llm = ScriptedLlm(turns=[call("explode", path="missing.txt"), "stopped"])
+    agent = LlmAgent(name="fixer", model=llm, instruction="Fix bugs.", tools=[explode])
+    plugin = ContextPackPlugin(store="memory://agent-loop-raise", window_tokens=32_000, profile=plugin_profile)
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    with pytest.raises(Exception):
+        async for _ in runner.run_async(user_id="u", session_id=session.id,
+                                        new_message=types.Content(role="user", parts=[types.Part(text="go")])):
+            pass
+    assert len(llm.requests) == 1

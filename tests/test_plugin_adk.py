@@ -466,6 +466,7 @@ async def test_opening_request_is_pinned_once_it_leaves_the_verbatim_history(mem
     sid = await new_session(runner)
     for text in [opening] + user_texts(n)[1:]:
         await run_turn(runner, sid, text)
+    plugin.packer.store.flush()
     requests = check_requests(llm, plugin.packer, WINDOW)
     head = opening[:200]
     cap = min(plugin.packer.profile.task.opening_max_tokens, int(WINDOW * plugin.packer.profile.task.opening_max_share))
@@ -504,5 +505,6 @@ async def test_a_goal_in_state_replaces_the_opening_request(memory_store_url):
     sid = await new_session(runner, state=state)
     for text in user_texts(6):
         await run_turn(runner, sid, text)
+    plugin.packer.store.flush()
     requests = check_requests(llm, plugin.packer, WINDOW)
     assert all("OPENING REQUEST:" not in payload(r) for r in requests)

@@ -212,3 +212,15 @@ def test_profiles_are_frozen():
     profile = load_profile("default")
     with pytest.raises(Exception):
         profile.window_tokens = 5  # type: ignore[misc]
+
+
+def test_a_yaml_retrieval_key_keeps_the_pack_embedding_defaults(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("name: p\nretrieval: {fusion: rrf}\n", encoding="utf-8")
+    r = load_profile(path).retrieval
+    assert r.fusion == "rrf"
+    assert (r.embedding_max_seq_length, r.embedding_quantize, r.embedding_threads) == (128, True, 1)
+    assert load_profile("default").override(retrieval={"fusion": "rrf"}).retrieval == r
+    path.write_text("name: p\nretrieval: {embedding_threads: null, embedding_quantize: false}\n", encoding="utf-8")
+    r = load_profile(path).retrieval
+    assert (r.embedding_max_seq_length, r.embedding_quantize, r.embedding_threads) == (128, False, None)

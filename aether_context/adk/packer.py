@@ -228,11 +228,21 @@ class ContextPacker:
             data = tool_context.state.get(FAILURES_STATE_KEY) or {}
             records = [FailureRecord.from_json(r) for r in data.get("records", ())]
             log = FailureLog(self.profile.failures.log, records, int(data.get("evicted", 0)))
-            log.add(turn=len(tool_context.session.events), tool=tool.name, args=tool_args, error_text=error_text,
-                    uri=uri, timestamp=time.time())
+            turn = len(tool_context.session.events)
+            record = log.add(turn=turn, tool=tool.name, args=tool_args, error_text=error_text, uri=uri,
+                             timestamp=time.time())
+            same = [(r.turn, r.tool, r.args_digest, r.message) for r in records[-1:]]
+            if same == [(record.turn, record.tool, record.args_digest, record.message)]:
+                return  # one failure seen by two hooks (on_tool_error, then after_tool on its error result)
             tool_context.state[FAILURES_STATE_KEY] = log.to_json()
         except Exception:
             logger.error("aether-context: could not record the failure of %s", tool.name, exc_info=True)
+
+    def on_tool_error(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, error: Exception) -> dict | None:
+        """Record a raised tool exception; with `failures.errors_as_results` answer the model with it."""
+        text = f"{type(error).__name__}: {error}"
+        self.record_failure(tool, tool_args, tool_context, text)
+        return {"error": text} if self.profile.failures.errors_as_results else None  # None: ADK re-raises
 
     async def after_tool(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, result: object) -> dict | None:
         """Save a result whole and return its compact form when it is large; record error-shaped
@@ -244,26 +254,26 @@ class ContextPacker:
                 failed = is_error_result(result)
             except Exception:  # fail open: a result we cannot classify is simply not a recorded failure
                 logger.error("aether-context: could not classify the result of %s", tool.name, exc_info=True)
-        replaced = None
+        compacted = None
         if self.profile.variation.compact_json and isinstance(result, (dict, list)) and not own:
             compact = compact_json(result, self.counter)
             if self.counter.count_text(compact) < self.counter.count_text(render_payload(result)):
-                replaced = {"result_compact_json": compact}  # faithful: aether_context.variation.expand_compact_json
+                compacted = {"result_compact_json": compact}  # faithful: aether_context.variation.expand_compact_json
+        sent = compacted or result  # what the session will hold unless offload compacts it further
+        offloaded = None
         if self.profile.offload.enabled and not own:
             try:
-                replaced = await offload_tool_result(
-                    tool_name=tool.name, args=tool_args, result=replaced or result, ctx=tool_context,
+                offloaded = await offload_tool_result(
+                    tool_name=tool.name, args=tool_args, result=sent, ctx=tool_context,
                     gateway=self.gateway, settings=self.profile.offload, counter=self.counter,
-                    free_conversation_tokens=self._free_conversation.get((tool_context.session.id, tool_context.agent_name))
-                ) or replaced
-            except Exception:  # fail open: the tool's own result goes on unchanged
+                    free_conversation_tokens=self._free_conversation.get((tool_context.session.id, tool_context.agent_name)))
+            except Exception:  # fail open: the result goes on as it is
                 logger.error("aether-context: offloading the result of %s failed; keeping it inline", tool.name, exc_info=True)
-                replaced = None
         if failed:
             uris = tool_context.state.get(URIS_STATE_KEY) or {}
             self.record_failure(tool, tool_args, tool_context, error_text(result),  # type: ignore[arg-type]
-                                uri=uris.get(response_digest(result)))
-        return replaced
+                                uri=uris.get(response_digest(sent)))
+        return offloaded or compacted
 
     def _record_failure(self, ctx: CallbackContext, llm_request: LlmRequest, error: Exception) -> CallRecord:
         session = ctx.session

@@ -46,8 +46,7 @@ class ContextPackPlugin(BasePlugin):
 
     async def on_tool_error_callback(self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext,
                                      error: Exception) -> Optional[dict]:
-        self.packer.record_failure(tool, tool_args, tool_context, f"{type(error).__name__}: {error}")
-        return None  # ADK handles the error as usual
+        return self.packer.on_tool_error(tool, tool_args, tool_context, error)
 
     async def on_model_error_callback(self, *, callback_context: CallbackContext, llm_request: LlmRequest,
                                       error: Exception) -> Optional[LlmResponse]:
@@ -65,7 +64,8 @@ def context_pack_callback(*, packer: ContextPacker | None = None, **settings: An
 
         cb = context_pack_callback(profile="default")
         agent = LlmAgent(..., before_model_callback=cb, after_model_callback=cb.after_model,
-                         after_tool_callback=cb.after_tool, on_model_error_callback=cb.on_model_error)
+                         after_tool_callback=cb.after_tool, on_model_error_callback=cb.on_model_error,
+                         on_tool_error_callback=cb.on_tool_error)
     """
     engine = packer or ContextPacker(**settings)
 
@@ -83,8 +83,12 @@ def context_pack_callback(*, packer: ContextPacker | None = None, **settings: An
     async def on_model_error(*, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception) -> Optional[LlmResponse]:
         return await engine.recover(callback_context, llm_request, error)
 
+    async def on_tool_error(*, tool: BaseTool, args: dict[str, Any], tool_context: ToolContext, error: Exception) -> Optional[dict]:
+        return engine.on_tool_error(tool, args, tool_context, error)
+
     before_model.packer = engine  # type: ignore[attr-defined]
     before_model.on_model_error = on_model_error  # type: ignore[attr-defined]
     before_model.after_model = after_model  # type: ignore[attr-defined]
     before_model.after_tool = after_tool  # type: ignore[attr-defined]
+    before_model.on_tool_error = on_tool_error  # type: ignore[attr-defined]
     return before_model

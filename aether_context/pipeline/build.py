@@ -1,4 +1,4 @@
-"""The whole pipeline for one model call: collect → allocate → select → compress → render → record.
+"""The whole pipeline for one model call: collect → select → allocate → compress → render → record.
 
 `build_pack` is pure: the same `PackInputs` and profile give the same request, byte for byte.
 """
@@ -348,6 +348,12 @@ def _prefix_tokens(request: ModelRequest, prev: PackState | None, counter: Token
     return total
 
 
+def _not_selected(items, lines: "tuple[Line, ...]") -> int:
+    """Input items that did not make it into the layer (older turns recalled into Memory are not inputs)."""
+    chosen = {ln.id for ln in lines}
+    return sum(1 for item in items if item.id not in chosen)
+
+
 def _manifest(inputs: PackInputs, profile: BudgetProfile, window: int, alloc: Allocation, request: ModelRequest,
               fitted: Fitted, ev_lines: "tuple[Line, ...]", mem_lines: "tuple[Line, ...]", cands: Candidates,
               events: list[TruncationEvent], state: PackState, counter: TokenCounting, reused: bool,
@@ -372,9 +378,9 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, window: int, alloc: Al
         "tools": LayerUsage(budget=max(alloc.floors["tools"], tools_used), used=tools_used, items=len(request.tools),
                             dropped=len(inputs.request.tools) - len(request.tools)),
         "evidence": LayerUsage(budget=alloc.budgets.get("evidence", ev_used), used=ev_used, items=len(ev_lines),
-                               dropped=len(inputs.evidence) - len(ev_lines)),
+                               dropped=_not_selected(inputs.evidence, ev_lines)),
         "memory": LayerUsage(budget=alloc.budgets.get("memory", mem_used), used=mem_used, items=len(mem_lines),
-                             dropped=len(inputs.memory) - len(mem_lines)),
+                             dropped=_not_selected(inputs.memory, mem_lines)),
         "conversation": LayerUsage(budget=alloc.budgets.get("conversation", conv_used), used=conv_used,
                                    items=len(fitted.history) + len(fitted.loop),
                                    dropped=n_conv - len(fitted.history) - len(fitted.loop)),
@@ -402,6 +408,7 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, window: int, alloc: Al
                       "payload": sha256_hex(state.payload_text)},
         cache_break=_cache_break(state, inputs.previous, prefix),
         calibration=round(inputs.calibration, 4), packed_for=alloc.window, recited=recital is not None,
+        failures=len(inputs.failures.get("records", ())) + int(inputs.failures.get("evicted", 0)),
         previous_tokens=(inputs.previous.head_tokens + sum(inputs.previous.message_tokens)) if inputs.previous else 0,
         previous_pack_id=inputs.previous.pack_id if inputs.previous else "",
         reused_payload=reused, tools=[t.name for t in request.tools], checksum=request.checksum,

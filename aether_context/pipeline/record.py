@@ -63,6 +63,7 @@ class Manifest(BaseModel):
     calibration: float = Field(1.0, description="Correction applied to our token estimates (model count / estimate).")
     packed_for: int = Field(0, description="The window in our tokenizer's units after calibration.")
     recited: bool = Field(False, description="A goal recitation block closes this request.")
+    failures: int = Field(0, description="Tool failures the session had recorded when this call was packed.")
     tools: list[str] = Field(default_factory=list)
     checksum: str
     request_ref: str = Field("", description="Content hash of the stored request.")

@@ -61,7 +61,7 @@ def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tupl
     if not should_recite(call_index, last, drift, context_tokens, settings):
         return None, call_index, last if last is not None else -1
     log = _log(inputs, profile)
-    last_errors = [r.message for r in log.records[-3:]] if log is not None else []
+    last_errors = list(dict.fromkeys(r.message for r in reversed(log.records)))[:3][::-1] if log is not None else []
     done = sum(1 for _, d in task.plan if d)
     next_step = next((s for s, d in task.plan if not d), task.step or None)
     open_items = [a for a in task.acceptance if a not in task.done]
