@@ -52,6 +52,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+from report_sections import DEFAULT_FILE, write_section  # noqa: E402
 from trajectories import (DEFAULT_DATA, GatedPlugin, ModelCall, Trajectory, concat_trajectories,  # noqa: E402
                           load_mini_swe, load_tau_airline, replay)
 
@@ -356,7 +357,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--windows", default="32000,8000", help="window_tokens to test, comma-separated (default: %(default)s)")
     ap.add_argument("--deadline", type=float, default=None,
                     help="seconds allowed per configuration and phase before the replay stops (default 240, quick 120)")
-    ap.add_argument("--out", default="docs/benchmarks_overhead.md", help="markdown report, relative to the repo root")
+    ap.add_argument("--out", default=DEFAULT_FILE,
+                    help="benchmarks file whose 'overhead' section gets the report, relative to the repo root")
     ap.add_argument("--no-write", action="store_true", help="print only; do not write --out")
     ap.add_argument("--profile-pack", action="store_true",
                     help="instead of the benchmark: cProfile ContextPacker.pack at ~1000 events (first window)")
@@ -582,10 +584,8 @@ async def _run(args: argparse.Namespace, tmp: Path, *, windows: list[int], quick
     )
     print(report)
     if not args.no_write:
-        out = ROOT / args.out
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(report, encoding="utf-8")
-        print(f"wrote {out.relative_to(ROOT)}")
+        out = write_section(ROOT / args.out, "overhead", report)
+        print(f"wrote the 'overhead' section of {out}")
     return 0
 
 

@@ -5,7 +5,8 @@ so only the first run pays for embedding the corpora on CPU.
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/retrieval_eval.py --data ../shared/datasets
 
-Writes the tables to docs/benchmarks_retrieval.md (and prints them).
+Writes the tables to the "retrieval" section of docs/benchmarks.md (and prints them); the rest of
+that file is left as it was (`report_sections.py`).
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from aether_context.retrieval import (  # noqa: E402
     Document, EmbeddingCache, HybridIndex, RetrievalSettings, SentenceTransformerEmbedder,
 )
 from aether_context.tokens import TokenCounter  # noqa: E402
+from report_sections import DEFAULT_FILE, write_section  # noqa: E402
 
 EVAL = RetrievalSettings(mmr_lambda=1.0, dedup_threshold=1.0, freshness_weight=0.0, candidate_pool=100)
 VARIANTS = {  # label -> embedder options; the first is the library default
@@ -431,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="../shared/datasets", help="folder holding scifact/ and locomo/")
     parser.add_argument("--cache", default=str(ROOT / "bench" / ".cache" / "embeddings"), help="fsspec URL for vectors")
-    parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks_retrieval.md"))
+    parser.add_argument("--out", default=str(ROOT / DEFAULT_FILE), help="benchmarks file; its 'retrieval' section gets the report")
     parser.add_argument("--no-latency", action="store_true", help="skip latency and throughput")
     parser.add_argument("--sweep", action="store_true", help="also run the fusion/MMR sweep")
     args = parser.parse_args(argv)
@@ -449,8 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     sweep_rows = sweep(data, args.cache, log) if args.sweep else {}
     text = report(args, scifact, variants, locomo, lat, speed, sweep_rows, time.perf_counter() - start)
     print(text)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text, encoding="utf-8")
+    write_section(args.out, "retrieval", text)
     return 0
 
 

@@ -1,0 +1,66 @@
+"""One benchmarks file, one section per script: write a script's report between its own markers.
+
+All benchmark reports live in docs/benchmarks.md. Each script owns the text between
+``<!-- bench:NAME:start -->`` and ``<!-- bench:NAME:end -->`` and replaces only that, so a run of one
+benchmark never touches the hand-written top of the file or another benchmark's figures. A section
+that is missing is appended; a missing file is created with a bare title.
+
+A script's report is written as a standalone document (its title is a ``#`` heading, as it prints
+on the console); inside the shared file every heading moves one level down, so the reports nest
+under the file's own title.
+
+    from report_sections import write_section
+    write_section(ROOT / "docs/benchmarks.md", "trajectories", report)
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+__all__ = ["DEFAULT_FILE", "markers", "nest_headings", "replace_section", "write_section"]
+
+DEFAULT_FILE = "docs/benchmarks.md"
+NEW_FILE_TITLE = "# Benchmarks\n"
+
+_HEADING = re.compile(r"^(#{1,5}) ")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def markers(name: str) -> tuple[str, str]:
+    """The start and end comment lines that delimit section `name`."""
+    return f"<!-- bench:{name}:start -->", f"<!-- bench:{name}:end -->"
+
+
+def nest_headings(markdown: str) -> str:
+    """Every ATX heading one level deeper (`# T` → `## T`), code fences left alone."""
+    out, in_fence = [], False
+    for line in markdown.splitlines():
+        if _FENCE.match(line):
+            in_fence = not in_fence
+        elif not in_fence and _HEADING.match(line):
+            line = "#" + line
+        out.append(line)
+    return "\n".join(out)
+
+
+def replace_section(document: str, name: str, body: str) -> str:
+    """`document` with section `name` holding `body` (appended at the end when the section is new)."""
+    start, end = markers(name)
+    block = f"{start}\n{body.strip()}\n{end}"
+    i, j = document.find(start), document.find(end)
+    if i >= 0 and j > i:
+        return document[:i] + block + document[j + len(end):]
+    if i >= 0 or j >= 0:  # one marker without the other: refuse rather than guess what to overwrite
+        raise ValueError(f"section {name!r}: unmatched marker in the document")
+    return document.rstrip("\n") + "\n\n" + block + "\n"
+
+
+def write_section(path: "str | Path", name: str, report: str, *, nest: bool = True) -> Path:
+    """Put `report` into section `name` of the file at `path`, leaving the rest of the file as it was."""
+    path = Path(path)
+    document = path.read_text(encoding="utf-8") if path.exists() else NEW_FILE_TITLE
+    body = nest_headings(report) if nest else report
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(replace_section(document, name, body), encoding="utf-8")
+    return path
