@@ -10,13 +10,21 @@ recorded assistant turns, recorded tools return the recorded outputs) under each
 3. ``adk_compact`` ADK `EventsCompactionConfig(token_threshold=0.7·W, event_retention_size=6)` on the App,
                    with a deterministic extractive `BaseEventsSummarizer` (no model call);
 4. ``aether``      `ContextPackPlugin(profile=..., window_tokens=W, store=<temp dir>)`, offload on (default);
-                   profile ``coding_agent`` for mini-swe-agent, ``default`` for tau-bench.
+                   profile ``coding_agent`` for mini-swe-agent, ``default`` for tau-bench;
+5. ``aether_nocache`` the same with `cache: {stable_prefix: false}` (every call packed from scratch), to show
+                   what cache discipline buys; not checked against the targets.
 
 Systems that do not depend on the window (1, 2) run once and are scored against each window.
 Metrics are computed uniformly, on the requests the model received (after every plugin):
 tokens (aether_context `TokenCounter` over `request_from_llm(request)` + `request_tokens`), calls over
 the window, the prefix-stable share between consecutive calls, and retention (edited files, recent
-errors, task statement). See REPORT below for the exact definitions.
+errors, task statement). For the aether-context systems also the agent loop: cache breaks per run (from
+the manifests), tokens of the closing STATUS recitation, and failure-evidence recall (recorded
+tracebacks found in the pack's FAILURES SO FAR section over the next 10 calls). See REPORT below for
+the exact definitions.
+
+Writes the "trajectories" section of docs/benchmarks.md (`report_sections.py`; the rest of the file is
+left alone) and the long per-miss diagnosis to docs/benchmarks_trajectories_diagnosis.md.
 
 Usage (from the repository root)::
 
@@ -61,6 +69,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
+from report_sections import DEFAULT_FILE, write_section  # noqa: E402
 from trajectories import DEFAULT_DATA, ModelCall, Trajectory, load_mini_swe, load_tau_airline, replay  # noqa: E402
 
 import google.adk  # noqa: E402
@@ -79,12 +88,15 @@ from aether_context.content import FunctionCall, FunctionResponse, TextPart, can
 from aether_context.pipeline import request_tokens  # noqa: E402
 
 PROFILE_FOR = {"mini-swe-agent": "coding_agent", "tau-bench-airline": "default"}
+NO_CACHE_KEY = "aether_nocache"
 FILTER_KEEP = 3  # ContextFilterPlugin(num_invocations_to_keep=...)
 COMPACT_THRESHOLD = 0.70  # EventsCompactionConfig.token_threshold as a share of the window
 COMPACT_RETENTION = 6  # EventsCompactionConfig.event_retention_size (raw events kept after a compaction)
 TASK_CHARS = 200  # the task counts as present when its first 200 characters appear verbatim
 ERROR_CHARS = 200  # an error line is compared on its first 200 characters
 LAST_ERRORS = 5
+RELEVANT_CALLS = 10  # a traceback stays relevant for this many model calls after its output
+EVIDENCE_CHARS = 80  # ... and counts as shown when its exception line's first 80 characters are there
 SUBMIT_MARK = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
 # Targets for aether-context at 8K.
@@ -209,6 +221,35 @@ def error_lines(output: str) -> list[str]:
     return out
 
 
+def decisive_exception(output: str) -> Optional[str]:
+    """The exception line a Python traceback ends with, or None when the output holds no traceback.
+
+    Only the last `Traceback (most recent call last)` counts (a chained traceback names its causes
+    first; the crash is the last one), and only exception lines after it, not `Error:` lines.
+    """
+    text = strip_ansi(output)
+    at = text.rfind(_TRACEBACK)
+    if at < 0:
+        return None
+    lines = [e for e in error_lines(text[at:]) if not _PLAIN_ERROR.match(e)]
+    return lines[-1] if lines else None
+
+
+def recorded_tracebacks(traj: Trajectory) -> tuple[list[tuple[int, str]], int]:
+    """(turn, decisive exception line) for every recorded tool output that holds a Python traceback,
+    and how many traceback outputs end in a line the extraction does not read (e.g. `ImproperlyConfigured: …`)."""
+    out, unread = [], 0
+    for i, turn in enumerate(traj.turns):
+        for c in turn.calls:
+            text = "\n".join(string_leaves(c.output))
+            line = decisive_exception(text)
+            if line:
+                out.append((i, line))
+            elif _TRACEBACK in text:
+                unread += 1
+    return out, unread
+
+
 @dataclass
 class Facts:
     """What a trajectory's context should keep, from the recording alone (system-independent)."""
@@ -222,6 +263,8 @@ class Facts:
     n_calls: int
     turn_message: list[int]  # turn index -> index of its model message in the request contents (aether's "[turn N]")
     turn_first_call: list[int]  # turn index -> index of its first tool call among all the run's calls
+    tracebacks: list[tuple[int, str]] = field(default_factory=list)  # (turn, exception line) per traceback output
+    tracebacks_unread: int = 0  # traceback outputs whose exception line the extraction does not read (not scored)
 
 
 def trajectory_facts(traj: Trajectory) -> Facts:
@@ -263,9 +306,10 @@ def trajectory_facts(traj: Trajectory) -> Facts:
             last.append(key)
         if len(last) == LAST_ERRORS:
             break
+    tracebacks, unread = recorded_tracebacks(traj)
     return Facts(task=task, edited_files=files, errors=list(reversed(last)), error_turn=error_turn,
                  submit_call=submit, mentions=mentions, n_calls=len(turns), turn_message=turn_message,
-                 turn_first_call=turn_first_call)
+                 turn_first_call=turn_first_call, tracebacks=tracebacks, tracebacks_unread=unread)
 
 
 # --------------------------------------------------------------------------- measuring each request
@@ -278,6 +322,9 @@ class CallRow:
     task_present: bool
     plugins_s: Optional[float] = None
     max_message: int = 0  # tokens of the largest message of the request
+    status_tokens: int = 0  # tokens of the closing STATUS message (0: none)
+    in_failures: frozenset[int] = frozenset()  # relevant tracebacks (indexes into Facts.tracebacks) in FAILURES SO FAR
+    in_status: frozenset[int] = frozenset()  # ... in the closing STATUS message
 
 
 class RequestMeter:
@@ -299,6 +346,7 @@ class RequestMeter:
         self._prev: Optional[tuple[str, int, list[tuple[str, int]], int]] = None
         self._tokens_by_request: dict[int, int] = {}
         self._task_in: dict[str, bool] = {}
+        self._failures_of: dict[str, str] = {}  # pack message digest -> its FAILURES SO FAR section
         task = facts.task
         self._task_forms = [task, json.dumps(task, ensure_ascii=False)[1:-1]] if task else []
 
@@ -343,18 +391,52 @@ class RequestMeter:
                     if isinstance(p, TextPart) and "CONTEXT PACK" in p.text:
                         for k, line in _FOLD_LINE.findall(p.text):
                             self.fold_lines[int(k)] = line
-        self.rows.append(CallRow(call.index, call.invocation, total, ratio, present,
-                                 max_message=max((t for _, t in msgs), default=0)))
+        row = CallRow(call.index, call.invocation, total, ratio, present, max_message=max((t for _, t in msgs), default=0))
+        if self.capture_pack:
+            self._agent_loop_sections(row, req, msgs)
+        self.rows.append(row)
         self._tokens_by_request[id(llm_request)] = total
         self.final = req
         if self.facts.submit_call is not None and call.index == self.facts.submit_call:
             self.submit = req
+
+    def _agent_loop_sections(self, row: CallRow, req: ModelRequest, msgs: list[tuple[str, int]]) -> None:
+        """Recitation tokens, and which of the recent tracebacks this request shows, and where."""
+        status = req.messages[-1] if req.messages else None
+        status_text = ""
+        if status is not None and status.role == "user" and status.text.startswith("STATUS"):
+            row.status_tokens, status_text = msgs[-1][1], status.text
+        section = next((self._failures(m) for m in req.messages
+                        if m.role == "user" and m.text.startswith(PAYLOAD_HEADER)), "")
+        relevant = [(j, line[:EVIDENCE_CHARS]) for j, (turn, line) in enumerate(self.facts.tracebacks)
+                    if 1 <= row.index - turn <= RELEVANT_CALLS]
+        row.in_failures = frozenset(j for j, key in relevant if key in section)
+        row.in_status = frozenset(j for j, key in relevant if key in status_text)
+
+    def _failures(self, pack: Any) -> str:
+        hit = self._failures_of.get(pack.digest)
+        if hit is None:
+            hit = self._failures_of[pack.digest] = failures_section(pack.text)
+        return hit
 
     def prompt_tokens(self, llm_request: Any) -> int:
         return self._tokens_by_request.pop(id(llm_request), 0)
 
 
 _FOLD_LINE = re.compile(r"^- \[turn (\d+)\] (.*)$", re.M)
+PAYLOAD_HEADER = "CONTEXT PACK"  # the user message holding the pack's sections starts with this line
+FAILURES_HEADER = "FAILURES SO FAR"
+_SECTION_HEAD = re.compile(r"^[A-Z][A-Z0-9 ()/-]*:$")  # `ACCEPTANCE:`, `USER REQUEST (VERBATIM):`, ...
+
+
+def failures_section(pack_text: str) -> str:
+    """The FAILURES SO FAR section of a pack's text: from its header line to the next section header."""
+    lines = pack_text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith(FAILURES_HEADER)), None)
+    if start is None:
+        return ""
+    end = next((j for j in range(start + 1, len(lines)) if _SECTION_HEAD.match(lines[j].strip())), len(lines))
+    return "\n".join(lines[start:end])
 
 
 class SeededSessionService(InMemorySessionService):
@@ -450,6 +532,8 @@ class System:
     windowed: bool  # depends on the window (else run once and scored against every window)
     make: Callable[["Workload", Optional[int], "Env"], Setup]
     describe: Callable[["Workload", Optional[int]], str]
+    packs: bool = False  # an aether-context system: its manifests and pack sections are scored too
+    targets: bool = False  # checked against the targets (and diagnosed); comparison-only systems are not
 
 
 @dataclass
@@ -479,7 +563,7 @@ def _compaction(w: "Workload", window: Optional[int], env: Env) -> Setup:
 
 
 def aether_system(key: str, label: str, *, overrides: Optional[dict[str, Any]] = None,
-                  profile_for: Optional[dict[str, str]] = None, **packer_settings: Any) -> System:
+                  profile_for: Optional[dict[str, str]] = None, targets: bool = True, **packer_settings: Any) -> System:
     """An aether-context system: `ContextPackPlugin` with the workload's profile (+ `overrides`).
 
     One `ContextPacker` per workload and window serves all its runs (one app process, one store in the
@@ -511,7 +595,7 @@ def aether_system(key: str, label: str, *, overrides: Optional[dict[str, Any]] =
         extra = f", overrides {json.dumps(overrides)}" if overrides else ""
         return f"ContextPackPlugin(profile={profiles[w.source]!r}, window_tokens={window}, store=<temp dir>){extra}"
 
-    return System(key, label, True, make, describe)
+    return System(key, label, True, make, describe, packs=True, targets=targets)
 
 
 SYSTEMS: list[System] = [
@@ -522,6 +606,9 @@ SYSTEMS: list[System] = [
            lambda w, W: (f"EventsCompactionConfig(token_threshold={int(COMPACT_THRESHOLD * W)}, "
                          f"event_retention_size={COMPACT_RETENTION}, summarizer=ExtractiveEventsSummarizer())")),
     aether_system("aether", "aether-context"),
+    # The same without cache discipline (every call packed from scratch): what the discipline buys.
+    aether_system(NO_CACHE_KEY, "aether-context, no cache discipline", overrides={"cache": {"stable_prefix": False}},
+                  targets=False),
 ]
 
 
@@ -655,6 +742,39 @@ class Score:
     def plugin_ms(self) -> list[float]:
         return [r.plugins_s * 1000 for run in self.runs for r in run.rows if r.plugins_s is not None]
 
+    # ---- agent loop (aether-context systems: manifests and pack sections)
+    def cache_breaks(self, *, new_invocations: bool) -> list[list[dict[str, Any]]]:
+        """Per run, the manifests' cache breaks (a new invocation's first call only if asked)."""
+        return [run_breaks(run, new_invocations=new_invocations) for run in self.runs]
+
+    @property
+    def status_tokens(self) -> list[int]:
+        return [r.status_tokens for run in self.runs for r in run.rows]
+
+    def evidence_pairs(self) -> list[tuple[str, int, int, bool, bool]]:
+        """(run, traceback index, calls since its output, in FAILURES SO FAR, there or in STATUS) per relevant call.
+
+        Rows are in call order (row k is call k); the output of turn t is first seen by call t + 1.
+        """
+        out = []
+        for run in self.runs:
+            for j, (turn, _) in enumerate(self.workload.facts[run.traj_id].tracebacks):
+                for row in run.rows[turn + 1: turn + 1 + RELEVANT_CALLS]:
+                    shown = j in row.in_failures
+                    out.append((run.traj_id, j, row.index - turn, shown, shown or j in row.in_status))
+        return out
+
+
+def run_breaks(run: RunResult, *, new_invocations: bool) -> list[dict[str, Any]]:
+    """Cache breaks in one run's manifests; a new invocation's first call has a fresh request by nature."""
+    manifests = run.extra.get("manifests", [])
+    out = []
+    for prev, m in zip([None, *manifests], manifests):
+        starts_invocation = prev is not None and prev.invocation_id != m.invocation_id
+        if m.cache_break and (new_invocations or not starts_invocation):
+            out.append(m.cache_break)
+    return out
+
 
 @dataclass
 class Column:
@@ -705,6 +825,73 @@ def table(scores: list[Score]) -> str:
         label = s.system.label + ("" if s.system.windowed else " ¹")
         rows.append(f"| {label} | " + " | ".join(c.cell(s) for c in COLUMNS) + " |")
     return "\n".join([head, sep, *rows])
+
+
+# --------------------------------------------------------------------------- agent loop: cache, recitation, failures
+def md_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def _median_mean(values: Sequence[float]) -> str:
+    return "n/a" if not values else f"{pct(values, 50):.1f} / {mean(values):.2f}"
+
+
+def _share_cell(flags: Iterable[bool]) -> str:
+    xs = list(flags)
+    return f"{fmt_pct(share(sum(xs), len(xs)), 1)} ({sum(xs)}/{len(xs)})" if xs else "n/a"
+
+
+CACHE_HEAD = ["dataset", "W", "system", "calls", "prompt tokens / call, mean", "prefix-stable share: median (mean)",
+              "cache breaks / run, median / mean", "… counting a new invocation's first call", "tokens re-processed / run, mean"]
+
+
+def cache_cells(s: Score) -> list[str]:
+    within = s.cache_breaks(new_invocations=False)
+    every = s.cache_breaks(new_invocations=True)
+    lost = [sum(b.get("tokens") or 0 for b in run) for run in within]
+    return [str(len(s.tokens)), fmt_int(mean(s.tokens)), f"{fmt_pct(pct(s.prefix, 50), 1)} ({fmt_pct(mean(s.prefix), 1)})",
+            _median_mean([len(b) for b in within]), _median_mean([len(b) for b in every]), fmt_int(mean(lost))]
+
+
+RECITATION_HEAD = ["dataset", "W", "system", "calls with a STATUS message", "STATUS tokens / reciting call, mean",
+                   "STATUS tokens / call, all calls, mean", "… as a share of the mean request"]
+
+
+def recitation_cells(s: Score) -> list[str]:
+    status = s.status_tokens
+    reciting = [t for t in status if t]
+    per_call = mean(status)
+    return [f"{fmt_pct(share(len(reciting), len(status)), 1)} ({len(reciting)}/{len(status)})", fmt_int(mean(reciting)),
+            f"{per_call:.1f}", fmt_pct(per_call / mean(s.tokens), 2)]
+
+
+EVIDENCE_HEAD = ["dataset", "W", "system", "traceback outputs (runs); not read", "(traceback, call) pairs",
+                 "recall in FAILURES SO FAR", "… at the very next call", "in FAILURES SO FAR or STATUS"]
+
+
+def evidence_cells(s: Score) -> list[str]:
+    pairs = s.evidence_pairs()
+    outputs = {(tid, j) for tid, j, *_ in pairs}
+    nxt = [p for p in pairs if p[2] == 1]
+    unread = sum(s.workload.facts[run.traj_id].tracebacks_unread for run in s.runs)
+    return [f"{len(outputs)} ({len({tid for tid, _ in outputs})} runs); {unread}", str(len(pairs)),
+            _share_cell(p[3] for p in pairs), _share_cell(p[3] for p in nxt), _share_cell(p[4] for p in pairs)]
+
+
+def agent_loop_tables(scored: Sequence[tuple["Workload", int, list[Score]]]) -> dict[str, str]:
+    """The three tables of the agent-loop section, one row per aether-context system × dataset × window."""
+    rows: dict[str, list[list[str]]] = {"cache": [], "recitation": [], "evidence": []}
+    for w, window, scores in scored:
+        for s in scores:
+            if not s.system.packs:
+                continue
+            lead = [w.name, f"{window:,}", s.system.label]
+            rows["cache"].append(lead + cache_cells(s))
+            rows["recitation"].append(lead + recitation_cells(s))
+            rows["evidence"].append(lead + evidence_cells(s))
+    heads = {"cache": CACHE_HEAD, "recitation": RECITATION_HEAD, "evidence": EVIDENCE_HEAD}
+    return {k: md_table(heads[k], v) if v else "(no aether-context system in this run)" for k, v in rows.items()}
 
 
 # --------------------------------------------------------------------------- targets and diagnosis
@@ -1035,8 +1222,11 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                     help="add an aether-context system with a profile override, e.g. 'no-offload={\"offload\": {\"enabled\": false}}'")
     ap.add_argument("--datasets", default="mini-swe,tau", help="mini-swe, tau or both (default: %(default)s)")
     ap.add_argument("--deadline", type=float, default=None, help="seconds allowed per replay (default: none)")
-    ap.add_argument("--out", default="docs/benchmarks_trajectories.md", help="markdown report, relative to the repo root")
-    ap.add_argument("--no-write", action="store_true", help="print only; do not write --out")
+    ap.add_argument("--out", default=DEFAULT_FILE,
+                    help="benchmarks file whose 'trajectories' section gets the report, relative to the repo root")
+    ap.add_argument("--diagnosis-out", default="docs/benchmarks_trajectories_diagnosis.md",
+                    help="the per-miss diagnosis (long), written whole, relative to the repo root")
+    ap.add_argument("--no-write", action="store_true", help="print only; write neither file")
     return ap.parse_args(argv)
 
 
@@ -1111,6 +1301,7 @@ async def main(argv: Optional[Sequence[str]] = None) -> int:
     checks_out: list[str] = []
     diag_out: list[str] = []
     settings_out: list[str] = []
+    scored: list[tuple[Workload, int, list[Score]]] = []
     for w in workloads:
         for window in windows:
             base = Score(SYSTEMS[0], w, window, results[(w.name, "none", None)])
@@ -1120,8 +1311,9 @@ async def main(argv: Optional[Sequence[str]] = None) -> int:
                 runs = results[(w.name, system.key, window if system.windowed else None)]
                 scores.append(base if system.key == "none" else Score(system, w, window, runs, base))
             sections.append(f"### {w.title}, W = {window:,}\n\n{table(scores)}")
+            scored.append((w, window, scores))
             for s in scores:
-                if s.system.key.startswith("aether"):
+                if s.system.targets:
                     checks = targets(s)
                     if window == TARGET_WINDOW:
                         checks_out.append(f"**{s.system.label}, {w.title}, W = {window:,}**")
@@ -1131,7 +1323,7 @@ async def main(argv: Optional[Sequence[str]] = None) -> int:
                         if d:
                             diag_out.append(f"**{s.system.label}, {w.title}, W = {window:,}**")
                             diag_out += d
-                if s.over and not s.system.key.startswith("aether"):
+                if s.over and not s.system.packs:
                     big = [r.max_message for _, r in s.over]
                     sections[-1] += (f"\n\n{s.system.label}: {len(s.over)} calls > W in {len({t for t, _ in s.over})} runs; "
                                      f"the largest single message of those requests: median {pct(big, 50):,.0f} tokens, "
@@ -1148,22 +1340,31 @@ async def main(argv: Optional[Sequence[str]] = None) -> int:
     argv_list = list(argv) if argv is not None else sys.argv[1:]
     command = "bench/trajectory_replay.py " + " ".join(shlex.quote(a) for a in argv_list)
     wall_lines = [f"{k[0]} / {k[1]}{' @ ' + str(k[2]) if k[2] else ''} {v:.0f} s" for k, v in walls.items()]
+    out, diag_path = ROOT / args.out, ROOT / args.diagnosis_out
+    diagnosis = "\n".join(diag_out) or "(nothing missed)"
+    loop_tables = agent_loop_tables(scored)
+    date = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     report = REPORT.format(
-        date=dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"), command=command.strip(), machine=info,
+        date=date, command=command.strip(), machine=info,
         version=version,
         runtime=total, n_runs=", ".join(f"{len(w.trajectories)} {w.title}" for w in workloads),
         windows=", ".join(f"{x:,}" for x in windows), settings="\n".join(settings_out),
         tables="\n\n".join(sections), checks="\n".join(checks_out) or "(no aether-context run at 8K)",
-        diagnosis="\n".join(diag_out) or "(nothing missed)", walls="; ".join(wall_lines),
+        diagnosis_link=os.path.relpath(diag_path, out.parent), walls="; ".join(wall_lines),
+        cache_table=loop_tables["cache"], recitation_table=loop_tables["recitation"],
+        evidence_table=loop_tables["evidence"], relevant=RELEVANT_CALLS, evidence_chars=EVIDENCE_CHARS,
         filter_keep=FILTER_KEEP, threshold=COMPACT_THRESHOLD, retention=COMPACT_RETENTION,
         task_chars=TASK_CHARS, error_chars=ERROR_CHARS,
     )
+    diagnosis_doc = DIAGNOSIS.format(date=date, command=command.strip(), report=os.path.relpath(out, diag_path.parent),
+                                     diagnosis=diagnosis)
     print(report)
+    print(diagnosis_doc)
     if not args.no_write:
-        out = ROOT / args.out
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(report, encoding="utf-8")
-        print(f"wrote {out.relative_to(ROOT)}")
+        write_section(out, "trajectories", report)
+        diag_path.parent.mkdir(parents=True, exist_ok=True)
+        diag_path.write_text(diagnosis_doc, encoding="utf-8")
+        print(f"wrote the 'trajectories' section of {out} and {diag_path}")
     return 0
 
 
@@ -1191,6 +1392,8 @@ Systems:
   (this file): user text's first 400 characters verbatim, the first line (160 characters) of every other event part,
   the previous summary carried over, at most 60 entries. No model is called.
 - ¹ window-independent systems run once; their rows are the same run scored against each W.
+- "aether-context, no cache discipline" is the same plugin and profile with `cache: {{stable_prefix: false}}`: every
+  call is packed from scratch. It is there for the comparison in "Agent loop" below, not checked against the targets.
 
 **Metrics** (on the request the model received, after every plugin; identical code for every system):
 - tokens: `aether_context.tokens.TokenCounter` (cl100k) over `request_from_llm(request)` with `request_tokens`
@@ -1218,14 +1421,57 @@ Systems:
 
 {tables}
 
+## Agent loop: cache discipline, recitation, failure evidence
+
+Measured on the aether-context systems, on the same requests as above. "dataset" is the workload (mini-swe:
+mini-swe-agent, tau: tau-bench airline).
+
+**Cache discipline.** Prefix-stable share as in the tables above (median, then mean, over calls with a previous call).
+Cache breaks come from the manifests the plugin recorded for each call (`ContextPacker.recent`): a call whose
+`manifest.cache_break` is set, i.e. whose request is not the previous request plus appended messages (the system
+instruction, the tools or an earlier message changed). Counted per run; the first call of a new invocation (its
+manifest's `invocation_id` differs from the previous call's) is left out in the first count, since the user's new
+message opens a new payload by design, and included in the second. Re-processed tokens: the break's `tokens` (the
+previous request's tokens after the common prefix), summed per run, new invocations left out.
+
+{cache_table}
+
+**Recitation overhead.** Tokens (`TokenCounter.count_message`, with the per-message overhead) of the closing STATUS
+message: the request's last message when it is a user message whose text starts with "STATUS". Per reciting call, over
+all calls, and that per-call mean over the mean prompt tokens per call.
+
+{recitation_table}
+
+**Failure-evidence recall.** Each recorded tool output holding a Python traceback (`Traceback (most recent call
+last)`) contributes its decisive exception line: the last exception line after the last traceback header, found by
+the error-line extraction of "last-5 errors" (pytest's `E ` dropped, `Error:` lines not counted). It is relevant to the
+next {relevant} model calls after that output (fewer at the end of a run). Recall = share of (traceback, relevant call)
+pairs whose exception line's first {evidence_chars} characters appear in that call's FAILURES SO FAR section: in the
+user message starting "CONTEXT PACK", from the line starting "FAILURES SO FAR" to the next section header line
+(`ACCEPTANCE:`, `USER REQUEST (VERBATIM):`). "at the very next call": the pairs one call after the output. The last
+column also accepts the closing STATUS message (its "last errors"). "not read": traceback outputs whose last traceback
+ends in an exception the extraction does not recognise (a class not named `…Error`/`…Exception`, e.g. Django's
+`ImproperlyConfigured`); they are not scored. tau-bench tools report errors as `Error: …` lines, not tracebacks, so it
+has no pairs.
+
+{evidence_table}
+
 ## Targets (aether-context at W = 8,000)
 
 {checks}
 
-## Diagnosis of the misses (evidence from the replay)
+## Diagnosis of the misses
+
+Per miss, the evidence from the replay (which runs, which calls, where the item was lost): [{diagnosis_link}]({diagnosis_link}).
+""".replace("{{SUBMIT}}", SUBMIT_MARK)
+
+DIAGNOSIS = """# Trajectory replay: diagnosis of the misses (evidence from the replay)
+
+Written by the run of {date} (`.venv/bin/python {command}`) whose figures are in the "trajectories" section of
+[{report}]({report}); the targets are listed there. One block per aether-context system, dataset and window checked.
 
 {diagnosis}
-""".replace("{{SUBMIT}}", SUBMIT_MARK)
+"""
 
 
 if __name__ == "__main__":
