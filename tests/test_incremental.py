@@ -129,3 +129,45 @@ def test_memoised_conversion_equals_a_fresh_one_and_hits_return_the_same_message
     assert to_message(contents[0]).text == "the task"
     # a text part and a one-part content of another role never share an entry
     assert to_message(types.Content(role="model", parts=[contents[0].parts[0]])).role == "model"
+
+
+def _adk_copies(contents: list[types.Content]) -> list[types.Content]:
+    return [_copy_content_for_request(c, strip_client_function_call_ids=True) for c in contents]
+
+
+def test_incremental_conversion_equals_a_full_conversion_as_contents_change():
+    rng = random.Random(3)
+    base = _contents()
+    for trial in range(30):
+        contents = list(base)
+        for step in range(10):
+            got = convert._messages(_adk_copies(contents))
+            assert got == tuple(to_message(c) for c in _adk_copies(contents)), (trial, step)
+            k = rng.randrange(1, len(contents))
+            action = rng.random()
+            if action < 0.4:  # the session grows
+                contents.append(types.Content(role=rng.choice(["user", "model"]), parts=[types.Part(text=f"new {trial}.{step}")]))
+            elif action < 0.55:  # an earlier content replaced by an equal copy (new payload objects)
+                contents[k] = types.Content.model_validate(contents[k].model_dump())
+            elif action < 0.7:  # same payload, another role
+                contents[k] = types.Content(role="model" if contents[k].role == "user" else "user", parts=contents[k].parts)
+            elif action < 0.8:  # same payload, another function name
+                parts = contents[k].parts or []
+                if parts and parts[-1].function_call is not None:
+                    fc = parts[-1].function_call
+                    contents[k] = types.Content(role=contents[k].role, parts=parts[:-1] + [types.Part(
+                        function_call=types.FunctionCall(name=fc.name + "_x", args=fc.args, id=fc.id))])
+            elif action < 0.9:  # a part more, with the same payloads before it
+                contents[k] = types.Content(role=contents[k].role, parts=list(contents[k].parts or []) + [types.Part(text="more")])
+            else:  # cut from the end
+                contents = contents[: max(1, len(contents) - 3)]
+
+
+def test_incremental_conversion_keeps_unchanged_messages_and_is_bounded():
+    contents = _contents()
+    first = convert._messages(_adk_copies(contents))
+    again = convert._messages(_adk_copies(contents + [types.Content(role="model", parts=[types.Part(text="next")])]))
+    assert all(a is b for a, b in zip(first[:-1], again))
+    for i in range(convert._RUNS_SIZE + 5):
+        convert._messages([types.Content(role="user", parts=[types.Part(text=f"session {i}")])])
+    assert len(convert._RUNS) == convert._RUNS_SIZE

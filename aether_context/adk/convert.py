@@ -7,6 +7,7 @@ reference.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 from google.adk.models.llm_request import LlmRequest
@@ -111,6 +112,82 @@ def to_message(content: types.Content) -> Message:
     return message
 
 
+_RUNS: "OrderedDict[tuple, tuple[list, list[Message]]]" = OrderedDict()
+_RUNS_SIZE = 256  # conversations (about one per live session and agent) whose last request is kept
+
+
+def _signature(content: types.Content) -> list | None:
+    """The role and payload objects of a content (held, compared by identity); None if not reusable."""
+    out: list = [content.role]
+    for p in content.parts or ():
+        if len(p.__pydantic_fields_set__) != 1:
+            return None
+        d = p.__dict__
+        if d["text"] is not None:
+            out += ("t", d["text"])
+        elif d["function_call"] is not None and d["function_call"].args is not None:
+            fc = d["function_call"]
+            out += ("c", fc.args, fc.name, fc.id)
+        elif d["function_response"] is not None and d["function_response"].response is not None:
+            fr = d["function_response"]
+            out += ("r", fr.response, fr.name, fr.id)
+        else:
+            return None
+    return out
+
+
+def _unchanged(content: types.Content, sig: list | None) -> bool:
+    """`_signature(content) == sig` by identity, without building it."""
+    if sig is None or content.role != sig[0]:
+        return False
+    j, n = 1, len(sig)
+    for p in content.parts or ():
+        if j >= n or len(p.__pydantic_fields_set__) != 1:
+            return False
+        d = p.__dict__
+        kind = sig[j]
+        if kind == "t":
+            if d["text"] is not sig[j + 1]:
+                return False
+            j += 2
+            continue
+        x = d["function_call"] if kind == "c" else d["function_response"]
+        if x is None or (x.args if kind == "c" else x.response) is not sig[j + 1] or x.name != sig[j + 2] or x.id != sig[j + 3]:
+            return False
+        if d["text"] is not None or (d["function_response"] if kind == "c" else d["function_call"]) is not None:
+            return False
+        j += 4
+    return j == n
+
+
+def _messages(contents: "list[types.Content]") -> tuple[Message, ...]:
+    """All contents converted. The leading contents unchanged since the last request of the same
+    conversation (same payload objects) take its messages without being keyed one by one."""
+    if not contents:
+        return ()
+    first = _signature(contents[0])
+    if first is None or len(first) < 3:
+        return tuple(to_message(c) for c in contents)
+    key = (first[0], id(first[2]))  # the first payload: identity-checked below, so held by the entry
+    run = _RUNS.get(key)
+    same = 0
+    if run is not None:
+        for c, sig in zip(contents, run[0]):
+            if not _unchanged(c, sig):
+                break
+            same += 1
+        sigs, msgs = run[0][:same], run[1][:same]
+    else:
+        sigs, msgs = [], []
+    sigs += [_signature(c) for c in contents[same:]]
+    msgs += [to_message(c) for c in contents[same:]]
+    _RUNS[key] = (sigs, msgs)
+    _RUNS.move_to_end(key)
+    while len(_RUNS) > _RUNS_SIZE:
+        _RUNS.popitem(last=False)
+    return tuple(msgs)
+
+
 def to_content(message: Message) -> types.Content:
     return types.Content(role=message.role, parts=[_from_part(p) for p in message.parts])
 
@@ -145,7 +222,7 @@ def request_from_llm(llm_request: LlmRequest) -> ModelRequest:
     return ModelRequest(
         model=llm_request.model or "",
         system_instruction=_system_text(llm_request.config.system_instruction),
-        messages=tuple(to_message(c) for c in llm_request.contents),
+        messages=_messages(llm_request.contents),
         tools=tuple(specs),
         other_tools=tuple(other),
     )
