@@ -84,6 +84,9 @@ class ContextPacker:
         self._states: collections.OrderedDict[tuple[str, str], PackState] = collections.OrderedDict()
         self._free_conversation: dict[tuple[str, str], int] = {}
         self._last: dict[tuple[str, str], ContextPack] = {}
+        # ADK's contents a pack replaced, held until the model answers: freeing a long session's
+        # contents (thousands of objects) then, as ADK itself would, keeps it off the call's path.
+        self._replaced: dict[tuple[str, str], list] = {}
         self._artifact_cache: dict = {}
         self.gateway = ArtifactGateway(self.store)
         self.recall_tool = make_recall_tool(self.gateway)
@@ -114,6 +117,9 @@ class ContextPacker:
             inputs = await self._save_images(callback_context, inputs)
             inputs = replace(inputs, calibration=self.calibration.get(inputs.request.model, 1.0))
             pack = build_pack(inputs, self.profile, counter=self.counter, window=self.window_tokens, retriever=self.retriever)
+            self._replaced[(session.id, callback_context.agent_name)] = llm_request.contents
+            while len(self._replaced) > 64:  # a call whose model never answered: drop the oldest
+                self._replaced.pop(next(iter(self._replaced)))
             apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
                           added={RECALL_TOOL_NAME: self.recall_tool} if offload else {}, original=inputs.request)
         except Exception as e:  # fail open: the agent keeps working with the request ADK built
@@ -135,6 +141,7 @@ class ContextPacker:
     async def after_model(self, callback_context: CallbackContext, llm_response: LlmResponse | None = None) -> None:
         """Learn from the model's reported usage, then refresh the running summary if due."""
         key = (callback_context.session.id, callback_context.agent_name)
+        self._replaced.pop(key, None)
         last = self._last.get(key)
         if last is not None and llm_response is not None and llm_response.usage_metadata is not None:
             self._record_usage(last, llm_response.usage_metadata)
