@@ -211,8 +211,15 @@ def _text_is_error(text: str) -> bool:
 
 
 def _ends_in_traceback(text: str) -> bool:
-    """A Python traceback whose exception line follows it: a crash, whatever the exit code said."""
+    """A Python traceback whose exception line follows it: a crash, whatever the exit code said.
+
+    Some programs print the crash without the `Traceback` header (Sphinx: "Exception occurred:" then
+    the frames): a `File "...", line N` frame followed by an exception line counts too.
+    """
     at = text.rfind("Traceback (most recent call last):")
+    if at < 0:
+        frame = _FRAME.search(text)
+        at = frame.start() if frame is not None else -1
     return at >= 0 and any(_EXC_LINE.match(ln) for ln in _ANSI.sub("", text[at:]).splitlines()[1:])
 
 
@@ -551,25 +558,38 @@ def _cascades(records: tuple[FailureRecord, ...], live: int, s: FailureSettings)
 
 # --- rendering ------------------------------------------------------------------------------------------
 
+_WORDS = re.compile(r"[^\W\d_]{3,}")
+
+
+def _message_kind(message: str) -> tuple[str, ...]:
+    """A failure message without its numbers, paths' punctuation and progress marks.
+
+    Test runners print progress lines (`...E..F [FAIL]`) and errors differ by line numbers: two such
+    failures say the same thing, and one line should not crowd out a different error.
+    """
+    return tuple(w for w in _WORDS.findall(message.lower()) if len(set(w)) > 1)
+
+
 def render_failures(analysis: FailureAnalysis, records: Sequence[FailureRecord], *, max_tokens: int,
-                    counter: TokenCounting, max_recent: int = 5) -> str:
-    """A compact "FAILURES SO FAR" section: warnings first, then the latest distinct failures.
+                    counter: TokenCounting, max_recent: int = 8) -> str:
+    """A compact "FAILURES SO FAR" section: warnings first, then the latest failures of distinct kinds.
 
     Lines are added in that order while the whole stays within `max_tokens`; the first line that does
-    not fit ends the section. Returns "" when there is nothing to say or not even the header fits.
+    not fit ends the section. Each failure's URI (its original output) is then added, newest first,
+    while the cap allows: more distinct errors before more links, since every original also stays
+    named where the output itself was folded. Returns "" when there is nothing to say or not even
+    the header fits.
     """
     if not records and not analysis.warnings:
         return ""
     header = f"FAILURES SO FAR ({analysis.total_failures} total"
     header += f", {analysis.evicted} older dropped)" if analysis.evicted else ")"
-    lines = [header]
     if counter.count_text(header) > max_tokens:
         return ""
-    candidates = [f"! {w.message}" for w in analysis.warnings]
-    seen: set[tuple[str, str, str]] = set()
-    recent: list[str] = []
+    seen: set[tuple] = set()
+    recent: list[tuple[str, str]] = []  # (line, its URI suffix)
     for r in reversed(records):
-        key = (r.tool, r.category, r.message)
+        key = (r.tool, r.category, _message_kind(r.message))
         if key in seen:
             continue
         seen.add(key)
@@ -578,14 +598,21 @@ def render_failures(analysis: FailureAnalysis, records: Sequence[FailureRecord],
             line += f" (after: {'; '.join(r.causes)})"
         if r.file and r.file not in r.message:
             line += f" (file: {r.file})"
-        if r.uri:
-            line += f" <{r.uri}>"
-        recent.append(line)
+        recent.append((line, f" <{r.uri}>" if r.uri else ""))
         if len(recent) >= max_recent:
             break
-    candidates.extend(recent)
-    for line in candidates:
+    candidates = [(f"! {w.message}", "") for w in analysis.warnings] + recent
+    lines = [header]
+    kept: list[tuple[str, str]] = []
+    for line, link in candidates:
         if counter.count_text("\n".join([*lines, line])) > max_tokens:
             break
         lines.append(line)
-    return "\n".join(lines) if len(lines) > 1 else ""
+        kept.append((line, link))
+    if not kept:
+        return ""
+    linked = [line for line, _ in kept]
+    for k, (line, link) in enumerate(kept):  # warnings have no link; failures newest first
+        if link and counter.count_text("\n".join([header, *linked[:k], line + link, *linked[k + 1:]])) <= max_tokens:
+            linked[k] = line + link
+    return "\n".join([header, *linked])

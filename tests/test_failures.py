@@ -362,9 +362,45 @@ def test_exit_code_zero_with_a_traceback_is_a_failure():
                "TypeError: int() argument must be a string\ndone\n</output>")
     assert is_error_result({"output": crashed})
     assert not is_error_result({"output": "<returncode>0</returncode>\n<output>\nTypeError is a builtin\n</output>"})
+    # a crash report without the Traceback header (Sphinx prints "Exception occurred:" and the frames)
+    sphinx = ("<returncode>0</returncode>\n<output>\nRunning Sphinx v3.5.0\n\nException occurred:\n"
+              "  File \"/testbed/sphinx/ext/autodoc/__init__.py\", line 1857\n    def get_doc(self):\n    ^\n"
+              "SyntaxError: invalid syntax\nThe full traceback has been saved in /tmp/sphinx-err.log\n</output>")
+    assert is_error_result({"output": sphinx})
+    assert not is_error_result({"output": "<returncode>0</returncode>\n<output>\nsee File \"a.py\", line 3\nall good\n</output>"})
 
 
 def test_exception_lines_are_distinct_clipped_and_in_order():
     lines = exception_lines("E   ValueError: bad\nValueError: bad\nKeyError: 'k'\n" + "RuntimeError: " + "y" * 300)
     assert lines[:2] == ["ValueError: bad", "KeyError: 'k'"]
     assert lines[2] == ("RuntimeError: " + "y" * 300)[:200] + "…"
+
+
+def test_failures_that_differ_only_in_numbers_and_progress_marks_show_once():
+    """A test runner's progress line changes every run; it must not crowd out a different error."""
+    log = FailureLog()
+    log.add(turn=2, tool="bash", args={"command": "python repro.py"},
+            error_text="Traceback (most recent call last):\n  File \"repro.py\", line 3\nIndentationError: expected an indented block")
+    for turn, marks in ((4, "..E..F.."), (6, ".E...EE.F"), (8, "E.....F..")):
+        log.add(turn=turn, tool="bash", args={"command": "bin/test core"}, error_text=f"returncode: 1\n{marks}   [FAIL]")
+    text = render_failures(log.analyze(9), log.records, max_tokens=400, counter=COUNTER)
+    recent = [ln for ln in text.splitlines() if ln.startswith("- ")]
+    assert sum("[FAIL]" in ln for ln in recent) == 1 and "E.....F.." in recent[0]  # the latest one
+    assert any("IndentationError: expected an indented block" in ln for ln in recent)
+
+
+def test_a_tight_cap_keeps_more_failures_before_their_links():
+    log = FailureLog()
+    errors = ["IndentationError: expected an indented block", "NotImplementedError: Infinity needs __ne__",
+              "SyntaxError: invalid syntax", "KeyError: 'total'", "ZeroDivisionError: division by zero"]
+    for turn, err in enumerate(errors, start=1):
+        log.add(turn=2 * turn, tool="bash", args={"command": f"python step{turn}.py"},
+                error_text=f"Traceback (most recent call last):\n  File \"step{turn}.py\", line 1\n{err}",
+                uri=f"artifact://app/user/0f8e6b2c-5a41-4a7d-9c1e-3b2d7f6e8a90/tool-output/bash-{turn:016x}.json#v0")
+    full = render_failures(log.analyze(11), log.records, max_tokens=1000, counter=COUNTER)
+    assert all(e in full for e in errors) and full.count("<artifact://") == 5
+    tight = render_failures(log.analyze(11), log.records, max_tokens=220, counter=COUNTER)
+    assert COUNTER.count_text(tight) <= 220
+    assert all(e in tight for e in errors)  # every error, some without their link
+    assert 0 < tight.count("<artifact://") < 5
+    assert "bash-0000000000000005.json" in tight  # the newest failure keeps its link first
