@@ -32,15 +32,12 @@ import contextlib
 import cProfile
 import datetime as dt
 import gc
-import hashlib
 import io
 import logging
 import math
 import os
-import platform
 import pstats
 import shlex
-import statistics
 import sys
 import tempfile
 import time
@@ -52,7 +49,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from report_sections import DEFAULT_FILE, write_section  # noqa: E402
+from measure import RequestShape, prefix_share  # noqa: E402
+from report_sections import DEFAULT_FILE, machine, mean, pct, write_section  # noqa: E402
 from trajectories import (DEFAULT_DATA, GatedPlugin, ModelCall, Trajectory, concat_trajectories,  # noqa: E402
                           load_mini_swe, load_tau_airline, replay)
 
@@ -61,8 +59,6 @@ import google.adk  # noqa: E402
 from aether_context import ContextPacker, ContextPackPlugin, PackStore, TokenCounter  # noqa: E402
 from aether_context.adk import packer as packer_module  # noqa: E402
 from aether_context.adk import request_from_llm  # noqa: E402
-from aether_context.content import canonical_json  # noqa: E402
-from aether_context.pipeline import request_tokens  # noqa: E402
 
 POINTS = (50, 100, 200, 1000)
 TARGET_P50_MS = 15.0
@@ -74,16 +70,6 @@ def band(point: int) -> tuple[int, int]:
     """Calls whose session holds this many events (±10 %, at least ±5, at most ±50) count for a point."""
     half = max(5, min(round(0.1 * point), _MAX_HALF_BAND))
     return point - half, point + half
-
-
-def pct(values: Sequence[float], q: float) -> float:
-    """Percentile by linear interpolation (q in 0..100); NaN for no values."""
-    if not values:
-        return math.nan
-    xs = sorted(values)
-    k = (len(xs) - 1) * q / 100
-    lo, hi = math.floor(k), math.ceil(k)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 # --------------------------------------------------------------------------- instrumentation
@@ -215,29 +201,17 @@ class RequestMeter:
         self.counter = counter
         self.want = want
         self.rows: list[Metered] = []
-        self._prev: tuple[int, str, int, list[tuple[str, int]], int] | None = None
+        self._prev: tuple[int, RequestShape] | None = None  # (call index, shape) of the last metered call
 
     def __call__(self, call: ModelCall, llm_request: Any) -> None:
         if not self.want(call):
             return
-        req = request_from_llm(llm_request)
-        head_tokens = request_tokens(req, self.counter) - sum(self.counter.count_message(m) for m in req.messages)
-        head = hashlib.sha256(canonical_json([req.system_instruction, [t.to_json() for t in req.tools],
-                                              list(req.other_tools)]).encode()).hexdigest()
-        msgs = [(m.digest, self.counter.count_message(m)) for m in req.messages]
-        total = head_tokens + sum(t for _, t in msgs)
+        shape = RequestShape.of(request_from_llm(llm_request), self.counter)
         ratio = None
         if self._prev is not None and self._prev[0] == call.index - 1:
-            _, prev_head, prev_head_tokens, prev_msgs, prev_total = self._prev
-            same = 0
-            if prev_head == head:
-                same = prev_head_tokens
-                for (d1, t1), (d2, _) in zip(prev_msgs, msgs):
-                    if d1 != d2:
-                        break
-                    same += t1
-            ratio = same / prev_total if prev_total else None
-        self._prev = (call.index, head, head_tokens, msgs, total)
+            ratio = prefix_share(self._prev[1], shape)
+        self._prev = (call.index, shape)
+        total = shape.total
         self.rows.append(Metered(call.index, call.events, total, ratio))
 
 
@@ -327,26 +301,10 @@ def p50p95(values: Sequence[float]) -> str:
     return f"{ms(pct(values, 50))} / {ms(pct(values, 95))}"
 
 
-def mean(values: Sequence[float]) -> float:
-    return statistics.fmean(values) if values else math.nan
-
-
 def fmt_delta(base: float, other: float) -> str:
     if math.isnan(base) or math.isnan(other) or not base:
         return "n/a"
     return f"{other:,.0f} ({(other - base) / base * 100:+.0f} %)"
-
-
-def machine() -> str:
-    cpu = "unknown CPU"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
-    return (f"{cpu}, {os.cpu_count()} cores (load average at start {load}); Python {platform.python_version()}, "
-            f"google-adk {google.adk.__version__}")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

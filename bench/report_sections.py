@@ -15,10 +15,16 @@ under the file's own title.
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
+import platform
 import re
+import statistics
 from pathlib import Path
+from typing import Iterable, Sequence
 
-__all__ = ["DEFAULT_FILE", "markers", "nest_headings", "replace_section", "write_section"]
+__all__ = ["DEFAULT_FILE", "machine", "markers", "mean", "nest_headings", "pct", "replace_section", "write_section"]
 
 DEFAULT_FILE = "docs/benchmarks.md"
 NEW_FILE_TITLE = "# Benchmarks\n"
@@ -64,3 +70,33 @@ def write_section(path: "str | Path", name: str, report: str, *, nest: bool = Tr
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(replace_section(document, name, body), encoding="utf-8")
     return path
+
+
+# ---------------------------------------------------------------- figures every report shares
+def pct(values: Sequence[float], q: float) -> float:
+    """Percentile by linear interpolation (q in 0..100); NaN for no values."""
+    if not values:
+        return math.nan
+    xs = sorted(values)
+    k = (len(xs) - 1) * q / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def mean(values: Iterable[float]) -> float:
+    xs = list(values)
+    return statistics.fmean(xs) if xs else math.nan
+
+
+def machine() -> str:
+    """The CPU, core count, load and versions a report's figures were taken on."""
+    import google.adk  # only here: the module itself needs nothing beyond the standard library
+    cpu = "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+    return (f"{cpu}, {os.cpu_count()} cores (load average at start {load}); Python {platform.python_version()}, "
+            f"google-adk {google.adk.__version__}")

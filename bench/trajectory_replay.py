@@ -43,16 +43,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import contextlib
 import datetime as dt
 import json
 import logging
 import math
 import os
-import platform
 import re
 import shlex
-import statistics
 import sys
 import tempfile
 import time
@@ -69,7 +66,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from report_sections import DEFAULT_FILE, write_section  # noqa: E402
+from measure import RequestShape, prefix_share  # noqa: E402
+from report_sections import DEFAULT_FILE, machine, mean, pct, write_section  # noqa: E402
 from trajectories import DEFAULT_DATA, ModelCall, Trajectory, load_mini_swe, load_tau_airline, replay  # noqa: E402
 
 import google.adk  # noqa: E402
@@ -84,8 +82,7 @@ from google.genai import types  # noqa: E402
 
 from aether_context import ContextPacker, ContextPackPlugin, ModelRequest, PackStore, TokenCounter, load_profile  # noqa: E402
 from aether_context.adk import request_from_llm  # noqa: E402
-from aether_context.content import FunctionCall, FunctionResponse, TextPart, canonical_json, sha256_hex  # noqa: E402
-from aether_context.pipeline import request_tokens  # noqa: E402
+from aether_context.content import FunctionCall, FunctionResponse, TextPart, canonical_json  # noqa: E402
 
 PROFILE_FOR = {"mini-swe-agent": "coding_agent", "tau-bench-airline": "default"}
 NO_CACHE_KEY = "aether_nocache"
@@ -109,21 +106,6 @@ T_PREFIX = 0.80
 
 
 # --------------------------------------------------------------------------- small helpers
-def pct(values: Sequence[float], q: float) -> float:
-    """Percentile by linear interpolation (q in 0..100); NaN for no values."""
-    if not values:
-        return math.nan
-    xs = sorted(values)
-    k = (len(xs) - 1) * q / 100
-    lo, hi = math.floor(k), math.ceil(k)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-
-
-def mean(values: Iterable[float]) -> float:
-    xs = list(values)
-    return statistics.fmean(xs) if xs else math.nan
-
-
 def share(num: int, den: int) -> float:
     return num / den if den else math.nan
 
@@ -343,7 +325,7 @@ class RequestMeter:
         self.rows: list[CallRow] = []
         self.final: Optional[ModelRequest] = None
         self.submit: Optional[ModelRequest] = None
-        self._prev: Optional[tuple[str, int, list[tuple[str, int]], int]] = None
+        self._prev: Optional[RequestShape] = None
         self._tokens_by_request: dict[int, int] = {}
         self._task_in: dict[str, bool] = {}
         self._failures_of: dict[str, str] = {}  # pack message digest -> its FAILURES SO FAR section
@@ -356,22 +338,10 @@ class RequestMeter:
     def __call__(self, call: ModelCall, llm_request: Any) -> None:
         req = request_from_llm(llm_request)
         counter = self.counter
-        msgs = [(m.digest, counter.count_message(m)) for m in req.messages]
-        total = request_tokens(req, counter)
-        head_tokens = total - sum(t for _, t in msgs)
-        head = sha256_hex(canonical_json([req.system_instruction, [t.to_json() for t in req.tools], list(req.other_tools)]))
-        ratio = None
-        if self._prev is not None:
-            prev_head, prev_head_tokens, prev_msgs, prev_total = self._prev
-            same = 0
-            if prev_head == head:
-                same = prev_head_tokens
-                for (d1, t1), (d2, _) in zip(prev_msgs, msgs):
-                    if d1 != d2:
-                        break
-                    same += t1
-            ratio = same / prev_total if prev_total else None
-        self._prev = (head, head_tokens, msgs, total)
+        shape = RequestShape.of(req, counter)
+        msgs, total = shape.messages, shape.total
+        ratio = prefix_share(self._prev, shape) if self._prev is not None else None
+        self._prev = shape
         present = not self._task_forms or self._has_task([req.system_instruction])
         if not present:
             for m in req.messages:
@@ -400,7 +370,7 @@ class RequestMeter:
         if self.facts.submit_call is not None and call.index == self.facts.submit_call:
             self.submit = req
 
-    def _agent_loop_sections(self, row: CallRow, req: ModelRequest, msgs: list[tuple[str, int]]) -> None:
+    def _agent_loop_sections(self, row: CallRow, req: ModelRequest, msgs: Sequence[tuple[str, int]]) -> None:
         """Recitation tokens, and which of the recent tracebacks this request shows, and where."""
         status = req.messages[-1] if req.messages else None
         status_text = ""
@@ -1184,18 +1154,6 @@ def trace_item(item: str, run: RunResult, facts: Facts, traj: Trajectory, *, out
 
 
 # --------------------------------------------------------------------------- main
-def machine() -> str:
-    cpu = "unknown CPU"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
-    return (f"{cpu}, {os.cpu_count()} cores (load average at start {load}); Python {platform.python_version()}, "
-            f"google-adk {google.adk.__version__}")
-
-
 def library_version() -> str:
     """The aether-context code measured: git commit, plus the files of aether_context/ changed since it."""
     import subprocess

@@ -105,6 +105,9 @@ async def test_ten_turn_session_fits_and_replays(memory_store_url):
         assert replay(record.uri).checksum == sent.checksum
         assert replay(record.uri) == sent
 
+    # ADK's replaced contents are held only while a call is in flight, then released
+    assert packer._replaced == {}
+
 
 async def test_every_request_keeps_tools_and_system(memory_store_url):
     llm, plugin, *_ = await run_session(4, memory_store_url)

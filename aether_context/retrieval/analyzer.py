@@ -2,7 +2,7 @@
 
 Why not `str.split()`: BM25 ranks by term overlap, so "Mutations," and "mutated" must meet the
 query's "mutation", and "the"/"of" must not count as overlap. Each stage is switchable so the
-benchmark can show what it buys (docs/benchmarks_retrieval.md).
+benchmark can show what it buys (docs/benchmarks.md, retrieval section).
 
 Usage::
 

@@ -2,7 +2,7 @@
 
 Why two: RRF needs no score calibration and is hard to break on a new collection; a weighted sum
 of normalised scores keeps *how much* better a document is, and measured higher on SciFact and
-LoCoMo (docs/benchmarks_retrieval.md). Both are pure functions over candidate arrays.
+LoCoMo (docs/benchmarks.md, retrieval section). Both are pure functions over candidate arrays.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ and fitted to a token budget.
 Why one object: the Memory and Evidence layers add items as a session runs and ask for the best
 context under a budget on every model call. Items are analysed and embedded once, when they
 arrive; a search costs one query embedding plus array work over the postings of the query's
-terms and one matrix-vector product (p50 in docs/benchmarks_retrieval.md). Same index, query and
+terms and one matrix-vector product (p50 in docs/benchmarks.md, retrieval section). Same index, query and
 settings give the same items in the same order: every tie breaks by document id.
 
 Usage::

@@ -3,7 +3,7 @@
 Why one frozen model: the integrator nests it under a budget profile's `retrieval:` key and
 resolves profile -> agent -> per-call overrides by building new instances; `HybridIndex.search`
 takes a per-call instance, so tuning never mutates shared config. Defaults are the values the
-benchmark chose (docs/benchmarks_retrieval.md), not guesses.
+benchmark chose (docs/benchmarks.md, retrieval section), not guesses.
 
 Usage::
 

@@ -1,7 +1,7 @@
 """The Porter (1980) suffix-stripping stemmer, written from the published algorithm.
 
 Why our own: BM25 over raw words misses "mutation"/"mutations"/"mutated"; stemming fixes that and
-measurably lifts SciFact nDCG@10 (see docs/benchmarks_retrieval.md). No stemming package ships with
+measurably lifts SciFact nDCG@10 (see docs/benchmarks.md, retrieval section). No stemming package ships with
 the library's dependencies, and this one is ~150 lines, pure and deterministic.
 Only lower-case ASCII words longer than two letters are stemmed; anything else passes through.
 """
