@@ -95,6 +95,24 @@ async def test_failures_are_recorded_categorised_and_shown():
     assert all(lb.dropped >= 0 for m in manifests for lb in m.layer_budgets.values())
 
 
+async def test_a_new_failure_reaches_every_following_call_of_a_frozen_pack():
+    """The payload is frozen within an invocation (cache); a failure after it rides in the closing
+    STATUS block on every later call, while the cached prefix stays as it was."""
+    on_track = types.Part(text="Fix the failing date parser test in utils/dates.py: running the date parser test.")
+    turns = [[on_track, call("run_tests", path="utils/dates.py")], [on_track, call("read_secret", path="/etc/shadow")]]
+    turns += [[on_track, call("run_tests", path="utils/dates.py")]] * 6 + ["done"]
+    plugin, llm = await _run(turns, [run_tests, read_secret])
+    sent = [request_from_llm(r) for r in llm.requests]
+    records = list(plugin.packer.recent)
+    for req, record in zip(sent[2:], records[2:]):  # every call after the failed one
+        assert record.manifest.reused_payload and record.manifest.cache_break is None
+        assert req.messages[-1].text.startswith("STATUS") and "Permission denied" in req.messages[-1].text
+        payload = next(m.text for m in req.messages if m.text.startswith("CONTEXT PACK"))
+        assert "Permission denied" not in payload  # the frozen payload predates the failure
+    for prev, cur in zip(sent[1:], sent[2:]):  # each request extends the one before, but for its closing block
+        assert cur.messages[:len(prev.messages) - 1] == prev.messages[:-1]
+
+
 
 def run_script(path: str) -> dict:
     """Run a Python script (its traceback is long: the shell result is offloaded)."""

@@ -134,7 +134,8 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     # the goal recitation goes last, after everything that may be cached
     stable = request
     recital, call_index, last_recited = recitation_message(
-        inputs, profile, fitted.history + fitted.loop, request_tokens(request, counter), counter)
+        inputs, profile, fitted.history + fitted.loop, request_tokens(request, counter), counter,
+        failures_stale=bool(failures) and failures not in sections_text)
     if recital is not None:
         request = replace(request, messages=request.messages + (recital,))
     total = request_tokens(request, counter)

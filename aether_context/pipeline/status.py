@@ -14,6 +14,9 @@ from .collect import PackInputs, PackState, Turn
 
 __all__ = ["failures_section", "recitation_reserve", "recitation_message"]
 
+RECITED_ERRORS = 3  # latest distinct error messages in the status block
+STALE_FAILURES_ERRORS = 5  # ... while the frozen payload's failures section is out of date
+
 
 def _log(inputs: PackInputs, profile: BudgetProfile) -> FailureLog | None:
     """The session's failure log, analysed under the profile's thresholds."""
@@ -43,8 +46,13 @@ def recitation_reserve(profile: BudgetProfile) -> int:
 
 
 def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tuple[Turn, ...]", context_tokens: int,
-                       counter: TokenCounting) -> tuple[Message | None, int, int]:
-    """The status block to append as the last message, if one is due; with the new call index and last recital."""
+                       counter: TokenCounting, *, failures_stale: bool = False) -> tuple[Message | None, int, int]:
+    """The status block to append as the last message, if one is due; with the new call index and last recital.
+
+    `failures_stale`: the payload this call sends is frozen (cache stability) and its FAILURES SO FAR
+    section predates the latest failures. The block is then due on every call and lists more recent
+    errors, so a new failure reaches the model at once without rewriting the cached prefix.
+    """
     prev = inputs.previous
     call_index = prev.call_index + 1 if prev is not None else 0
     last = prev.last_recited if prev is not None and prev.last_recited >= 0 else None
@@ -58,10 +66,11 @@ def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tupl
         return None, call_index, last if last is not None else -1
     recent_texts = [m.text or " ".join(c.name for c in m.calls) for t in recent[-4:] for m in t.messages]
     drift = drift_score(goal, recent_texts)
-    if not should_recite(call_index, last, drift, context_tokens, settings):
+    if not failures_stale and not should_recite(call_index, last, drift, context_tokens, settings):
         return None, call_index, last if last is not None else -1
     log = _log(inputs, profile)
-    last_errors = list(dict.fromkeys(r.message for r in reversed(log.records)))[:3][::-1] if log is not None else []
+    shown = STALE_FAILURES_ERRORS if failures_stale else RECITED_ERRORS
+    last_errors = list(dict.fromkeys(r.message for r in reversed(log.records)))[:shown][::-1] if log is not None else []
     done = sum(1 for _, d in task.plan if d)
     next_step = next((s for s, d in task.plan if not d), task.step or None)
     open_items = [a for a in task.acceptance if a not in task.done]
