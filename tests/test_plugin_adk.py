@@ -511,3 +511,24 @@ async def test_a_goal_in_state_replaces_the_opening_request(memory_store_url):
     plugin.packer.store.flush()
     requests = check_requests(llm, plugin.packer, WINDOW)
     assert all("OPENING REQUEST:" not in payload(r) for r in requests)
+
+
+def test_a_rewrite_that_fails_leaves_the_request_as_it_came():
+    """apply_request builds everything before assigning anything, so fail-open really sends ADK's request."""
+    from dataclasses import replace as dc_replace
+
+    from google.adk.models.llm_request import LlmRequest
+    from google.genai import types
+
+    from aether_context.adk.convert import apply_request
+    from aether_context.content import ToolSpec
+
+    llm_request = LlmRequest(model="gemini-2.5-flash", contents=[
+        types.Content(role="user", parts=[types.Part(text="hello")])])
+    llm_request.config.system_instruction = "be brief"
+    before = llm_request.model_dump(mode="json")
+    core = request_from_llm(llm_request)
+    broken = dc_replace(core, system_instruction="rewritten", tools=(ToolSpec("bad", {"name": {"not": "a name"}}),))
+    with pytest.raises(Exception):
+        apply_request(llm_request, broken, declared=set(), original=core)
+    assert llm_request.model_dump(mode="json") == before

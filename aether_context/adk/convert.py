@@ -245,17 +245,18 @@ def apply_request(llm_request: LlmRequest, request: ModelRequest, *, declared: "
     are tools the pack itself declares (the recall tool), by name. `original` is the core view of
     `llm_request` as it came in: messages the pack left unchanged go out as ADK's own Content objects.
     """
+    # Everything is built before anything is assigned: a failure leaves the request as it came in.
     keep = {t.name for t in request.tools}
     kept = {m.digest: c for m, c in zip(original.messages, llm_request.contents)} if original is not None else {}
-    llm_request.contents = [kept.get(m.digest) or to_content(m) for m in request.messages]
-    llm_request.config.system_instruction = request.system_instruction
+    contents = [kept.get(m.digest) or to_content(m) for m in request.messages]
     had_callables = [t for t in (llm_request.config.tools or []) if not isinstance(t, types.Tool)]
-    tools = _tools_config(request)
-    llm_request.config.tools = (tools or []) + had_callables or None
-    llm_request.tools_dict = {k: v for k, v in llm_request.tools_dict.items() if k in keep or k not in declared}
-    for name, tool in (added or {}).items():
-        if name in keep:
-            llm_request.tools_dict[name] = tool
+    tools = (_tools_config(request) or []) + had_callables or None
+    tools_dict = {k: v for k, v in llm_request.tools_dict.items() if k in keep or k not in declared}
+    tools_dict.update({name: tool for name, tool in (added or {}).items() if name in keep})
+    llm_request.contents = contents
+    llm_request.config.system_instruction = request.system_instruction
+    llm_request.config.tools = tools
+    llm_request.tools_dict = tools_dict
 
 
 def llm_request_from(request: ModelRequest) -> LlmRequest:
