@@ -117,6 +117,7 @@ _EXC_LINE = re.compile(
     r"Exceeded|DoesNotExist|gaierror))\b(?::\s*(.*))?$"
 )
 _FRAME = re.compile(r"File \"([^\"]+)\", line \d+")
+_FRAME_LINE = re.compile(r"\s+File \"[^\"]+\", line \d+")  # a traceback frame as Python prints it (indented)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _TEST_TOOL = re.compile(r"test|pytest|jest|unittest", re.IGNORECASE)
 
@@ -217,10 +218,16 @@ def _ends_in_traceback(text: str) -> bool:
     the frames): a `File "...", line N` frame followed by an exception line counts too.
     """
     at = text.rfind("Traceback (most recent call last):")
-    if at < 0:
-        frame = _FRAME.search(text)
-        at = frame.start() if frame is not None else -1
-    return at >= 0 and any(_EXC_LINE.match(ln) for ln in _ANSI.sub("", text[at:]).splitlines()[1:])
+    if at >= 0:
+        return any(_EXC_LINE.match(ln) for ln in _ANSI.sub("", text[at:]).splitlines()[1:])
+    # No header: the last indented frame line, then (past its indented source and caret lines) the first
+    # unindented line must be the exception. A frame quoted in prose or code is not followed by one.
+    lines = _ANSI.sub("", text).splitlines()
+    last = max((i for i, ln in enumerate(lines) if _FRAME_LINE.match(ln)), default=None)
+    if last is None:
+        return False
+    after = next((ln for ln in lines[last + 1:] if ln.strip() and not ln[0].isspace()), "")
+    return _EXC_LINE.match(after) is not None
 
 
 def _has_error_evidence(output: str) -> bool:
@@ -558,16 +565,18 @@ def _cascades(records: tuple[FailureRecord, ...], live: int, s: FailureSettings)
 
 # --- rendering ------------------------------------------------------------------------------------------
 
-_WORDS = re.compile(r"[^\W\d_]{3,}")
+_PROGRESS = re.compile(r"(?<!\S)[.EFsxXw]{3,}(?!\S)")  # a test runner's progress marks: `..E..F.s`
+_NUMBER = re.compile(r"\d+")
 
 
-def _message_kind(message: str) -> tuple[str, ...]:
-    """A failure message without its numbers, paths' punctuation and progress marks.
+def _message_kind(message: str) -> str:
+    """A failure message without its numbers and test-progress marks.
 
-    Test runners print progress lines (`...E..F [FAIL]`) and errors differ by line numbers: two such
-    failures say the same thing, and one line should not crowd out a different error.
+    Test runners print progress lines (`...E..F [FAIL]`) that change on every run, and the same error
+    recurs with other line numbers: such failures say the same thing, and one should not crowd out a
+    different error. Names, quoted values and paths stay: `No module named 'np'` and `'pd'` differ.
     """
-    return tuple(w for w in _WORDS.findall(message.lower()) if len(set(w)) > 1)
+    return " ".join(_NUMBER.sub("#", _PROGRESS.sub(" ", message)).split())
 
 
 def render_failures(analysis: FailureAnalysis, records: Sequence[FailureRecord], *, max_tokens: int,

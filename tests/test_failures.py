@@ -368,6 +368,10 @@ def test_exit_code_zero_with_a_traceback_is_a_failure():
               "SyntaxError: invalid syntax\nThe full traceback has been saved in /tmp/sphinx-err.log\n</output>")
     assert is_error_result({"output": sphinx})
     assert not is_error_result({"output": "<returncode>0</returncode>\n<output>\nsee File \"a.py\", line 3\nall good\n</output>"})
+    # a frame quoted in source being viewed, then an exception name in a docstring: not a crash
+    viewed = ("<returncode>0</returncode>\n<output>\ndef parse(tb):\n    \"\"\"Parse a line like 'File \"a.py\", line 3'.\n\n"
+              "    Raises:\n        ValueError: if the line is not a frame.\n    \"\"\"\n</output>")
+    assert not is_error_result({"output": viewed})
 
 
 def test_exception_lines_are_distinct_clipped_and_in_order():
@@ -387,6 +391,13 @@ def test_failures_that_differ_only_in_numbers_and_progress_marks_show_once():
     recent = [ln for ln in text.splitlines() if ln.startswith("- ")]
     assert sum("[FAIL]" in ln for ln in recent) == 1 and "E.....F.." in recent[0]  # the latest one
     assert any("IndentationError: expected an indented block" in ln for ln in recent)
+    # ... but a different name, value or path is a different failure
+    log = FailureLog()
+    for turn, mod in ((2, "np"), (4, "pd")):
+        log.add(turn=turn, tool="bash", args={"command": f"python -c 'import {mod}'"},
+                error_text=f"ModuleNotFoundError: No module named '{mod}'")
+    text = render_failures(log.analyze(5), log.records, max_tokens=400, counter=COUNTER)
+    assert "named 'np'" in text and "named 'pd'" in text
 
 
 def test_a_tight_cap_keeps_more_failures_before_their_links():

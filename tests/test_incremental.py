@@ -99,8 +99,9 @@ def test_request_tokens_memo_equals_a_fresh_count():
 def _contents() -> list[types.Content]:
     out = [types.Content(role="user", parts=[types.Part(text="the task")])]
     for i in range(20):
-        out.append(types.Content(role="model", parts=[
-            types.Part(text=f"step {i}"), types.Part(function_call=types.FunctionCall(name="bash", args={"c": i}, id=f"adk-{i}"))]))
+        call = types.FunctionCall(name="bash", args={"c": i}, id=f"adk-{i}")
+        signed = {"thought_signature": f"sig-{i}".encode()} if i % 3 == 0 else {}  # Gemini thinking
+        out.append(types.Content(role="model", parts=[types.Part(text=f"step {i}"), types.Part(function_call=call, **signed)]))
         out.append(types.Content(role="user", parts=[
             types.Part(function_response=types.FunctionResponse(name="bash", response={"output": f"o {i}"}, id=f"adk-{i}"))]))
     out.append(types.Content(role="model", parts=[types.Part(text="done")]))
@@ -157,6 +158,11 @@ def test_incremental_conversion_equals_a_full_conversion_as_contents_change():
                     fc = parts[-1].function_call
                     contents[k] = types.Content(role=contents[k].role, parts=parts[:-1] + [types.Part(
                         function_call=types.FunctionCall(name=fc.name + "_x", args=fc.args, id=fc.id))])
+            elif action < 0.85:  # same payload, another thought signature
+                parts = contents[k].parts or []
+                if parts and parts[-1].function_call is not None:
+                    contents[k] = types.Content(role=contents[k].role, parts=parts[:-1] + [types.Part(
+                        function_call=parts[-1].function_call, thought_signature=f"other {trial}.{step}".encode())])
             elif action < 0.9:  # a part more, with the same payloads before it
                 contents[k] = types.Content(role=contents[k].role, parts=list(contents[k].parts or []) + [types.Part(text="more")])
             else:  # cut from the end
@@ -167,7 +173,8 @@ def test_incremental_conversion_keeps_unchanged_messages_and_is_bounded():
     contents = _contents()
     first = convert._messages(_adk_copies(contents))
     again = convert._messages(_adk_copies(contents + [types.Content(role="model", parts=[types.Part(text="next")])]))
-    assert all(a is b for a, b in zip(first[:-1], again))
+    assert all(a is b for a, b in zip(first[:-1], again))  # thought-signed calls included
+    assert any("thought_signature" in str(p) for m in first for p in m.parts)
     for i in range(convert._RUNS_SIZE + 5):
         convert._messages([types.Content(role="user", parts=[types.Part(text=f"session {i}")])])
     assert len(convert._RUNS) == convert._RUNS_SIZE

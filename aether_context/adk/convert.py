@@ -7,6 +7,7 @@ reference.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -114,23 +115,31 @@ def to_message(content: types.Content) -> Message:
 
 _RUNS: "OrderedDict[tuple, tuple[list, list[Message]]]" = OrderedDict()
 _RUNS_SIZE = 256  # conversations (about one per live session and agent) whose last request is kept
+_RUNS_CONTENTS = 200_000  # ... and the contents they hold together, at most
+_RUNS_LOCK = threading.Lock()  # ADK's sync Runner.run drives each run from its own thread
+_runs_held = 0
 
 
 def _signature(content: types.Content) -> list | None:
-    """The role and payload objects of a content (held, compared by identity); None if not reusable."""
+    """The role and payload objects of a content (held, compared by identity); None if not reusable.
+
+    Per part: its kind, its payload, and what may ride with it — the call's name and id, and the
+    `thought` flag and `thought_signature` Gemini attaches when thinking is on.
+    """
     out: list = [content.role]
     for p in content.parts or ():
-        if len(p.__pydantic_fields_set__) != 1:
-            return None
         d = p.__dict__
+        thought, signature = d["thought"], d["thought_signature"]
+        if len(p.__pydantic_fields_set__) != 1 + (thought is not None) + (signature is not None):
+            return None
         if d["text"] is not None:
-            out += ("t", d["text"])
+            out += ("t", d["text"], thought, signature)
         elif d["function_call"] is not None and d["function_call"].args is not None:
             fc = d["function_call"]
-            out += ("c", fc.args, fc.name, fc.id)
+            out += ("c", fc.args, fc.name, fc.id, thought, signature)
         elif d["function_response"] is not None and d["function_response"].response is not None:
             fr = d["function_response"]
-            out += ("r", fr.response, fr.name, fr.id)
+            out += ("r", fr.response, fr.name, fr.id, thought, signature)
         else:
             return None
     return out
@@ -142,21 +151,24 @@ def _unchanged(content: types.Content, sig: list | None) -> bool:
         return False
     j, n = 1, len(sig)
     for p in content.parts or ():
-        if j >= n or len(p.__pydantic_fields_set__) != 1:
+        if j >= n:
             return False
         d = p.__dict__
         kind = sig[j]
         if kind == "t":
-            if d["text"] is not sig[j + 1]:
+            if d["text"] is not sig[j + 1] or d["thought"] != sig[j + 2] or d["thought_signature"] is not sig[j + 3]:
                 return False
-            j += 2
-            continue
-        x = d["function_call"] if kind == "c" else d["function_response"]
-        if x is None or (x.args if kind == "c" else x.response) is not sig[j + 1] or x.name != sig[j + 2] or x.id != sig[j + 3]:
+            extras = (sig[j + 2] is not None) + (sig[j + 3] is not None)
+            j += 4
+        else:
+            x = d["function_call"] if kind == "c" else d["function_response"]
+            if (x is None or (x.args if kind == "c" else x.response) is not sig[j + 1] or x.name != sig[j + 2]
+                    or x.id != sig[j + 3] or d["thought"] != sig[j + 4] or d["thought_signature"] is not sig[j + 5]):
+                return False
+            extras = (sig[j + 4] is not None) + (sig[j + 5] is not None)
+            j += 6
+        if len(p.__pydantic_fields_set__) != 1 + extras:  # nothing else was set on the part
             return False
-        if d["text"] is not None or (d["function_response"] if kind == "c" else d["function_call"]) is not None:
-            return False
-        j += 4
     return j == n
 
 
@@ -169,7 +181,8 @@ def _messages(contents: "list[types.Content]") -> tuple[Message, ...]:
     if first is None or len(first) < 3:
         return tuple(to_message(c) for c in contents)
     key = (first[0], id(first[2]))  # the first payload: identity-checked below, so held by the entry
-    run = _RUNS.get(key)
+    with _RUNS_LOCK:
+        run = _RUNS.get(key)
     same = 0
     if run is not None:
         for c, sig in zip(contents, run[0]):
@@ -181,10 +194,13 @@ def _messages(contents: "list[types.Content]") -> tuple[Message, ...]:
         sigs, msgs = [], []
     sigs += [_signature(c) for c in contents[same:]]
     msgs += [to_message(c) for c in contents[same:]]
-    _RUNS[key] = (sigs, msgs)
-    _RUNS.move_to_end(key)
-    while len(_RUNS) > _RUNS_SIZE:
-        _RUNS.popitem(last=False)
+    global _runs_held
+    with _RUNS_LOCK:
+        old = _RUNS.pop(key, None)
+        _RUNS[key] = (sigs, msgs)
+        _runs_held += len(sigs) - (len(old[0]) if old is not None else 0)
+        while len(_RUNS) > 1 and (len(_RUNS) > _RUNS_SIZE or _runs_held > _RUNS_CONTENTS):
+            _runs_held -= len(_RUNS.popitem(last=False)[1][0])
     return tuple(msgs)
 
 

@@ -118,8 +118,8 @@ class ContextPacker:
             inputs = replace(inputs, calibration=self.calibration.get(inputs.request.model, 1.0))
             pack = build_pack(inputs, self.profile, counter=self.counter, window=self.window_tokens, retriever=self.retriever)
             self._replaced[(session.id, callback_context.agent_name)] = llm_request.contents
-            while len(self._replaced) > 64:  # a call whose model never answered: drop the oldest
-                self._replaced.pop(next(iter(self._replaced)))
+            for stale in list(self._replaced)[:-64]:  # calls whose model never answered: drop the oldest
+                self._replaced.pop(stale, None)
             apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
                           added={RECALL_TOOL_NAME: self.recall_tool} if offload else {}, original=inputs.request)
         except Exception as e:  # fail open: the agent keeps working with the request ADK built
@@ -128,14 +128,19 @@ class ContextPacker:
             return self._record_failure(callback_context, llm_request, e)
         self._remember(pack.state, session.id)
         self._last[(session.id, callback_context.agent_name)] = pack
-        if pack.state.merged_lines:  # this pack advanced the running summary
-            _persist_summary(callback_context, inputs.summary, pack.state.summary)
-        conv = pack.manifest.layer_budgets["conversation"]
-        self._free_conversation[(session.id, callback_context.agent_name)] = max(0, conv.budget - conv.used)
-        uri = self.store.save(pack)
+        uri = ""
+        try:  # the request is rewritten; what follows is bookkeeping, and must not end the agent's run
+            if pack.state.merged_lines:  # this pack advanced the running summary
+                _persist_summary(callback_context, inputs.summary, pack.state.summary)
+            conv = pack.manifest.layer_budgets["conversation"]
+            self._free_conversation[(session.id, callback_context.agent_name)] = max(0, conv.budget - conv.used)
+            uri = self.store.save(pack)
+            _log_pack(pack)
+        except Exception:
+            logger.error("aether-context: recording pack %s failed; the packed request goes out",
+                         pack.manifest.pack_id, exc_info=True)
         record = CallRecord(pack.manifest, uri)
         self.recent.append(record)
-        _log_pack(pack)
         return record
 
     async def after_model(self, callback_context: CallbackContext, llm_response: LlmResponse | None = None) -> None:

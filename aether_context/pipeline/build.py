@@ -22,7 +22,7 @@ from .decay import RunningSummary, decay_images, prune_tool_outputs
 from .incremental import turns_tokens
 from .retrieve import Retriever, default_retriever
 from .select import Candidates, Line, query_text, select
-from .status import failures_section, recitation_message, recitation_reserve
+from .status import failure_count, failures_section, recitation_message, recitation_reserve
 
 __all__ = ["ContextPack", "build_pack", "request_tokens"]
 
@@ -133,9 +133,12 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     events = _in_overflow_order(events)
     # the goal recitation goes last, after everything that may be cached
     stable = request
+    # a frozen payload's FAILURES SO FAR covers the failures logged when it was built
+    logged = failure_count(inputs, profile)
+    shown = prev.failures_shown if reused is not None and prev is not None else logged
     recital, call_index, last_recited = recitation_message(
         inputs, profile, fitted.history + fitted.loop, request_tokens(request, counter), counter,
-        failures_stale=bool(failures) and failures not in sections_text)
+        failures_stale=logged > shown)
     if recital is not None:
         request = replace(request, messages=request.messages + (recital,))
     total = request_tokens(request, counter)
@@ -151,7 +154,7 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
         message_digests=tuple(m.digest for m in stable.messages),  # the recitation is not part of the prefix
         message_tokens=tuple(counter.count_message(m) for m in stable.messages),
         head_digest=_head_digest(request), head_tokens=_head_tokens(request, counter), pruned=tuple(sorted(pruned)),
-        call_index=call_index, last_recited=last_recited,
+        call_index=call_index, last_recited=last_recited, failures_shown=shown,
         merged_lines=fitted.merged_lines,
         pack_id="pk_" + sha256_hex(f"{inputs.digest}/{model_window}/{profile.model_dump_json()}")[:24],
         system_digest=sha256_hex(request.system_instruction),

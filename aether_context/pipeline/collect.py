@@ -116,6 +116,7 @@ class PackState:
     merged_lines: tuple[str, ...] = ()  # fold lines this call merged into the running summary
     call_index: int = 0  # model calls of this agent in this session, counting from 0
     last_recited: int = -1  # call index of the last recitation block
+    failures_shown: int = 0  # failures logged when the payload (and its FAILURES SO FAR) was built
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -126,6 +127,7 @@ class PackState:
             "system_digest": self.system_digest, "tools_digest": self.tools_digest, "payload_index": self.payload_index,
             "head_tokens": self.head_tokens, "pack_id": self.pack_id, "pruned": list(self.pruned),
             "merged_lines": list(self.merged_lines), "call_index": self.call_index, "last_recited": self.last_recited,
+            "failures_shown": self.failures_shown,
         }
 
     @classmethod
@@ -139,7 +141,7 @@ class PackState:
             payload_index=d.get("payload_index", -1),
             head_tokens=d["head_tokens"], pack_id=d["pack_id"], pruned=tuple(d.get("pruned", ())),
             merged_lines=tuple(d.get("merged_lines", ())), call_index=d.get("call_index", 0),
-            last_recited=d.get("last_recited", -1),
+            last_recited=d.get("last_recited", -1), failures_shown=d.get("failures_shown", 0),
         )
 
 

@@ -12,7 +12,7 @@ from ..tokens import MESSAGE_OVERHEAD, TokenCounting
 from ..variation import StructuralVariation
 from .collect import PackInputs, PackState, Turn
 
-__all__ = ["failures_section", "recitation_reserve", "recitation_message"]
+__all__ = ["failure_count", "failures_section", "recitation_reserve", "recitation_message"]
 
 RECITED_ERRORS = 3  # latest distinct error messages in the status block
 STALE_FAILURES_ERRORS = 5  # ... while the frozen payload's failures section is out of date
@@ -24,6 +24,12 @@ def _log(inputs: PackInputs, profile: BudgetProfile) -> FailureLog | None:
         return None
     records = [FailureRecord.from_json(r) for r in inputs.failures.get("records", ())]
     return FailureLog(profile.failures.log, records, int(inputs.failures.get("evicted", 0)))
+
+
+def failure_count(inputs: PackInputs, profile: BudgetProfile) -> int:
+    """Failures the session has logged so far (evicted ones included): grows by one per failure."""
+    log = _log(inputs, profile)
+    return 0 if log is None else len(log) + int(inputs.failures.get("evicted", 0))
 
 
 def failures_section(inputs: PackInputs, profile: BudgetProfile, current_turn: int, counter: TokenCounting) -> str:
@@ -62,6 +68,8 @@ def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tupl
     if not goal and inputs.request_index != len(inputs.request.messages) - 1:
         # No goal was set: the opening request stands in, once the user's message is no longer the last word.
         goal = _first_line(task.opening_request)
+    if failures_stale and not goal:
+        goal = "not set"  # the new failures still need their block
     if not settings.enabled or not goal:
         return None, call_index, last if last is not None else -1
     recent_texts = [m.text or " ".join(c.name for c in m.calls) for t in recent[-4:] for m in t.messages]
