@@ -117,7 +117,7 @@ _EXC_LINE = re.compile(
     r"Exceeded|DoesNotExist|gaierror))\b(?::\s*(.*))?$"
 )
 _FRAME = re.compile(r"File \"([^\"]+)\", line \d+")
-_FRAME_LINE = re.compile(r"\s+File \"[^\"]+\", line \d+")  # a traceback frame as Python prints it (indented)
+_FRAME_LINE = re.compile(r"\s+" + _FRAME.pattern)  # a traceback frame as Python prints it (indented)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _TEST_TOOL = re.compile(r"test|pytest|jest|unittest", re.IGNORECASE)
 

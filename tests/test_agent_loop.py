@@ -216,13 +216,12 @@ async def test_tool_exceptions_become_recorded_error_results_when_asked():
 async def test_without_the_switch_a_tool_exception_ends_the_run_as_in_adk():
     import pytest
 
-    plugin_profile = "default"
     llm = ScriptedLlm(turns=[call("explode", path="missing.txt"), "stopped"])
     agent = LlmAgent(name="fixer", model=llm, instruction="Fix bugs.", tools=[explode])
-    plugin = ContextPackPlugin(store="memory://agent-loop-raise", window_tokens=32_000, profile=plugin_profile)
+    plugin = ContextPackPlugin(store="memory://agent-loop-raise", window_tokens=32_000, profile="default")
     runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService())
     session = await runner.session_service.create_session(app_name="app", user_id="u")
-    with pytest.raises(Exception):
+    with pytest.raises(FileNotFoundError, match="missing.txt"):
         async for _ in runner.run_async(user_id="u", session_id=session.id,
                                         new_message=types.Content(role="user", parts=[types.Part(text="go")])):
             pass

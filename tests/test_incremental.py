@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from google.adk.flows.llm_flows.context._contents import _copy_content_for_request
 from google.adk.models.llm_request import LlmRequest
@@ -118,14 +119,9 @@ def test_memoised_conversion_equals_a_fresh_one_and_hits_return_the_same_message
 
     first = request_from_llm(adk_copy())
     second = request_from_llm(adk_copy())
-    saved = dict(convert._CACHE)
-    convert._CACHE.clear()
-    try:
-        fresh = request_from_llm(adk_copy())
-    finally:
-        convert._CACHE.update(saved)
-    assert first.messages == second.messages == fresh.messages
-    assert first.checksum == second.checksum == fresh.checksum
+    fresh = _fresh(adk_copy().contents)
+    assert first.messages == second.messages == fresh
+    assert first.checksum == second.checksum == replace(first, messages=fresh).checksum
     assert all(a is b for a, b in zip(first.messages[:-1], second.messages[:-1]))  # cache hits
     assert to_message(contents[0]).text == "the task"
     # a text part and a one-part content of another role never share an entry
@@ -136,6 +132,12 @@ def _adk_copies(contents: list[types.Content]) -> list[types.Content]:
     return [_copy_content_for_request(c, strip_client_function_call_ids=True) for c in contents]
 
 
+def _fresh(contents: list[types.Content]) -> tuple[Message, ...]:
+    """The conversion with no cache at all: the reference the caches must equal."""
+    return tuple(Message("model" if c.role == "model" else "user", tuple(convert._to_part(p) for p in c.parts or ()))
+                 for c in contents)
+
+
 def test_incremental_conversion_equals_a_full_conversion_as_contents_change():
     rng = random.Random(3)
     base = _contents()
@@ -143,7 +145,7 @@ def test_incremental_conversion_equals_a_full_conversion_as_contents_change():
         contents = list(base)
         for step in range(10):
             got = convert._messages(_adk_copies(contents))
-            assert got == tuple(to_message(c) for c in _adk_copies(contents)), (trial, step)
+            assert got == _fresh(_adk_copies(contents)), (trial, step)
             k = rng.randrange(1, len(contents))
             action = rng.random()
             if action < 0.4:  # the session grows
@@ -178,3 +180,12 @@ def test_incremental_conversion_keeps_unchanged_messages_and_is_bounded():
     for i in range(convert._RUNS_SIZE + 5):
         convert._messages([types.Content(role="user", parts=[types.Part(text=f"session {i}")])])
     assert len(convert._RUNS) == convert._RUNS_SIZE
+
+
+def test_incremental_conversion_is_bounded_by_the_contents_it_holds(monkeypatch):
+    monkeypatch.setattr(convert, "_RUNS_CONTENTS", 100)
+    for i in range(10):  # ten conversations of 43 contents each
+        contents = [types.Content(role="user", parts=[types.Part(text=f"conversation {i}")])] + _contents()[1:]
+        assert convert._messages(_adk_copies(contents)) == _fresh(_adk_copies(contents))
+    held = sum(len(sigs) for sigs, _ in convert._RUNS.values())
+    assert held == convert._runs_held <= 100 and len(convert._RUNS) >= 1

@@ -43,3 +43,7 @@ def test_embedding_threads_apply_while_encoding_and_are_restored():
     retriever._warming.join(timeout=120)
     assert embedder.embed(["the model is already loaded"]).shape == (1, 384)
     assert torch.get_num_threads() == before
+    from aether_context.retrieval.embeddings import _torch_threads  # the mechanism encode runs under
+    with _torch_threads(before + 1):
+        assert torch.get_num_threads() == before + 1
+    assert torch.get_num_threads() == before

@@ -48,33 +48,55 @@ def _from_part(part: Part) -> types.Part:
     return types.Part.model_validate(part.raw)
 
 
-_CACHE: "dict[tuple, tuple[list, Message]]" = {}
-_CACHE_SIZE = 100_000
+# Both caches below rest on one fact: ADK rebuilds each request with shallow copies of the session's
+# contents (new Content and Part objects), so the payloads inside — text strings, argument and
+# response dicts, thought signatures — are the same objects from call to call.
+
+PartSignature = tuple  # (kind "t"/"c"/"r", payload, name, id, thought, thought_signature); text: (kind, payload, thought, signature)
 
 
-def _payload_key(part: types.Part) -> tuple | None:
-    """Identity of a part's payload objects. ADK rebuilds each request with shallow copies of the
-    session's contents, so the text strings and argument/response dicts are the same objects from
-    call to call; anything else is not cached."""
-    if len(part.__pydantic_fields_set__) != 1:  # every non-None field was set explicitly (defaults are None)
-        values = list(part.__dict__.values())
-        if len(values) - values.count(None) != 1:
-            return None
+def _only_fields(part: types.Part, expected: int) -> bool:
+    """Whether exactly `expected` fields of the part are set (defaults are None)."""
+    if len(part.__pydantic_fields_set__) == expected:
+        return True
+    return sum(v is not None for v in part.__dict__.values()) == expected  # e.g. validated from a full dump
+
+
+def _part_signature(part: types.Part) -> PartSignature | None:
+    """A part's kind, its payload object and what rides with it: a call's name and id, and the
+    `thought` flag and `thought_signature` Gemini attaches when thinking. None for any other part
+    (it is converted every time)."""
     d = part.__dict__
-    text = d["text"]
-    if text is not None:
-        return ("t", id(text))
-    fc = d["function_call"]
-    if fc is not None:
-        return ("c", fc.name, fc.id, id(fc.args)) if fc.args is not None else None
-    fr = d["function_response"]
-    if fr is not None:
-        return ("r", fr.name, fr.id, id(fr.response)) if fr.response is not None else None
+    thought, signature = d["thought"], d["thought_signature"]
+    if not _only_fields(part, 1 + (thought is not None) + (signature is not None)):
+        return None
+    if d["text"] is not None:
+        return ("t", d["text"], thought, signature)
+    fc, fr = d["function_call"], d["function_response"]
+    if fc is not None and fc.args is not None:
+        return ("c", fc.args, fc.name, fc.id, thought, signature)
+    if fr is not None and fr.response is not None:
+        return ("r", fr.response, fr.name, fr.id, thought, signature)
     return None
 
 
-def _payload_ref(part: types.Part) -> object:
-    return part.text if part.text is not None else (part.function_call.args if part.function_call else part.function_response.response)
+def _same_part(part: types.Part, sig: PartSignature) -> bool:
+    """`_part_signature(part)` would equal `sig` (payloads by identity), without building it."""
+    d = part.__dict__
+    if sig[0] == "t":
+        if d["text"] is not sig[1]:
+            return False
+    else:
+        x = d["function_call"] if sig[0] == "c" else d["function_response"]
+        if x is None or (x.args if sig[0] == "c" else x.response) is not sig[1] or x.name != sig[2] or x.id != sig[3]:
+            return False
+    thought, signature = sig[-2], sig[-1]
+    return (d["thought"] == thought and d["thought_signature"] is signature
+            and _only_fields(part, 1 + (thought is not None) + (signature is not None)))
+
+
+_CACHE: "dict[tuple, tuple[list, Message]]" = {}
+_CACHE_SIZE = 100_000
 
 
 def to_message(content: types.Content) -> Message:
@@ -82,34 +104,18 @@ def to_message(content: types.Content) -> Message:
     history would otherwise be converted and hashed again on every call)."""
     parts = content.parts or ()
     role = "model" if content.role == "model" else "user"
-    if len(parts) == 1:  # the common case, without the loop
-        p = parts[0]
-        text = p.__dict__["text"]
-        if text is not None and len(p.__pydantic_fields_set__) == 1:  # a text part: its key, inline
-            key: tuple = (role, "t", id(text))
-        else:
-            k = _payload_key(p)
-            if k is None:
-                return Message(role, (_to_part(p),))
-            key = (role, *k)
-    else:
-        keys = []
-        for p in parts:
-            k = _payload_key(p)
-            if k is None:
-                return Message(role, tuple(_to_part(p) for p in parts))
-            keys.append(k)
-        key = (role, *keys)
+    sigs = [_part_signature(p) for p in parts]
+    if any(sig is None for sig in sigs):
+        return Message(role, tuple(_to_part(p) for p in parts))
+    key = (role, *[(sig[0], id(sig[1]), *sig[2:]) for sig in sigs])
     hit = _CACHE.get(key)
     if hit is not None:
         return hit[1]
     message = Message(role, tuple(_to_part(p) for p in parts))
-    # keep the payload objects alive while cached, so their ids cannot be reused
-    refs = [_payload_ref(p) for p in parts]
     if len(_CACHE) >= _CACHE_SIZE:
         for old in list(_CACHE)[: _CACHE_SIZE // 2]:
             _CACHE.pop(old, None)
-    _CACHE[key] = (refs, message)
+    _CACHE[key] = ([sig[1] for sig in sigs], message)  # the payloads held, so their ids cannot be reused
     return message
 
 
@@ -120,56 +126,23 @@ _RUNS_LOCK = threading.Lock()  # ADK's sync Runner.run drives each run from its 
 _runs_held = 0
 
 
-def _signature(content: types.Content) -> list | None:
-    """The role and payload objects of a content (held, compared by identity); None if not reusable.
-
-    Per part: its kind, its payload, and what may ride with it — the call's name and id, and the
-    `thought` flag and `thought_signature` Gemini attaches when thinking is on.
-    """
-    out: list = [content.role]
-    for p in content.parts or ():
-        d = p.__dict__
-        thought, signature = d["thought"], d["thought_signature"]
-        if len(p.__pydantic_fields_set__) != 1 + (thought is not None) + (signature is not None):
-            return None
-        if d["text"] is not None:
-            out += ("t", d["text"], thought, signature)
-        elif d["function_call"] is not None and d["function_call"].args is not None:
-            fc = d["function_call"]
-            out += ("c", fc.args, fc.name, fc.id, thought, signature)
-        elif d["function_response"] is not None and d["function_response"].response is not None:
-            fr = d["function_response"]
-            out += ("r", fr.response, fr.name, fr.id, thought, signature)
-        else:
-            return None
-    return out
+def _signature(content: types.Content) -> "tuple[str, tuple[PartSignature, ...]] | None":
+    """A content's role and part signatures; None if a part is not reusable."""
+    sigs = tuple(_part_signature(p) for p in content.parts or ())
+    return None if any(sig is None for sig in sigs) else (content.role, sigs)  # type: ignore[return-value]
 
 
-def _unchanged(content: types.Content, sig: list | None) -> bool:
-    """`_signature(content) == sig` by identity, without building it."""
+def _unchanged(content: types.Content, sig: "tuple[str, tuple[PartSignature, ...]] | None") -> bool:
+    """`_signature(content) == sig`, payloads by identity, without building it."""
     if sig is None or content.role != sig[0]:
         return False
-    j, n = 1, len(sig)
-    for p in content.parts or ():
-        if j >= n:
+    parts = content.parts or ()
+    if len(parts) != len(sig[1]):
+        return False
+    for p, s in zip(parts, sig[1]):
+        if not _same_part(p, s):
             return False
-        d = p.__dict__
-        kind = sig[j]
-        if kind == "t":
-            if d["text"] is not sig[j + 1] or d["thought"] != sig[j + 2] or d["thought_signature"] is not sig[j + 3]:
-                return False
-            extras = (sig[j + 2] is not None) + (sig[j + 3] is not None)
-            j += 4
-        else:
-            x = d["function_call"] if kind == "c" else d["function_response"]
-            if (x is None or (x.args if kind == "c" else x.response) is not sig[j + 1] or x.name != sig[j + 2]
-                    or x.id != sig[j + 3] or d["thought"] != sig[j + 4] or d["thought_signature"] is not sig[j + 5]):
-                return False
-            extras = (sig[j + 4] is not None) + (sig[j + 5] is not None)
-            j += 6
-        if len(p.__pydantic_fields_set__) != 1 + extras:  # nothing else was set on the part
-            return False
-    return j == n
+    return True
 
 
 def _messages(contents: "list[types.Content]") -> tuple[Message, ...]:
@@ -178,9 +151,9 @@ def _messages(contents: "list[types.Content]") -> tuple[Message, ...]:
     if not contents:
         return ()
     first = _signature(contents[0])
-    if first is None or len(first) < 3:
+    if first is None or not first[1]:
         return tuple(to_message(c) for c in contents)
-    key = (first[0], id(first[2]))  # the first payload: identity-checked below, so held by the entry
+    key = (first[0], id(first[1][0][1]))  # the first payload: identity-checked below, so held by the entry
     with _RUNS_LOCK:
         run = _RUNS.get(key)
     same = 0

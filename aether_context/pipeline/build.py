@@ -61,9 +61,6 @@ def _section_tokens(text: str, counter: TokenCounting) -> int:
     return counter.count_text(text) + 1 if text else 0  # +1: the joining newline
 
 
-_turn_tokens = turns_tokens  # per-turn totals are memoised on the turns
-
-
 def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting, window: int | None = None,
                retriever: Retriever | None = None) -> ContextPack:
     """Build the Context Pack for one call. Raises `BudgetError` when the fixed layers cannot fit.
@@ -134,7 +131,7 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     # the goal recitation goes last, after everything that may be cached
     stable = request
     # a frozen payload's FAILURES SO FAR covers the failures logged when it was built
-    logged = failure_count(inputs, profile)
+    logged = failure_count(inputs)
     shown = prev.failures_shown if reused is not None and prev is not None else logged
     recital, call_index, last_recited = recitation_message(
         inputs, profile, fitted.history + fitted.loop, request_tokens(request, counter), counter,
@@ -237,7 +234,7 @@ def _full_build(inputs, cands: Candidates, history, loop, fixed_used, window, pr
     demands = {
         "evidence": _lines_tokens(cands.evidence, "EVIDENCE:", counter),
         "memory": _lines_tokens(cands.memory, "MEMORY:", counter),
-        "conversation": _turn_tokens(history[-tail:], counter) + _turn_tokens(loop, counter)
+        "conversation": turns_tokens(history[-tail:], counter) + turns_tokens(loop, counter)
         + (min(profile.decay.fold_max_tokens + profile.decay.summary_max_tokens, 12 * (len(history) - tail))
            if len(history) > tail else 0) + 8,
     }
@@ -370,7 +367,7 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, window: int, alloc: Al
     ev_used = _section_tokens(sections.evidence, counter)
     mem_used = _section_tokens(sections.memory, counter)
     sum_used = _section_tokens(sections.summary, counter)
-    conv_used = _turn_tokens(fitted.history, counter) + _turn_tokens(fitted.loop, counter) + sum_used
+    conv_used = turns_tokens(fitted.history, counter) + turns_tokens(fitted.loop, counter) + sum_used
     task_used = counter.count_message(payload) - ev_used - mem_used - sum_used \
         + (counter.count_message(recital) if recital is not None else 0)
     system_used = counter.count_text(request.system_instruction) + sum(counter.count_message(m) for m in conv.instructions)
@@ -412,7 +409,7 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, window: int, alloc: Al
                       "payload": sha256_hex(state.payload_text)},
         cache_break=_cache_break(state, inputs.previous, prefix),
         calibration=round(inputs.calibration, 4), packed_for=alloc.window, recited=recital is not None,
-        failures=len(inputs.failures.get("records", ())) + int(inputs.failures.get("evicted", 0)),
+        failures=failure_count(inputs),
         previous_tokens=(inputs.previous.head_tokens + sum(inputs.previous.message_tokens)) if inputs.previous else 0,
         previous_pack_id=inputs.previous.pack_id if inputs.previous else "",
         reused_payload=reused, tools=[t.name for t in request.tools], checksum=request.checksum,

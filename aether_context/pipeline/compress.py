@@ -102,9 +102,6 @@ def cut_turn(turn: Turn, max_tokens: int, counter: TokenCounting) -> Turn:
     return Turn(turn.start, tuple(msgs))
 
 
-_turn_tokens = turn_tokens  # memoised on the turn: a long loop's turns are measured on every call
-
-
 def repair_orphans(turns: "tuple[Turn, ...]") -> tuple[tuple[Turn, ...], tuple[TruncationEvent, ...]]:
     """Rewrite function responses whose call is gone (cut by an earlier compaction) as user text.
 
@@ -126,7 +123,7 @@ def bounded_turns(turns: "tuple[Turn, ...]", max_turn_tokens: int, counter: Toke
     """Apply the per-turn cap; each cut is an event."""
     out, events = [], []
     for t in turns:
-        before = _turn_tokens(t, counter)
+        before = turn_tokens(t, counter)
         if before > max_turn_tokens:
             memo = t.__dict__.get("_cut")  # the same turn is cut again on every later call: reuse
             if memo is not None and memo[0] is counter and memo[1] == max_turn_tokens:
@@ -134,7 +131,7 @@ def bounded_turns(turns: "tuple[Turn, ...]", max_turn_tokens: int, counter: Toke
             else:
                 t2 = cut_turn(t, max_turn_tokens, counter)
                 t.__dict__["_cut"] = (counter, max_turn_tokens, t2)
-            after = _turn_tokens(t2, counter)
+            after = turn_tokens(t2, counter)
             events.append(TruncationEvent(layer, "cut", "turn over max_turn_tokens", (turn_id(t),), before, after))
             t = t2
         out.append(t)
@@ -198,10 +195,10 @@ def fit_conversation(history: "tuple[Turn, ...]", loop: "tuple[Turn, ...]", *, b
     older, kept_hist = (history[:-tail_turns], history[-tail_turns:]) if tail_turns else (history, ())
     if older:
         events.append(TruncationEvent("conversation", "fold", "older than the verbatim tail",
-                                      tuple(turn_id(t) for t in older), sum(_turn_tokens(t, counter) for t in older)))
+                                      tuple(turn_id(t) for t in older), sum(turn_tokens(t, counter) for t in older)))
     kept = list(kept_hist) + list(loop)
     n_hist = len(kept_hist)
-    sizes = [_turn_tokens(t, counter) for t in kept]
+    sizes = [turn_tokens(t, counter) for t in kept]
     zone_bound = fold_max_tokens + summary_max_tokens + 16 if (older or summary.text) else 0
     folded: list[Turn] = []
     while len(kept) > 1 and (sum(sizes) + zone_bound > budget or len(kept) > (max_verbatim_turns or len(kept))):
@@ -212,7 +209,7 @@ def fit_conversation(history: "tuple[Turn, ...]", loop: "tuple[Turn, ...]", *, b
             n_hist -= 1
     if folded:
         events.append(TruncationEvent("conversation", "fold", "overflow: conversation over its budget",
-                                      tuple(turn_id(t) for t in folded), sum(_turn_tokens(t, counter) for t in folded)))
+                                      tuple(turn_id(t) for t in folded), sum(turn_tokens(t, counter) for t in folded)))
     source = originals or {}
     zones = decay_zones([source.get(t.start, t) for t in list(older) + folded], summary, goal=goal, fold_max_tokens=fold_max_tokens,
                         summary_max_tokens=summary_max_tokens, uris=uris, counter=counter)

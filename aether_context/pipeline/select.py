@@ -110,7 +110,7 @@ def _split_conversation(inputs: PackInputs) -> Conversation:
     return Conversation(
         history=turns(0, n if r is None else r), loop=turns(r + 1, n) if r is not None else (),
         request=msgs[r] if r is not None else None,
-        instructions=tuple(msgs[i] for i in sorted(skip)),
+        instructions=tuple(msgs[i] for i in skip),
     )
 
 

@@ -26,10 +26,9 @@ def _log(inputs: PackInputs, profile: BudgetProfile) -> FailureLog | None:
     return FailureLog(profile.failures.log, records, int(inputs.failures.get("evicted", 0)))
 
 
-def failure_count(inputs: PackInputs, profile: BudgetProfile) -> int:
+def failure_count(inputs: PackInputs) -> int:
     """Failures the session has logged so far (evicted ones included): grows by one per failure."""
-    log = _log(inputs, profile)
-    return 0 if log is None else len(log) + int(inputs.failures.get("evicted", 0))
+    return len(inputs.failures.get("records", ())) + int(inputs.failures.get("evicted", 0))
 
 
 def failures_section(inputs: PackInputs, profile: BudgetProfile, current_turn: int, counter: TokenCounting) -> str:
@@ -40,10 +39,9 @@ def failures_section(inputs: PackInputs, profile: BudgetProfile, current_turn: i
     return render_failures(log.analyze(current_turn), log.records, max_tokens=profile.failures.max_tokens, counter=counter)
 
 
-def _first_line(text: str, max_chars: int = 300) -> str:
-    """The opening request's first non-empty line stands in for a goal in the status block."""
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    return line if len(line) <= max_chars else line[: max_chars - 1] + "…"
+def _first_line(text: str) -> str:
+    """The opening request's first non-empty line stands in for a goal (the block clips it)."""
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
 
 
 def recitation_reserve(profile: BudgetProfile) -> int:
