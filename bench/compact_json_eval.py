@@ -57,16 +57,13 @@ def measure(results: Sequence[tuple[str, Any]], counter: TokenCounter) -> dict[s
         after = counter.count_text(compact)
         row = per_tool[tool]
         row[0] += 1
-        if after < before:
+        row[2] += before
+        if after < before:  # the plugin keeps the compact form
             if expand_compact_json(compact) != result:
                 unfaithful += 1
             row[1] += 1
-            row[2] += before
-            row[3] += after
             savings.append(1 - after / before)
-        else:
-            row[2] += before
-            row[3] += before
+        row[3] += min(after, before)
     return {"per_tool": dict(per_tool), "savings": savings, "unfaithful": unfaithful}
 
 

@@ -2,6 +2,8 @@
 
 Tokens are counted with aether-context's own `TokenCounter` over the core view of the request the
 model received (`request_from_llm`), so a plugin's request and ADK's own are scored by one ruler.
+The head digest and the prefix comparison are written here rather than taken from the library's
+private helpers (`pipeline/build.py`), so the ruler does not move with the code it measures.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ temp dir with its background writer). Reported, in one run:
 
 Usage::
 
-    .venv/bin/python bench/pack_overhead.py --data ../shared/datasets          # ~5 min on 2 idle cores
+    .venv/bin/python bench/pack_overhead.py --data ../shared/datasets          # 4-10 min on 2 cores
     .venv/bin/python bench/pack_overhead.py --data ../shared/datasets --quick  # ~2 min (fewer samples)
     .venv/bin/python bench/pack_overhead.py --profile-pack                     # cProfile of pack at 1000 events
 """
@@ -54,7 +54,6 @@ from report_sections import DEFAULT_FILE, machine, mean, pct, write_section  # n
 from trajectories import (DEFAULT_DATA, GatedPlugin, ModelCall, Trajectory, concat_trajectories,  # noqa: E402
                           load_mini_swe, load_tau_airline, replay)
 
-import google.adk  # noqa: E402
 
 from aether_context import ContextPacker, ContextPackPlugin, PackStore, TokenCounter  # noqa: E402
 from aether_context.adk import packer as packer_module  # noqa: E402
@@ -167,7 +166,6 @@ class GcClock:
 
     def __init__(self) -> None:
         self.seconds = 0.0
-        self.count = 0
         self._t0 = 0.0
 
     def _callback(self, phase: str, info: dict) -> None:
@@ -175,7 +173,6 @@ class GcClock:
             self._t0 = time.perf_counter()
         else:
             self.seconds += time.perf_counter() - self._t0
-            self.count += 1
 
     def __enter__(self) -> "GcClock":
         gc.collect()
@@ -188,7 +185,6 @@ class GcClock:
 
 @dataclass
 class Metered:
-    index: int
     events: int
     tokens: int
     prefix_ratio: float | None  # leading tokens equal to the previous call / previous call's tokens
@@ -212,7 +208,7 @@ class RequestMeter:
             ratio = prefix_share(self._prev[1], shape)
         self._prev = (call.index, shape)
         total = shape.total
-        self.rows.append(Metered(call.index, call.events, total, ratio))
+        self.rows.append(Metered(call.events, total, ratio))
 
 
 # --------------------------------------------------------------------------- runs
@@ -227,15 +223,6 @@ class RunOut:
     writer_s: float = 0.0
     wall_s: float = 0.0
     truncated: int = 0
-
-    def extend(self, other: "RunOut") -> None:
-        self.calls += other.calls
-        self.packs += other.packs
-        self.metered += other.metered
-        self.gc_s += other.gc_s
-        self.writer_s += other.writer_s
-        self.wall_s += other.wall_s
-        self.truncated += other.truncated
 
 
 async def run_config(label: str, trajectories: Sequence[Trajectory], *, window: int | None, profile: str,
@@ -351,13 +338,13 @@ async def main(argv: Sequence[str] | None = None) -> int:
 
     counter = TokenCounter()
     with tempfile.TemporaryDirectory(prefix="aether-bench-") as tmp:
-        return await _run(args, Path(tmp), windows=windows, quick=quick, deadline=deadline, gate=gate, counter=counter,
-                          runs=runs, short_sessions=short_sessions, long_session=long_session, real_swe=real_swe,
+        return await _run(args, Path(tmp), windows=windows, deadline=deadline, gate=gate, counter=counter,
+                          runs=runs, taus=taus, short_sessions=short_sessions, long_session=long_session, real_swe=real_swe,
                           real_tau=real_tau, t_start=t_start, machine_info=machine_info, argv=argv)
 
 
-async def _run(args: argparse.Namespace, tmp: Path, *, windows: list[int], quick: bool, deadline: float, gate: int,
-               counter: TokenCounter, runs: list[Trajectory], short_sessions: list[Trajectory],
+async def _run(args: argparse.Namespace, tmp: Path, *, windows: list[int], deadline: float, gate: int,
+               counter: TokenCounter, runs: list[Trajectory], taus: list[Trajectory], short_sessions: list[Trajectory],
                long_session: Trajectory, real_swe: list[Trajectory], real_tau: list[Trajectory], t_start: float,
                machine_info: str, argv: Sequence[str] | None) -> int:
 
@@ -536,7 +523,8 @@ async def _run(args: argparse.Namespace, tmp: Path, *, windows: list[int], quick
         date=dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"), command=command, machine=machine_info,
         runtime=total, profile=args.profile, windows=", ".join(str(w) for w in windows),
         n_short=len(short_sessions), short_calls=short_sessions[0].model_calls, long_calls=long_session.model_calls,
-        long_runs=len(long_session.meta["concatenated"]), gate=gate, n_swe=len(real_swe), n_tau=len(real_tau),
+        long_runs=len(long_session.meta["concatenated"]), gate=gate, n_swe=len(real_swe), n_tau=len(real_tau), all_swe=len(runs), all_tau=len(taus),
+        longest=max(t.model_calls for t in runs),
         latency=latency_table, cpu=cpu_table, side=side_table, tokens=tokens_table, prefix=prefix_table, checks=checks_text,
         loads="; ".join(loads),
     )
@@ -562,7 +550,7 @@ recorded calls). Plugin: `ContextPackPlugin(profile="{profile}", window_tokens=W
 (on in the profile) stores large tool results as artifacts and keeps a compact form in the session, as in production.
 The model ignores what it is sent, so every configuration replays the same recorded turns.
 
-**Long sessions.** No recorded run reaches 1000 events (longest: 129 steps, 260 events), so long sessions are built
+**Long sessions.** No recorded run reaches 1000 events (longest: {longest} steps), so long sessions are built
 by concatenating the tool turns of consecutive mini-swe-agent runs into ONE invocation (the first run's system prompt
 and task, then a tool loop of several runs' turns; final answers dropped): {n_short} sessions of {short_calls} model
 calls (to ~220 events, starting at different runs) for the 50/100/200 points, and one of {long_calls} calls ({long_runs}
@@ -578,7 +566,7 @@ reported below). The plugin's after_tool hook (`ContextPacker.after_tool`, the o
 *ADK request build* (the baseline): `BaseLlmFlow._preprocess_async` for the same call, i.e. all of ADK's request
 processors (instructions, tool declarations, contents rebuilt from session events), measured in the no-plugin run of
 the same benchmark process. Tokens: `TokenCounter` (cl100k) over `request_from_llm(request)` with `request_tokens`, for
-the request the model received. Real runs: {n_swe} of the 42 mini-swe-agent runs and {n_tau} of the 100 tau-bench airline episodes as
+the request the model received. Real runs: {n_swe} of the {all_swe} mini-swe-agent runs and {n_tau} of the {all_tau} tau-bench airline episodes as
 recorded.
 
 ## Pack latency per model call

@@ -62,11 +62,11 @@ def replace_section(document: str, name: str, body: str) -> str:
     return document.rstrip("\n") + "\n\n" + block + "\n"
 
 
-def write_section(path: "str | Path", name: str, report: str, *, nest: bool = True) -> Path:
+def write_section(path: "str | Path", name: str, report: str) -> Path:
     """Put `report` into section `name` of the file at `path`, leaving the rest of the file as it was."""
     path = Path(path)
     document = path.read_text(encoding="utf-8") if path.exists() else NEW_FILE_TITLE
-    body = nest_headings(report) if nest else report
+    body = nest_headings(report)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(replace_section(document, name, body), encoding="utf-8")
     return path

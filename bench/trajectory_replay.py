@@ -70,7 +70,6 @@ from measure import RequestShape, prefix_share  # noqa: E402
 from report_sections import DEFAULT_FILE, machine, mean, pct, write_section  # noqa: E402
 from trajectories import DEFAULT_DATA, ModelCall, Trajectory, load_mini_swe, load_tau_airline, replay  # noqa: E402
 
-import google.adk  # noqa: E402
 from google.adk.apps.app import EventsCompactionConfig  # noqa: E402
 from google.adk.apps.base_events_summarizer import BaseEventsSummarizer  # noqa: E402
 from google.adk.events.event import Event  # noqa: E402
@@ -241,7 +240,6 @@ class Facts:
     errors: list[str]  # last LAST_ERRORS distinct error lines before the final call, oldest first
     error_turn: dict[str, int]  # error line -> turn index whose output last held it
     submit_call: Optional[int]  # call index that issued the submit command (its request precedes the diff output)
-    mentions: dict[str, list[int]]  # edited file -> turn indexes whose text / args / output name it
     n_calls: int
     turn_message: list[int]  # turn index -> index of its model message in the request contents (aether's "[turn N]")
     turn_first_call: list[int]  # turn index -> index of its first tool call among all the run's calls
@@ -268,17 +266,12 @@ def trajectory_facts(traj: Trajectory) -> Facts:
             files.append(b)
     found: list[tuple[str, int]] = []
     submit = None
-    mentions: dict[str, list[int]] = {f: [] for f in files}
     for i, turn in enumerate(turns[:-1]):  # the outputs that exist before the final call
         for c in turn.calls:
             if SUBMIT_MARK in json.dumps(c.args):
                 submit = i
             for text in string_leaves(c.output):
                 found.extend((e, i) for e in error_lines(text))
-        blob = turn.text + json.dumps([c.args for c in turn.calls]) + json.dumps([c.output for c in turn.calls])
-        for f in files:
-            if f in blob:
-                mentions[f].append(i)
     last: list[str] = []
     error_turn: dict[str, int] = {}
     for e, i in reversed(found):
@@ -290,7 +283,7 @@ def trajectory_facts(traj: Trajectory) -> Facts:
             break
     tracebacks, unread = recorded_tracebacks(traj)
     return Facts(task=task, edited_files=files, errors=list(reversed(last)), error_turn=error_turn,
-                 submit_call=submit, mentions=mentions, n_calls=len(turns), turn_message=turn_message,
+                 submit_call=submit, n_calls=len(turns), turn_message=turn_message,
                  turn_first_call=turn_first_call, tracebacks=tracebacks, tracebacks_unread=unread)
 
 
@@ -358,7 +351,7 @@ class RequestMeter:
                     continue
                 self._pack_seen.add(m.digest)
                 for p in m.parts:
-                    if isinstance(p, TextPart) and "CONTEXT PACK" in p.text:
+                    if isinstance(p, TextPart) and PAYLOAD_HEADER in p.text:
                         for k, line in _FOLD_LINE.findall(p.text):
                             self.fold_lines[int(k)] = line
         row = CallRow(call.index, call.invocation, total, ratio, present, max_message=max((t for _, t in msgs), default=0))
@@ -443,7 +436,6 @@ class ExtractiveEventsSummarizer(BaseEventsSummarizer):
     def __init__(self, *, line_chars: int = 160, request_chars: int = 400, max_entries: int = 60):
         self.line_chars, self.request_chars, self.max_entries = line_chars, request_chars, max_entries
         self._entries: dict[str, list[tuple[bool, str]]] = {}  # summary text -> its entries (is_request, text)
-        self.calls = 0
 
     def _first_line(self, text: str) -> str:
         for line in text.splitlines():
@@ -455,7 +447,6 @@ class ExtractiveEventsSummarizer(BaseEventsSummarizer):
     async def maybe_summarize_events(self, *, events: list[Event]) -> Optional[Event]:
         if not events:
             return None
-        self.calls += 1
         entries: list[tuple[bool, str]] = []
         for ev in events:
             if not ev.content or not ev.content.parts:
@@ -532,24 +523,21 @@ def _compaction(w: "Workload", window: Optional[int], env: Env) -> Setup:
     return Setup(app_options={"events_compaction_config": cfg}, finish=finish)
 
 
-def aether_system(key: str, label: str, *, overrides: Optional[dict[str, Any]] = None,
-                  profile_for: Optional[dict[str, str]] = None, targets: bool = True, **packer_settings: Any) -> System:
+def aether_system(key: str, label: str, *, overrides: Optional[dict[str, Any]] = None, targets: bool = True) -> System:
     """An aether-context system: `ContextPackPlugin` with the workload's profile (+ `overrides`).
 
     One `ContextPacker` per workload and window serves all its runs (one app process, one store in the
     temp dir); each replay gets a fresh plugin around it. Its manifests are kept for the diagnosis.
     """
-    profiles = dict(PROFILE_FOR, **(profile_for or {}))
-
     def make(w: "Workload", window: Optional[int], env: Env) -> Setup:
         pk = (key, w.name, window)
         packer = env.packers.get(pk)
         if packer is None:
-            profile = load_profile(profiles[w.source])
+            profile = load_profile(PROFILE_FOR[w.source])
             if overrides:
                 profile = profile.override(**overrides)
             store = PackStore(str(env.tmp / f"{key}-{w.name}-{window}"))
-            packer = ContextPacker(profile=profile, store=store, window_tokens=window, **packer_settings)
+            packer = ContextPacker(profile=profile, store=store, window_tokens=window)
             env.packers[pk] = packer
         packer.recent.clear()
 
@@ -563,7 +551,7 @@ def aether_system(key: str, label: str, *, overrides: Optional[dict[str, Any]] =
 
     def describe(w: "Workload", window: Optional[int]) -> str:
         extra = f", overrides {json.dumps(overrides)}" if overrides else ""
-        return f"ContextPackPlugin(profile={profiles[w.source]!r}, window_tokens={window}, store=<temp dir>){extra}"
+        return f"ContextPackPlugin(profile={PROFILE_FOR[w.source]!r}, window_tokens={window}, store=<temp dir>){extra}"
 
     return System(key, label, True, make, describe, packs=True, targets=targets)
 
@@ -911,7 +899,7 @@ def diagnose(s: Score, none: Score) -> list[str]:
     traj_by_id = {t.id: t for t in w.trajectories}
     errors = [r for r in s.runs if r.error]
     if errors:
-        lines.append(f"- replay errors: " + "; ".join(f"{r.traj_id}: {r.error}" for r in errors[:5]))
+        lines.append("- replay errors: " + "; ".join(f"{r.traj_id}: {r.error}" for r in errors[:5]))
 
     # ---- over the window
     over = s.over
@@ -956,7 +944,7 @@ def diagnose(s: Score, none: Score) -> list[str]:
             base_name = f.rsplit("/", 1)[-1]
             lines.append(f"  - {tid}: `{f}` — {trace['text']}; basename `{base_name}` in the request: "
                          f"{base_name in (request_text(req) if req else '')}")
-        lines.append("  - where they were lost: " + ", ".join(f"{k} ×{v}" for k, v in stages.most_common()))
+        lines.append("  - where they were lost: " + _counts(stages.elements()))
     uris = [u for run in s.runs for line in run.fold_lines.values() for u in _URI.findall(line)]
     if uris and any(not ok for _, _, ok in s.error_checks() + s.file_checks("submit")):
         counter = TokenCounter()
@@ -982,10 +970,10 @@ def diagnose(s: Score, none: Score) -> list[str]:
                          f"({facts.n_calls - 1 - (turn or 0)} calls before the final one, exit code "
                          f"{exit_code(traj, turn)}); {trace['text']}; its first 40 chars in the final request: "
                          f"{e[:40] in text}")
-        lines.append("  - where they were lost: " + ", ".join(f"{k} ×{v}" for k, v in stages.most_common()))
+        lines.append("  - where they were lost: " + _counts(stages.elements()))
         causes = collections.Counter(fold_cause(e, runs[tid], w.facts[tid]) for tid, e in missed)
         lines.append("  - what the fold line of the error's last output said instead: "
-                     + ", ".join(f"{k} ×{v}" for k, v in causes.most_common()))
+                     + _counts(causes.elements()))
         sums = [summary_section(run.final, "Errors") for run in s.runs if run.final is not None]
         if sums:
             lines.append(f"  - the final requests' running-summary `Errors:` sections hold a median "
@@ -1098,7 +1086,7 @@ def summary_section(req: Optional[ModelRequest], name: str) -> list[str]:
         return []
     for m in req.messages:
         for p in m.parts:
-            if isinstance(p, TextPart) and "CONTEXT PACK" in p.text:
+            if isinstance(p, TextPart) and PAYLOAD_HEADER in p.text:
                 m2 = re.search(rf"^{name}:\n((?:- .*\n?)*)", p.text, re.M)
                 return [ln[2:] for ln in m2.group(1).splitlines()] if m2 else []
     return []
