@@ -111,3 +111,41 @@ def test_request_with_parallel_signed_calls_converts_losslessly():
     assert [to_content(m) for m in request.messages] == contents
     turns = group_turns(request.messages)
     assert [len(t.messages) for t in turns] == [1, 2] and not turns[1].is_orphan_response
+
+
+async def test_sub_agent_reachable_under_a_step_tool_scope(memory_store_url):
+    """A step's tool list restricts the app's tools; ADK's transfer tool and the recall tool stay."""
+    from google.adk.agents import LlmAgent
+
+    from aether_context import set_task
+    from aether_context.testing import call
+
+    helper_llm = ScriptedLlm(turns=["helper here: done"])
+    helper = LlmAgent(name="helper", model=helper_llm, instruction="Help.", description="Handles refunds.")
+    root_llm = ScriptedLlm(turns=[call("transfer_to_agent", agent_name="helper"), "back"])
+    root = LlmAgent(name="root", model=root_llm, instruction="Route.", tools=[lookup], sub_agents=[helper])
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=32_000)
+    runner = make_runner(root, plugins=[plugin])
+    state: dict = {}
+    set_task(state, goal="Refund order 7", step="Route the request", tools=["lookup"])
+    sid = await new_session(runner, state=state)
+    events = await run_turn(runner, sid, "I want a refund for order 7")
+    declared = {fd.name for t in root_llm.requests[0].config.tools or () for fd in (t.function_declarations or ())}
+    assert {"lookup", "transfer_to_agent"} <= declared
+    assert "transfer_to_agent" in root_llm.requests[0].tools_dict
+    assert len(helper_llm.requests) == 1
+    assert any(e.author == "helper" and e.content and "helper here" in (e.content.parts[0].text or "") for e in events)
+    assert not any(m.manifest.error for m in plugin.packer.recent)
+
+
+def test_framework_tools_named():
+    from google.adk.models.llm_request import LlmRequest
+    from google.adk.tools import FunctionTool, exit_loop
+    from google.adk.tools.transfer_to_agent_tool import TransferToAgentTool
+
+    from aether_context.adk.collect import framework_tools
+
+    request = LlmRequest(model="m")
+    request.tools_dict = {"lookup": FunctionTool(lookup), "exit_loop": FunctionTool(exit_loop),
+                          "transfer_to_agent": TransferToAgentTool(agent_names=["a"])}
+    assert framework_tools(request) == ["exit_loop", "transfer_to_agent"]
