@@ -33,6 +33,7 @@ from ..providers import EvidenceProvider
 from ..store import DEFAULT_STORE_URL, PackStore
 from ..tokens import TokenCounter, TokenCounting
 from ..variation import compact_json
+from ..windows import window_flag
 from .collect import FAILURES_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY, collect_inputs
 from .convert import apply_request, request_from_llm
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool, offload_tool_result
@@ -111,7 +112,7 @@ class ContextPacker:
                 previous=self._previous(session.id, callback_context.agent_name),
                 memory_limit=self.memory_pool, artifact_cache=self._artifact_cache, now=time.time(),
                 use_memory=self.use_memory, use_artifacts=self.use_artifacts,
-                edge_flags=tuple(self._edge_flags.pop((session.id, callback_context.agent_name), ())),
+                edge_flags=tuple(self._edge_flags.pop((session.id, callback_context.agent_name), ())) + self._window_flags(llm_request),
                 providers=self.evidence_providers,
                 extra_tools=(self.recall_tool,) if offload else ())
             inputs = await self._save_images(callback_context, inputs)
@@ -142,6 +143,11 @@ class ContextPacker:
         record = CallRecord(pack.manifest, uri)
         self.recent.append(record)
         return record
+
+    def _window_flags(self, llm_request: LlmRequest) -> tuple[str, ...]:
+        """A guessed window (unknown model, Ollama route) is flagged in every manifest it shapes."""
+        flag = window_flag(llm_request.model, self.window_tokens if self.window_tokens is not None else self.profile.window_tokens)
+        return (flag,) if flag else ()
 
     async def after_model(self, callback_context: CallbackContext, llm_response: LlmResponse | None = None) -> None:
         """Learn from the model's reported usage, then refresh the running summary if due."""
