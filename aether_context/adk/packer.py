@@ -33,7 +33,7 @@ from ..providers import EvidenceProvider
 from ..store import DEFAULT_STORE_URL, PackStore
 from ..tokens import TokenCounter, TokenCounting
 from ..variation import compact_json
-from ..windows import window_flag
+from ..windows import context_window, window_flag
 from .collect import FAILURES_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY, collect_inputs
 from .convert import apply_request, request_from_llm
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool, offload_tool_result
@@ -105,6 +105,7 @@ class ContextPacker:
     async def pack(self, callback_context: CallbackContext, llm_request: LlmRequest) -> CallRecord:
         """Rewrite `llm_request` into its Context Pack. Never raises: on failure the request is untouched."""
         session = callback_context.session
+        self._last.pop((session.id, callback_context.agent_name), None)  # only this call's pack may be recovered or calibrated
         try:
             offload = self.profile.offload.enabled
             inputs = await collect_inputs(
@@ -151,9 +152,11 @@ class ContextPacker:
 
     async def after_model(self, callback_context: CallbackContext, llm_response: LlmResponse | None = None) -> None:
         """Learn from the model's reported usage, then refresh the running summary if due."""
+        if llm_response is not None and llm_response.partial:
+            return  # a streamed chunk: the usage and the summary are the final response's business
         key = (callback_context.session.id, callback_context.agent_name)
         self._replaced.pop(key, None)
-        last = self._last.get(key)
+        last = self._last.pop(key, None)  # one model response per pack: a second one is not this pack's
         if last is not None and llm_response is not None and llm_response.usage_metadata is not None:
             self._record_usage(last, llm_response.usage_metadata)
         await self._refresh_summary(callback_context, key, last)
@@ -195,33 +198,54 @@ class ContextPacker:
     async def recover(self, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception) -> LlmResponse | None:
         """Retry a request the model rejected as too long, once, after an aggressive repack.
 
+        Only the current call is rebuilt: from its own pack's inputs when it was packed, else (packing
+        failed open, so `llm_request` is ADK's own) from inputs read from the request now. The repack
+        becomes the call's pack, so the model's answer calibrates against what was really sent.
         Returns the model's response, or None to let the original error surface.
         """
         key = (callback_context.session.id, callback_context.agent_name)
-        last = self._last.get(key)
-        if not self.profile.recovery.enabled or last is None or not is_token_limit_error(error):
+        if not self.profile.recovery.enabled or not is_token_limit_error(error):
             return None
+        last = self._last.pop(key, None)
         try:
-            pack = recovery_pack(last.inputs, self.profile, last.manifest.window, error, counter=self.counter)
-            apply_request(llm_request, pack.request, declared={t.name for t in last.inputs.request.tools},
+            if last is not None and last.inputs.invocation_id == callback_context.invocation_id:
+                inputs, window = last.inputs, last.manifest.window
+            else:
+                inputs = await self._current_inputs(callback_context, llm_request)
+                window = context_window(inputs.request.model, self.window_tokens if self.window_tokens is not None
+                                        else self.profile.window_tokens)
+            pack = recovery_pack(inputs, self.profile, window, error, counter=self.counter)
+            apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
                           added={RECALL_TOOL_NAME: self.recall_tool} if self.profile.offload.enabled else {})
         except Exception:
             logger.error("aether-context: recovery repack failed; the model's error stands", exc_info=True)
             return None
         manifest = pack.manifest.model_copy(update={"flags": [*pack.manifest.flags, f"recovery_after: {error}"[:300]]})
-        uri = self.store.save(replace(pack, manifest=manifest))
+        pack = replace(pack, manifest=manifest)
+        uri = self.store.save(pack)
         self.recent.append(CallRecord(manifest, uri))
-        logger.warning("aether-context: model rejected %d tokens as too long; retrying once with %d tokens (%s)",
-                       last.manifest.tokens_after, manifest.tokens_after, uri)
+        logger.warning("aether-context: model rejected the request as too long (%s); retrying once with %d tokens (%s)",
+                       str(error)[:200], manifest.tokens_after, uri)
         model = callback_context.get_invocation_context().agent.canonical_model
         try:
             final = None
             async for response in model.generate_content_async(llm_request, stream=False):
                 final = response
-            return final
         except Exception:
             logger.error("aether-context: the retry after recovery failed too; the original error surfaces", exc_info=True)
             return None
+        if final is not None:
+            self._last[key] = pack  # what the model answered: after_model calibrates against it
+        return final
+
+    async def _current_inputs(self, callback_context: CallbackContext, llm_request: LlmRequest) -> PackInputs:
+        """This call's inputs read from ADK's own request (when packing failed open and left it as is)."""
+        inputs = await collect_inputs(
+            callback_context, llm_request, keys=self.keys, previous=None, memory_limit=self.memory_pool,
+            artifact_cache=self._artifact_cache, now=time.time(), use_memory=self.use_memory,
+            use_artifacts=self.use_artifacts, providers=self.evidence_providers,
+            extra_tools=(self.recall_tool,) if self.profile.offload.enabled else ())
+        return replace(inputs, calibration=self.calibration.get(inputs.request.model, 1.0))
 
     async def _save_images(self, ctx: CallbackContext, inputs: PackInputs) -> PackInputs:
         """Save inline images to the artifact store once, so their decayed form can cite a URI."""
