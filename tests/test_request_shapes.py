@@ -149,3 +149,27 @@ def test_framework_tools_named():
     request.tools_dict = {"lookup": FunctionTool(lookup), "exit_loop": FunctionTool(exit_loop),
                           "transfer_to_agent": TransferToAgentTool(agent_names=["a"])}
     assert framework_tools(request) == ["exit_loop", "transfer_to_agent"]
+
+
+async def test_second_version_of_an_artifact_is_seen_in_the_next_pack(memory_store_url):
+    from conftest import save_report, scripted_agent
+
+    agent, llm = scripted_agent([call_part("save_report", title="Q3"), "Saved.", call_part("save_report", title="Q4"),
+                                 "Saved again.", "Answer."], tools=[save_report, lookup])
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=32_000)
+    runner = make_runner(agent, plugins=[plugin])
+    sid = await new_session(runner)
+    await run_turn(runner, sid, "Write the Q3 report.")
+    await run_turn(runner, sid, "Now write the Q4 report over it.")
+    await run_turn(runner, sid, "What does the report say?")
+    text = " ".join(p.text or "" for c in llm.requests[-1].contents for p in c.parts or ())
+    assert "report.txt#v1" in text and "report.txt: Q4:" in text
+    assert "#v0" not in text and "report.txt: Q3:" not in text
+    # (within the invocation that saved it the pack payload stays frozen for the prompt cache)
+    assert plugin.packer.recent[-1].manifest.artifact_uris == [f"artifact://testapp/u/{sid}/report.txt#v1"]
+
+
+def call_part(name: str, **args):
+    from aether_context.testing import call
+
+    return call(name, **args)

@@ -119,32 +119,56 @@ async def _memory_hits(ctx: CallbackContext, query: str, limit: int) -> list[Mem
 
 
 async def _artifact_evidence(ctx: CallbackContext, cache: dict, summary_chars: int) -> list[EvidenceItem]:
+    """One evidence line per saved artifact, describing its latest version.
+
+    The description is cached per session and file *and version*: a new version is described (and
+    cited as `#v<n>`) in the very next pack. Versions come from the session's `artifact_delta`s (free),
+    else from the artifact service; with no version known the artifact is read afresh every time.
+    """
     try:
         names = await ctx.list_artifacts()
     except ValueError:  # no artifact service on the runner
         return []
-    inv = ctx.get_invocation_context()
     session = ctx.session
+    saved = _saved_versions(session.events)
     out = []
     for name in sorted(names):
         if name.startswith(OFFLOAD_PREFIXES):  # offloaded outputs and attachments are cited where their turn is
             continue
+        version = saved.get(name)
+        if version is None:
+            version = await _latest_version(ctx, name)
         key = (session.id, name)
-        if key not in cache:
-            part = await ctx.load_artifact(name)
-            version = None
-            try:
-                version = await inv.artifact_service.list_versions(app_name=session.app_name, user_id=session.user_id,
-                                                                  filename=name, session_id=session.id)
-                version = max(version) if version else None
-            except Exception:  # versions are a nicety; the URI without one still resolves to the latest
-                logger.debug("aether-context: could not list versions of %s", name, exc_info=True)
-            cache[key] = (_describe(part, summary_chars), version)
-        summary, version = cache[key]
+        hit = cache.get(key)
+        if hit is None or hit[1] != version or version is None:
+            part = await ctx.load_artifact(name, version=version)
+            hit = cache[key] = (_describe(part, summary_chars), version)
+        summary = hit[0]
         out.append(EvidenceItem(id=f"artifact:{name}", summary=f"{name}: {summary}",
                                 uri=artifact_uri(session.app_name, session.user_id, session.id, name, version),
                                 source="artifact"))
     return out
+
+
+def _saved_versions(events: list) -> dict[str, int]:
+    """The latest version of each artifact saved in the session, from the events' `artifact_delta`."""
+    versions: dict[str, int] = {}
+    for event in events:
+        delta = event.actions.artifact_delta if event.actions is not None else None
+        if delta:
+            versions.update(delta)
+    return versions
+
+
+async def _latest_version(ctx: CallbackContext, name: str) -> int | None:
+    session = ctx.session
+    try:
+        versions = await ctx.get_invocation_context().artifact_service.list_versions(
+            app_name=session.app_name, user_id=session.user_id, filename=name, session_id=session.id)
+        return max(versions) if versions else None
+    except Exception:  # versions are a nicety; the URI without one still resolves to the latest
+        logger.debug("aether-context: could not list versions of %s", name, exc_info=True)
+        return None
 
 
 def _describe(part: types.Part | None, chars: int) -> str:
