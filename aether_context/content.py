@@ -34,29 +34,61 @@ def response_digest(response: Any) -> str:
     return sha256_hex(canonical_json(response))[:20]
 
 
+def _with_extra(main: str, inner: dict[str, Any], extra: "dict[str, Any] | None") -> dict[str, Any]:
+    """A part's JSON: its interpreted field, plus what rides with it (`extra`, in google-genai's own
+    JSON shape: `thought_signature` beside it, a call's or response's other fields under its key)."""
+    if not extra:
+        return {main: inner}
+    data = dict(extra)
+    data[main] = {**extra[main], **inner} if main in extra else inner
+    return data
+
+
+def _split_extra(data: dict[str, Any], main: str, known: tuple[str, ...]) -> "dict[str, Any] | None":
+    """The inverse of `_with_extra`: everything in a part's JSON that is not an interpreted field."""
+    extra = {k: v for k, v in data.items() if k != main}
+    inner = data[main]
+    if isinstance(inner, dict):
+        rest = {k: v for k, v in inner.items() if k not in known}
+        if rest:
+            extra[main] = rest
+    return extra or None
+
+
 @dataclass(frozen=True)
 class TextPart:
+    """Text, with what Gemini attaches to it when thinking (`extra`: its thought signature), kept
+    so the part goes back exactly as the model wrote it."""
+
     text: str
+    extra: "dict[str, Any] | None" = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"text": self.text}
+        return {"text": self.text, **(self.extra or {})}
 
 
 @dataclass(frozen=True)
 class FunctionCall:
+    """A tool call. `extra` holds the rest of the part as google-genai JSON (a thinking model's
+    `thought_signature`, which must go back with the call, or a call's streaming fields)."""
+
     name: str
     args: dict[str, Any] = field(default_factory=dict)
     id: str | None = None
+    extra: "dict[str, Any] | None" = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"function_call": {"name": self.name, "args": self.args, "id": self.id}}
+        return _with_extra("function_call", {"name": self.name, "args": self.args, "id": self.id}, self.extra)
 
 
 @dataclass(frozen=True)
 class FunctionResponse:
+    """A tool result. `extra`: the rest of the part (e.g. a multimodal response's `parts`)."""
+
     name: str
     response: dict[str, Any] = field(default_factory=dict)
     id: str | None = None
+    extra: "dict[str, Any] | None" = None
 
     @cached_property
     def key(self) -> str:
@@ -64,7 +96,7 @@ class FunctionResponse:
         return response_digest(self.response)
 
     def to_json(self) -> dict[str, Any]:
-        return {"function_response": {"name": self.name, "response": self.response, "id": self.id}}
+        return _with_extra("function_response", {"name": self.name, "response": self.response, "id": self.id}, self.extra)
 
 
 @dataclass(frozen=True)
@@ -93,13 +125,15 @@ Part = Union[TextPart, FunctionCall, FunctionResponse, Blob, OpaquePart]
 
 def part_from_json(data: dict[str, Any]) -> Part:
     if "text" in data:
-        return TextPart(data["text"])
+        return TextPart(data["text"], {k: v for k, v in data.items() if k != "text"} or None)
     if "function_call" in data:
         d = data["function_call"]
-        return FunctionCall(d["name"], d.get("args") or {}, d.get("id"))
+        return FunctionCall(d["name"], d.get("args") or {}, d.get("id"),
+                            _split_extra(data, "function_call", ("name", "args", "id")))
     if "function_response" in data:
         d = data["function_response"]
-        return FunctionResponse(d["name"], d.get("response") or {}, d.get("id"))
+        return FunctionResponse(d["name"], d.get("response") or {}, d.get("id"),
+                                _split_extra(data, "function_response", ("name", "response", "id")))
     if "inline_data" in data:
         d = data["inline_data"]
         return Blob(d["mime_type"], base64.b64decode(d["data"]))

@@ -47,7 +47,9 @@ class ScriptedLlm(BaseLlm):
     """Replays scripted turns; the last turn repeats once the script runs out.
 
     `prompt_token_counter` (optional) makes the model report `prompt_token_count` in usage metadata,
-    and `max_input_tokens` makes it reject longer prompts like Gemini does.
+    and `max_input_tokens` makes it reject longer prompts like Gemini does. Asked to stream
+    (`RunConfig(streaming_mode=StreamingMode.SSE)`), it sends the text as partial chunks first.
+    Scripted parts go out as given, so a turn may carry Gemini's `thought_signature` or thoughts.
     """
 
     model: str = "scripted-model"
@@ -101,8 +103,21 @@ class ScriptedLlm(BaseLlm):
             candidates_token_count=10,
             total_token_count=prompt_tokens + 10,
         )
+        if stream:  # like Gemini over SSE: text in partial chunks (each with usage so far), then the whole turn
+            for chunk in _chunks(parts):
+                yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text=chunk)]),
+                                  usage_metadata=usage, partial=True)
         yield LlmResponse(
             content=types.Content(role="model", parts=parts),
             usage_metadata=usage,
             finish_reason=types.FinishReason.STOP,
         )
+
+
+def _chunks(parts: list[types.Part], n: int = 3) -> list[str]:
+    """The turn's plain text split into up to `n` pieces (none when the turn has no text)."""
+    text = "".join(p.text for p in parts if p.text and not p.thought)
+    if not text:
+        return []
+    size = max(1, -(-len(text) // n))
+    return [text[i:i + size] for i in range(0, len(text), size)]

@@ -7,7 +7,7 @@ import pytest
 from aether_context.errors import AetherContextError, ProfileError, WindowError
 from aether_context.pipeline import Signals, allocate
 from aether_context.profile import BudgetProfile, builtin_profiles, load_profile
-from aether_context.windows import CONTEXT_WINDOWS, context_window, normalise_model_name
+from aether_context.windows import DEFAULT_WINDOW, CONTEXT_WINDOWS, context_window, normalise_model_name
 
 # ------------------------------------------------------------------------------------------------
 # windows
@@ -55,12 +55,13 @@ def test_override_wins():
 
 
 @pytest.mark.parametrize("model", ["totally-unknown-model", "", None, "scripted-model"])
-def test_unknown_model_without_override_is_an_error(model):
+def test_unknown_model_is_an_error_only_when_strict(model):
     with pytest.raises(WindowError) as info:
-        context_window(model)
+        context_window(model, strict=True)
     message = str(info.value)
     assert "window_tokens" in message and "unknown context window" in message
     assert isinstance(info.value, AetherContextError)
+    assert context_window(model) == DEFAULT_WINDOW
 
 
 def test_registry_values_are_positive():

@@ -22,7 +22,7 @@ from .task import StateKeys, evidence_from_state, notes_from_state, task_from_st
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["collect_inputs", "find_request_index", "opening_request", "INSTRUCTION_MARKER", "artifact_uri"]
+__all__ = ["collect_inputs", "framework_tools", "FRAMEWORK_TOOL_NAMES", "find_request_index", "opening_request", "INSTRUCTION_MARKER", "artifact_uri"]
 
 INSTRUCTION_MARKER = "<<<BEGIN_SYSTEM_INSTRUCTION>>>"
 _OTHER_AGENT_PREFIX = "For context:"
@@ -31,6 +31,28 @@ SUMMARY_STATE_KEY = "aether:summary"  # the running summary of folded history, p
 FAILURES_STATE_KEY = "aether:failures"  # the session's FailureLog
 OFFLOAD_PREFIX = "tool-output/"
 OFFLOAD_PREFIXES = (OFFLOAD_PREFIX, "attachment/")
+
+
+# Tools ADK itself declares (agent transfer, structured output, loop exit, memory and artifact loading,
+# confirmations): a step's tool scope restricts the app's tools, never these.
+FRAMEWORK_TOOL_NAMES = frozenset({
+    "transfer_to_agent", "set_model_response", "exit_loop", "get_user_choice", "load_memory", "preload_memory",
+    "load_artifacts", "adk_request_credential", "adk_request_confirmation", "adk_request_input",
+})
+
+
+def framework_tools(llm_request: LlmRequest) -> list[str]:
+    """Names of the request's tools that belong to ADK rather than to the app: the known names, and any
+    tool whose class or wrapped function lives in ADK's agents or flows (e.g. the transfer tool)."""
+    names = []
+    for name, tool in (llm_request.tools_dict or {}).items():
+        module = getattr(getattr(tool, "func", None), "__module__", "") or ""
+        owner = type(tool).__module__
+        if name in FRAMEWORK_TOOL_NAMES or owner.startswith(("google.adk.flows", "google.adk.agents")) \
+                or module.startswith(("google.adk.flows", "google.adk.agents", "google.adk.tools.exit_loop",
+                                      "google.adk.tools.transfer_to_agent")):
+            names.append(name)
+    return sorted(names)
 
 
 def artifact_uri(app: str, user: str, session: str, filename: str, version: int | None = None) -> str:
@@ -97,32 +119,56 @@ async def _memory_hits(ctx: CallbackContext, query: str, limit: int) -> list[Mem
 
 
 async def _artifact_evidence(ctx: CallbackContext, cache: dict, summary_chars: int) -> list[EvidenceItem]:
+    """One evidence line per saved artifact, describing its latest version.
+
+    The description is cached per session and file *and version*: a new version is described (and
+    cited as `#v<n>`) in the very next pack. Versions come from the session's `artifact_delta`s (free),
+    else from the artifact service; with no version known the artifact is read afresh every time.
+    """
     try:
         names = await ctx.list_artifacts()
     except ValueError:  # no artifact service on the runner
         return []
-    inv = ctx.get_invocation_context()
     session = ctx.session
+    saved = _saved_versions(session.events)
     out = []
     for name in sorted(names):
         if name.startswith(OFFLOAD_PREFIXES):  # offloaded outputs and attachments are cited where their turn is
             continue
+        version = saved.get(name)
+        if version is None:
+            version = await _latest_version(ctx, name)
         key = (session.id, name)
-        if key not in cache:
-            part = await ctx.load_artifact(name)
-            version = None
-            try:
-                version = await inv.artifact_service.list_versions(app_name=session.app_name, user_id=session.user_id,
-                                                                  filename=name, session_id=session.id)
-                version = max(version) if version else None
-            except Exception:  # versions are a nicety; the URI without one still resolves to the latest
-                logger.debug("aether-context: could not list versions of %s", name, exc_info=True)
-            cache[key] = (_describe(part, summary_chars), version)
-        summary, version = cache[key]
+        hit = cache.get(key)
+        if hit is None or hit[1] != version or version is None:
+            part = await ctx.load_artifact(name, version=version)
+            hit = cache[key] = (_describe(part, summary_chars), version)
+        summary = hit[0]
         out.append(EvidenceItem(id=f"artifact:{name}", summary=f"{name}: {summary}",
                                 uri=artifact_uri(session.app_name, session.user_id, session.id, name, version),
                                 source="artifact"))
     return out
+
+
+def _saved_versions(events: list) -> dict[str, int]:
+    """The latest version of each artifact saved in the session, from the events' `artifact_delta`."""
+    versions: dict[str, int] = {}
+    for event in events:
+        delta = event.actions.artifact_delta if event.actions is not None else None
+        if delta:
+            versions.update(delta)
+    return versions
+
+
+async def _latest_version(ctx: CallbackContext, name: str) -> int | None:
+    session = ctx.session
+    try:
+        versions = await ctx.get_invocation_context().artifact_service.list_versions(
+            app_name=session.app_name, user_id=session.user_id, filename=name, session_id=session.id)
+        return max(versions) if versions else None
+    except Exception:  # versions are a nicety; the URI without one still resolves to the latest
+        logger.debug("aether-context: could not list versions of %s", name, exc_info=True)
+        return None
 
 
 def _describe(part: types.Part | None, chars: int) -> str:
@@ -154,8 +200,9 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys:
     state = ctx.state
     session = ctx.session
     task = replace(task_from_state(state, keys), opening_request=opening_request(session.events))
-    if task.tools is not None and extra_tools:
-        task = replace(task, tools=task.tools + tuple(t.name for t in extra_tools if t.name not in task.tools))
+    if task.tools is not None:
+        always = [t.name for t in extra_tools] + framework_tools(llm_request)
+        task = replace(task, tools=task.tools + tuple(dict.fromkeys(n for n in always if n not in task.tools)))
     query = " ".join(x for x in (request.messages[index].text if index is not None else "", task.step, task.goal) if x)
     memory = notes_from_state(state, keys) + (await _memory_hits(ctx, query, memory_limit) if use_memory else [])
     evidence = evidence_from_state(state, keys) + (await _artifact_evidence(ctx, artifact_cache, summary_chars) if use_artifacts else [])

@@ -14,9 +14,12 @@ from typing import Any
 from google.adk.models.llm_request import LlmRequest
 from google.genai import types
 
-from ..content import Blob, FunctionCall, FunctionResponse, Message, ModelRequest, OpaquePart, Part, TextPart, ToolSpec
+from ..content import _split_extra, Blob, FunctionCall, FunctionResponse, Message, ModelRequest, OpaquePart, Part, TextPart, ToolSpec
 
 __all__ = ["to_message", "to_content", "request_from_llm", "apply_request", "llm_request_from"]
+
+
+_INNER = {"function_call": ("name", "args", "id"), "function_response": ("name", "response", "id")}
 
 
 def _to_part(part: types.Part) -> Part:
@@ -25,18 +28,34 @@ def _to_part(part: types.Part) -> Part:
     keys = {k for k, v in part.__dict__.items() if v is not None}
     if keys == {"text"}:
         return TextPart(part.text or "")
-    if keys == {"function_call"}:
-        fc = part.function_call
-        return FunctionCall(fc.name or "", dict(fc.args or {}), fc.id)
-    if keys == {"function_response"}:
-        fr = part.function_response
-        return FunctionResponse(fr.name or "", dict(fr.response or {}), fr.id)
+    if "function_call" in keys or "function_response" in keys:
+        return _call_or_response(part, keys)
+    if "text" in keys and keys <= {"text", "thought_signature"} and not part.thought:
+        return TextPart(part.text or "", {"thought_signature": _dump(part)["thought_signature"]})
     if keys == {"inline_data"} and part.inline_data and part.inline_data.data is not None and not part.inline_data.display_name:
         return Blob(part.inline_data.mime_type or "application/octet-stream", part.inline_data.data)
-    return OpaquePart(part.model_dump(mode="json", exclude_none=True))
+    return OpaquePart(_dump(part))
+
+
+def _dump(part: types.Part) -> dict[str, Any]:
+    return part.model_dump(mode="json", exclude_none=True)
+
+
+def _call_or_response(part: types.Part, keys: "set[str]") -> Part:
+    """A call or a response, keeping whatever rides with it (a thinking model's thought signature,
+    a multimodal response's parts) so pairing still sees the call and nothing is lost."""
+    main = "function_call" if "function_call" in keys else "function_response"
+    x = getattr(part, main)
+    inner_rest = any(v is not None for k, v in x.__dict__.items() if k not in _INNER[main])
+    extra = _split_extra(_dump(part), main, _INNER[main]) if (len(keys) > 1 or inner_rest) else None
+    if main == "function_call":
+        return FunctionCall(x.name or "", dict(x.args or {}), x.id, extra)
+    return FunctionResponse(x.name or "", dict(x.response or {}), x.id, extra)
 
 
 def _from_part(part: Part) -> types.Part:
+    if isinstance(part, (TextPart, FunctionCall, FunctionResponse)) and part.extra:
+        return types.Part.model_validate(part.to_json())
     if isinstance(part, TextPart):
         return types.Part(text=part.text)
     if isinstance(part, FunctionCall):

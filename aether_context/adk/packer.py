@@ -33,6 +33,7 @@ from ..providers import EvidenceProvider
 from ..store import DEFAULT_STORE_URL, PackStore
 from ..tokens import TokenCounter, TokenCounting
 from ..variation import compact_json
+from ..windows import context_window, window_flag
 from .collect import FAILURES_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY, collect_inputs
 from .event_times import EventTimes, session_now
 from .convert import apply_request, request_from_llm
@@ -133,6 +134,7 @@ class ContextPacker:
         """Rewrite `llm_request` into its Context Pack. Never raises: on failure the request is untouched."""
         session = callback_context.session
         slot = self.slot(callback_context)
+        slot.last = None  # only this call's pack may be recovered or calibrated
         try:
             # The recall tool is declared once the session has an original to recall, not before.
             recall = self.profile.offload.enabled and bool(callback_context.state.get(URIS_STATE_KEY))
@@ -140,7 +142,7 @@ class ContextPacker:
             inputs = await collect_inputs(
                 callback_context, llm_request, keys=self.keys, previous=slot.state,
                 memory_limit=self.memory_pool, artifact_cache=self._artifact_cache, now=session_now(session.events),
-                use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags,
+                use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags + self._window_flags(llm_request),
                 providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else ())
             slot.times = slot.times or EventTimes()
             inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
@@ -177,13 +179,18 @@ class ContextPacker:
         self.recent.append(record)
         return record
 
+    def _window_flags(self, llm_request: LlmRequest) -> tuple[str, ...]:
+        """A guessed window (unknown model, Ollama route) is flagged in every manifest it shapes."""
+        flag = window_flag(llm_request.model, self.window_tokens if self.window_tokens is not None else self.profile.window_tokens)
+        return (flag,) if flag else ()
+
     async def after_model(self, callback_context: CallbackContext, llm_response: LlmResponse | None = None) -> None:
         """Learn from the model's reported usage, then refresh the running summary if due."""
+        if llm_response is not None and getattr(llm_response, "partial", False):
+            return  # a streamed chunk: the usage and the summary are the final response's business
         slot = self.slot(callback_context)
         slot.replaced = None
-        last = slot.last
-        if llm_response is not None and getattr(llm_response, "partial", False):
-            return  # streaming: usage and the summary once per response, at its final chunk
+        last, slot.last = slot.last, None  # one model response per pack: a second one is not this pack's
         if last is not None and llm_response is not None and llm_response.usage_metadata is not None:
             self._record_usage(last, llm_response.usage_metadata)
         await self._refresh_summary(callback_context, slot, last)
@@ -225,34 +232,54 @@ class ContextPacker:
     async def recover(self, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception) -> LlmResponse | None:
         """Retry a request the model rejected as too long, once, after an aggressive repack.
 
+        Only the current call is rebuilt: from its own pack's inputs when it was packed, else (packing
+        failed open, so `llm_request` is ADK's own) from inputs read from the request now. The repack
+        becomes the call's pack, so the model's answer calibrates against what was really sent.
         Returns the model's response, or None to let the original error surface.
         """
-        last = self.slot(callback_context).last
-        if last is not None and last.inputs.invocation_id != callback_context.invocation_id:
-            last = None  # only ever rebuild this invocation's request, never an earlier one
-        if not self.profile.recovery.enabled or last is None or not is_token_limit_error(error):
+        slot = self.slot(callback_context)
+        if not self.profile.recovery.enabled or not is_token_limit_error(error):
             return None
+        last, slot.last = slot.last, None
         try:
-            pack = recovery_pack(last.inputs, self.profile, last.manifest.window, error, counter=self.counter)
-            apply_request(llm_request, pack.request, declared={t.name for t in last.inputs.request.tools},
+            if last is not None and last.inputs.invocation_id == callback_context.invocation_id:
+                inputs, window = last.inputs, last.manifest.window
+            else:
+                inputs = await self._current_inputs(callback_context, llm_request)
+                window = context_window(inputs.request.model, self.window_tokens if self.window_tokens is not None
+                                        else self.profile.window_tokens)
+            pack = recovery_pack(inputs, self.profile, window, error, counter=self.counter)
+            apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
                           added={RECALL_TOOL_NAME: self.recall_tool} if self.profile.offload.enabled else {})
         except Exception:
             logger.error("aether-context: recovery repack failed; the model's error stands", exc_info=True)
             return None
         manifest = pack.manifest.model_copy(update={"flags": [*pack.manifest.flags, f"recovery_after: {error}"[:300]]})
-        uri = self.store.save(replace(pack, manifest=manifest))
+        pack = replace(pack, manifest=manifest)
+        uri = self.store.save(pack)
         self.recent.append(CallRecord(manifest, uri))
-        logger.warning("aether-context: model rejected %d tokens as too long; retrying once with %d tokens (%s)",
-                       last.manifest.tokens_after, manifest.tokens_after, uri)
+        logger.warning("aether-context: model rejected the request as too long (%s); retrying once with %d tokens (%s)",
+                       str(error)[:200], manifest.tokens_after, uri)
         model = callback_context.get_invocation_context().agent.canonical_model
         try:
             final = None
             async for response in model.generate_content_async(llm_request, stream=False):
                 final = response
-            return final
         except Exception:
             logger.error("aether-context: the retry after recovery failed too; the original error surfaces", exc_info=True)
             return None
+        if final is not None:
+            slot.last = pack  # what the model answered: after_model calibrates against it
+        return final
+
+    async def _current_inputs(self, callback_context: CallbackContext, llm_request: LlmRequest) -> PackInputs:
+        """This call's inputs read from ADK's own request (when packing failed open and left it as is)."""
+        inputs = await collect_inputs(
+            callback_context, llm_request, keys=self.keys, previous=None, memory_limit=self.memory_pool,
+            artifact_cache=self._artifact_cache, now=session_now(callback_context.session.events), use_memory=self.use_memory,
+            use_artifacts=self.use_artifacts, providers=self.evidence_providers,
+            extra_tools=(self.recall_tool,) if self.profile.offload.enabled else ())
+        return replace(inputs, calibration=self.calibration.get(inputs.request.model, 1.0))
 
     async def _save_images(self, ctx: CallbackContext, inputs: PackInputs) -> PackInputs:
         """Save inline images to the artifact store once, so their decayed form can cite a URI."""

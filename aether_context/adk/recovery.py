@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from ..content import Message, TextPart
 from ..pipeline.build import ContextPack, build_pack
+from ..pipeline.compress import middle_out
 from ..pipeline.collect import PackInputs
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
@@ -43,4 +45,23 @@ def recovery_pack(inputs: PackInputs, profile: BudgetProfile, window: int, error
         conversation={"max_turn_tokens": settings.max_result_tokens, "max_verbatim_turns": settings.keep_tool_results,
                       "tail_turns": min(profile.conversation.tail_turns, settings.keep_tool_results)},
     )
-    return build_pack(replace(inputs, previous=None), aggressive, counter=counter, window=min(window, target))
+    inputs = _cut_request(replace(inputs, previous=None), max(64, target // 4), counter)
+    return build_pack(inputs, aggressive, counter=counter, window=min(window, target))
+
+
+def _cut_request(inputs: PackInputs, max_tokens: int, counter: TokenCounting) -> PackInputs:
+    """The user's own message cut middle-out to `max_tokens` when it alone would not fit: the pack
+    keeps it verbatim in its Task layer, which is never cut, so a message larger than the window
+    could not be packed at all (its head and tail still say what is asked)."""
+    i = inputs.request_index
+    if i is None:
+        return inputs
+    message = inputs.request.messages[i]
+    if counter.count_text(message.text) <= max_tokens:
+        return inputs
+    texts = [p for p in message.parts if isinstance(p, TextPart)]
+    share = max(16, max_tokens // max(1, len(texts)))
+    parts = tuple(TextPart(middle_out(p.text, share, counter, "oversized user message")) if isinstance(p, TextPart) else p
+                  for p in message.parts)
+    messages = inputs.request.messages[:i] + (Message(message.role, parts),) + inputs.request.messages[i + 1:]
+    return replace(inputs, request=replace(inputs.request, messages=messages))

@@ -249,9 +249,12 @@ class Turn:
 
 
 def group_turns(messages: "tuple[Message, ...] | list[Message]", offset: int = 0) -> list[Turn]:
-    """Group messages into turns; responses are paired with the calls before them by position and name.
+    """Group messages into turns: a model message with calls takes the response messages after it
+    until each call has its response.
 
-    ADK strips call ids from the request, so pairing cannot rely on ids.
+    A response answers the pending call with its id when both carry ids (session events do), else
+    the first pending call of its name: ADK strips ids from the request, so position and name are
+    all a request may have.
     """
     turns: list[Turn] = []
     i, n = 0, len(messages)
@@ -259,12 +262,11 @@ def group_turns(messages: "tuple[Message, ...] | list[Message]", offset: int = 0
         msg = messages[i]
         group = [msg]
         if msg.calls:
-            pending = [c.name for c in msg.calls]
+            pending = list(msg.calls)
             j = i + 1
             while j < n and pending and messages[j].only_responses:
                 for r in messages[j].responses:
-                    if r.name in pending:
-                        pending.remove(r.name)
+                    _answer(pending, r)
                 group.append(messages[j])
                 j += 1
             i = j
@@ -273,3 +275,15 @@ def group_turns(messages: "tuple[Message, ...] | list[Message]", offset: int = 0
         turns.append(Turn(start=offset + (i - len(group)), messages=tuple(group)))
     return turns
 
+
+def _answer(pending: "list", response: Any) -> None:
+    """Remove the call `response` answers from `pending` (by id, else by name)."""
+    if response.id is not None:
+        for k, c in enumerate(pending):
+            if c.id == response.id:
+                del pending[k]
+                return
+    for k, c in enumerate(pending):
+        if c.name == response.name and (c.id is None or response.id is None):
+            del pending[k]
+            return
