@@ -39,11 +39,10 @@ def test_embedding_threads_apply_while_encoding_and_are_restored():
     retriever = Retriever(load_profile("default").retrieval)
     embedder = retriever.cache.embedder
     assert isinstance(embedder, SentenceTransformerEmbedder) and embedder.threads == 1
-    retriever.warm_up()
-    retriever._warming.join(timeout=120)
+    assert retriever.wait_ready(timeout=120)
     assert embedder.embed(["the model is already loaded"]).shape == (1, 384)
     assert torch.get_num_threads() == before
-    from aether_context.retrieval.embeddings import _torch_threads  # the mechanism encode runs under
-    with _torch_threads(before + 1):
+    from aether_context.retrieval import bounded_threads  # the mechanism encode and search run under
+    with bounded_threads(before + 1):
         assert torch.get_num_threads() == before + 1
     assert torch.get_num_threads() == before
