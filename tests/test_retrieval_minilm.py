@@ -46,3 +46,21 @@ def test_embedding_threads_apply_while_encoding_and_are_restored():
     with bounded_threads(before + 1):
         assert torch.get_num_threads() == before + 1
     assert torch.get_num_threads() == before
+
+
+def test_model_load_is_silent_and_shared(capfd):
+    """No progress bar and no torch quantisation warning in the app's output; one model per setting."""
+    import warnings
+
+    from aether_context.retrieval import default_model_path
+
+    capfd.readouterr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = load_sentence_transformer(default_model_path(), max_seq_length=64, quantize=True)
+    out, err = capfd.readouterr()
+    assert "Loading weights" not in out + err and "%|" not in err
+    assert not [w for w in caught if "quantiz" in str(w.message).lower()]
+    assert model is load_sentence_transformer(default_model_path(), max_seq_length=64, quantize=True)
+    embedder = SentenceTransformerEmbedder(max_seq_length=64, quantize=True)
+    assert embedder.available() and embedder.ready()
