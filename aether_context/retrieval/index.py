@@ -20,6 +20,7 @@ Usage::
 from __future__ import annotations
 
 import logging
+import math
 import re
 import threading
 from collections import OrderedDict
@@ -27,14 +28,15 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from .analyzer import ENGLISH_STOP_WORDS, Analyzer, content_key
+from .analyzer import STOP_WORDS, Analyzer, content_key
 from .dedup import group_duplicates
 from .embeddings import Embedder, EmbeddingCache, SentenceTransformerEmbedder, text_hash
-from .fusion import freshness_decay, normalize, ranks, rrf_fusion, weighted_fusion
+from .fusion import freshness_decay, ignored_timestamps, normalize, ranks, rrf_fusion, weighted_fusion
 from .items import Document, RetrievalResult, ScoredItem
 from .lexical import LexicalIndex
 from .mmr import mmr_select
 from .settings import RetrievalSettings
+from .threads import bounded_threads
 
 __all__ = ["HybridIndex"]
 
@@ -76,18 +78,19 @@ class HybridIndex:
             raise ValueError("pass either embedder= or cache= (a cache carries its own embedder), not both")
         self.cache = cache
         self.embedder: Embedder = cache.embedder
-        self.analyzer = analyzer or Analyzer(stop_words=ENGLISH_STOP_WORDS if s.stop_words else frozenset(),
+        self.analyzer = analyzer or Analyzer(stop_words=STOP_WORDS if s.stop_words else frozenset(),
                                              stem=s.stem)
         self._lexical = LexicalIndex(self.analyzer)
         self._docs: list[Document] = []
         self._ids: list[str] = []
         self._keys: list[str] = []
         self._row_of: dict[str, int] = {}
-        self._rows_by_hash: dict[str, set[int]] = {}
-        self._vectors = np.zeros((0, 0), dtype=np.float32)
+        self._rows_by_hash: dict[str, int | set[int]] = {}
+        self._vec_rows = np.zeros(0, dtype=np.int64)  # row -> row of cache.matrix; -1 until embedded
         self._pending: list[int] = []
         self._query_vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._newest: float | None = None
+        self._dense_on = True
         self._lock = threading.RLock()
 
     def __len__(self) -> int:
@@ -100,13 +103,25 @@ class HybridIndex:
         row = self._row_of.get(doc_id)
         return None if row is None else self._docs[row]
 
-    def add(self, documents: Iterable[Document]) -> int:
-        """Index new documents (embedding them now unless `embed_on_add` is off); returns how many
-        rows were added. Re-adding an id with the same text and context updates its source,
-        timestamp and metadata in place; otherwise it replaces the old version."""
+    def ids(self) -> list[str]:
+        """Ids of the live documents (each once)."""
+        return list(self._row_of)
+
+    def add(self, documents: Iterable[Document], *, embed: bool | None = None) -> int:
+        """Index new documents; returns how many rows were added.
+
+        Ids are unique: a repeated id (in this batch or already indexed) keeps only its last
+        version. Re-adding an id with the same text and context updates its source, timestamp and
+        metadata in place; otherwise it replaces the old version. Documents are embedded now when
+        `embed` is True (None: the `embed_on_add` setting), else at the first search that uses
+        dense ranking."""
+        batch: dict[str, Document] = {}
+        for doc in documents:
+            batch.pop(doc.id, None)  # last wins, in the position it was last sent
+            batch[doc.id] = doc
         with self._lock:
             fresh: list[Document] = []
-            for doc in documents:
+            for doc in batch.values():
                 row = self._row_of.get(doc.id)
                 if row is not None and self._docs[row].search_text == doc.search_text:
                     self._docs[row] = doc
@@ -126,11 +141,35 @@ class HybridIndex:
                 key = content_key(doc.text)
                 self._keys.append(key)
                 for h in (key, text_hash(doc.text)):
-                    self._rows_by_hash.setdefault(h, set()).add(row)
+                    self._link(h, row)
+            self._vec_rows = np.concatenate([self._vec_rows, np.full(len(rows), -1, dtype=np.int64)])
             self._pending.extend(rows)
-            if self.settings.embed_on_add:
+            if self.settings.embed_on_add if embed is None else embed:
                 self.prefetch()
             return len(rows)
+
+    def _link(self, key: str, row: int) -> None:
+        """Map a content hash to a row; one int for the common single row, a set beyond."""
+        held = self._rows_by_hash.get(key)
+        if held is None:
+            self._rows_by_hash[key] = row
+        elif isinstance(held, set):
+            held.add(row)
+        elif held != row:
+            self._rows_by_hash[key] = {held, row}
+
+    def _unlink(self, key: str, row: int) -> None:
+        held = self._rows_by_hash.get(key)
+        if held == row:
+            del self._rows_by_hash[key]
+        elif isinstance(held, set):
+            held.discard(row)
+            if len(held) == 1:
+                self._rows_by_hash[key] = next(iter(held))
+
+    def _hash_rows(self, key: str) -> set[int]:
+        held = self._rows_by_hash.get(key)
+        return set() if held is None else (set(held) if isinstance(held, set) else {held})
 
     def remove(self, ids: Iterable[str]) -> int:
         """Drop documents by id; unknown ids are ignored. Returns how many were removed."""
@@ -148,23 +187,18 @@ class HybridIndex:
         self._lexical.remove(row)
         del self._row_of[doc.id]
         for h in (self._keys[row], text_hash(doc.text)):
-            self._rows_by_hash.get(h, set()).discard(row)
+            self._unlink(h, row)
 
     def prefetch(self) -> int:
         """Embed every document still waiting for a vector, in batches; returns how many."""
         with self._lock:
-            rows = self._pending
+            alive = self._lexical.alive_mask()
+            rows = [r for r in self._pending if alive[r]]
+            self._pending = []
             if not rows:
                 return 0
-            vectors = self.cache.embed([self._docs[r].search_text for r in rows])
-            total = len(self._docs)
-            if self._vectors.shape[1] != vectors.shape[1] or self._vectors.shape[0] < total:
-                grown = np.zeros((max(total, 2 * self._vectors.shape[0]), vectors.shape[1]), dtype=np.float32)
-                if self._vectors.shape[1] == vectors.shape[1]:
-                    grown[: self._vectors.shape[0]] = self._vectors
-                self._vectors = grown
-            self._vectors[rows] = vectors
-            self._pending = []
+            with bounded_threads(self.settings.embedding_threads):
+                self._vec_rows[rows] = self.cache.rows([self._docs[r].search_text for r in rows])
             return len(rows)
 
     def _query_vector(self, query: str) -> np.ndarray:
@@ -179,26 +213,50 @@ class HybridIndex:
             self._query_vectors.move_to_end(key)
         return vector
 
+    def _dense_scores(self, query: str, rows: np.ndarray) -> np.ndarray:
+        """Cosine of every row to the query (0 for rows not asked for): one product over the
+        shared matrix when this index holds most of it, else over the rows' own vectors."""
+        out = np.zeros(len(self._docs), dtype=np.float32)
+        q = self._query_vector(query)
+        matrix = self.cache.matrix
+        if matrix.shape[0] <= 2 * len(rows):
+            out[rows] = (matrix @ q)[self._vec_rows[rows]]
+        else:
+            out[rows] = matrix[self._vec_rows[rows]] @ q
+        return out
+
+    def _vectors(self, rows: np.ndarray) -> np.ndarray:
+        """The candidates' vectors (a small copy), zeros when dense ranking is off."""
+        if not self._dense_on:
+            return np.zeros((len(rows), 1), dtype=np.float32)
+        return self.cache.matrix[self._vec_rows[rows]]
+
     def _excluded_rows(self, exclude: Iterable[str]) -> set[int]:
         rows: set[int] = set()
         for entry in exclude:
             key = entry if _HEX64.fullmatch(entry) else content_key(entry)
-            rows |= self._rows_by_hash.get(key, set())
+            rows |= self._hash_rows(key)
         return rows
 
     def _note_timestamp(self, doc: Document) -> None:
-        if doc.timestamp is not None and (self._newest is None or doc.timestamp > self._newest):
-            self._newest = doc.timestamp
+        ts = doc.timestamp
+        if ts is not None and math.isfinite(ts) and (self._newest is None or ts > self._newest):
+            self._newest = ts
 
     def search(self, query: str, *, k: int | None = None, budget_tokens: int | None = None,
                count_tokens: Callable[[str], int] | None = None, now: float | None = None,
-               exclude: Iterable[str] = (), settings: RetrievalSettings | None = None) -> RetrievalResult:
+               exclude: Iterable[str] = (), settings: RetrievalSettings | None = None,
+               dense: bool = True) -> RetrievalResult:
         """The best documents for `query`, at most `k` and/or within `budget_tokens`.
 
         `exclude` holds texts, or sha256 hex digests of raw or normalised text (`content_key`),
-        already present in another layer. `now` (epoch seconds) ages timestamped items; None
-        means the newest timestamp ever added, so results do not depend on the wall clock.
-        `settings` overrides the index's settings for this call (the analyzer stays fixed).
+        already present in another layer. `now` (epoch seconds; pass the session's own clock)
+        ages timestamped items; None means the newest finite timestamp ever added, so results
+        never depend on the wall clock. Timestamps that are not finite or lie after `now` are
+        ignored for freshness (signal `timestamps_ignored`). A query without a content word
+        (empty, punctuation, stop words) selects nothing (signal `empty_query`). `dense=False`
+        ranks by BM25 alone without embedding anything (signal `dense_off`), e.g. while the model
+        loads. `settings` overrides the index's settings for this call (the analyzer stays fixed).
         """
         s = settings or self.settings
         if budget_tokens is not None and count_tokens is None:
@@ -209,26 +267,37 @@ class HybridIndex:
             raise ValueError(f"k must be >= 1, got {k}")
         if k is None and budget_tokens is None:
             k = s.top_k
-        with self._lock:
-            self.prefetch()
+        dense = dense and s.dense_weight > 0
+        with self._lock, bounded_threads(s.embedding_threads):
+            self._dense_on = dense
             excluded = self._excluded_rows(exclude)
             eligible = self._lexical.alive_mask().copy()
             n_excluded = int(sum(1 for r in excluded if eligible[r]))
             eligible[list(excluded)] = False
             rows = np.flatnonzero(eligible)
-            if len(rows) == 0 or budget_tokens == 0:
-                return self._result(query, [], 0, n_excluded, 0)
-            bm25 = self._lexical.scores(self.analyzer(query), k1=s.bm25_k1, b=s.bm25_b, epsilon=s.bm25_epsilon)
-            dense = self._vectors[: len(self._docs)] @ self._query_vector(query)
+            terms = self.analyzer(query)
+            flags = {"dense_off": float(not dense), "empty_query": float(not terms)}
+            if len(rows) == 0 or budget_tokens == 0 or not terms:
+                return self._result(query, [], 0, n_excluded, 0, flags=flags)
+            bm25 = self._lexical.scores(terms, k1=s.bm25_k1, b=s.bm25_b, epsilon=s.bm25_epsilon)
             lexical_rows = rows[bm25[rows] > 0]
-            pool = np.union1d(_top(bm25, lexical_rows, s.candidate_pool, self._ids),
-                              _top(dense, rows, s.candidate_pool, self._ids))
-            return self._rank(query, s, pool, bm25[pool], dense[pool].astype(np.float64), k, budget_tokens,
-                              count_tokens, now, n_excluded)
+            if dense:
+                self.prefetch()
+                scores = self._dense_scores(query, rows)
+                pool = np.union1d(_top(bm25, lexical_rows, s.candidate_pool, self._ids),
+                                  _top(scores, rows, s.candidate_pool, self._ids))
+            else:
+                scores = np.zeros(len(self._docs), dtype=np.float32)
+                pool = _top(bm25, lexical_rows, s.candidate_pool, self._ids)
+                s = s.model_copy(update={"dense_weight": 0.0, "lexical_weight": s.lexical_weight or 1.0})
+            if len(pool) == 0:
+                return self._result(query, [], 0, n_excluded, 0, flags=flags)
+            return self._rank(query, s, pool, bm25[pool], scores[pool].astype(np.float64), k, budget_tokens,
+                              count_tokens, now, n_excluded, flags)
 
     def _rank(self, query: str, s: RetrievalSettings, pool: np.ndarray, bm25: np.ndarray, dense: np.ndarray,
               k: int | None, budget: int | None, count_tokens: Callable[[str], int] | None, now: float | None,
-              n_excluded: int) -> RetrievalResult:
+              n_excluded: int, flags: dict[str, float]) -> RetrievalResult:
         # Candidates in id order: sums, means and ties then never depend on insertion order.
         by_id = np.argsort(np.array([self._ids[r] for r in pool]), kind="stable")
         pool, bm25, dense = pool[by_id], bm25[by_id], dense[by_id]
@@ -245,10 +314,12 @@ class HybridIndex:
         stamps = [self._docs[r].timestamp for r in pool]
         decay = freshness_decay(stamps, now if now is not None else 0.0,
                                 s.freshness_half_life_days if now is not None else None)
+        ignored = ignored_timestamps(stamps, now) if now is not None else 0
+        flags = {**flags, "timestamps_ignored": float(ignored)}
         score = relevance * (1.0 - s.freshness_weight + s.freshness_weight * decay)
         keep = np.flatnonzero(relevance >= s.min_score)
         order = keep[np.lexsort((id_order[keep], -score[keep]))]
-        vectors = self._vectors[pool[order]]
+        vectors = self._vectors(pool[order])
         sims = vectors @ vectors.T  # shared by dedup and MMR
         groups = group_duplicates([self._keys[r] for r in pool[order]], vectors, s.dedup_threshold, sims)
         leaders = np.array([g[0] for g in groups], dtype=np.int64)
@@ -277,15 +348,17 @@ class HybridIndex:
                 sources=tuple(self._docs[m].source for m in members),
             ))
         logger.debug("search %r: %d candidates, %d groups, %d picked", query[:60], len(pool), len(groups), len(items))
-        return self._result(query, items, len(pool), n_excluded, len(order) - len(groups), s.hit_threshold)
+        return self._result(query, items, len(pool), n_excluded, len(order) - len(groups), s.hit_threshold, flags)
 
     @staticmethod
     def _result(query: str, items: list[ScoredItem], candidates: int, excluded: int, collapsed: int,
-                hit_threshold: float = 0.0) -> RetrievalResult:
+                hit_threshold: float = 0.0, flags: dict[str, float] | None = None) -> RetrievalResult:
         n = len(items)
+        dense_off = bool((flags or {}).get("dense_off"))  # without cosines, a hit is a lexical match
         stamped = [i.freshness for i in items if i.document.timestamp is not None]
         signals = {
-            "retrieval_hit_rate": sum(i.dense >= hit_threshold for i in items) / n if n else 0.0,
+            "retrieval_hit_rate": (sum(i.bm25 > 0 if dense_off else i.dense >= hit_threshold for i in items) / n
+                                   if n else 0.0),
             "lexical_match_rate": sum(i.bm25 > 0 for i in items) / n if n else 0.0,
             "similarity": float(np.mean([i.dense for i in items])) if n else 0.0,
             "freshness": float(np.mean(stamped)) if stamped else 1.0,
@@ -294,5 +367,9 @@ class HybridIndex:
             "tokens": float(sum(i.tokens or 0 for i in items)),
             "duplicates_collapsed": float(collapsed),
             "excluded": float(excluded),
+            "empty_query": 0.0,
+            "dense_off": 0.0,
+            "timestamps_ignored": 0.0,
+            **(flags or {}),
         }
         return RetrievalResult(query, tuple(items), signals)

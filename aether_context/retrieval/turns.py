@@ -1,0 +1,69 @@
+"""An older conversation turn as a retrievable document: its text plus the context a reader needs.
+
+Why: a turn alone is often unplaceable ("Yes, last Tuesday, with her." answers nothing a later
+question asks); with its date and the turn it answers, both BM25 and the embedding see who, what
+and when. On LoCoMo this context lifts evidence recall a lot (docs/benchmarks.md, retrieval
+section). The context is searched, never shown: put it in `Document.context`, keep the turn as
+`Document.text`. Pure and deterministic: the same turns give the same document.
+
+Usage::
+
+    context = turn_context(date="8 May 2023", previous="Melanie: How was the trip?",
+                           max_tokens=96, count_tokens=counter.count_text)
+    Document("turn-12", "Caroline: Lovely, we saw the lake.", "history", context=context)
+    # its search_text equals turn_document("Caroline: Lovely, we saw the lake.", date=..., previous=..., ...)
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+__all__ = ["turn_context", "turn_document", "clip_words"]
+
+
+def clip_words(text: str, max_tokens: int, count_tokens: Callable[[str], int], *, keep_end: bool = False) -> str:
+    """The longest run of whole words of `text` within `max_tokens`, from its start (or its end
+    with `keep_end`: the part of a previous turn nearest to the turn that follows it)."""
+    if max_tokens <= 0 or not text:
+        return ""
+    if count_tokens(text) <= max_tokens:
+        return text
+    words = text.split()
+    low, high = 0, len(words)  # the largest n with count(n words) <= max_tokens
+    while low < high:
+        mid = (low + high + 1) // 2
+        part = " ".join(words[-mid:] if keep_end else words[:mid])
+        if count_tokens(part) <= max_tokens:
+            low = mid
+        else:
+            high = mid - 1
+    if low == 0:
+        return ""
+    return " ".join(words[-low:] if keep_end else words[:low])
+
+
+def turn_context(*, date: str = "", previous: str = "", next: str = "", max_tokens: int,
+                 count_tokens: Callable[[str], int]) -> str:
+    """The date, then the end of the previous turn, then the start of the next one, within `max_tokens`.
+
+    The date is kept whole when it fits; the previous turn gets up to two thirds of what is left
+    (it is what the turn usually answers), the next turn the rest.
+    """
+    if max_tokens < 0:
+        raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+    date = clip_words(date.strip(), max_tokens, count_tokens)
+    left = max_tokens - (count_tokens(date) if date else 0)
+    prev_cap = left if not next.strip() else (2 * left) // 3
+    before = clip_words(previous.strip(), prev_cap, count_tokens, keep_end=True)
+    left -= count_tokens(before) if before else 0
+    after = clip_words(next.strip(), left, count_tokens)
+    return "\n".join(p for p in (date, before, after) if p)
+
+
+def turn_document(text: str, *, date: str = "", previous: str = "", next: str = "", max_tokens: int,
+                  count_tokens: Callable[[str], int]) -> str:
+    """What the index searches for an older turn: the turn, then `turn_context` (same layout as
+    `Document(text=..., context=turn_context(...)).search_text`)."""
+    context = turn_context(date=date, previous=previous, next=next, max_tokens=max_tokens,
+                           count_tokens=count_tokens)
+    return f"{text}\n{context}" if context else text

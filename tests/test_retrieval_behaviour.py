@@ -1,0 +1,212 @@
+"""The retriever as the pack uses it: unique ids, empty queries, bad timestamps, dense off, threads, turns."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+import pytest
+
+from aether_context.pipeline.retrieve import Retriever, default_retriever, use_default_embedder
+from aether_context.profile import load_profile
+from aether_context.retrieval import (
+    Document, EmbeddingCache, HashingEmbedder, HybridIndex, RecordingEmbedder, RetrievalSettings,
+    bounded_threads, turn_document,
+)
+from aether_context.retrieval import embeddings as embeddings_module
+from aether_context.retrieval.turns import clip_words, turn_context
+from aether_context.tokens import TokenCounter
+
+DAY = 86_400.0
+COUNT = TokenCounter().count_text
+
+
+def make_index(**settings) -> HybridIndex:
+    return HybridIndex(RetrievalSettings(**settings), embedder=HashingEmbedder())
+
+
+def test_a_repeated_id_in_one_batch_is_one_row_and_leaves_with_one_remove():
+    index = make_index()
+    index.add([Document("a", "the first version about llamas", "m"), Document("b", "alpacas graze", "m"),
+               Document("a", "the second version about llamas", "m")])
+    assert len(index) == 2 and sorted(index.ids()) == ["a", "b"]
+    assert index.get("a").text == "the second version about llamas"  # last wins
+    result = index.search("llamas version", k=10)
+    assert result.ids.count("a") == 1 and len(result.ids) == len(set(result.ids))
+    assert index.remove(["a"]) == 1
+    assert "a" not in index and "a" not in index.search("llamas version", k=10).ids
+
+
+def test_retriever_rank_collapses_repeated_ids():
+    retriever = Retriever(RetrievalSettings(), embedder=HashingEmbedder())
+    docs = [Document("m1", "the user likes green tea", "memory"), Document("m1", "the user likes green tea", "memory")]
+    result = retriever.rank("s", "memory", "green tea", docs, k=5, count_tokens=COUNT, now=None)
+    assert result.ids == ["m1"]
+    result = retriever.rank("s", "memory", "green tea", [], k=5, count_tokens=COUNT, now=None)
+    assert result.ids == [] and retriever._index("s", "memory").ids() == []
+
+
+@pytest.mark.parametrize("query", ["", "   ", "?!...", "the of and was it", "¿¡—"])
+def test_a_query_without_content_words_retrieves_nothing_and_says_so(query):
+    index = make_index()
+    index.add([Document(f"d{i}", f"note number {i} about the garden", "m") for i in range(5)])
+    result = index.search(query, k=3)
+    assert result.items == () and result.signals["empty_query"] == 1.0
+    assert index.search("garden", k=3).signals["empty_query"] == 0.0
+
+
+def test_nan_infinite_and_future_timestamps_do_not_move_other_items_freshness():
+    now = 100 * DAY
+    good = [Document("old", "monthly report on river levels", "m", timestamp=now - 30 * DAY),
+            Document("new", "river levels measured today", "m", timestamp=now - 1 * DAY)]
+    bad = [Document("nan", "river levels rising at the dam", "m", timestamp=math.nan),
+           Document("inf", "river levels at the bridge gauge", "m", timestamp=math.inf),
+           Document("future", "forecast of river levels next spring", "m", timestamp=now + 365 * DAY)]
+    clean, dirty, unbounded = make_index(), make_index(), make_index()
+    clean.add(good)
+    dirty.add(bad[:1] + good + bad[1:])  # the NaN first: it must not turn freshness off
+    unbounded.add(bad[:2] + good)
+    base = {i.id: i.freshness for i in clean.search("river levels", k=10, now=now).items}
+    result = dirty.search("river levels", k=10, now=now)
+    got = {i.id: i.freshness for i in result.items}
+    assert {k: got[k] for k in base} == pytest.approx(base) and base["old"] < base["new"] < 1.0
+    assert got["nan"] == got["inf"] == got["future"] == 1.0
+    assert result.signals["timestamps_ignored"] == 3.0 and clean.search("river", now=now).signals[
+        "timestamps_ignored"] == 0.0
+    # Without `now`: the newest finite timestamp, never a NaN or an infinite one.
+    base = {i.id: i.freshness for i in clean.search("river levels", k=10).items}
+    got = {i.id: i.freshness for i in unbounded.search("river levels", k=10).items}
+    assert {k: got[k] for k in base} == pytest.approx(base)
+
+
+def test_retrieval_never_reads_the_wall_clock():
+    import inspect
+
+    from aether_context.pipeline import retrieve
+    from aether_context.retrieval import fusion, index, turns
+
+    for module in (index, fusion, turns, retrieve):
+        source = inspect.getsource(module)
+        assert "time.time" not in source and "datetime.now" not in source, module.__name__
+
+
+def test_vectors_are_held_once_in_the_shared_cache():
+    embedder = RecordingEmbedder()
+    cache = EmbeddingCache(embedder)
+    first = HybridIndex(RetrievalSettings(), cache=cache)
+    second = HybridIndex(RetrievalSettings(), cache=cache)
+    docs = [Document(f"d{i}", f"fact {i} about comets", "m") for i in range(20)]
+    first.add(docs)
+    second.add(docs[:10])
+    assert len(cache) == 20 and len(embedder.texts) == 20
+    assert not any(isinstance(v, np.ndarray) and v.ndim == 2 and v.dtype == np.float32 and v.shape[0] >= 10
+                   for v in vars(first).values())  # no second matrix of vectors in the index
+    assert first.search("comets fact 3", k=3).ids[0] == "d3" == second.search("comets fact 3", k=3).ids[0]
+
+
+class SlowModel:
+    """An embedder with a model that loads on `warm_up` (released by the test) and may be absent."""
+
+    name = "slow-model"
+
+    def __init__(self, installed: bool = True):
+        self.installed = installed
+        self.loaded = threading.Event()
+        self.release = threading.Event()
+        self.inner = RecordingEmbedder()
+
+    def available(self) -> bool:
+        return self.installed
+
+    def ready(self) -> bool:
+        return self.loaded.is_set()
+
+    def warm_up(self) -> None:
+        self.release.wait(10)
+        self.loaded.set()
+
+    def embed(self, texts):
+        assert self.loaded.is_set(), "embed called before the model was ready"
+        return self.inner.embed(texts)
+
+
+DOCS = [Document("m1", "the user's cat is called Miso", "memory"),
+        Document("m2", "flights to Lisbon are booked for May", "memory"),
+        Document("m3", "the deploy script lives in ops/deploy.sh", "memory")]
+
+
+def test_ranks_lexically_until_the_model_is_ready_then_densely():
+    model = SlowModel()
+    retriever = Retriever(RetrievalSettings(), embedder=model)
+    assert not retriever.ready()  # starts the warm-up, does not wait
+    first = retriever.rank("s", "memory", "cat name", DOCS, k=2, count_tokens=COUNT, now=None)
+    assert first.ids[0] == "m1" and first.signals["dense_off"] == 1.0 and model.inner.calls == []
+    model.release.set()
+    assert retriever.wait_ready(timeout=10)
+    second = retriever.rank("s", "memory", "cat name", DOCS, k=2, count_tokens=COUNT, now=None)
+    assert second.signals["dense_off"] == 0.0 and second.ids[0] == "m1"
+    assert sorted(model.inner.texts[:3]) == sorted(d.text for d in DOCS)  # the backlog, embedded once
+
+
+def test_retriever_works_with_dense_unavailable():
+    model = SlowModel(installed=False)
+    retriever = Retriever(RetrievalSettings(), embedder=model)
+    assert not retriever.available() and not retriever.ready()
+    for dense in (None, True, False):
+        result = retriever.rank("s", "memory", "Lisbon flights", DOCS, k=2, count_tokens=COUNT, now=None,
+                                dense=dense)
+        assert result.ids[0] == "m2" and result.signals["dense_off"] == 1.0
+        assert result.signals["retrieval_hit_rate"] > 0  # a lexical match counts as a hit
+    assert retriever._warming is None and model.inner.calls == []
+
+
+def test_default_retriever_without_sentence_transformers(monkeypatch):
+    real_find_spec = embeddings_module.importlib.util.find_spec
+    monkeypatch.setattr(embeddings_module.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "sentence_transformers" else real_find_spec(name, *a))
+    monkeypatch.setattr(embeddings_module, "_AVAILABLE", {})
+    use_default_embedder(None)
+    try:
+        profile = load_profile("default")
+        retriever = default_retriever(profile)
+        assert not retriever.available()
+        result = retriever.rank("s", "memory", "deploy script", DOCS, k=2, count_tokens=COUNT, now=None)
+        assert result.ids[0] == "m3" and result.signals["dense_off"] == 1.0
+    finally:
+        use_default_embedder(HashingEmbedder())
+
+
+def test_bounded_threads_limits_blas_and_restores_it():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    before = threadpoolctl.threadpool_info()
+    blas = [i for i in before if i["user_api"] == "blas"]
+    if not blas:
+        pytest.skip("no BLAS library visible to threadpoolctl")
+    with bounded_threads(1):
+        inside = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+        with bounded_threads(1):  # nested: one bound
+            pass
+        assert inside == [1] * len(inside)
+        assert [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"] == inside
+    after = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+    assert after == [i["num_threads"] for i in blas]
+    with pytest.raises(ValueError, match="threads"):
+        with bounded_threads(0):
+            pass
+
+
+def test_turn_document_carries_date_and_neighbours_within_the_cap():
+    previous = " ".join(f"word{i}" for i in range(200)) + " did you see the lake"
+    doc = turn_document("Caroline: Yes, last Tuesday, with her.", date="8 May 2023", previous=previous,
+                        next="Melanie: How lovely!", max_tokens=40, count_tokens=COUNT)
+    text, context = doc.split("\n", 1)
+    assert text == "Caroline: Yes, last Tuesday, with her."
+    assert context.startswith("8 May 2023") and "did you see the lake" in context and "word0 " not in context
+    assert COUNT(context.replace("\n", " ")) <= 40 + 2
+    assert turn_document("hi", max_tokens=10, count_tokens=COUNT) == "hi"
+    assert turn_context(date="1 Jan", previous="a b c", max_tokens=0, count_tokens=COUNT) == ""
+    assert clip_words("one two three four", 2, COUNT, keep_end=True) == "three four"
+    assert Document("t", "hi", "history", context=turn_context(date="d", previous="p", max_tokens=9,
+                                                               count_tokens=COUNT)).search_text == \
+        turn_document("hi", date="d", previous="p", max_tokens=9, count_tokens=COUNT)
