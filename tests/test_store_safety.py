@@ -258,3 +258,64 @@ def test_list_skips_a_corrupt_manifest(counter, memory_store_url):
     errors: list = []
     assert store.list_manifests(errors=errors) == [good, bad]
     assert errors and errors[0][0] == bad and "not valid JSON" in errors[0][1]
+
+
+# ------------------------------------------------------------------------------------------------
+# process death: atexit flush, kill -9
+# ------------------------------------------------------------------------------------------------
+
+WRITER = """
+import sys, time
+sys.path[:0] = [{root!r}, {tests!r}]
+from dataclasses import replace
+from conftest import history_turns, make_inputs
+from aether_context.pipeline import build_pack
+from aether_context.profile import load_profile
+from aether_context.store import PackStore
+from aether_context.tokens import TokenCounter
+store = PackStore({url!r}, max_queue=4)
+profile, counter = load_profile("default"), TokenCounter()
+for i in range({n}):
+    pack = build_pack(make_inputs(history_turns(3), f"request {{i}}"), profile, counter=counter, window=16_000)
+    print(store.save(pack), flush=True)
+"""
+
+
+def _writer_script(tmp_path, url: str, n: int) -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    return WRITER.format(root=os.path.dirname(here), tests=here, url=url, n=n)
+
+
+def test_queued_writes_are_flushed_at_interpreter_exit(tmp_path):
+    import subprocess
+    import sys
+    url = str(tmp_path / "packs")
+    out = subprocess.run([sys.executable, "-c", _writer_script(tmp_path, url, 8)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    uris = out.stdout.split()
+    store = PackStore(url, background=False)
+    assert len(uris) == 8 and sorted(store.list_manifests()) == sorted(uris)  # exit without close(): none lost
+    assert all(replay(u) for u in uris)
+
+
+def test_kill_9_during_writes_leaves_no_corrupt_manifest(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+    url = str(tmp_path / "packs")
+    proc = subprocess.Popen([sys.executable, "-c", _writer_script(tmp_path, url, 100_000)], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None
+    for _ in range(40):  # let it write for a while
+        proc.stdout.readline()
+    time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    store = PackStore(url, background=False)
+    errors: list = []
+    uris = store.list_manifests(errors=errors)
+    assert len(uris) >= 20 and errors == []
+    for uri in uris:
+        replay(uri)  # every manifest that exists is whole, and so is everything it references
