@@ -27,27 +27,38 @@ from .tokens import TokenCounter, TokenCounting
 __all__ = ["replay", "repack", "RepackResult", "store_for_uri"]
 
 
+MANIFEST_DEPTH = 6  # <app>/<user>/<session>/<agent>/<pack_id>/manifest.json
+
+
 def store_for_uri(uri: str) -> PackStore:
-    """The store a manifest URI lives in (everything before `<app>/<user>/<session>/<pack>/manifest.json`)."""
+    """The store a manifest URI lives in (everything before `<app>/<user>/<session>/<agent>/<pack>/manifest.json`)."""
+    if not isinstance(uri, str):
+        raise ManifestError(f"a manifest URI must be a string, got {type(uri).__name__}")
     parts = uri.rstrip("/").split("/")
-    if len(parts) < 6 or parts[-1] != "manifest.json":
-        raise ManifestError(f"{uri!r} is not a manifest URI (…/<app>/<user>/<session>/<pack_id>/manifest.json)")
-    return PackStore("/".join(parts[:-5]), background=False)
+    if len(parts) < MANIFEST_DEPTH + 1 or parts[-1] != "manifest.json":
+        raise ManifestError(f"{uri!r} is not a manifest URI (…/<app>/<user>/<session>/<agent>/<pack_id>/manifest.json)")
+    return PackStore("/".join(parts[:-MANIFEST_DEPTH]), background=False)
 
 
-def _load(uri: str, store: PackStore | None) -> tuple[PackStore, Manifest]:
+def _load(uri: str, store: PackStore | None) -> tuple[PackStore, Manifest, dict]:
     store = store or store_for_uri(uri)
-    return store, store.load_manifest(uri)
+    manifest, storage = store.read_manifest(uri)
+    return store, manifest, storage
 
 
 def replay(uri: str, *, store: PackStore | None = None) -> ModelRequest:
-    """The identical request the call sent; raises `ManifestError` if anything was altered."""
-    store, manifest = _load(uri, store)
+    """The request the call sent, rebuilt from the store; raises `ManifestError` if anything was altered.
+
+    Byte for byte the sent request, unless secrets were masked when it was stored: then the same
+    request with `[REDACTED:...]` in their place, verified against the checksum of what was stored.
+    """
+    store, manifest, storage = _load(uri, store)
     if not manifest.request_ref:
         raise ManifestError(f"{uri} records no request (packing failed: {manifest.error})")
     request = store.get_request(manifest.request_ref)
-    if request.checksum != manifest.checksum:
-        raise ManifestError(f"{uri}: the stored request's checksum {request.checksum} differs from the manifest's {manifest.checksum}")
+    expected = storage.get("stored_checksum") or manifest.checksum
+    if request.checksum != expected:
+        raise ManifestError(f"{uri}: the stored request's checksum {request.checksum} differs from the manifest's {expected}")
     return request
 
 
@@ -61,7 +72,7 @@ class RepackResult:
 def repack(uri: str, profile: "str | BudgetProfile", *, store: PackStore | None = None,
            counter: TokenCounting | None = None, window_tokens: int | None = None) -> RepackResult:
     """Build the call's pack again from its recorded inputs under `profile`, and compare."""
-    store, manifest = _load(uri, store)
+    store, manifest, _ = _load(uri, store)
     if not manifest.inputs_ref:
         raise ManifestError(f"{uri} records no inputs (packing failed: {manifest.error})")
     inputs = store.get_inputs(manifest.inputs_ref)

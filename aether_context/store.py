@@ -2,27 +2,36 @@
 
 Layout under the store URL::
 
-    blobs/<aa>/<sha256>            one message, request head or record, stored once by its hash
-    <app>/<user>/<session>/<pack_id>/manifest.json
+    .aether-store                                   marks the store (its absence: the folder was deleted)
+    blobs/<aa>/<sha256>                             one message, head, record or chunk, stored once by its hash
+    <app>/<user>/<session>/<agent>/<pack_id>/manifest.json (and usage.json)
+    artifacts/<app>/<user>/<session>/<file>/v<n>    originals, when ADK's artifact service is not durable
 
-A long session costs only its new content: every message is a blob named by its digest, so the
-hundredth call writes one or two new messages, not the whole history. Writes are atomic (temp file
-then move) and, by default, happen on a background thread so a slow store never delays the model.
+Ids become path segments reversibly (`store_paths`): no two ids share a folder and none leaves
+the root. A call costs its new content only: messages are blobs named by their digest and the
+lists of what was sent are chunk trees (`store_tree`), so the thousandth call writes its new
+messages and a few KB. Everything written is masked for secrets first (`redact`, on by default);
+files are written atomically and owner-private, on a bounded background writer (`store_io`)
+whose failures are logged and counted, never raised into the agent run. With
+`AETHER_CONTEXT_HMAC_KEY` set, manifests are signed and a manifest that does not verify is refused.
 
 Usage::
 
     store = PackStore("memory://packs")          # or a folder, s3://bucket/prefix, gs://...
     uri = store.save(pack)                        # returns the manifest URI at once
     store.flush()                                 # wait for background writes (tests, shutdown)
+    store.stats()                                 # written / failed / dropped / redacted counts
 """
 
 from __future__ import annotations
 
+import collections
+import hashlib
+import hmac
 import json
 import logging
-import queue
+import os
 import threading
-import uuid
 from typing import Any
 
 import fsspec
@@ -32,12 +41,21 @@ from .errors import ManifestError, StoreError
 from .pipeline.build import ContextPack
 from .pipeline.collect import PackInputs
 from .pipeline.record import Manifest
+from .redact import RedactionSettings, redact_value
+from .store_io import BackgroundWriter, WriteStats, write_atomic
+from .store_paths import encode_segment
+from .store_tree import TreeCodec
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PackStore", "DEFAULT_STORE_URL", "manifest_integrity"]
+__all__ = ["PackStore", "DEFAULT_STORE_URL", "HMAC_ENV", "manifest_integrity"]
 
 DEFAULT_STORE_URL = ".aether/packs"
+HMAC_ENV = "AETHER_CONTEXT_HMAC_KEY"
+MARKER = ".aether-store"
+LAYOUT = 2
+_STORE_KEYS = ("integrity", "signature", "storage")  # written by the store, not part of the Manifest model
+_SKIP = frozenset({"inline_data"})  # binary parts are never scanned for secrets
 
 
 def manifest_integrity(data: dict[str, Any]) -> str:
@@ -46,52 +64,107 @@ def manifest_integrity(data: dict[str, Any]) -> str:
     return "sha256:" + sha256_hex(canonical_json(body))
 
 
-def _safe(segment: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in (segment or "_"))
+def _signature(key: bytes, data: dict[str, Any]) -> str:
+    body = {k: v for k, v in data.items() if k not in ("integrity", "signature")}
+    return "hmac-sha256:" + hmac.new(key, canonical_json(body).encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+class _Lru:
+    """A bounded mapping (least recently used out first), safe across threads."""
+
+    def __init__(self, size: int):
+        self.size, self.lock, self.data = size, threading.Lock(), collections.OrderedDict()
+
+    def get(self, key):
+        with self.lock:
+            value = self.data.get(key)
+            if value is not None:
+                self.data.move_to_end(key)
+            return value
+
+    def put(self, key, value) -> None:
+        with self.lock:
+            self.data[key] = value
+            self.data.move_to_end(key)
+            while len(self.data) > self.size:
+                self.data.popitem(last=False)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.data.clear()
 
 
 class PackStore:
-    def __init__(self, url: str = DEFAULT_STORE_URL, *, background: bool = True):
+    """Manifests and blobs under one fsspec URL (see the module docstring)."""
+
+    def __init__(self, url: str = DEFAULT_STORE_URL, *, background: bool = True,
+                 redaction: RedactionSettings | None = None, hmac_key: "str | bytes | None" = None,
+                 max_queue: int = 256, put_timeout: float = 2.0, on_full: str = "inline", cache_size: int = 65536):
         self.url = url.rstrip("/")
         self.fs, self.root = fsspec.core.url_to_fs(self.url)
         self.root = self.root.rstrip("/")
-        self._known: set[str] = set()
-        self._lock = threading.Lock()
-        self._queue: queue.Queue | None = queue.Queue() if background else None
-        self._worker: threading.Thread | None = None
-        self._errors: list[BaseException] = []
+        self.redaction = redaction or RedactionSettings()
+        key = os.environ.get(HMAC_ENV, "") if hmac_key is None else hmac_key
+        self.hmac_key: bytes | None = (key.encode("utf-8") if isinstance(key, str) else key) or None
+        self._stats = WriteStats()
+        self._writer = BackgroundWriter(self._stats, max_queue=max_queue, put_timeout=put_timeout,
+                                        on_full=on_full, background=background)
+        self._known = _Lru(cache_size)  # message digest -> (stored digest, secrets masked); blob digests -> True
+        self._tree = TreeCodec(self._put_piece, self._get_piece)
+        self._marked = False
+        self._local = threading.local()  # bytes written by the job running on this thread
+
+    def configure_redaction(self, settings: RedactionSettings) -> None:
+        """Use the profile's `redaction:` section from now on."""
+        self.redaction = settings
+        self._known.clear()  # stored digests depend on what is masked
+        self._tree.clear()
 
     # ---------------------------------------------------------------- paths and URIs
     def _path(self, rel: str) -> str:
         return f"{self.root}/{rel}"
 
     def manifest_rel(self, manifest: Manifest) -> str:
-        return "/".join(_safe(s) for s in (manifest.app_name, manifest.user_id, manifest.session_id, manifest.pack_id)) + "/manifest.json"
+        ids = (manifest.app_name, manifest.user_id, manifest.session_id, manifest.agent, manifest.pack_id)
+        return "/".join(encode_segment(s) for s in ids) + "/manifest.json"
 
     def uri(self, rel: str) -> str:
         return f"{self.url}/{rel}"
 
     def rel_from_uri(self, uri: str) -> str:
         """The path inside the store for `uri`; refuses anything outside it."""
+        if not isinstance(uri, str):
+            raise StoreError(f"a manifest URI must be a string, got {type(uri).__name__}")
         for prefix in (self.url + "/", self.root + "/"):
             if uri.startswith(prefix):
                 rel = uri[len(prefix):]
                 break
         else:
             raise StoreError(f"{uri!r} is outside the pack store {self.url!r}")
-        if ".." in rel.split("/"):
-            raise StoreError(f"{uri!r} escapes the pack store")
+        if any(s in ("", ".", "..") for s in rel.split("/")):
+            raise StoreError(f"{uri!r} escapes the pack store (empty, '.' or '..' segment)")
         return rel
 
     # ---------------------------------------------------------------- low-level IO
-    def _write_atomic(self, rel: str, data: bytes) -> None:
-        path = self._path(rel)
-        parent = path.rsplit("/", 1)[0]
-        self.fs.makedirs(parent, exist_ok=True)
-        tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"
-        with self.fs.open(tmp, "wb") as f:
-            f.write(data)
-        self.fs.mv(tmp, path)
+    def _write(self, rel: str, data: bytes) -> None:
+        write_atomic(self.fs, self._path(rel), data)
+        self._stats.add("files")
+        self._stats.add("bytes", len(data))
+        self._local.bytes = getattr(self._local, "bytes", 0) + len(data)
+
+    def _ensure_marker(self) -> None:
+        """Notice a deleted store: forget what we believe is written, so it is written again."""
+        path = self._path(MARKER)
+        if self._marked and self.fs.exists(path):
+            return
+        if self._marked:
+            logger.warning("aether-context: the pack store %s was removed; writing blobs again", self.url)
+            self._stats.add("store_recreated")
+        self._known.clear()
+        self._tree.clear()
+        if not self.fs.exists(path):
+            self._write(MARKER, json.dumps({"layout": LAYOUT}).encode("utf-8"))
+        self._marked = True
 
     def read_bytes(self, rel: str) -> bytes:
         try:
@@ -99,169 +172,244 @@ class PackStore:
                 return f.read()
         except FileNotFoundError as e:
             raise ManifestError(f"{self.uri(rel)} not found in the pack store") from e
+        except OSError as e:
+            raise StoreError(f"{self.uri(rel)} could not be read: {e}") from e
 
     def put_blob(self, data: bytes, digest: str | None = None) -> str:
         """Store `data` under its sha256 (once); returns the digest."""
         digest = digest or sha256_hex(data)
-        with self._lock:
-            if digest in self._known:
-                return digest
+        if self._known.get(digest) is not None:
+            return digest
         rel = f"blobs/{digest[:2]}/{digest}"
         if not self.fs.exists(self._path(rel)):
-            self._write_atomic(rel, data)
-        with self._lock:
-            self._known.add(digest)
+            self._write(rel, data)
+        self._known.put(digest, True)
         return digest
 
     def get_blob(self, digest: str) -> bytes:
+        if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise ManifestError(f"{str(digest)[:80]!r} is not a blob reference")
         data = self.read_bytes(f"blobs/{digest[:2]}/{digest}")
         if sha256_hex(data) != digest:
             raise ManifestError(f"blob {digest} is corrupt: its content no longer matches its hash")
         return data
 
-    def _put_json(self, value: Any) -> str:
-        return self.put_blob(canonical_json(value).encode("utf-8"))
+    def _put_piece(self, value: Any, *, text: bool = False) -> str:
+        return self.put_blob(value.encode("utf-8") if text else canonical_json(value).encode("utf-8"))
 
-    def _get_json(self, digest: str) -> Any:
-        return json.loads(self.get_blob(digest))
+    def _get_piece(self, ref: str, *, text: bool = False) -> Any:
+        data = self.get_blob(ref)
+        try:
+            return data.decode("utf-8") if text else json.loads(data)
+        except ValueError as e:
+            raise ManifestError(f"blob {ref} is not a valid record: {e}") from e
+
+    def _redacted(self, value: Any) -> tuple[Any, int]:
+        value, n = redact_value(value, self.redaction, skip=_SKIP)
+        if n:
+            self._stats.add("redacted", n)
+        return value, n
 
     # ---------------------------------------------------------------- artifacts (fallback store)
     def _artifact_dir(self, app: str, user: str, session: str, filename: str) -> str:
-        return "artifacts/" + "/".join(_safe(s) for s in (app, user, session, filename))
+        parts = [encode_segment(s) for s in (app, user, session)] + [encode_segment(c) for c in filename.split("/")]
+        return "artifacts/" + "/".join(parts)
 
     def put_artifact(self, app: str, user: str, session: str, filename: str, data: bytes) -> int:
-        """Save an artifact version when the runner has no artifact service; returns the version."""
+        """Save an artifact version (when ADK's artifact service is absent or not durable); returns it."""
         folder = self._artifact_dir(app, user, session, filename)
-        version = len(self.fs.glob(self._path(folder) + "/v*")) if self.fs.exists(self._path(folder)) else 0
-        self._write_atomic(f"{folder}/v{version}", data)
+        version = len(self._versions(folder))
+        self._write(f"{folder}/v{version}", data)
         return version
+
+    def _versions(self, folder: str) -> list[int]:
+        path = self._path(folder)
+        if not self.fs.exists(path):
+            return []
+        found = [p.rsplit("/v", 1)[-1] for p in self.fs.glob(path + "/v*")]
+        return sorted(int(v) for v in found if v.isdigit())
 
     def get_artifact(self, app: str, user: str, session: str, filename: str, version: int | None) -> bytes | None:
         folder = self._artifact_dir(app, user, session, filename)
         if version is None:
-            found = self.fs.glob(self._path(folder) + "/v*") if self.fs.exists(self._path(folder)) else []
-            if not found:
+            versions = self._versions(folder)
+            if not versions:
                 return None
-            version = max(int(p.rsplit("/v", 1)[1]) for p in found)
+            version = versions[-1]
         try:
             return self.read_bytes(f"{folder}/v{version}")
         except ManifestError:
             return None
 
     # ---------------------------------------------------------------- requests and inputs
-    def _put_message(self, message: Message) -> str:
+    def _put_message(self, message: Message) -> tuple[str, int]:
+        """Store one message (masked); returns its stored digest and the secrets masked in it."""
         digest = message.digest
-        with self._lock:
-            if digest in self._known:  # stored before: no need to serialise it again
-                return digest
-        return self.put_blob(canonical_json(message.to_json()).encode("utf-8"), digest)
+        known = self._known.get(("m", digest))
+        if known is not None:
+            return known
+        data, n = self._redacted(message.to_json())
+        stored = digest if n == 0 else None
+        stored = self.put_blob(canonical_json(data).encode("utf-8"), stored)
+        self._known.put(("m", digest), (stored, n))
+        return stored, n
+
+    def _put_request_counted(self, request: ModelRequest) -> tuple[str, int, str]:
+        """Store a request; returns its record reference, the secrets masked and its stored checksum."""
+        stored = [self._put_message(m) for m in request.messages]
+        head, n_head = self._redacted(request.head_json())
+        refs = [s for s, _ in stored]
+        record = {"v": LAYOUT, "head": self._put_piece(head), "messages": self._tree.put_list(refs)}
+        checksum = "sha256:" + sha256_hex(canonical_json({"head": head, "messages": refs}))
+        return self._put_piece(record), n_head + sum(n for _, n in stored), checksum
 
     def put_request(self, request: ModelRequest) -> str:
-        refs = [self._put_message(m) for m in request.messages]
-        return self._put_json({"head": self._put_json(request.head_json()), "messages": refs})
+        return self._put_request_counted(request)[0]
 
     def get_request(self, ref: str) -> ModelRequest:
-        record = self._get_json(ref)
-        data = dict(self._get_json(record["head"]))
-        data["messages"] = [self._get_json(r) for r in record["messages"]]
-        return ModelRequest.from_json(data)
+        try:
+            record = self._get_piece(ref)
+            data = dict(self._get_piece(record["head"]))
+            messages = record["messages"]
+            refs = messages if isinstance(messages, list) else self._tree.get_list(messages)
+            data["messages"] = [self._get_piece(r) for r in refs]
+            return ModelRequest.from_json(data)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ManifestError(f"request record {ref} is malformed: {type(e).__name__}: {e}") from e
 
     def put_inputs(self, inputs: PackInputs) -> str:
-        data = inputs.to_json_without_request()
-        data["request"] = {"ref": self.put_request(inputs.request)}
-        return self._put_json(data)
+        data, _ = self._redacted(inputs.to_json_without_request())
+        record = {"v": LAYOUT, "fields": self._tree.encode(data), "request": {"ref": self.put_request(inputs.request)}}
+        return self._put_piece(record)
 
     def get_inputs(self, ref: str) -> PackInputs:
-        data = dict(self._get_json(ref))
-        data["request"] = self.get_request(data["request"]["ref"]).to_json()
-        return PackInputs.from_json(data)
+        try:
+            record = self._get_piece(ref)
+            data = dict(self._tree.decode(record["fields"])) if "fields" in record else dict(record)
+            data["request"] = self.get_request(record["request"]["ref"]).to_json()
+            return PackInputs.from_json(data)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ManifestError(f"inputs record {ref} is malformed: {type(e).__name__}: {e}") from e
 
     # ---------------------------------------------------------------- manifests
     def save(self, pack: ContextPack) -> str:
-        """Record a pack; returns its manifest URI immediately (the write may finish later)."""
-        manifest = pack.manifest
-        rel = self.manifest_rel(manifest)
-        self._submit(lambda: self._save_now(pack, rel))
+        """Record a pack; returns its manifest URI immediately (the write may finish later). Never raises."""
+        rel = self.manifest_rel(pack.manifest)
+        self._writer.submit(rel, lambda: self._save_now(pack, rel))
         return self.uri(rel)
 
     def save_manifest(self, manifest: Manifest) -> str:
-        """Record a manifest alone (e.g. a fail-open record with no pack)."""
+        """Record a manifest alone (e.g. a fail-open record with no pack). Never raises."""
         rel = self.manifest_rel(manifest)
-        self._submit(lambda: self._write_manifest(manifest, rel))
+        self._writer.submit(rel, lambda: self._save_now(None, rel, manifest))
         return self.uri(rel)
 
-    def _save_now(self, pack: ContextPack, rel: str) -> None:
-        manifest = pack.manifest.model_copy(update={
-            "request_ref": self.put_request(pack.request), "inputs_ref": self.put_inputs(pack.inputs)})
-        self._write_manifest(manifest, rel)
+    def _save_now(self, pack: ContextPack | None, rel: str, manifest: Manifest | None = None) -> None:
+        self._local.bytes = 0
+        self._ensure_marker()
+        storage: dict[str, Any] = {"layout": LAYOUT, "redacted": 0}
+        if pack is not None:
+            manifest = pack.manifest
+            request_ref, n, stored_checksum = self._put_request_counted(pack.request)
+            manifest = manifest.model_copy(update={"request_ref": request_ref, "inputs_ref": self.put_inputs(pack.inputs)})
+            storage["redacted"] = n
+            if stored_checksum != manifest.checksum:
+                storage["stored_checksum"] = stored_checksum
+        assert manifest is not None
+        data, n = self._redacted(manifest.model_dump(mode="json"))
+        storage["redacted"] += n
+        storage["new_bytes"] = self._local.bytes  # blobs this call added (the manifest itself not counted)
+        self._write_manifest(data, storage, rel)
+        self._stats.add("manifests")
 
-    def _write_manifest(self, manifest: Manifest, rel: str) -> None:
-        data = manifest.model_dump(mode="json")
+    def _write_manifest(self, data: dict[str, Any], storage: dict[str, Any], rel: str) -> None:
+        data = {**data, "storage": storage}
+        if self.hmac_key:
+            data["signature"] = _signature(self.hmac_key, data)
         data["integrity"] = manifest_integrity(data)
-        self._write_atomic(rel, json.dumps(data, indent=1, sort_keys=True).encode("utf-8"))
+        self._write(rel, json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False).encode("utf-8"))
 
     def save_usage(self, manifest: Manifest, usage: dict) -> None:
-        """What the model reported for a call (prompt and cached tokens), beside its manifest."""
+        """What the model reported for a call (prompt and cached tokens), beside its manifest. Never raises."""
         rel = self.manifest_rel(manifest).rsplit("/", 1)[0] + "/usage.json"
-        self._submit(lambda: self._write_atomic(rel, json.dumps(usage, sort_keys=True).encode("utf-8")))
+        self._writer.submit(rel, lambda: self._write(rel, json.dumps(usage, sort_keys=True).encode("utf-8")))
 
     def load_usage(self, manifest_uri: str) -> dict | None:
         rel = self.rel_from_uri(manifest_uri).rsplit("/", 1)[0] + "/usage.json"
         try:
             return json.loads(self.read_bytes(rel))
-        except (ManifestError, json.JSONDecodeError):
+        except (ManifestError, StoreError, ValueError):
             return None
 
-    def load_manifest(self, uri: str) -> Manifest:
-        """Read and verify a manifest; a truncated, malformed or edited file is a `ManifestError`."""
+    def read_manifest(self, uri: str) -> tuple[Manifest, dict[str, Any]]:
+        """A verified manifest and the store's notes on it (`redacted`, `new_bytes`, `stored_checksum`)."""
         raw = self.read_bytes(self.rel_from_uri(uri))
         try:
             data = json.loads(raw)
-        except json.JSONDecodeError as e:
+        except ValueError as e:
             raise ManifestError(f"{uri} is not valid JSON (truncated or corrupt): {e}") from e
+        if not isinstance(data, dict):
+            raise ManifestError(f"{uri} is not a manifest (a JSON object was expected)")
         integrity = data.pop("integrity", None)
         if integrity is None:
             raise ManifestError(f"{uri} has no integrity field: not written by aether-context, or cut short")
         if manifest_integrity(data) != integrity:
             raise ManifestError(f"{uri} was modified after it was written (integrity check failed)")
+        self._verify_signature(uri, data)
+        data.pop("signature", None)
+        storage = data.pop("storage", None) or {}
         try:
-            return Manifest.model_validate(data)
+            return Manifest.model_validate(data), storage
         except Exception as e:
-            raise ManifestError(f"{uri} does not match the manifest schema: {e}") from e
+            raise ManifestError(f"{uri} does not match the manifest schema: {str(e)[:500]}") from e
 
-    def list_manifests(self, app: str = "", user: str = "", session: str = "") -> list[str]:
-        """Manifest URIs under a scope, oldest first (by the pack's creation time)."""
-        scope = "/".join(_safe(s) if s else "*" for s in (app, user, session))
-        found = sorted(self.fs.glob(self._path(f"{scope}/*/manifest.json")))
-        uris = [self.uri(p[len(self.root) + 1:] if p.startswith(self.root) else p.lstrip("/")) for p in found]
-        return sorted(uris, key=lambda u: (self.load_manifest(u).created_at, u))
-
-    # ---------------------------------------------------------------- background writer
-    def _submit(self, job) -> None:
-        if self._queue is None:
-            job()
+    def _verify_signature(self, uri: str, data: dict[str, Any]) -> None:
+        if not self.hmac_key:
             return
-        if self._worker is None or not self._worker.is_alive():
-            self._worker = threading.Thread(target=self._run, name="aether-context-store", daemon=True)
-            self._worker.start()
-        self._queue.put(job)
+        signature = data.get("signature")
+        if not signature:
+            raise ManifestError(f"{uri} is not signed, but {HMAC_ENV} is set: refused (written without the key, "
+                                "or its signature was removed)")
+        if not isinstance(signature, str) or not hmac.compare_digest(signature, _signature(self.hmac_key, data)):
+            raise ManifestError(f"{uri} has a signature that does not verify: tampered with, or signed with another "
+                                f"key (check {HMAC_ENV})")
 
-    def _run(self) -> None:
-        assert self._queue is not None
-        while True:
-            job = self._queue.get()
+    def load_manifest(self, uri: str) -> Manifest:
+        """Read and verify a manifest; a truncated, malformed, edited or badly signed file is a `ManifestError`."""
+        return self.read_manifest(uri)[0]
+
+    def list_manifests(self, app: str = "", user: str = "", session: str = "", *,
+                       errors: list | None = None) -> list[str]:
+        """Manifest URIs under a scope, oldest first. An unreadable manifest is listed last (and, with
+        `errors`, its `(uri, message)` appended there) instead of stopping the listing."""
+        scope = "/".join(encode_segment(s) if s else "*" for s in (app, user, session))
+        found = sorted(self.fs.glob(self._path(f"{scope}/*/*/manifest.json")))
+        uris = [self.uri(p[len(self.root) + 1:] if p.startswith(self.root) else p.lstrip("/")) for p in found]
+
+        def created(uri: str) -> tuple[float, str]:
             try:
-                job()
-            except BaseException as e:  # recorded and re-raised by flush(); the agent run goes on
-                logger.error("aether-context: writing to the pack store failed", exc_info=True)
-                self._errors.append(e)
-            finally:
-                self._queue.task_done()
+                return self.load_manifest(uri).created_at, uri
+            except (ManifestError, StoreError) as e:
+                if errors is not None:
+                    errors.append((uri, str(e)))
+                return float("inf"), uri
 
-    def flush(self) -> None:
-        """Wait until every queued write is done; raises the first write error, if any."""
-        if self._queue is not None:
-            self._queue.join()
-        if self._errors:
-            err, self._errors = self._errors[0], []
-            raise StoreError(f"a background write to {self.url} failed: {err}") from err
+        return sorted(uris, key=created)
+
+    # ---------------------------------------------------------------- writer
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait for queued writes (at most `timeout` s); True when all are done. Never raises:
+        failures are in `stats()`."""
+        return self._writer.flush(timeout)
+
+    def close(self, timeout: float | None = 30.0) -> bool:
+        return self.flush(timeout)
+
+    def stats(self) -> dict[str, Any]:
+        """Counts: `manifests`, `files`, `bytes`, `failed`, `dropped`, `inline`, `redacted`,
+        `store_recreated`, `pending`, and `recent_failures` (what, error, time)."""
+        return {**self._stats.snapshot(), "pending": self._writer.pending()}
+
+    @property
+    def failures(self) -> list[dict[str, Any]]:
+        return self._stats.snapshot()["recent_failures"]

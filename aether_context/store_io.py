@@ -1,0 +1,208 @@
+"""Low-level store IO: atomic, owner-private file writes and a bounded background writer.
+
+Why a module of its own: the pack store's layout and records (store.py) should not care how a
+file reaches the disk or the bucket, and the writer's guarantees are easier to state and test
+alone:
+
+- A write is atomic: a temp file in the same folder, then a rename, so a reader (or a process
+  killed with SIGKILL mid-write) never leaves half a manifest under its real name.
+- On a local file system, folders the store creates are 0700 and files 0600 (owner only).
+  Object stores (s3, gcs, memory) have no POSIX modes: their access control is the bucket's.
+- The background queue is bounded. A full queue makes the caller wait up to `put_timeout`, then
+  the job runs in the caller's thread (`on_full="inline"`, the default) or is dropped and counted
+  (`on_full="drop"`). Nothing is lost silently.
+- A failed job is logged (the first with its traceback) and recorded in `stats()`/`failures`;
+  it is never raised into the caller, not from `flush()` or `close()` either.
+- Pending jobs are flushed at interpreter exit (atexit), bounded by `exit_timeout`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import logging
+import os
+import queue
+import threading
+import time
+import traceback
+import uuid
+import weakref
+from typing import Any, Callable
+
+from fsspec.implementations.local import LocalFileSystem
+
+logger = logging.getLogger("aether_context.store")
+
+__all__ = ["write_atomic", "makedirs_private", "BackgroundWriter", "WriteStats"]
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+def makedirs_private(fs, path: str) -> None:
+    """Create `path` and its missing parents; on a local file system each new folder is 0700."""
+    if not isinstance(fs, LocalFileSystem):
+        fs.makedirs(path, exist_ok=True)
+        return
+    missing = []
+    current = path
+    while current and not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, DIR_MODE)
+        except FileExistsError:
+            continue
+        os.chmod(folder, DIR_MODE)  # the umask may have taken bits; never more than 0700 anyway
+
+
+def write_atomic(fs, path: str, data: bytes) -> None:
+    """Write `data` to `path` through a temp file in the same folder and a rename."""
+    parent = path.rsplit("/", 1)[0]
+    makedirs_private(fs, parent)
+    tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"
+    if isinstance(fs, LocalFileSystem):
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            _remove_quietly(tmp)
+            raise
+        return
+    with fs.open(tmp, "wb") as f:
+        f.write(data)
+    fs.mv(tmp, path)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+class WriteStats:
+    """Counters of one store's writes, and the last failures (bounded)."""
+
+    def __init__(self, keep_failures: int = 100):
+        self.lock = threading.Lock()
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.failures: collections.deque[dict[str, Any]] = collections.deque(maxlen=keep_failures)
+
+    def add(self, key: str, n: int = 1) -> None:
+        with self.lock:
+            self.counts[key] += n
+
+    def failed(self, what: str, error: BaseException) -> None:
+        with self.lock:
+            first = self.counts["failed"] == 0
+            self.counts["failed"] += 1
+            self.failures.append({"what": what, "error": f"{type(error).__name__}: {error}"[:500],
+                                  "time": time.time()})
+        if first:
+            logger.error("aether-context: writing %s to the pack store failed; the agent run goes on "
+                         "(later failures are logged in one line each)", what,
+                         exc_info=(type(error), error, error.__traceback__))
+        else:
+            logger.error("aether-context: writing %s to the pack store failed: %s: %s", what,
+                         type(error).__name__, error)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return {**dict(self.counts), "recent_failures": list(self.failures)}
+
+
+_LIVE: "weakref.WeakSet[BackgroundWriter]" = weakref.WeakSet()
+
+
+def _flush_all_at_exit() -> None:
+    for writer in list(_LIVE):
+        writer.flush(timeout=writer.exit_timeout)
+
+
+atexit.register(_flush_all_at_exit)
+
+
+class BackgroundWriter:
+    """Runs write jobs in order on one daemon thread, through a bounded queue (see the module doc)."""
+
+    def __init__(self, stats: WriteStats, *, max_queue: int = 256, put_timeout: float = 2.0,
+                 on_full: str = "inline", exit_timeout: float = 30.0, background: bool = True):
+        if on_full not in ("inline", "drop"):
+            raise ValueError(f"on_full={on_full!r}: use 'inline' (write in the caller) or 'drop' (count and skip)")
+        self.stats = stats
+        self.background = background
+        self.put_timeout = put_timeout
+        self.on_full = on_full
+        self.exit_timeout = exit_timeout
+        self._queue: queue.Queue | None = queue.Queue(maxsize=max(1, max_queue)) if background else None
+        self._worker: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        if background:
+            _LIVE.add(self)
+
+    def submit(self, what: str, job: Callable[[], None]) -> None:
+        """Run `job` now (background=False) or on the writer thread; never raises."""
+        if self._queue is None:
+            self._run_one(what, job)
+            return
+        self._ensure_worker()
+        try:
+            self._queue.put((what, job), timeout=self.put_timeout)
+            return
+        except queue.Full:
+            pass
+        if self.on_full == "drop":
+            self.stats.add("dropped")
+            self.stats.failed(what, RuntimeError(f"write queue full for {self.put_timeout} s: dropped"))
+            return
+        self.stats.add("inline")
+        self._run_one(what, job)
+
+    def _ensure_worker(self) -> None:
+        with self._start_lock:
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(target=self._loop, name="aether-context-store", daemon=True)
+                self._worker.start()
+
+    def _run_one(self, what: str, job: Callable[[], None]) -> None:
+        try:
+            job()
+        except Exception as e:  # recorded and logged; the agent run goes on
+            self.stats.failed(what, e)
+
+    def _loop(self) -> None:
+        assert self._queue is not None
+        while True:
+            what, job = self._queue.get()
+            try:
+                self._run_one(what, job)
+            except BaseException:  # even a BaseException must not kill the writer and hang flush()
+                logger.error("aether-context: store writer: %s", traceback.format_exc())
+            finally:
+                self._queue.task_done()
+
+    def pending(self) -> int:
+        return 0 if self._queue is None else self._queue.unfinished_tasks
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every queued job has run (or `timeout` seconds); True when all are done."""
+        if self._queue is None:
+            return True
+        q = self._queue
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with q.all_tasks_done:
+            while q.unfinished_tasks:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    logger.error("aether-context: %d store writes still pending after %.0f s", q.unfinished_tasks, timeout)
+                    return False
+                q.all_tasks_done.wait(left)
+        return True

@@ -1,0 +1,129 @@
+"""Incremental records: long lists and big values stored as shared, content-addressed pieces.
+
+Why: a call's request list (and its recorded inputs) repeats almost all of the previous call's.
+Written whole, every call would cost the whole history again (1 MB a call at 10,000 events).
+Here a long list is cut into fixed chunks of `CHUNK` items, each chunk a blob named by its
+hash; the chunks of the chunk references form the next level, until at most `CHUNK` references
+remain, kept inline. An append changes only the last chunk of each level, so a call writes a few
+KB of list however long the history; chunks already written are shared, not rewritten. A big
+string is a blob of its own (a frozen payload is written once per invocation, not once per call),
+and a big dict is stored as its list of `[key, value]` pairs, in insertion order (append-only maps
+such as the artifact URIs chunk like lists).
+
+Encoded forms (anything else is plain JSON, and dicts with `$` keys are escaped):
+`{"$s": ref}` string, `{"$l": tree}` list, `{"$m": tree}` dict as pairs, `{"$d": pairs}` escaped dict.
+A tree is `{"n": count, "depth": d, "items": [...]}`: depth 0 holds the items, depth d > 0 holds
+references to chunks `{"chunk": [...]}` of depth d - 1.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any, Callable
+
+__all__ = ["TreeCodec", "CHUNK", "BIG_STRING"]
+
+CHUNK = 32  # items per chunk: the last chunk of each level is what an append rewrites
+BIG_STRING = 1024  # characters; longer strings are blobs of their own
+BIG_LIST = CHUNK
+
+
+class TreeCodec:
+    """Encodes JSON values into pieces through `put(value) -> ref` and back through `get(ref)`.
+
+    `put` stores a JSON value (or a `str` as raw text when `text=True`) content-addressed and
+    returns its reference. A bounded memo of chunk -> reference avoids re-serialising and
+    re-hashing chunks that were stored before (the common case: every chunk but the last).
+    """
+
+    def __init__(self, put: Callable[..., str], get: Callable[..., Any], *, memo_size: int = 8192):
+        self._put = put
+        self._get = get
+        self._memo: collections.OrderedDict[Any, str] = collections.OrderedDict()
+        self._memo_size = memo_size
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._memo.clear()
+
+    # ------------------------------------------------------------------------------ encode
+    def put_list(self, items: list[Any]) -> dict[str, Any]:
+        """The tree of `items` (already encoded JSON values), storing every full chunk."""
+        level, depth = list(items), 0
+        while len(level) > CHUNK:
+            level = [self._put_chunk(level[i:i + CHUNK]) for i in range(0, len(level), CHUNK)]
+            depth += 1
+        return {"n": len(items), "depth": depth, "items": level}
+
+    def _put_chunk(self, chunk: list[Any]) -> str:
+        key = _hashable(chunk)
+        if key is not None:
+            with self._lock:
+                ref = self._memo.get(key)
+                if ref is not None:
+                    self._memo.move_to_end(key)
+                    return ref
+        ref = self._put({"chunk": chunk})
+        if key is not None:
+            with self._lock:
+                self._memo[key] = ref
+                while len(self._memo) > self._memo_size:
+                    self._memo.popitem(last=False)
+        return ref
+
+    def encode(self, value: Any) -> Any:
+        """`value` with big strings, long lists and big dicts replaced by references."""
+        if isinstance(value, str):
+            return {"$s": self._put(value, text=True)} if len(value) > BIG_STRING else value
+        if isinstance(value, (list, tuple)):
+            items = [self.encode(v) for v in value]
+            return {"$l": self.put_list(items)} if len(items) > BIG_LIST else items
+        if isinstance(value, dict):
+            if len(value) > BIG_LIST:
+                return {"$m": self.put_list([[k, self.encode(v)] for k, v in value.items()])}
+            if any(isinstance(k, str) and k.startswith("$") for k in value):
+                return {"$d": [[k, self.encode(v)] for k, v in value.items()]}
+            return {k: self.encode(v) for k, v in value.items()}
+        return value
+
+    # ------------------------------------------------------------------------------ decode
+    def get_list(self, tree: dict[str, Any]) -> list[Any]:
+        level, depth = list(tree["items"]), int(tree["depth"])
+        while depth > 0:
+            level = [item for ref in level for item in self._get(ref)["chunk"]]
+            depth -= 1
+        if len(level) != tree["n"]:
+            raise ValueError(f"list tree holds {len(level)} items, its record says {tree['n']}")
+        return level
+
+    def decode(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return [self.decode(v) for v in value]
+        if not isinstance(value, dict):
+            return value
+        if len(value) == 1:
+            (tag, body), = value.items()
+            if tag == "$s":
+                return self._get(body, text=True)
+            if tag == "$l":
+                return [self.decode(v) for v in self.get_list(body)]
+            if tag == "$m":
+                return {k: self.decode(v) for k, v in self.get_list(body)}
+            if tag == "$d":
+                return {k: self.decode(v) for k, v in body}
+        return {k: self.decode(v) for k, v in value.items()}
+
+
+def _hashable(chunk: list[Any]) -> tuple | None:
+    """A memo key for a chunk of strings (or `[key, string]` pairs); None for anything else."""
+    out = []
+    for item in chunk:
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], str):
+            out.append((item[0], item[1]))
+        else:
+            return None
+    return tuple(out)
