@@ -182,7 +182,8 @@ def report(ctx, store: str, session: str, app: str, user: str, output: str, disc
 
 @cli.command()
 @click.option("--db", required=True, metavar="URL",
-              help="The session database, as given to ADK's DatabaseSessionService (e.g. sqlite+aiosqlite:///sessions.db).")
+              help="The session service URI, as given to `adk web --session_service_uri` (e.g. sqlite:///sessions.db, "
+                   "postgresql+asyncpg://...); other SQLAlchemy URLs (sqlite+aiosqlite:///...) open ADK's DatabaseSessionService.")
 @click.argument("app")
 @click.argument("user")
 @click.argument("session")

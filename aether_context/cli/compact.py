@@ -16,11 +16,23 @@ __all__ = ["COMPACT_STATE_KEY", "request_compaction"]
 COMPACT_STATE_KEY = "aether:compact"
 
 
+def session_service(uri: str):
+    """The session service `adk web --session_service_uri URI` would use (sqlite://, postgresql://, ...);
+    other SQLAlchemy URLs (e.g. sqlite+aiosqlite://) go to ADK's DatabaseSessionService."""
+    from google.adk.cli.service_registry import get_service_registry
+
+    service = get_service_registry().create_session_service(uri)
+    if service is None:
+        from google.adk.sessions import DatabaseSessionService
+
+        service = DatabaseSessionService(uri)
+    return service
+
+
 async def _append(db_url: str, app: str, user: str, session_id: str) -> str:
     from google.adk.events import Event, EventActions
-    from google.adk.sessions import DatabaseSessionService
 
-    service = DatabaseSessionService(db_url)
+    service = session_service(db_url)
     try:
         session = await service.get_session(app_name=app, user_id=user, session_id=session_id)
         if session is None:

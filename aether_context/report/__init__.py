@@ -34,18 +34,19 @@ def _card(value: str, label: str) -> str:
 def _cards(calls: list[Call], savings: CacheSavings) -> str:
     sent = sum(c.sent for c in calls)
     without = sum(c.without for c in calls)
-    cal = sorted({c.manifest.calibration for c in calls})
+    cal = [c.manifest.calibration for c in calls]
     cards = [
         _card(f"{len(calls):,}", "model calls"),
         _card(f"{sent:,}", "tokens sent"),
         _card(f"{without:,}", "tokens ADK would have sent"),
-        _card(f"{1 - sent / without:.0%}" if without else "–", "saved by packing"),
+        _card(f"{sent / without - 1:+.0%}" if without else "–", "sent against ADK's (negative: fewer)"),
         _card(f"{savings.cached_share:.0%}" if savings.reported else "–", "prompt tokens served from cache"),
         _card(f"{round(savings.saved_tokens):,}" if savings.reported else "–",
               "full-price tokens saved by the cache" + (f" (${savings.cost_saved:,.4f})" if savings.cost_saved is not None else "")),
         _card(f"{sum(len(c.manifest.truncation_events) for c in calls):,}", "truncations"),
         _card(f"{max((c.manifest.failures for c in calls), default=0):,}", "tool failures (max recorded)"),
-        _card(" / ".join(f"{x:g}" for x in cal) or "–", "calibration in use"),
+        _card((f"{min(cal):.2f}" if max(cal) - min(cal) < 0.005 else f"{min(cal):.2f}–{max(cal):.2f}") if cal else "–",
+              "calibration (model tokens per token of ours)"),
     ]
     return "".join(cards)
 
@@ -92,7 +93,7 @@ request was sent).</p>
 <svg id="failures" role="img" aria-label="failures per call"></svg>
 <h2>Calls</h2>
 <p class="note">Click a row for its manifest: layer budgets, truncations in plain words, cache break, flags.</p>
-<table><thead><tr><th>#</th><th>time</th><th>session</th><th>agent</th><th>sent</th><th>without plugin</th><th>saved</th>
+<table><thead><tr><th>#</th><th>time</th><th>session</th><th>agent</th><th>sent</th><th>without plugin</th><th>vs ADK</th>
 <th>window</th><th>trunc</th><th>compaction</th><th>prefix</th><th>cached / reported</th><th>failures</th></tr></thead>
 <tbody id="rows"></tbody></table>
 <div id="tip"></div>

@@ -20,6 +20,7 @@
   }
   function fmt(n) { return n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"); }
   function pct(x) { return (100 * x).toFixed(x > 0 && x < 0.1 ? 1 : 0) + "%"; }
+  function change(sent, without) { var d = sent / without - 1; return (d > 0 ? "+" : "") + (100 * d).toFixed(0) + "%"; }
   function shown() { return D.calls.filter(function (c) { return !session || c.session === session; }); }
   function hint(target, text) {
     target.addEventListener("mousemove", function (ev) {
@@ -118,8 +119,8 @@
 
   function drawFailures() {
     var svg = document.getElementById("failures"), calls = shown();
-    var top = 1;
-    calls.forEach(function (c) { top = Math.max(top, c.failures); });
+    var top = 4;  // whole numbers on the axis
+    calls.forEach(function (c) { top = Math.max(top, Math.ceil(c.failures / 4) * 4); });
     var f = frame(svg, calls, top, 170, "tool failures recorded in the session");
     var bw = Math.max(2, f.slot * 0.5);
     calls.forEach(function (c, i) {
@@ -142,7 +143,8 @@
   function inspect(c, td) {
     node("div", {}, td).appendChild(document.createTextNode(
       "pack " + c.pack_id + " · model " + c.model + " · profile " + c.profile + " · window " + fmt(c.window) +
-      " · packed for " + fmt(c.packed_for) + " (calibration " + c.calibration + ")"));
+      " · packed for " + fmt(c.packed_for) + " of our tokens (calibration " + c.calibration.toFixed(2) + ": the model counts " +
+      c.calibration.toFixed(2) + "× our estimate)"));
     node("div", {}, td, "sent " + fmt(c.tokens_sent) + " tokens; without the plugin " + fmt(c.tokens_without_plugin) +
          "; prefix equal to the previous call " + fmt(c.prefix_tokens) + (c.reported ? "; model reported " + fmt(c.reported) +
          " prompt tokens, " + fmt(c.cached) + " cached" : ""));
@@ -150,7 +152,8 @@
     var t = node("table", {}, td), h = node("tr", {}, node("thead", {}, t));
     ["layer", "budget", "used", "items", "dropped"].forEach(function (k) { node("th", {}, h, k); });
     var body = node("tbody", {}, t);
-    Object.keys(c.layers).forEach(function (k) {
+    var order = LAYERS.concat(Object.keys(c.layers).filter(function (k) { return LAYERS.indexOf(k) < 0; }));
+    order.filter(function (k) { return c.layers[k]; }).forEach(function (k) {
       var u = c.layers[k], tr = node("tr", {}, body);
       [k, fmt(u.budget), fmt(u.used), u.items, u.dropped].forEach(function (v) { cell(tr, String(v)); });
     });
@@ -178,7 +181,7 @@
       cell(tr, c.agent);
       cell(tr, fmt(c.tokens_sent));
       cell(tr, fmt(c.tokens_without_plugin));
-      cell(tr, c.tokens_without_plugin ? pct(1 - c.tokens_sent / c.tokens_without_plugin) : "–");
+      cell(tr, c.tokens_without_plugin ? change(c.tokens_sent, c.tokens_without_plugin) : "–");
       cell(tr, fmt(c.window));
       cell(tr, String(c.truncations.length));
       cell(tr, c.compaction ? "yes" : "");
