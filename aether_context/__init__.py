@@ -7,7 +7,7 @@ Usage::
 """
 
 from .adk import (CallRecord, ContextPacker, ContextPackPlugin, StateKeys, add_evidence, add_note,
-                  context_pack_callback, llm_request_from, set_task)
+                  context_pack_callback, install_context_pack, llm_request_from, set_task)
 from .content import Message, ModelRequest, ToolSpec
 from .errors import AetherContextError, BudgetError, ManifestError, ProfileError, StoreError, WindowError
 from .pipeline import (ContextPack, EvidenceItem, Manifest, MemoryItem, PackInputs, PackState, Signals, TaskSpec,
@@ -22,7 +22,7 @@ from .windows import context_window
 __version__ = "0.1.0"
 
 __all__ = [
-    "ContextPackPlugin", "context_pack_callback", "ContextPacker", "CallRecord", "StateKeys", "set_task",
+    "ContextPackPlugin", "context_pack_callback", "install_context_pack", "ContextPacker", "CallRecord", "StateKeys", "set_task",
     "add_evidence", "add_note", "llm_request_from", "Message", "ModelRequest", "ToolSpec",
     "AetherContextError", "BudgetError", "ManifestError", "ProfileError", "StoreError", "WindowError",
     "ContextPack", "EvidenceItem", "Manifest", "MemoryItem", "PackInputs", "PackState", "Signals", "TaskSpec",

@@ -2,8 +2,11 @@
 
 Runs offline by default: a scripted model (aether_context.testing.ScriptedLlm) plays the agent's
 turns while real Python tools read real files from a generated workspace and return large outputs.
-Each model call is printed (tokens before → after, layer use, truncations), its manifest is written
-to a pack store, and the last call is replayed and inspected.
+The scripted model reports usage like Gemini: it counts 10 % more tokens than our tokenizer (so the
+plugin's calibration shows) and serves an unchanged request prefix of 1,024+ tokens from its cache.
+Each model call is printed (tokens sent against what ADK would have sent, layer use, cache, each
+truncation in plain words), its manifest is written to a pack store, the session's timeline and an
+HTML report follow, and the last call is replayed and inspected.
 
     python examples/demo_agent.py                 # offline
     GOOGLE_API_KEY=... python examples/demo_agent.py --gemini   # the same agent on Gemini
@@ -31,13 +34,47 @@ from google.adk.sessions import InMemorySessionService  # noqa: E402
 from google.adk.tools.tool_context import ToolContext  # noqa: E402
 from google.genai import types  # noqa: E402
 
-from aether_context import ContextPackPlugin, replay, set_task  # noqa: E402
+from aether_context import ContextPackPlugin, TokenCounter, replay, set_task  # noqa: E402
+from aether_context.adk import request_from_llm  # noqa: E402
 from aether_context.cli import main as cli_main  # noqa: E402
+from aether_context.pipeline import request_tokens  # noqa: E402
+from aether_context.report.calls import explain, tokens_without_plugin  # noqa: E402
 from aether_context.testing import ScriptedLlm, call  # noqa: E402
 
 APP = "incident_demo"
 USER = "oncall"
-WORKSPACE = Path(tempfile.mkdtemp(prefix="aether-demo-"))
+WORKSPACE = Path(".")  # set to a temporary folder (removed at the end) by run()
+MODEL_TOKEN_RATIO = 1.1  # the demo model counts 10 % more tokens than our tokenizer
+MIN_CACHED_PREFIX = 1024  # like Gemini's implicit cache: shorter prefixes are not cached
+
+
+class DemoLlm(ScriptedLlm):
+    """The scripted model, reporting usage as a provider with an implicit prompt cache would."""
+
+    def model_post_init(self, context) -> None:
+        super().model_post_init(context)
+        counter, previous = TokenCounter(), {"request": None}
+
+        def count(llm_request) -> int:
+            request = request_from_llm(llm_request)
+            tokens = request_tokens(request, counter)
+            self.cached_tokens = round(_shared_prefix_tokens(previous["request"], request, counter) * MODEL_TOKEN_RATIO)
+            previous["request"] = request
+            return round(tokens * MODEL_TOKEN_RATIO)
+
+        self.prompt_token_counter = count
+
+
+def _shared_prefix_tokens(old, new, counter) -> int:
+    """Tokens of the leading part two requests share (system, tools, then whole messages)."""
+    if old is None or old.head_json() != new.head_json():
+        return 0
+    shared = request_tokens(new, counter) - sum(counter.count_message(m) for m in new.messages)
+    for a, b in zip(old.messages, new.messages):
+        if a != b:
+            break
+        shared += counter.count_message(b)
+    return shared if shared >= MIN_CACHED_PREFIX else 0
 
 
 def _make_workspace(root: Path) -> None:
@@ -127,24 +164,45 @@ async def _seed_memory(memory: InMemoryMemoryService, sessions: InMemorySessionS
     await memory.add_session_to_memory(await sessions.get_session(app_name=APP, user_id=USER, session_id=old.id))
 
 
+LEGEND = """\
+How to read a call line (all counts in tokens):
+  sent        what the model received
+  ADK would send   the same call without the plugin (offloaded tool results at full size), and the
+              change: -60% is 60 % fewer tokens; + is the pack's own overhead (task, memory, tool notes)
+  same        leading tokens equal to the previous call: the part a prompt cache can serve
+  reused      the pack's context block was kept from the previous call (only new turns appended)
+  layers      used/budget per layer: sys(tem), task, tools, evid(ence), mem(ory), conv(ersation);
+              a budget of 0 means nothing of that kind was available to rank
+Below a call: what each truncation did, in plain words."""
+
+
 def _print_call(n: int, record) -> None:
     m = record.manifest
     if m.error:
         print(f"{n:>3}  packing failed, original request sent: {m.error}")
         return
     lb = m.layer_budgets
-    print(f"{n:>3}  {m.tokens_before:>7} -> {m.tokens_after:<6} "
-          f"sys {lb['system'].used:>4}  task {lb['task'].used:>4}  tools {lb['tools'].used:>4}  "
-          f"evid {lb['evidence'].used:>4}/{lb['evidence'].budget:<5} mem {lb['memory'].used:>4}/{lb['memory'].budget:<5} "
-          f"conv {lb['conversation'].used:>5}/{lb['conversation'].budget:<6} "
-          f"trunc {len(m.truncation_events):>2}  prefix {m.prefix_tokens:>5}{'  (reused)' if m.reused_payload else ''}")
+    without = tokens_without_plugin(m)
+    change = f"{m.tokens_after / without - 1:>+5.0%}" if without else "    -"
+    layers = "  ".join(f"{short} {lb[k].used}" + (f"/{lb[k].budget}" if k in ("evidence", "memory", "conversation") else "")
+                       for k, short in (("system", "sys"), ("task", "task"), ("tools", "tools"), ("evidence", "evid"),
+                                        ("memory", "mem"), ("conversation", "conv")))
+    print(f"{n:>3}  sent {m.tokens_after:>5,}  ADK would send {without:>6,} ({change})  same {m.prefix_tokens:>5,}"
+          f"{'  reused' if m.reused_payload else '        '}  {layers}")
     for e in m.truncation_events:
-        print(f"       - {e['layer']} {e['action']}: {e['reason']} ({e['tokens_before']} -> {e['tokens_after']} tokens, {len(e['ids'])} items)")
+        print(f"       - {explain(e)}")
 
 
-async def run(use_gemini: bool, store_url: str, window_tokens: int | None) -> int:
+async def run(use_gemini: bool, store_url: str, window_tokens: int | None, report: str) -> int:
+    global WORKSPACE
+    with tempfile.TemporaryDirectory(prefix="aether-demo-") as folder:
+        WORKSPACE = Path(folder)
+        return await _run(use_gemini, store_url, window_tokens, report)
+
+
+async def _run(use_gemini: bool, store_url: str, window_tokens: int | None, report: str) -> int:
     _make_workspace(WORKSPACE)
-    model = "gemini-2.5-flash" if use_gemini else ScriptedLlm(turns=SCRIPT)
+    model = "gemini-2.5-flash" if use_gemini else DemoLlm(model="scripted-gemini", turns=SCRIPT)
     app, plugin = build_app(model, store_url, None if use_gemini else window_tokens)
     sessions, memory = InMemorySessionService(), InMemoryMemoryService()
     runner = Runner(app=app, session_service=sessions, artifact_service=InMemoryArtifactService(), memory_service=memory)
@@ -156,8 +214,8 @@ async def run(use_gemini: bool, store_url: str, window_tokens: int | None) -> in
              constraints=["read-only: do not edit files"])
     session = await sessions.create_session(app_name=APP, user_id=USER, state=state)
 
-    print(f"workspace {WORKSPACE}\npack store {store_url}\n")
-    print("call  tokens before -> after   per-layer use (used/budget)")
+    print(f"workspace {WORKSPACE} (temporary)\npack store {store_url}\nwindow {window_tokens or 'the model’s'} tokens\n")
+    print(LEGEND)
     seen = 0
     for question in QUESTIONS:
         print(f"\nuser: {question}")
@@ -171,11 +229,15 @@ async def run(use_gemini: bool, store_url: str, window_tokens: int | None) -> in
                 _print_call(seen, plugin.packer.recent[seen - 1])
     plugin.packer.store.flush()
     last = plugin.packer.recent[-1]
+    print(f"\n$ aether-context timeline {store_url} --session {session.id}")
+    cli_main(["timeline", store_url, "--session", session.id])
+    print(f"\n$ aether-context report {store_url} --session {session.id} -o {report}")
+    cli_main(["report", store_url, "--session", session.id, "-o", report, "--title", "aether-context demo: incident investigation"])
     request = replay(last.uri)
     print(f"\nreplayed the last call from {last.uri}\n  checksum {request.checksum} "
           f"{'matches' if request.checksum == last.manifest.checksum else 'DIFFERS'}\n")
-    print("$ aether-context inspect", last.uri)
-    cli_main(["inspect", last.uri])
+    print("$ aether-context inspect", last.uri.rsplit("/", 1)[0])
+    cli_main(["inspect", last.uri.rsplit("/", 1)[0]])
     return 0
 
 
@@ -184,13 +246,14 @@ def main() -> int:
     parser.add_argument("--gemini", action="store_true", help="run on Gemini (needs GOOGLE_API_KEY)")
     parser.add_argument("--store", default=".aether/demo-packs", help="pack store URL (folder, memory://, s3://...)")
     parser.add_argument("--window", type=int, default=6000, help="context window for the offline model")
+    parser.add_argument("--report", default=".aether/demo-report.html", help="where to write the HTML report")
     parser.add_argument("-v", "--verbose", action="store_true", help="show the plugin's log line per call")
     args = parser.parse_args()
     if args.gemini and not os.environ.get("GOOGLE_API_KEY"):
         print("--gemini needs GOOGLE_API_KEY", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    return asyncio.run(run(args.gemini, args.store, args.window))
+    return asyncio.run(run(args.gemini, args.store, args.window, args.report))
 
 
 if __name__ == "__main__":

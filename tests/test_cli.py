@@ -1,4 +1,4 @@
-"""`aether-context inspect / replay / list` through `aether_context.cli.main`."""
+"""`aether-context inspect / replay / list / timeline / report / compact` through `aether_context.cli.main`."""
 
 from __future__ import annotations
 
@@ -42,8 +42,22 @@ def test_inspect(saved):
     assert m.pack_id in text and m.checksum in text
     for layer in ("system", "task", "tools", "evidence", "memory", "conversation", "slack"):
         assert layer in text
-    assert "truncations:" in text and "conversation: fold" in text
+    assert "truncations:" in text and "conversation: fold" in text and "folded into one-line summaries" in text
     assert "artifact://app/u/s1/r.txt" in text
+    assert f"calibration {m.calibration:g}" in text and f"packed for {m.packed_for:,}" in text
+    assert f"ADK would have sent {m.tokens_before:,}" in text
+
+
+def test_inspect_accepts_the_pack_folder_and_json(saved):
+    _, pack, uri = saved
+    folder = uri.rsplit("/", 1)[0]
+    code, text = run(["inspect", folder + "/", "--json"])
+    assert code == 0
+    data = json.loads(text)
+    assert data["pack_id"] == pack.manifest.pack_id and data["uri"] == uri
+    assert data["tokens_without_plugin"] >= data["tokens_before"] > 0
+    assert data["truncations_explained"] and all(isinstance(t, str) for t in data["truncations_explained"])
+    assert run(["replay", folder])[1] == run(["replay", uri])[1]
 
 
 def test_replay_text(saved):
@@ -68,7 +82,10 @@ def test_replay_with_profile_shows_the_diff(saved):
     _, pack, uri = saved
     code, text = run(["replay", uri, "--profile", "research"])
     assert code == 0
-    assert "profile research" in text and "changes:" in text
+    assert "profile default -> profile research" in text and "tokens sent" in text
+    # a unified diff of the two requests, line by line (not JSON)
+    assert "--- recorded (default)" in text and "+++ re-packed (research)" in text and "\n@@ " in text
+    assert f"-checksum {pack.request.checksum}" in text
     code, text = run(["replay", uri, "--profile", "research", "--json"])
     assert code == 0
     data = json.loads(text)
@@ -90,9 +107,77 @@ def test_list(saved):
     store, pack, uri = saved
     code, text = run(["list", store.url])
     assert code == 0
-    assert pack.manifest.pack_id in text and uri in text
+    assert pack.manifest.pack_id in text and uri in text and "s1" in text
     code, text = run(["list", store.url, "--app", "nope"])
     assert code == 0 and text == ""
+    code, text = run(["list", store.url, "--json"])
+    data = json.loads(text)
+    assert [c["uri"] for c in data["calls"]] == [uri] and data["skipped"] == []
+
+
+def _second_session(store, counter):
+    inputs = make_inputs(history_turns(4, big=50), "and the other one?", session_id="s2")
+    return store.save(build_pack(inputs, load_profile("default"), counter=counter, window=3_000))
+
+
+def test_timeline_has_a_session_column_and_json(saved, counter):
+    store, pack, uri = saved
+    other = _second_session(store, counter)
+    code, text = run(["timeline", store.url])
+    assert code == 0
+    header = text.splitlines()[1]
+    assert "session" in header and "without plugin" in header
+    assert "s1" in text and "s2" in text and "2 calls" in text
+    code, text = run(["timeline", store.url, "--session", "s2", "--json"])
+    data = json.loads(text)
+    assert [c["uri"] for c in data["calls"]] == [other] and data["calls"][0]["session"] == "s2"
+    assert data["savings"]["reported"] == 0
+
+
+def test_corrupt_manifest_is_skipped_and_reported(saved, counter, capsys):
+    store, pack, uri = saved
+    other = _second_session(store, counter)
+    with store.fs.open(store._path(store.rel_from_uri(other)), "wb") as f:
+        f.write(b'{"truncated":')
+    for verb in ("list", "timeline"):
+        code, text = run([verb, store.url])
+        assert code == 0 and pack.manifest.pack_id in text
+    err = capsys.readouterr().err
+    assert err.count("skipped an unreadable manifest") == 2 and "not valid JSON" in err
+
+
+def test_missing_store_is_an_error(tmp_path, capsys):
+    for verb in ("list", "timeline", "report"):
+        code, text = run([verb, str(tmp_path / "no-such-store")])
+        assert code == 2 and text == ""
+    assert capsys.readouterr().err.count("no pack store at") == 3
+
+
+def test_every_option_has_help():
+    import click
+
+    from aether_context.cli import cli
+
+    for name, command in cli.commands.items():
+        for param in command.params:
+            if isinstance(param, click.Option):
+                assert param.help, f"{name} {param.opts} has no help"
+        assert command.help, name
+
+
+def test_cache_savings_in_the_timeline(saved):
+    store, pack, uri = saved
+    m = pack.manifest
+    store.save_usage(m, {"reported": 1000, "cached": 800})
+    code, text = run(["timeline", store.url, "--json", "--discount", "default=0.5"])
+    data = json.loads(text)["savings"]
+    assert data["reported"] == 1000 and data["cached"] == 800 and data["cached_share"] == 0.8
+    assert data["saved_tokens"] == 400  # the model is gpt-4o in the manifest: OpenAI's 50 %
+    code, text = run(["timeline", store.url, "--discount", "openai=0.25", "--price", "2.5"])
+    assert "cache savings: ≈ 200 full-price input tokens ≈ $0.0005" in text
+    with pytest.raises(SystemExit) as exc:  # a usage error, as argparse would
+        run(["timeline", store.url, "--discount", "openai=2"])
+    assert exc.value.code == 2
 
 
 def test_tampered_manifest_exit_code(saved, capsys):

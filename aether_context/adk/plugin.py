@@ -1,16 +1,24 @@
 """ADK integration: a plugin for `App(plugins=[...])` and a callback for `LlmAgent(before_model_callback=...)`.
 
-Both drive the same `ContextPacker`, so an app can use either (not both on one agent).
+Both drive the same `ContextPacker`, so an app can use either (not both on one agent). Each packed
+call is shown on its model response event (`custom_metadata["aether_context"]`) and on ADK's
+call_llm span (`aether.*` attributes).
 
 Usage::
 
     app = App(name="app", root_agent=agent, plugins=[ContextPackPlugin(profile="research")])
-    # or, for a single agent:
-    agent = LlmAgent(..., before_model_callback=context_pack_callback(profile="default"))
+    # or, as callbacks on an agent and all its sub-agents:
+    install_context_pack(agent, profile="default")
+
+Without arguments (e.g. `adk web --extra_plugins aether_context.ContextPackPlugin`) the store and the
+profile come from AETHER_CONTEXT_STORE and AETHER_CONTEXT_PROFILE.
 """
 
 from __future__ import annotations
 
+import collections
+import logging
+import os
 from typing import Any, Awaitable, Callable, Optional
 
 from google.adk.agents.callback_context import CallbackContext
@@ -20,9 +28,75 @@ from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
 
-from .packer import ContextPacker
+from .packer import CallRecord, ContextPacker
+from opentelemetry import trace
 
-__all__ = ["ContextPackPlugin", "context_pack_callback"]
+from .telemetry import annotate_response, annotate_span, pack_metadata, pack_span
+
+logger = logging.getLogger("aether_context")
+
+__all__ = ["ContextPackPlugin", "context_pack_callback", "install_context_pack", "STORE_ENV", "PROFILE_ENV"]
+
+STORE_ENV = "AETHER_CONTEXT_STORE"
+PROFILE_ENV = "AETHER_CONTEXT_PROFILE"
+
+
+def _packer(packer: ContextPacker | None, settings: dict[str, Any]) -> ContextPacker:
+    """The given packer, or a new one; unset store/profile come from the environment (adk web, api_server)."""
+    if packer is not None:
+        return packer
+    for key, env in (("store", STORE_ENV), ("profile", PROFILE_ENV)):
+        if settings.get(key) is None and os.environ.get(env):
+            settings[key] = os.environ[env]
+    return ContextPacker(**settings)
+
+
+class _Shown:
+    """Shows each call's pack on its span and its response event.
+
+    Keeps the latest record per (app, user, session, agent): the before and after hooks of one model
+    call run in sequence for one agent of one session, so that key pairs them.
+    """
+
+    def __init__(self, limit: int = 4096):
+        self._records: collections.OrderedDict[tuple, dict] = collections.OrderedDict()
+        self._limit = limit
+
+    @staticmethod
+    def _key(ctx: CallbackContext) -> tuple:
+        s = ctx.session
+        return (s.app_name, s.user_id, s.id, ctx.agent_name)
+
+    async def pack(self, packer: ContextPacker, ctx: CallbackContext, llm_request: LlmRequest) -> None:
+        """Pack inside an `aether_context.pack` span, then show the pack."""
+        outer = trace.get_current_span()
+        with pack_span() as span:
+            record = await packer.pack(ctx, llm_request)
+            self._packed(ctx, record, (span, outer))
+
+    def _packed(self, ctx: CallbackContext, record: CallRecord | None, spans: tuple) -> None:
+        if record is None:
+            return
+        try:
+            meta = pack_metadata(record.manifest, record.uri)
+            annotate_span(meta, spans[0])
+            annotate_span(meta, spans[1], event=True)
+            key = self._key(ctx)
+            self._records[key] = meta
+            self._records.move_to_end(key)
+            while len(self._records) > self._limit:
+                self._records.popitem(last=False)
+        except Exception:  # showing the pack must never break the call
+            logger.error("aether-context: could not annotate the model call", exc_info=True)
+
+    def answered(self, ctx: CallbackContext, llm_response: LlmResponse) -> None:
+        try:
+            meta = self._records.get(self._key(ctx))
+            if meta is not None:
+                annotate_response(llm_response, meta)
+                annotate_span({"response_annotated": True})
+        except Exception:
+            logger.error("aether-context: could not annotate the model response", exc_info=True)
 
 
 class ContextPackPlugin(BasePlugin):
@@ -30,13 +104,15 @@ class ContextPackPlugin(BasePlugin):
 
     def __init__(self, *, name: str = "aether_context", packer: ContextPacker | None = None, **settings: Any):
         super().__init__(name)
-        self.packer = packer or ContextPacker(**settings)
+        self.packer = _packer(packer, settings)
+        self._shown = _Shown()
 
     async def before_model_callback(self, *, callback_context: CallbackContext, llm_request: LlmRequest) -> Optional[LlmResponse]:
-        await self.packer.pack(callback_context, llm_request)
+        await self._shown.pack(self.packer, callback_context, llm_request)
         return None
 
     async def after_model_callback(self, *, callback_context: CallbackContext, llm_response: LlmResponse) -> Optional[LlmResponse]:
+        self._shown.answered(callback_context, llm_response)
         await self.packer.after_model(callback_context, llm_response)
         return None
 
@@ -60,23 +136,26 @@ def context_pack_callback(*, packer: ContextPacker | None = None, **settings: An
                           ) -> Callable[..., Awaitable[Optional[LlmResponse]]]:
     """A `before_model_callback` for one `LlmAgent`, with the same engine as the plugin.
 
-    Tool-result offload needs the tool hook too: pass `cb.after_tool` as `after_tool_callback`::
+    `install_context_pack(agent)` sets all five hooks on an agent and its sub-agents. By hand,
+    tool-result offload needs the tool hook too: pass `cb.after_tool` as `after_tool_callback`::
 
         cb = context_pack_callback(profile="default")
         agent = LlmAgent(..., before_model_callback=cb, after_model_callback=cb.after_model,
                          after_tool_callback=cb.after_tool, on_model_error_callback=cb.on_model_error,
                          on_tool_error_callback=cb.on_tool_error)
     """
-    engine = packer or ContextPacker(**settings)
+    engine = _packer(packer, settings)
+    shown = _Shown()
 
     async def before_model(*, callback_context: CallbackContext, llm_request: LlmRequest) -> Optional[LlmResponse]:
-        await engine.pack(callback_context, llm_request)
+        await shown.pack(engine, callback_context, llm_request)
         return None
 
     async def after_tool(*, tool: BaseTool, args: dict[str, Any], tool_context: ToolContext, tool_response: Any) -> Optional[dict]:
         return await engine.after_tool(tool, args, tool_context, tool_response)
 
     async def after_model(*, callback_context: CallbackContext, llm_response: LlmResponse) -> Optional[LlmResponse]:
+        shown.answered(callback_context, llm_response)
         await engine.after_model(callback_context, llm_response)
         return None
 
@@ -92,3 +171,38 @@ def context_pack_callback(*, packer: ContextPacker | None = None, **settings: An
     before_model.after_tool = after_tool  # type: ignore[attr-defined]
     before_model.on_tool_error = on_tool_error  # type: ignore[attr-defined]
     return before_model
+
+
+_HOOKS = (("before_model_callback", None), ("after_model_callback", "after_model"),
+          ("after_tool_callback", "after_tool"), ("on_model_error_callback", "on_model_error"),
+          ("on_tool_error_callback", "on_tool_error"))
+
+
+def install_context_pack(agent: Any, *, packer: ContextPacker | None = None, **settings: Any) -> ContextPacker:
+    """Pack every model call of `agent` and its sub-agents (the callback variant in one call).
+
+    Sets the five hooks of `context_pack_callback` on each `LlmAgent` of the tree, ahead of any
+    callbacks already there (as a plugin would run). Agents done before are left alone, so calling it
+    twice is harmless. Returns the shared `ContextPacker` (e.g. for `packer.store.flush()`)::
+
+        packer = install_context_pack(root_agent, profile="research", store=".aether/packs")
+    """
+    from google.adk.agents.llm_agent import LlmAgent
+
+    cb = context_pack_callback(packer=packer, **settings)
+    todo, seen = [agent], set()
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        todo.extend(getattr(node, "sub_agents", None) or ())
+        if not isinstance(node, LlmAgent) or getattr(node, "_aether_context_installed", False):
+            continue
+        for field, attr in _HOOKS:
+            hook = cb if attr is None else getattr(cb, attr)
+            existing = getattr(node, field)
+            rest = [] if existing is None else list(existing) if isinstance(existing, list) else [existing]
+            setattr(node, field, [hook, *rest] if rest else hook)
+        object.__setattr__(node, "_aether_context_installed", True)
+    return cb.packer  # type: ignore[attr-defined]

@@ -1,0 +1,7 @@
+"""`python -m aether_context.cli ...`"""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,55 @@
+"""Manual compaction of a stored session: an ADK event whose state delta asks for it.
+
+The plugin reads the state key at the session's next model call, compacts the conversation and
+records why in that call's manifest; the flag is cleared then. This only writes the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ..errors import StoreError
+
+__all__ = ["COMPACT_STATE_KEY", "request_compaction"]
+
+COMPACT_STATE_KEY = "aether:compact"
+
+
+def session_service(uri: str):
+    """The session service `adk web --session_service_uri URI` would use (sqlite://, postgresql://, ...);
+    other SQLAlchemy URLs (e.g. sqlite+aiosqlite://) go to ADK's DatabaseSessionService."""
+    from google.adk.cli.service_registry import get_service_registry
+
+    service = get_service_registry().create_session_service(uri)
+    if service is None:
+        from google.adk.sessions import DatabaseSessionService
+
+        service = DatabaseSessionService(uri)
+    return service
+
+
+async def _append(db_url: str, app: str, user: str, session_id: str) -> str:
+    from google.adk.events import Event, EventActions
+
+    service = session_service(db_url)
+    try:
+        session = await service.get_session(app_name=app, user_id=user, session_id=session_id)
+        if session is None:
+            raise StoreError(f"no session {app}/{user}/{session_id} in {db_url}: check the app, user and session id")
+        event = Event(invocation_id=Event.new_id(), author="user", timestamp=time.time(),
+                      actions=EventActions(state_delta={COMPACT_STATE_KEY: True}))
+        await service.append_event(session, event)
+        return event.id
+    finally:
+        close = getattr(service, "close", None)
+        if close is not None and asyncio.iscoroutine(done := close()):
+            await done
+
+
+def request_compaction(db_url: str, app: str, user: str, session_id: str) -> str:
+    """Append the compaction request to the session in `db_url`; returns the event id."""
+    try:
+        return asyncio.run(_append(db_url, app, user, session_id))
+    except ImportError as e:
+        raise StoreError(f"{e} (the compact verb needs ADK's database sessions: pip install 'google-adk[db]')") from e
