@@ -415,3 +415,69 @@ def test_a_tight_cap_keeps_more_failures_before_their_links():
     assert all(e in tight for e in errors)  # every error, some without their link
     assert 0 < tight.count("<artifact://") < 5
     assert "bash-0000000000000005.json" in tight  # the newest failure keeps its link first
+
+
+# --- failures that are failures: warnings, banners and notes are noise ------------------------------
+
+from pathlib import Path  # noqa: E402
+
+OUTPUTS = Path(__file__).parent / "fixtures" / "outputs"
+PYTEST_WARNED = (OUTPUTS / "pytest_warned.txt").read_text()
+UNITTEST_ERRORS = (OUTPUTS / "unittest_errors.txt").read_text()
+
+
+def _shell(text: str, code: int) -> dict:
+    return {"output": f"<returncode>{code}</returncode>\n<output>\n{text}</output>"}
+
+
+@pytest.mark.parametrize("code", [0, 1])
+def test_pytest_output_with_warnings_above_its_failure_reports_the_failure(code):
+    result = _shell(PYTEST_WARNED, code)  # exit 0: pytest piped through `tail`
+    assert is_error_result(result)
+    text = error_text(result)
+    assert first_error_line(text) == (
+        "FAILED astropy/modeling/tests/test_separable.py::test_nested_compound - AssertionError:")
+    assert categorize_failure(text, "bash") == "logic"  # not "not_found" from `Scipy: not available`
+
+
+def test_unittest_errors_report_an_error_line_not_the_deprecation_warning():
+    text = error_text(_shell(UNITTEST_ERRORS, 0))
+    assert is_error_result(_shell(UNITTEST_ERRORS, 0))
+    assert first_error_line(text) == "ValueError: Found wrong number (2) of constraints"
+    assert "Warning" not in first_error_line(text)
+
+
+def test_warnings_and_banners_alone_are_not_failures():
+    banner = PYTEST_WARNED.split("=================================== FAILURES")[0]
+    passing = banner.replace("..........F.", "............") + "======== 12 passed, 1 warning in 0.20s ========\n"
+    assert not is_error_result(_shell(passing, 0))
+
+
+async def test_a_pytest_failure_under_warnings_reaches_the_pack_through_a_runner():
+    from google.adk.agents import LlmAgent
+    from google.adk.apps.app import App
+    from google.adk.runners import Runner
+    from google.adk.sessions import InMemorySessionService
+    from google.genai import types
+
+    from aether_context import ContextPackPlugin
+    from aether_context.adk import request_from_llm
+    from aether_context.testing import ScriptedLlm, call
+
+    def bash(command: str) -> dict:
+        """Run a shell command."""
+        return _shell(PYTEST_WARNED, 0)
+
+    llm = ScriptedLlm(turns=[call("bash", command="pytest astropy/modeling | tail -60"), "seen", "ok"])
+    agent = LlmAgent(name="coder", model=llm, instruction="Fix the bug.", tools=[bash])
+    plugin = ContextPackPlugin(store="memory://failures-runner", window_tokens=32_000)
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    for text in ("run the tests", "what failed?"):
+        async for _ in runner.run_async(user_id="u", session_id=session.id,
+                                        new_message=types.Content(role="user", parts=[types.Part(text=text)])):
+            pass
+    sent = "\n".join(m.text for m in request_from_llm(llm.requests[-1]).messages)
+    section = sent[sent.index("FAILURES SO FAR"):].split("\n\n")[0]
+    assert "bash [logic] FAILED astropy/modeling/tests/test_separable.py::test_nested_compound" in section
+    assert "RuntimeWarning" not in section and "not available" not in section

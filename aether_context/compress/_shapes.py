@@ -46,7 +46,7 @@ def normalize_payload(payload: Any) -> Any:
             except ValueError:
                 return payload
             if isinstance(parsed, (dict, list)):
-                return parsed
+                return normalize_payload(parsed)  # JSON text may hold another envelope
     return payload
 
 
@@ -196,41 +196,37 @@ def parse_command(payload: Any) -> CommandOutput:
     return CommandOutput(int(match.group(1)), (("output", rest),) if rest else (), None, note)
 
 
-_ERROR_CASED_RE = re.compile(
-    r"\b(?:[A-Z]\w*)?(?:Error|Exception|Failure|Fault)\b|\bFAIL(?:ED)?\b|\bERROR\b|^\s*E\s{2,}\S"
-    r"|\bTraceback \(most recent call last\)"
-)
-_ERROR_ANYCASE_RE = re.compile(
-    r"\b(?:error|fatal|panic)\s*:|^\s*assert\b|\bassertion failed\b|\bsegmentation fault\b"
-    r"|\bcommand not found\b|\bno such file or directory\b|\bpermission denied\b",
-    re.I,
-)
-_FRAME_RE = re.compile(r'^\s+File "[^"]+", line \d+')
+_DIFF_HEADER_RE = re.compile(r"^diff --git a/(\S+) b/(\S+)")
+_HUNK_RE = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@")
 
 
-def is_error_line(line: str) -> bool:
-    """Error-looking: exception names, `error:`, FAILED, pytest `E` lines, assertions, shell failures."""
-    return bool(_ERROR_CASED_RE.search(line) or _ERROR_ANYCASE_RE.search(line))
-
-
-def traceback_ends(lines: list[str]) -> tuple[set[int], set[int]]:
-    """Indices of the exception lines that end Python tracebacks, and of their last frames."""
-    finals: set[int] = set()
-    frames: set[int] = set()
-    in_tb = False
-    last_frame: int | None = None
+def diff_headers(lines: list[str]) -> dict[int, int]:
+    """`diff --git` header line index -> the number of hunks (`@@ ... @@`) of that file."""
+    headers: dict[int, int] = {}
+    current: int | None = None
     for i, line in enumerate(lines):
-        if line.startswith("Traceback (most recent call last)"):
-            in_tb, last_frame = True, None
-        elif in_tb:
-            if _FRAME_RE.match(line):
-                last_frame = i
-            elif line and not line[0].isspace():
-                finals.add(i)
-                if last_frame is not None:
-                    frames.add(last_frame)
-                in_tb = False
-    return finals, frames
+        if _DIFF_HEADER_RE.match(line):
+            current = i
+            headers[i] = 0
+        elif current is not None and _HUNK_RE.match(line):
+            headers[current] += 1
+    return headers
+
+
+def diff_files(text: str) -> list[str]:
+    """The files a unified git diff changes, in order (the `b/` side; the `a/` side when deleted)."""
+    files = []
+    for line in text.splitlines():
+        m = _DIFF_HEADER_RE.match(line)
+        if m:
+            files.append(m.group(2))
+    return files
+
+
+def is_offload_envelope(payload: Any) -> bool:
+    """The compact replacement of an offloaded tool result: its compressed text and the original's URI."""
+    return (isinstance(payload, Mapping) and isinstance(payload.get("summary"), str)
+            and isinstance(payload.get("artifact_uri"), str))
 
 
 def error_summary(payload: Any) -> str | None:
@@ -255,18 +251,6 @@ def first_line(text: str) -> str:
         if line.strip():
             return line.strip()
     return ""
-
-
-def last_error_line(text: str) -> str | None:
-    """The most telling error line of an output: a traceback's exception line, else the last error line."""
-    lines = text.splitlines()
-    finals, _ = traceback_ends(lines)
-    if finals:
-        return lines[max(finals)].strip()
-    for line in reversed(lines):
-        if line.strip() and is_error_line(line):
-            return line.strip()
-    return None
 
 
 # ---- JSON records --------------------------------------------------------------------------------

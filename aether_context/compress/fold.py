@@ -23,6 +23,9 @@ from typing import Any, Callable, Mapping
 
 from ..content import Blob, FunctionCall, FunctionResponse, Message, canonical_json
 from . import _shapes as shapes
+from .error_lines import (
+    failure_line_indices, last_failure_line, noise_indices, run_counts, strip_ansi, traceback_ends,
+)
 from ._fit import ELLIPSIS, TokenCounterLike, as_count, clip_text, safe_end
 from .tool_results import brief_value, classify_tool_output
 
@@ -34,6 +37,7 @@ _SENTENCE_RE = re.compile(r"(.+?[^\d\s][.!?])(?:\s|$)", re.S)  # "1." in a list 
 _FENCE_RE = re.compile(r"```([\w+-]*)[ \t]*\n(.*?)```", re.S)
 _SHELL_FENCES = frozenset({"bash", "sh", "shell", "console", "zsh"})
 _THOUGHT_RE = re.compile(r"^\s*(?:THOUGHT|Thought|Reasoning|Plan)\s*:\s*")
+_OMITTED_RE = re.compile(r"^… \d+ lines? omitted …$|^…\[\d+ tokens omitted")  # the compressors' own markers
 _MEANINGFUL_RE = re.compile(r"[0-9A-Za-z\u00c0-\uffff].*[0-9A-Za-z\u00c0-\uffff]")
 
 
@@ -97,6 +101,8 @@ def fold_message(turn_index: int, message: Message, counter: TokenCounterLike, m
 def describe_outcome(tool_name: str, payload: Any, args: Mapping[str, Any] | None = None) -> str:
     """How a tool call ended, in a few words: the error first when there is one."""
     value = shapes.normalize_payload(payload)
+    if shapes.is_offload_envelope(value):
+        return _offloaded_outcome(tool_name, value["summary"], args)
     error = shapes.error_summary(value)
     if error:
         return f"error: {error}"
@@ -133,18 +139,45 @@ def first_sentence(text: str, min_chars: int = 40) -> str:
 
 def _command_outcome(value: Any) -> str:
     result = shapes.parse_command(value)
-    text = "\n".join(out for _, out in result.streams)
-    n = len(text.splitlines())
-    code = result.exit_code
-    error = shapes.last_error_line(text)
-    if code not in (0, None):
-        return f"exit {code}: {error or _meaningful_line(text) or 'no output'}"
-    lead = _meaningful_line(text)
+    text = strip_ansi("\n".join(out for _, out in result.streams))
+    return _text_outcome(result.exit_code, text, len(text.splitlines()))
+
+
+_COMPACT_HEAD_RE = re.compile(r"^(?:exit code (-?\d+)|command output) · (\d+) lines?")
+
+
+def _offloaded_outcome(tool_name: str, summary: str, args: Mapping[str, Any] | None) -> str:
+    """An offloaded result's compact form, described like the original (its head line gives code and size)."""
+    head, _, body = summary.partition("\n")
+    m = _COMPACT_HEAD_RE.match(head)
+    if not m:
+        return describe_outcome(tool_name, summary, args)
+    code = int(m.group(1)) if m.group(1) is not None else None
+    return _text_outcome(code, body, int(m.group(2)))
+
+
+def _text_outcome(code: int | None, text: str, n: int) -> str:
+    """`exit N, M lines: lead`; a failure (nonzero exit, crash, failing tests) names its telling line and counts."""
     status = f"exit {code}" if code is not None else "ran"
-    if n == 0:
+    if n == 0 or not text.strip():
         return f"{status}, no output"
-    detail = f"error: {error}" if error and code is None else lead
-    return f"{status}, {n} line{'s' if n != 1 else ''}" + (f": {detail}" if detail else "")
+    lines = text.splitlines()
+    counts = run_counts(text)
+    error = last_failure_line(text)
+    failed = (code not in (0, None) or bool(failure_line_indices(lines)) or bool(traceback_ends(lines)[0])
+              or (counts is not None and counts.failed))
+    size = f"{n} line{'s' if n != 1 else ''}"
+    if failed or (code is None and error):
+        said = [error or _meaningful_line(text, lines) or "no output"]
+        if counts is not None and counts.line not in said[0]:
+            said.append(counts.line.strip("= "))
+        lead = f"{status}, {size}, failed: " if code in (0, None) else f"{status}: "
+        return lead + " · ".join(said)
+    files = shapes.diff_files(text)
+    if files:
+        return f"{status}, diff of {len(files)} file{'s' if len(files) != 1 else ''}: " + ", ".join(files)
+    detail = counts.line.strip("= ") if counts is not None else _meaningful_line(text, lines)
+    return f"{status}, {size}" + (f": {detail}" if detail else "")
 
 
 def _json_outcome(value: Any) -> str:
@@ -201,10 +234,12 @@ def _fenced_command(text: str) -> str | None:
     return None
 
 
-def _meaningful_line(text: str) -> str:
-    """The first line with some words in it, skipping blanks and rulers."""
-    for line in text.splitlines():
-        if _MEANINGFUL_RE.search(line):
+def _meaningful_line(text: str, lines: list[str] | None = None) -> str:
+    """The first line with some words in it that is not a warning or banner, skipping blanks and rulers."""
+    lines = text.splitlines() if lines is None else lines
+    noise = noise_indices(lines)
+    for i, line in enumerate(lines):
+        if i not in noise and _MEANINGFUL_RE.search(line) and not _OMITTED_RE.match(line):
             return " ".join(line.split())
     return ""
 

@@ -20,6 +20,7 @@ from typing import Iterable, Literal, Mapping
 
 from ..content import FunctionCall
 from . import _shapes as shapes
+from . import error_lines as errs
 from ._fit import ELLIPSIS, TokenCounterLike, as_count, safe_end
 
 __all__ = [
@@ -82,12 +83,6 @@ _DEF_RE = re.compile(
     r"\b(?:(?:async\s+)?def|class|function|fn|func(?:\s*\([^)]*\))?)\s+([A-Za-z_$][\w$]*)\s*[(:<{]"
 )
 _CALL_RE = re.compile(r"`((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\([^`]*\)`")
-_EXC_RE = re.compile(
-    r"(?<![\w.])(?:[a-z_]\w*\.)*((?:[A-Z]\w*)?(?:Error|Exception|Warning|Failure|Fault|DoesNotExist)):[ \t]+(\S[^\n]*)"
-)
-_DOTTED_EXC_RE = re.compile(r"(?<![\w.])(?:[a-z_]\w*\.)+([A-Z][a-z]\w*):[ \t]+(\S[^\n]*)")
-_ERROR_PREFIX_RE = re.compile(r"(?:^|(?<=[\s→>]))(?:error|fatal)[ \t]*:[ \t]*(\S[^\n]*)", re.I | re.M)
-_FAILED_RE = re.compile(r"^(?:FAILED|ERROR) (\S[^\n]*)", re.M)
 _DOLLAR_RE = re.compile(r"^[ \t]*\$ +(\S[^\n]*)", re.M)
 _FENCE_RE = re.compile(r"```([\w+-]*)[ \t]*\n(.*?)```", re.S)
 _SHELL_FENCES = frozenset({"bash", "sh", "shell", "console", "zsh"})
@@ -232,24 +227,26 @@ def _order(ref: Reference) -> tuple:
 
 
 def _errors(text: str) -> list[tuple[int, str, str]]:
-    found: list[tuple[int, str, str]] = []
-    exception_spans: list[tuple[int, int]] = []
-    for regex in (_EXC_RE, _DOTTED_EXC_RE):
-        for m in regex.finditer(text):
-            found.append((m.start(1), "error", _clip(f"{m.group(1)}: {m.group(2).strip()}")))
-            exception_spans.append((m.start(1), m.end()))
+    """Exception mentions, `error:` phrases and failure lines; warnings and banner lines are noise."""
     lines = text.splitlines()
-    finals, _ = shapes.traceback_ends(lines)
     offsets = [0]
     for line in lines:
         offsets.append(offsets[-1] + len(line) + 1)
-    for i in sorted(finals):
-        bare = re.sub(r"^(?:[a-z_]\w*\.)+(?=[A-Z])", "", lines[i].strip())
-        found.append((offsets[i], "error", _clip(bare)))
-    for m in _ERROR_PREFIX_RE.finditer(text):
-        if not any(s <= m.start(1) < e for s, e in exception_spans):
-            found.append((m.start(), "error", _clip("error: " + m.group(1).strip())))
-    found.extend((m.start(), "error", _clip(m.group(0).strip())) for m in _FAILED_RE.finditer(text))
+    noise = errs.noise_indices(lines)
+    failures = set(errs.failure_line_indices(lines))
+    found: list[tuple[int, str, str]] = []
+    for i, line in enumerate(lines):
+        if i in noise:
+            continue
+        mentions = errs.exception_mentions(line)
+        found.extend((offsets[i] + start, "error", _clip(value)) for start, value in mentions)
+        spans = [start for start, _ in mentions]
+        if i in failures:
+            bare = re.sub(r"^(?:E\s+)?(?:[a-z_]\w*\.)*(?=[A-Z])", "", line.strip())
+            found.append((offsets[i], "error", _clip(bare)))
+        for start, phrase in errs.error_phrases(line):
+            if not any(s <= start for s in spans):
+                found.append((offsets[i] + start, "error", _clip("error: " + phrase)))
     return found
 
 

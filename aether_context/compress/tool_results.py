@@ -27,6 +27,7 @@ from typing import Any, Callable, Literal, Mapping
 
 from ..content import canonical_json
 from . import _shapes as shapes
+from . import error_lines
 from ._fit import TokenCounterLike, as_count, clip_text, fit_lines
 from .middle_out import middle_out
 
@@ -153,10 +154,11 @@ def _clip_line(line: str, cap: int, count: Callable[[str], int]) -> str:
 
 def _compress_command(value: Any, max_tokens: int, count, footer: str | None) -> str:
     result = shapes.parse_command(value)
-    failed = result.exit_code != 0  # unknown exit codes count as failures: keep their errors
     cap = _line_cap(max_tokens)
-    stream_lines = [(label, text.splitlines()) for label, text in result.streams]
+    stream_lines = [(label, error_lines.strip_ansi(text).splitlines()) for label, text in result.streams]
     total = sum(len(lines) for _, lines in stream_lines)
+    # Unknown exit codes count as failures; exit 0 too when the output crashed or reports failing tests.
+    failed = result.exit_code != 0 or any(_output_failed(out) for _, out in stream_lines)
     head = [f"exit code {result.exit_code}" if result.exit_code is not None else "command output"]
     head.append(f"{total} line{'s' if total != 1 else ''}")
     if result.note:
@@ -169,24 +171,58 @@ def _compress_command(value: Any, max_tokens: int, count, footer: str | None) ->
     for label, out in stream_lines:
         if labelled:
             lines.append(((0, 2), f"{label} ({len(out)} lines):"))
-        finals, frames = shapes.traceback_ends(out)
+        roles = _LineRoles.of(out)
         for i, line in enumerate(out):
-            lines.append((_command_rank(i, len(out), line, failed, finals, frames), _clip_line(line, cap, count)))
+            text = line
+            if i in roles.diff_headers:
+                hunks = roles.diff_headers[i]
+                text = f"{line} ({hunks} hunk{'s' if hunks != 1 else ''})"
+            lines.append((roles.rank(i, line, failed), _clip_line(text, cap, count)))
     return fit_lines(lines, max_tokens, count, footer=footer)
 
 
-def _command_rank(i: int, n: int, line: str, failed: bool, finals: set[int], frames: set[int]) -> tuple:
-    from_end = n - 1 - i
-    if i in finals:
-        return (1, 0, from_end)
-    error = i in frames or shapes.is_error_line(line)
-    if error and failed:
-        return (1, 1, from_end)
-    if i < _HEAD_LINES or from_end < _TAIL_LINES:
-        return (2, min(i, from_end))
-    if error:
-        return (3, from_end)
-    return (4, min(i, from_end))
+def _output_failed(lines: list[str]) -> bool:
+    """A crash or a test run reporting failures, whatever the exit code said."""
+    counts = error_lines.run_counts("\n".join(lines))
+    return bool(error_lines.traceback_ends(lines)[0]) or (counts is not None and counts.failed)
+
+
+@dataclass(frozen=True)
+class _LineRoles:
+    """What each line of a command's output is: failure, counts, diff header, noise (by index)."""
+
+    n: int
+    finals: frozenset[int]
+    frames: frozenset[int]
+    failures: frozenset[int]
+    noise: frozenset[int]
+    counts: int | None
+    diff_headers: Mapping[int, int]
+
+    @classmethod
+    def of(cls, out: list[str]) -> "_LineRoles":
+        finals, frames = error_lines.traceback_ends(out)
+        return cls(len(out), frozenset(finals), frozenset(frames), frozenset(error_lines.failure_line_indices(out)),
+                   frozenset(error_lines.noise_indices(out)), error_lines.counts_line_index(out),
+                   shapes.diff_headers(out))
+
+    def rank(self, i: int, line: str, failed: bool) -> tuple:
+        """Lower keeps first: counts and diff headers, failure lines (newest first), errors, head and tail."""
+        from_end = self.n - 1 - i
+        if i == self.counts or i in self.diff_headers:
+            return (0, 3, i)
+        if i in self.finals or i in self.failures:
+            return (1, 0, from_end)
+        if i in self.noise:
+            return (5, min(i, from_end))
+        error = i in self.frames or error_lines.is_error_line(line)
+        if error and failed:
+            return (1, 1, from_end)
+        if i < _HEAD_LINES or from_end < _TAIL_LINES:
+            return (2, min(i, from_end))
+        if error:
+            return (3, from_end)
+        return (4, min(i, from_end))
 
 
 # ---- file read --------------------------------------------------------------------------------------
