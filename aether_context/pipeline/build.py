@@ -121,7 +121,9 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     room = _room(inputs, profile, packed_for, cands, prepared, zone, frozen, failures, counter)
     kept_tokens = _conversation_tokens(prepared, zone, counter)
     compaction = None
-    if inputs.compact or kept_tokens > room.conversation_cap:
+    max_turns = profile.conversation.max_verbatim_turns
+    too_many = max_turns is not None and sum(1 for t in prepared.turns if zone.keeps(t)) > max_turns
+    if inputs.compact or kept_tokens > room.conversation_cap or too_many:
         reason = "asked for (packer.compact)" if inputs.compact else "conversation over its room"
         # compacted turns become Memory candidates: the target leaves Memory its share of the room
         cap = _room(inputs, profile, packed_for, cands, prepared, zone, frozen, failures, counter,
@@ -286,7 +288,8 @@ def _compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zon
     summary_cap = min(decay.summary_max_tokens, int(target * 0.2))
     turns = prepared.turns
     through, pinned = plan_compaction(turns, target=max(0, target - fold_cap - summary_cap), min_tail=profile.conversation.tail_turns,
-                                      counter=counter, request_index=inputs.request_index, current=zone)
+                                      counter=counter, request_index=inputs.request_index, current=zone,
+                                      max_turns=profile.conversation.max_verbatim_turns)
     if through <= zone.through and not inputs.compact:  # nothing more can leave: cut the newest turns instead
         through = zone.through
     new = Verbatim(through, pinned, "", zone.compactions + 1)

@@ -68,7 +68,8 @@ def verbatim_zone(previous: PackState | None, messages_digests: "tuple[str, ...]
 
 
 def plan_compaction(turns: "tuple[Turn, ...]", *, target: int, min_tail: int, counter: TokenCounting,
-                    request_index: int | None, current: Verbatim) -> tuple[int, tuple[int, ...]]:
+                    request_index: int | None, current: Verbatim,
+                    max_turns: int | None = None) -> tuple[int, tuple[int, ...]]:
     """The new `through`: the newest turns that fit `target` tokens (at least `min_tail` of them).
 
     The current invocation's request is pinned (it stays verbatim however old it is); the cut never
@@ -78,7 +79,7 @@ def plan_compaction(turns: "tuple[Turn, ...]", *, target: int, min_tail: int, co
     through = turns[-1].start + len(turns[-1].messages) if turns else current.through
     for n, turn in enumerate(reversed(turns)):
         size = turn_tokens(turn, counter)
-        if n >= min_tail and kept + size > target:
+        if (n >= min_tail and kept + size > target) or (max_turns is not None and n >= max_turns):
             break
         kept += size
         through = turn.start
