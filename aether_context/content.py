@@ -78,7 +78,13 @@ class FunctionCall:
     extra: "dict[str, Any] | None" = None
 
     def to_json(self) -> dict[str, Any]:
-        return _with_extra("function_call", {"name": self.name, "args": self.args, "id": self.id}, self.extra)
+        inner: dict[str, Any] = {"name": self.name, "args": self.args, "id": self.id}
+        order = list(self.args)
+        if order != sorted(order, key=str):
+            # Canonical JSON sorts keys, but fold lines and references read arguments in the call's
+            # order: recorded with it, a re-pack from the store renders the same text.
+            inner["arg_order"] = order
+        return _with_extra("function_call", inner, self.extra)
 
 
 @dataclass(frozen=True)
@@ -128,8 +134,11 @@ def part_from_json(data: dict[str, Any]) -> Part:
         return TextPart(data["text"], {k: v for k, v in data.items() if k != "text"} or None)
     if "function_call" in data:
         d = data["function_call"]
-        return FunctionCall(d["name"], d.get("args") or {}, d.get("id"),
-                            _split_extra(data, "function_call", ("name", "args", "id")))
+        args = d.get("args") or {}
+        if d.get("arg_order"):
+            args = {k: args[k] for k in d["arg_order"] if k in args} | args
+        return FunctionCall(d["name"], args, d.get("id"),
+                            _split_extra(data, "function_call", ("name", "args", "id", "arg_order")))
     if "function_response" in data:
         d = data["function_response"]
         return FunctionResponse(d["name"], d.get("response") or {}, d.get("id"),

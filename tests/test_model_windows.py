@@ -78,6 +78,7 @@ async def test_unknown_model_warns_once_and_packs(memory_store_url, caplog):
     sid = await new_session(runner)
     for text in ("first", "second", "third"):
         await run_turn(runner, sid, text)
+    plugin.packer.store.flush()
     warnings = [r for r in caplog.records if "my-company-deployment" in r.getMessage()]
     assert len(warnings) == 1 and "window_tokens=" in warnings[0].getMessage()
     assert not any(r.levelno >= logging.ERROR for r in caplog.records)

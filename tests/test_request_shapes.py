@@ -34,6 +34,7 @@ async def test_thought_signed_call_keeps_its_response(memory_store_url):
     runner = make_runner(agent, plugins=[plugin])
     sid = await new_session(runner)
     await run_turn(runner, sid, "what is k?")
+    plugin.packer.store.flush()
     assert len(llm.requests) == 2
     contents = strip_continue(llm.requests[1]).contents
     i = next(k for k, c in enumerate(contents) if any(p.function_call for p in c.parts or ()))
@@ -130,6 +131,7 @@ async def test_sub_agent_reachable_under_a_step_tool_scope(memory_store_url):
     set_task(state, goal="Refund order 7", step="Route the request", tools=["lookup"])
     sid = await new_session(runner, state=state)
     events = await run_turn(runner, sid, "I want a refund for order 7")
+    plugin.packer.store.flush()
     declared = {fd.name for t in root_llm.requests[0].config.tools or () for fd in (t.function_declarations or ())}
     assert {"lookup", "transfer_to_agent"} <= declared
     assert "transfer_to_agent" in root_llm.requests[0].tools_dict
@@ -162,6 +164,7 @@ async def test_second_version_of_an_artifact_is_seen_in_the_next_pack(memory_sto
     await run_turn(runner, sid, "Write the Q3 report.")
     await run_turn(runner, sid, "Now write the Q4 report over it.")
     await run_turn(runner, sid, "What does the report say?")
+    plugin.packer.store.flush()
     text = " ".join(p.text or "" for c in llm.requests[-1].contents for p in c.parts or ())
     assert "report.txt#v1" in text and "report.txt: Q4:" in text
     assert "#v0" not in text and "report.txt: Q3:" not in text
@@ -173,3 +176,42 @@ def call_part(name: str, **args):
     from aether_context.testing import call
 
     return call(name, **args)
+
+
+def read_lines(path: str, start: int, count: int) -> dict:
+    """Read `count` lines of a file from `start`."""
+    from conftest import filler
+
+    return {"path": path, "lines": filler(900, seed=start)}
+
+
+async def test_repack_checksum_does_not_depend_on_argument_order(memory_store_url):
+    """Fold lines render arguments; the store keeps them sorted: a re-pack must send the same bytes."""
+    from aether_context import load_profile, repack
+    from conftest import scripted_agent
+
+    turns = [call_part("read_lines", path=f"src/m{i}.py", start=i * 10, count=5) for i in range(8)] + ["done"]
+    agent, llm = scripted_agent(turns, tools=[read_lines])
+    profile = load_profile("default").override(offload={"enabled": False})
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=6_000, profile=profile)
+    runner = make_runner(agent, plugins=[plugin])
+    await run_turn(runner, await new_session(runner), "read the modules")
+    plugin.packer.store.flush()
+    records = list(plugin.packer.recent)
+    assert any(e["action"] == "fold" for r in records for e in r.manifest.truncation_events)
+    for record in records:
+        again = repack(record.uri, profile, store=plugin.packer.store)
+        assert not again.diff["checksum_changed"], record.uri
+
+
+def test_call_argument_order_survives_the_store_format():
+    """The store writes canonical (key-sorted) JSON; the call's own argument order comes back."""
+    import json
+
+    from aether_context.content import canonical_json
+
+    m = Message("model", (FunctionCall("f", {"path": "x", "count": 1, "b": {"z": 1, "a": 2}}),))
+    back = Message.from_json(json.loads(canonical_json(m.to_json())))
+    assert list(back.parts[0].args) == ["path", "count", "b"] and back == m and back.digest == m.digest
+    plain = FunctionCall("f", {"a": 1, "b": 2})
+    assert plain.to_json() == {"function_call": {"name": "f", "args": {"a": 1, "b": 2}, "id": None}}

@@ -55,7 +55,9 @@ def _call_or_response(part: types.Part, keys: "set[str]") -> Part:
 
 def _from_part(part: Part) -> types.Part:
     if isinstance(part, (TextPart, FunctionCall, FunctionResponse)) and part.extra:
-        return types.Part.model_validate(part.to_json())
+        data = part.to_json()
+        data.get("function_call", {}).pop("arg_order", None)  # ours: the args dict itself is in that order
+        return types.Part.model_validate(data)
     if isinstance(part, TextPart):
         return types.Part(text=part.text)
     if isinstance(part, FunctionCall):
