@@ -13,6 +13,10 @@ Usage::
 
 from __future__ import annotations
 
+import math
+import reprlib
+import types as pytypes
+import typing
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -23,17 +27,24 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .errors import ProfileError
 from .failures import FailureSettings
 from .recitation import RecitationSettings
+from .redact import RedactionSettings
 from .retrieval import RetrievalSettings
 
 __all__ = [
     "BudgetProfile", "Floors", "EvidenceWeights", "MemoryWeights", "ConversationWeights", "Weights",
     "TaskSettings", "CacheSettings", "ConversationSettings", "SelectionSettings", "OffloadSettings", "PruningSettings", "DecaySettings",
-    "RecoverySettings", "FailureEvidenceSettings", "VariationSettings", "load_profile", "builtin_profiles",
+    "RecoverySettings", "FailureEvidenceSettings", "VariationSettings", "RedactionSettings", "load_profile",
+    "builtin_profiles", "MIN_REMAINDER", "MAX_SLACK",
 ]
+
+MIN_REMAINDER = 0.2  # floors must leave at least this share of the window to evidence, memory and conversation
+MAX_SLACK = 0.5  # the output reserve never takes more than half the window
+MAX_ALIASES = 100  # YAML aliases in one profile: enough for sharing, too few for an alias bomb
+MAX_ERROR_CHARS = 4000
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Floors(_Strict):
@@ -42,7 +53,7 @@ class Floors(_Strict):
     system: float = Field(0.06, ge=0, le=1, description="Stable prefix: system instruction and pack contract.")
     task: float = Field(0.06, ge=0, le=1, description="Goal, step, acceptance checklist, constraints, user request.")
     tools: float = Field(0.04, ge=0, le=1, description="Declarations of the step's tools.")
-    slack: float = Field(0.12, ge=0, le=1, description="Output reserve; never sent as text, never lent out.")
+    slack: float = Field(0.12, ge=0, le=MAX_SLACK, description="Output reserve; never sent as text, never lent out.")
 
 
 class EvidenceWeights(_Strict):
@@ -206,6 +217,7 @@ class BudgetProfile(_Strict):
     failures: FailureEvidenceSettings = FailureEvidenceSettings()
     variation: VariationSettings = VariationSettings()
     retrieval: RetrievalSettings = RetrievalSettings(**PACK_RETRIEVAL_DEFAULTS)
+    redaction: RedactionSettings = RedactionSettings()
 
     @field_validator("retrieval", mode="before")
     @classmethod
@@ -217,10 +229,11 @@ class BudgetProfile(_Strict):
     def _floors_fit(self) -> "BudgetProfile":
         f = self.floors
         total = f.system + f.task + f.tools + f.slack
-        if total >= 1:
+        if total > 1 - MIN_REMAINDER + 1e-9:
             raise ValueError(
                 f"floors add up to {total:.2f} of the window (system {f.system}, task {f.task}, tools {f.tools}, "
-                f"slack {f.slack}); they must leave a remainder: lower them so their sum is below 1"
+                f"slack {f.slack}); they must leave at least {MIN_REMAINDER:.0%} to evidence, memory and "
+                f"conversation: lower them so their sum is at most {1 - MIN_REMAINDER:.2f}"
             )
         return self
 
@@ -241,22 +254,116 @@ def _deep_update(base: dict, changes: dict) -> None:
             base[key] = value
 
 
+_REPR = reprlib.Repr()
+_REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict, _REPR.maxlevel = 60, 60, 4, 4, 2
+
+
+def _shown(value: Any) -> str:
+    """A bounded echo of user input (an alias bomb must not become a 34 MB message)."""
+    return _REPR.repr(value)
+
+
+def _numeric(annotation: Any) -> bool:
+    """True for int/float fields (also inside Optional), never for bool ones."""
+    if annotation in (int, float):
+        return True
+    if typing.get_origin(annotation) in (typing.Union, pytypes.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return bool(args) and all(a in (int, float) for a in args)
+    return False
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def _type_problems(model: type[BaseModel], data: Any, path: str, problems: list[str]) -> None:
+    """Booleans or strings given for numbers, and non-finite numbers: pydantic's lax mode takes
+    `true` as 1 and `"5"` as 5, and floats accept inf/nan; a budget must not."""
+    if not isinstance(data, dict):
+        return
+    for key, value in data.items():
+        field = model.model_fields.get(key) if isinstance(key, str) else None
+        if field is None:
+            continue
+        where = f"{path}{key}"
+        if _numeric(field.annotation) and value is not None:
+            if isinstance(value, bool) or isinstance(value, str):
+                problems.append(f"{where}: a number is required, got {_shown(value)}: write it without quotes, "
+                                "e.g. 0.1 or 400")
+            elif isinstance(value, float) and not math.isfinite(value):
+                problems.append(f"{where}: must be a finite number, got {value}: use a real value")
+        sub = _model_of(field.annotation)
+        if sub is not None:
+            _type_problems(sub, value, where + ".", problems)
+
+
 def _validate(data: Any, *, source: str) -> BudgetProfile:
     if not isinstance(data, dict):
         raise ProfileError(f"{source}: a profile must be a YAML mapping, got {type(data).__name__}")
+    problems: list[str] = []
+    _type_problems(BudgetProfile, data, "", problems)
+    if problems:
+        raise _error(source, problems)
     try:
         return BudgetProfile.model_validate(data)
     except ValidationError as e:
-        problems = []
         for err in e.errors():
             key = ".".join(str(p) for p in err["loc"])
             if err["type"] == "extra_forbidden":
-                problems.append(f"unknown key {key!r}: remove it or fix its spelling")
+                problems.append(f"unknown key {key[:200]!r}: remove it or fix its spelling")
             elif key:
-                problems.append(f"{key}: {err['msg']} (got {err.get('input')!r})")
+                problems.append(f"{key[:200]}: {err['msg']} (got {_shown(err.get('input'))})")
             else:
                 problems.append(err["msg"].removeprefix("Value error, "))
-        raise ProfileError(f"{source}: " + "; ".join(problems)) from e
+        raise _error(source, problems) from None  # pydantic's own text would echo the whole input
+
+
+def _error(source: str, problems: list[str]) -> ProfileError:
+    text = f"{source[:300]}: " + "; ".join(problems[:20])
+    if len(problems) > 20:
+        text += f"; and {len(problems) - 20} more problems"
+    return ProfileError(text[:MAX_ERROR_CHARS])
+
+
+class _ProfileLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys and more than MAX_ALIASES aliases."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self.aliases = 0
+
+    def compose_node(self, parent, index):  # type: ignore[override]
+        if self.check_event(yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_ALIASES:
+                raise yaml.YAMLError(f"more than {MAX_ALIASES} aliases (*name): refused (an alias bomb?); "
+                                     "write the values out")
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):  # type: ignore[override]
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: SafeLoader reports it below
+                continue
+            if duplicate:
+                raise yaml.YAMLError(f"duplicate key {_shown(key)} (line {key_node.start_mark.line + 1}): "
+                                     "keep one of them")
+        return super().construct_mapping(node, deep=deep)
+
+
+def _parse(text: str, source: str) -> Any:
+    loader = _ProfileLoader(text)
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as e:
+        raise ProfileError(f"{source[:300]}: not valid YAML: {str(e)[:1000]}") from None
+    finally:
+        loader.dispose()
 
 
 def builtin_profiles() -> list[str]:
@@ -282,8 +389,4 @@ def load_profile(name_or_path: "str | Path | BudgetProfile | None" = None) -> Bu
             raise ProfileError(f"unknown profile {name!r}: use one of {builtin_profiles()} or a path to a YAML file")
         text = resource.read_text(encoding="utf-8")
         source = f"built-in profile {name!r}"
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ProfileError(f"{source}: not valid YAML: {e}") from e
-    return _validate(data, source=source)
+    return _validate(_parse(text, source), source=source)

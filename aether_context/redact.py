@@ -174,23 +174,30 @@ def _extra_field_rule(keys: tuple[str, ...]) -> re.Pattern[str]:
 
 
 def redact_value(value: Any, settings: RedactionSettings | None = None, *, skip: frozenset[str] = frozenset(),
-                 ) -> tuple[Any, int]:
+                 memo: Any = None) -> tuple[Any, int]:
     """JSON-like `value` with secrets masked in every string, and in every value of a secret-named
-    key (`{"password": "x"}`); keys in `skip` (e.g. inline binary data) are left untouched."""
+    key (`{"password": "x"}`); keys in `skip` (e.g. inline binary data) are left untouched.
+    `memo` (an object with `get(text)` and `put(text, result)`) remembers strings already scanned."""
     settings = settings or RedactionSettings()
     if not settings.enabled:
         return value, 0
     keys = _secret_keys(settings.keys) if settings.builtin else frozenset(_norm(k) for k in settings.keys)
-    return _walk(value, settings, keys, skip)
+    return _walk(value, settings, keys, skip, memo)
 
 
-def _walk(value: Any, settings: RedactionSettings, keys: frozenset[str], skip: frozenset[str]) -> tuple[Any, int]:
+def _walk(value: Any, settings: RedactionSettings, keys: frozenset[str], skip: frozenset[str], memo: Any) -> tuple[Any, int]:
     if isinstance(value, str):
-        return redact(value, settings)
+        if memo is None or len(value) < 16:
+            return redact(value, settings)
+        found = memo.get(value)
+        if found is None:
+            found = redact(value, settings)
+            memo.put(value, found)
+        return found
     if isinstance(value, list):
         out, total = [], 0
         for v in value:
-            v, n = _walk(v, settings, keys, skip)
+            v, n = _walk(v, settings, keys, skip, memo)
             out.append(v)
             total += n
         return (out, total) if total else (value, 0)
@@ -206,7 +213,7 @@ def _walk(value: Any, settings: RedactionSettings, keys: frozenset[str], skip: f
                 out_d[k] = MASK.format(kind=_norm(k))
                 total += 1
                 continue
-            v, n = _walk(v, settings, keys, skip)
+            v, n = _walk(v, settings, keys, skip, memo)
             out_d[k] = v
             total += n
         return (out_d, total) if total else (value, 0)

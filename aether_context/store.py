@@ -111,6 +111,8 @@ class PackStore:
                                         on_full=on_full, background=background)
         self._known = _Lru(cache_size)  # message digest -> (stored digest, secrets masked); blob digests -> True
         self._tree = TreeCodec(self._put_piece, self._get_piece)
+        self._scanned = _Lru(16384)  # string -> (masked string, count): recorded inputs repeat call after call
+        self._lists = _Lru(64)  # (kind, app, user, session, agent) -> the last stored message list
         self._marked = False
         self._local = threading.local()  # bytes written by the job running on this thread
 
@@ -119,6 +121,8 @@ class PackStore:
         self.redaction = settings
         self._known.clear()  # stored digests depend on what is masked
         self._tree.clear()
+        self._scanned.clear()
+        self._lists.clear()
 
     # ---------------------------------------------------------------- paths and URIs
     def _path(self, rel: str) -> str:
@@ -162,6 +166,7 @@ class PackStore:
             self._stats.add("store_recreated")
         self._known.clear()
         self._tree.clear()
+        self._lists.clear()
         if not self.fs.exists(path):
             self._write(MARKER, json.dumps({"layout": LAYOUT}).encode("utf-8"))
         self._marked = True
@@ -205,7 +210,7 @@ class PackStore:
             raise ManifestError(f"blob {ref} is not a valid record: {e}") from e
 
     def _redacted(self, value: Any) -> tuple[Any, int]:
-        value, n = redact_value(value, self.redaction, skip=_SKIP)
+        value, n = redact_value(value, self.redaction, skip=_SKIP, memo=self._scanned)
         if n:
             self._stats.add("redacted", n)
         return value, n
@@ -254,9 +259,23 @@ class PackStore:
         self._known.put(("m", digest), (stored, n))
         return stored, n
 
-    def _put_request_counted(self, request: ModelRequest) -> tuple[str, int, str]:
+    def _put_messages(self, messages: tuple[Message, ...], scope: tuple | None) -> list[tuple[str, int]]:
+        """Stored digests of `messages`; a prefix shared with the scope's previous list is not looked
+        at again (a long session's history is the previous call's plus a few messages)."""
+        last = self._lists.get(scope) if scope is not None else None
+        reused: list[tuple[str, int]] = []
+        if last is not None:
+            prev_messages, prev_stored = last
+            if len(messages) >= len(prev_messages) and messages[:len(prev_messages)] == prev_messages:
+                reused = prev_stored
+        stored = reused + [self._put_message(m) for m in messages[len(reused):]]
+        if scope is not None:
+            self._lists.put(scope, (messages, stored))
+        return stored
+
+    def _put_request_counted(self, request: ModelRequest, scope: tuple | None = None) -> tuple[str, int, str]:
         """Store a request; returns its record reference, the secrets masked and its stored checksum."""
-        stored = [self._put_message(m) for m in request.messages]
+        stored = self._put_messages(request.messages, scope)
         head, n_head = self._redacted(request.head_json())
         refs = [s for s, _ in stored]
         record = {"v": LAYOUT, "head": self._put_piece(head), "messages": self._tree.put_list(refs)}
@@ -279,7 +298,9 @@ class PackStore:
 
     def put_inputs(self, inputs: PackInputs) -> str:
         data, _ = self._redacted(inputs.to_json_without_request())
-        record = {"v": LAYOUT, "fields": self._tree.encode(data), "request": {"ref": self.put_request(inputs.request)}}
+        scope = ("inputs", inputs.app_name, inputs.user_id, inputs.session_id, inputs.agent)
+        record = {"v": LAYOUT, "fields": self._tree.encode(data),
+                  "request": {"ref": self._put_request_counted(inputs.request, scope)[0]}}
         return self._put_piece(record)
 
     def get_inputs(self, ref: str) -> PackInputs:
@@ -327,7 +348,7 @@ class PackStore:
         if self.hmac_key:
             data["signature"] = _signature(self.hmac_key, data)
         data["integrity"] = manifest_integrity(data)
-        self._write(rel, json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False).encode("utf-8"))
+        self._write(rel, json.dumps(data, sort_keys=True, ensure_ascii=False).encode("utf-8"))
 
     def save_usage(self, manifest: Manifest, usage: dict) -> None:
         """What the model reported for a call (prompt and cached tokens), beside its manifest. Never raises."""

@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import collections
 import threading
+import zlib
 from typing import Any, Callable
+
+from .content import canonical_json
 
 __all__ = ["TreeCodec", "CHUNK", "BIG_STRING"]
 
-CHUNK = 32  # items per chunk: the last chunk of each level is what an append rewrites
+CHUNK = 16  # items per chunk: the last chunk of each level is what an append rewrites
 BIG_STRING = 1024  # characters; longer strings are blobs of their own
 BIG_LIST = CHUNK
+MAX_CHUNK = 4 * CHUNK  # content-defined chunks are cut here at the latest
 
 
 class TreeCodec:
@@ -49,11 +53,21 @@ class TreeCodec:
             self._memo.clear()
 
     # ------------------------------------------------------------------------------ encode
-    def put_list(self, items: list[Any]) -> dict[str, Any]:
-        """The tree of `items` (already encoded JSON values), storing every full chunk."""
+    def put_list(self, items: list[Any], *, by_content: bool = False) -> dict[str, Any]:
+        """The tree of `items` (already encoded JSON values), storing every chunk.
+
+        Fixed chunks (the default) suit append-only lists of references: cutting is a slice.
+        `by_content` cuts after items whose hash says so, so removing or inserting items anywhere
+        changes one chunk, not every chunk after it (lists that also lose items at the front).
+        """
         level, depth = list(items), 0
         while len(level) > CHUNK:
-            level = [self._put_chunk(level[i:i + CHUNK]) for i in range(0, len(level), CHUNK)]
+            bounds = _content_bounds(level) if by_content else range(CHUNK, len(level) + CHUNK, CHUNK)
+            start, chunks = 0, []
+            for end in bounds:
+                chunks.append(self._put_chunk(level[start:end]))
+                start = end
+            level = chunks
             depth += 1
         return {"n": len(items), "depth": depth, "items": level}
 
@@ -79,10 +93,10 @@ class TreeCodec:
             return {"$s": self._put(value, text=True)} if len(value) > BIG_STRING else value
         if isinstance(value, (list, tuple)):
             items = [self.encode(v) for v in value]
-            return {"$l": self.put_list(items)} if len(items) > BIG_LIST else items
+            return {"$l": self.put_list(items, by_content=True)} if len(items) > BIG_LIST else items
         if isinstance(value, dict):
             if len(value) > BIG_LIST:
-                return {"$m": self.put_list([[k, self.encode(v)] for k, v in value.items()])}
+                return {"$m": self.put_list([[k, self.encode(v)] for k, v in value.items()], by_content=True)}
             if any(isinstance(k, str) and k.startswith("$") for k in value):
                 return {"$d": [[k, self.encode(v)] for k, v in value.items()]}
             return {k: self.encode(v) for k, v in value.items()}
@@ -114,6 +128,19 @@ class TreeCodec:
             if tag == "$d":
                 return {k: self.decode(v) for k, v in body}
         return {k: self.decode(v) for k, v in value.items()}
+
+
+def _content_bounds(items: list[Any]) -> list[int]:
+    """Chunk ends: after each item whose crc32 is 0 modulo CHUNK, and at most every MAX_CHUNK items."""
+    bounds, start = [], 0
+    for i, item in enumerate(items):
+        text = item if isinstance(item, str) else canonical_json(item)
+        if zlib.crc32(text.encode("utf-8", "surrogatepass")) % CHUNK == 0 or i + 1 - start >= MAX_CHUNK:
+            bounds.append(i + 1)
+            start = i + 1
+    if start < len(items):
+        bounds.append(len(items))
+    return bounds
 
 
 def _hashable(chunk: list[Any]) -> tuple | None:

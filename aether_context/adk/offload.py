@@ -7,9 +7,19 @@ prompt cache holds), while the original is saved whole and stays retrievable thr
 tool. Results above `offload.save_min_tokens` are saved even when they are not compacted, so a
 later fold or prune can cite their URI.
 
-URIs are `artifact://<app>/<user>/<session>/<filename>#v<version>`. They resolve through ADK's
-artifact service when the runner has one (the originals show up in `adk web`), else through the
-pack store's `artifacts/` folder. A URI of another app, user or session is refused.
+URIs are `artifact://<app>/<user>/<session>/<filename>#v<version>`. Where originals go
+(`originals=`): "auto" (the default) saves them through ADK's artifact service when it is at least
+as durable as the session -- and in the pack store's `artifacts/` folder (fsspec) when the runner
+has no artifact service, or an in-memory one while sessions are durable (a `DatabaseSessionService`
+shared by replicas: another replica must be able to recall them); "adk" always uses ADK's service
+(an explicit opt-in to an in-memory one), "store" always the pack store. A URI of another app,
+user or session is refused. When the store's redaction is on, text originals are saved masked
+(the same secret shapes as the store; see docs/architecture.md for why).
+
+`read_artifact` never raises: a bad argument, a missing original or a failing store is an
+`{"error": ...}` result naming the argument and the fix. It returns the stored text exactly
+(lines split on "\n" only, so "\r\n", "\u2028" and JSON text come back unchanged) and bounds a
+reply by characters as well as lines (`next_start_line` / `next_start_char` continue it).
 """
 
 from __future__ import annotations
@@ -27,8 +37,9 @@ from google.genai import types
 
 from ..compress import compress_tool_output, render_payload
 from ..content import response_digest, sha256_hex
-from ..errors import StoreError
+from ..errors import AetherContextError, StoreError
 from ..profile import OffloadSettings
+from ..redact import redact
 from ..store import PackStore
 from ..tokens import TokenCounting
 from .collect import OFFLOAD_PREFIX, URIS_STATE_KEY, artifact_uri
@@ -52,6 +63,8 @@ class ParsedUri:
 
 
 def parse_artifact_uri(uri: str) -> ParsedUri:
+    if not isinstance(uri, str) or not uri.strip():
+        raise StoreError(f"uri must be an artifact:// URI string, got {str(uri)[:80]!r} ({type(uri).__name__})")
     m = _URI.match(uri.strip())
     if not m:
         raise StoreError(f"{uri!r} is not an artifact URI (artifact://<app>/<user>/<session>/<file>[#v<n>])")
@@ -61,17 +74,50 @@ def parse_artifact_uri(uri: str) -> ParsedUri:
     return ParsedUri(app, user, session, filename, int(version) if version is not None else None)
 
 
-class ArtifactGateway:
-    """Saves and loads originals for the current session; ADK's artifact service first, the pack store else."""
+ORIGINALS = ("auto", "adk", "store")
+_TEXT_MIME = ("text/", "application/json")
 
-    def __init__(self, store: PackStore):
+
+class ArtifactGateway:
+    """Saves and loads originals for the current session, where they are as durable as the session."""
+
+    def __init__(self, store: PackStore, *, originals: str = "auto"):
+        if originals not in ORIGINALS:
+            raise ValueError(f"originals={originals!r}: use one of {ORIGINALS}")
         self.store = store
+        self.originals = originals
+
+    def _use_store(self, ctx: CallbackContext) -> bool:
+        """True when originals must go to the pack store (see the module docstring)."""
+        if self.originals != "auto":
+            return self.originals == "store"
+        inv = ctx.get_invocation_context()
+        artifacts, sessions = inv.artifact_service, inv.session_service
+        if artifacts is None:
+            return True
+        in_memory = type(artifacts).__name__.startswith("InMemory")
+        return in_memory and not type(sessions).__name__.startswith("InMemory")
+
+    def _masked(self, data: bytes, mime_type: str) -> bytes:
+        if not self.store.redaction.enabled or not mime_type.startswith(_TEXT_MIME):
+            return data
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return data
+        masked, n = redact(text, self.store.redaction)
+        return masked.encode("utf-8") if n else data
 
     async def save(self, ctx: CallbackContext, filename: str, data: bytes, mime_type: str) -> str:
         session = ctx.session
-        try:
-            version = await ctx.save_artifact(filename, types.Part(inline_data=types.Blob(mime_type=mime_type, data=data)))
-        except ValueError:  # the runner has no artifact service
+        data = self._masked(data, mime_type)
+        version = None
+        if not self._use_store(ctx):
+            try:
+                version = await ctx.save_artifact(filename, types.Part(inline_data=types.Blob(mime_type=mime_type, data=data)))
+            except ValueError:  # the runner has no artifact service
+                version = None
+        if version is None:
             version = self.store.put_artifact(session.app_name, session.user_id, session.id, filename, data)
         return artifact_uri(session.app_name, session.user_id, session.id, filename, version)
 
@@ -81,18 +127,23 @@ class ArtifactGateway:
         session = ctx.session
         if (parsed.app, parsed.user, parsed.session) != (session.app_name, session.user_id, session.id):
             raise StoreError(f"{uri!r} belongs to another app, user or session: refused")
-        try:
-            part = await ctx.load_artifact(parsed.filename, parsed.version)
-        except ValueError:
+        if self.originals != "store":
             part = None
-        if part is not None:
-            if part.inline_data is not None and part.inline_data.data is not None:
-                return part.inline_data.data
-            if part.text is not None:
-                return part.text.encode("utf-8")
-        data = self.store.get_artifact(parsed.app, parsed.user, parsed.session, parsed.filename, parsed.version)
+            try:
+                part = await ctx.load_artifact(parsed.filename, parsed.version)
+            except (ValueError, KeyError, FileNotFoundError):
+                part = None
+            if part is not None:
+                if part.inline_data is not None and part.inline_data.data is not None:
+                    return part.inline_data.data
+                if part.text is not None:
+                    return part.text.encode("utf-8")
+        try:
+            data = self.store.get_artifact(parsed.app, parsed.user, parsed.session, parsed.filename, parsed.version)
+        except OSError as e:
+            raise StoreError(f"the artifact store could not be read for {uri!r}: {e}") from e
         if data is None:
-            raise StoreError(f"{uri!r} not found in the artifact store")
+            raise StoreError(f"{uri!r} not found in the artifact store (check the URI and its #v version)")
         return data
 
 
@@ -112,8 +163,10 @@ async def offload_tool_result(*, tool_name: str, args: dict, result: Any, ctx: T
     tokens = counter.count_text(text)
     if tokens < settings.save_min_tokens:
         return None
-    data = text.encode("utf-8")
     is_json = not isinstance(result, str)
+    # JSON is saved indented, so the recall tool's line ranges and search mean something; it reads
+    # back exactly this text.
+    data = (json.dumps(result, indent=1, ensure_ascii=False, default=str) if is_json else text).encode("utf-8", "replace")
     filename = f"{OFFLOAD_PREFIX}{tool_name}-{sha256_hex(data)[:16]}.{'json' if is_json else 'txt'}"
     uri = await gateway.save(ctx, filename, data, "application/json" if is_json else "text/plain")
     uris = dict(ctx.state.get(URIS_STATE_KEY) or {})
@@ -132,25 +185,73 @@ async def offload_tool_result(*, tool_name: str, args: dict, result: Any, ctx: T
     return replacement
 
 
-def _read(text: str, start_line: int, max_lines: int, search: str) -> dict:
-    lines = text.splitlines()
+def _int_arg(name: str, value: Any, minimum: int) -> int:
+    """An integer argument from the model: ints and digit strings; anything else is a clear error."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{name} must be a whole number >= {minimum}, got {str(value)[:40]!r}")
+    if isinstance(value, str):
+        if not value.strip().lstrip("-").isdigit():
+            raise ValueError(f"{name} must be a whole number >= {minimum}, got {value[:40]!r}")
+        value = int(value.strip())
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"{name} must be a whole number >= {minimum}, got {value}")
+        value = int(value)
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _read(text: str, start_line: int, max_lines: int, search: str, max_chars: int, start_char: int = 0) -> dict:
+    """Lines of `text` (split on "\n" only) from `start_line`, or those containing `search`,
+    bounded by `max_lines` and `max_chars`."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "" and len(lines) > 1:
+        lines.pop()  # a final newline ends the last line, it does not start a new one
+    total = len(lines)
     if search:
         needle = search.lower()
-        hits = [f"{i + 1}: {ln}" for i, ln in enumerate(lines) if needle in ln.lower()]
-        return {"total_lines": len(lines), "matches": len(hits), "lines": "\n".join(hits[:max_lines]),
-                "truncated": len(hits) > max_lines}
-    start = max(1, start_line)
-    chunk = lines[start - 1: start - 1 + max_lines]
-    end = start - 1 + len(chunk)
-    return {"total_lines": len(lines), "start_line": start, "end_line": end, "lines": "\n".join(chunk),
-            "next_start_line": end + 1 if end < len(lines) else None}
+        hits, size, cut = [], 0, False
+        for i, ln in enumerate(lines):
+            if needle in ln.lower():
+                entry = f"{i + 1}: {ln}"
+                if len(hits) >= max_lines or size + len(entry) > max_chars:
+                    cut = True
+                    break
+                hits.append(entry)
+                size += len(entry) + 1
+        matches = sum(needle in ln.lower() for ln in lines)
+        return {"total_lines": total, "matches": matches, "lines": "\n".join(hits), "truncated": cut}
+    if start_line > total:
+        return {"total_lines": total, "start_line": start_line, "end_line": start_line - 1, "lines": "",
+                "next_start_line": None, "note": f"the original has {total} lines"}
+    first = lines[start_line - 1]
+    if start_char or len(first) > max_chars:  # one long line: return a slice of it
+        piece = first[start_char:start_char + max_chars]
+        end = start_char + len(piece)
+        out = {"total_lines": total, "start_line": start_line, "end_line": start_line, "lines": piece,
+               "line_chars": len(first), "start_char": start_char}
+        if end < len(first):
+            out["next_start_line"], out["next_start_char"] = start_line, end
+        else:
+            out["next_start_line"] = start_line + 1 if start_line < total else None
+        return out
+    chunk, size = [], 0
+    for ln in lines[start_line - 1: start_line - 1 + max_lines]:
+        if chunk and size + len(ln) + 1 > max_chars:
+            break
+        chunk.append(ln)
+        size += len(ln) + 1
+    end = start_line - 1 + len(chunk)
+    return {"total_lines": total, "start_line": start_line, "end_line": end, "lines": "\n".join(chunk),
+            "next_start_line": end + 1 if end < total else None}
 
 
-def make_recall_tool(gateway: ArtifactGateway, *, max_lines_cap: int = 400) -> FunctionTool:
+def make_recall_tool(gateway: ArtifactGateway, *, max_lines_cap: int = 400, max_chars: int = 16_000) -> FunctionTool:
     """The tool the agent calls to read an offloaded original back, by line range or by search."""
 
     async def read_artifact(uri: str, tool_context: ToolContext, start_line: int = 1, max_lines: int = 200,
-                            search: str = "") -> dict:
+                            search: str = "", start_char: int = 0) -> dict:
         """Read an original that was offloaded to the artifact store (named by an artifact:// URI in the context).
 
         Args:
@@ -158,17 +259,30 @@ def make_recall_tool(gateway: ArtifactGateway, *, max_lines_cap: int = 400) -> F
           start_line: first line to return (1-based).
           max_lines: how many lines to return.
           search: if given, return only the lines containing this text (case-insensitive), with line numbers.
+          start_char: for a very long line, the character to continue from (see next_start_char).
         """
         try:
+            if not isinstance(uri, str) or not uri.strip():
+                raise ValueError(f"uri must be the artifact:// URI shown in the context, got {str(uri)[:80]!r}")
+            first = _int_arg("start_line", start_line, 1)
+            count = min(_int_arg("max_lines", max_lines, 1), max_lines_cap)
+            offset = _int_arg("start_char", start_char, 0)
+            if search is None:
+                search = ""
+            if not isinstance(search, str):
+                raise ValueError(f"search must be text, got {str(search)[:40]!r}")
+        except ValueError as e:
+            return {"error": f"{e}: fix the argument and call {RECALL_TOOL_NAME} again", "uri": str(uri)[:200]}
+        try:
             data = await gateway.load(tool_context, uri)
-        except StoreError as e:
-            return {"error": str(e)}
-        text = data.decode("utf-8", "replace")
-        try:  # pretty-print JSON so line ranges are meaningful
-            text = json.dumps(json.loads(text), indent=1, ensure_ascii=False)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            pass
-        out = _read(text, start_line, min(max(1, max_lines), max_lines_cap), search)
+            text = data.decode("utf-8", "replace")
+            out = _read(text, first, count, search, max_chars, offset)
+        except AetherContextError as e:
+            return {"error": str(e), "uri": uri}
+        except Exception as e:  # a failing store or service: an answer for the model, never an exception in the run
+            logger.error("aether-context: %s failed for %s", RECALL_TOOL_NAME, uri, exc_info=True)
+            return {"error": f"the original could not be read ({type(e).__name__}: {str(e)[:200]}); try again later",
+                    "uri": uri}
         out["uri"] = uri
         return out
 
