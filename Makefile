@@ -1,5 +1,7 @@
 # Quickstart: `make demo` and `make test`. Both create .venv on first use.
 PY ?= python3
+# ADK is a range in pyproject (>=2.13,<3); the tests run on its lowest version unless told otherwise (make test ADK=2.14.0).
+ADK ?= 2.13.0
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -7,14 +9,14 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench report clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# CPU torch first: a bare `torch` requirement would pull GBs of CUDA wheels.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev]' 'google-adk[db]==$(ADK)'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -24,6 +26,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The demo's HTML report, rendered in headless Chromium (fails on a JavaScript error; apt-get install -y chromium),
+# with the screenshot in docs/report.png.
+report: $(STAMP)
+	$(BIN)/python examples/demo_agent.py --store .aether/report-packs --report .aether/demo-report.html > /dev/null
+	$(BIN)/python scripts/check_report.py .aether/demo-report.html --screenshot docs/report.png
 
 # Each benchmark writes its own section of docs/benchmarks.md (the rest of the file is kept). `make bench` runs the
 # pack overhead (4-10 min); the trajectory replay (6-20 min) and the retrieval eval (~25 min) have their commands there.

@@ -166,13 +166,14 @@ async def _seed_memory(memory: InMemoryMemoryService, sessions: InMemorySessionS
 
 LEGEND = """\
 How to read a call line (all counts in tokens):
-  sent        what the model received
-  ADK would send   the same call without the plugin (offloaded tool results at full size), and the
-              change: -60% is 60 % fewer tokens; + is the pack's own overhead (task, memory, tool notes)
-  same        leading tokens equal to the previous call: the part a prompt cache can serve
-  reused      the pack's context block was kept from the previous call (only new turns appended)
-  layers      used/budget per layer: sys(tem), task, tools, evid(ence), mem(ory), conv(ersation);
-              a budget of 0 means nothing of that kind was available to rank
+  sent            what the model received
+  ADK would send  the same call without the plugin (offloaded tool results at full size), and the change:
+                  -60% is 60 % fewer tokens; + is the pack's own additions (task, memory, tool notes)
+  same            leading tokens equal to the previous call: the part a prompt cache can serve
+  reused          the pack's context block was kept from the previous call (only new turns appended)
+  calib           the model's token count per token of our estimate, learnt from its reported usage
+  layers          used/budget per layer: sys(tem), task, tools, evid(ence), mem(ory), conv(ersation);
+                  a budget of 0 means nothing of that kind was there to rank
 Below a call: what each truncation did, in plain words."""
 
 
@@ -188,7 +189,7 @@ def _print_call(n: int, record) -> None:
                        for k, short in (("system", "sys"), ("task", "task"), ("tools", "tools"), ("evidence", "evid"),
                                         ("memory", "mem"), ("conversation", "conv")))
     print(f"{n:>3}  sent {m.tokens_after:>5,}  ADK would send {without:>6,} ({change})  same {m.prefix_tokens:>5,}"
-          f"{'  reused' if m.reused_payload else '        '}  {layers}")
+          f"{'  reused' if m.reused_payload else '        '}  calib {m.calibration:.2f}  {layers}")
     for e in m.truncation_events:
         print(f"       - {explain(e)}")
 

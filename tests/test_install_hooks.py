@@ -36,3 +36,17 @@ async def test_installs_on_the_tree_once(memory_store_url):
     # the sub-agent's model response events carry their pack
     assert all(e.custom_metadata["aether_context"]["pack_id"].startswith("pk_")
                for e in events if e.author == "child" and e.content and e.content.role == "model")
+
+
+def test_store_and_profile_from_the_environment(monkeypatch, tmp_path):
+    """`adk web --extra_plugins aether_context.ContextPackPlugin` builds the plugin without arguments."""
+    from aether_context import ContextPackPlugin, context_pack_callback
+
+    monkeypatch.setenv("AETHER_CONTEXT_STORE", str(tmp_path / "env-packs"))
+    monkeypatch.setenv("AETHER_CONTEXT_PROFILE", "research")
+    plugin = ContextPackPlugin(name="aether_context.ContextPackPlugin", embedder=HashingEmbedder())
+    assert plugin.packer.profile.name == "research" and plugin.packer.store.url == str(tmp_path / "env-packs")
+    cb = context_pack_callback(embedder=HashingEmbedder())
+    assert cb.packer.profile.name == "research"
+    given = ContextPackPlugin(store="memory://given", profile="default", embedder=HashingEmbedder())
+    assert given.packer.profile.name == "default" and given.packer.store.url == "memory://given"  # arguments win

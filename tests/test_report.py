@@ -84,3 +84,18 @@ def test_a_script_error_is_caught(store_url, tmp_path):
     out.write_text(out.read_text().replace("legend();\n  drawAll();", "legend();\n  undefinedFunction();"))
     errors = check_report.asyncio.run(check_report.check(out))
     assert any("undefinedFunction" in e for e in errors)
+
+
+def test_truncations_in_plain_words():
+    from aether_context.report import explain
+
+    fold = {"layer": "conversation", "action": "fold", "reason": "older than the verbatim tail", "ids": ["t1", "t2"],
+            "tokens_before": 634, "tokens_after": 0}
+    assert explain(fold) == ("2 conversation items folded into one-line summaries: older than the verbatim tail "
+                             "(634 tokens verbatim)")
+    cut = {"layer": "memory", "action": "compress", "reason": "overflow", "ids": ["m1"], "tokens_before": 900,
+           "tokens_after": 300}
+    assert explain(cut) == "1 memory item compressed: overflow (900 → 300 tokens, 600 saved)"
+    empty = {"layer": "conversation", "action": "compress", "reason": "fold zone over its cap", "ids": [],
+             "tokens_before": 0, "tokens_after": 0}
+    assert explain(empty) == "the conversation layer compressed: fold zone over its cap"  # no "0 -> 0 tokens"

@@ -11,14 +11,12 @@ there the attributes describe the agent's latest call and the events list every 
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from opentelemetry import trace
 
 from ..pipeline.record import Manifest
-
-logger = logging.getLogger("aether_context")
+from ..report.calls import compaction_reason, tokens_without_plugin
 
 __all__ = ["METADATA_KEY", "SPAN_NAME", "pack_metadata", "annotate_response", "annotate_span", "pack_span"]
 
@@ -30,11 +28,6 @@ _tracer = trace.get_tracer("aether_context")
 def pack_span():
     """A child span around one pack, under whatever span ADK made current for the model call."""
     return _tracer.start_as_current_span(SPAN_NAME)
-
-
-def tokens_without_plugin(m: Manifest) -> int:
-    """What ADK would have sent: offloaded originals at full size (older manifests: the request as received)."""
-    return int(getattr(m, "tokens_without_plugin", 0) or m.tokens_before)
 
 
 def pack_metadata(manifest: Manifest, uri: str) -> dict[str, Any]:
@@ -51,9 +44,8 @@ def pack_metadata(manifest: Manifest, uri: str) -> dict[str, Any]:
         "truncations": len(manifest.truncation_events),
         "truncated_layers": sorted({str(e.get("layer", "")) for e in manifest.truncation_events}),
     }
-    compaction = getattr(manifest, "compaction", None)
-    if compaction:
-        meta["compaction"] = str(compaction.get("reason") or compaction.get("kind") or "yes")
+    if compaction_reason(manifest):
+        meta["compaction"] = compaction_reason(manifest)
     if manifest.cache_break:
         meta["cache_break"] = str(manifest.cache_break.get("block", ""))
     if manifest.error:

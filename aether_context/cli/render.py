@@ -87,8 +87,8 @@ def _clip(text: str, n: int = 400) -> str:
     return text if len(text) <= n else text[:n] + f"… [{len(text) - n} more chars]"
 
 
-def format_request(r: ModelRequest) -> str:
-    """A request as plain text: model, tools, system instruction, one line per part."""
+def format_request(r: ModelRequest, numbered: bool = True) -> str:
+    """A request as plain text: model, tools, system instruction, one line per part (numbered by message)."""
     out = [f"model: {r.model}", f"tools: {', '.join(t.name for t in r.tools) or '-'}", "system_instruction:",
            _clip(r.system_instruction, 2000), ""]
     for i, m in enumerate(r.messages):
@@ -101,7 +101,7 @@ def format_request(r: ModelRequest) -> str:
                 body = f"response {p.name}: {_clip(canonical_json(p.response))}"
             else:
                 body = f"[{type(p).__name__}]"
-            out.append(f"[{i}] {m.role}: {body}")
+            out.append(f"[{i}] {m.role}: {body}" if numbered else f"{m.role}: {body}")
     out.append(f"\nchecksum {r.checksum}")
     return "\n".join(out)
 
@@ -169,7 +169,8 @@ def repack_view(old: Manifest, new: Manifest) -> Table:
 
 def request_diff(old: ModelRequest, new: ModelRequest, old_name: str, new_name: str) -> Text:
     """A unified diff of the two requests as text, coloured like `git diff`."""
-    lines = difflib.unified_diff(format_request(old).splitlines(), format_request(new).splitlines(),
+    # unnumbered: a message dropped at the front must not show every later one as changed
+    lines = difflib.unified_diff(format_request(old, False).splitlines(), format_request(new, False).splitlines(),
                                  fromfile=old_name, tofile=new_name, lineterm="", n=2)
     out = Text()
     for line in lines:

@@ -49,8 +49,14 @@ def explain(event: dict[str, Any]) -> str:
     what = f"{n} {layer} item{'s' if n != 1 else ''}" if n else f"the {layer} layer"
     text = f"{what} {_VERBS.get(action, action)}: {event.get('reason', '')}"
     before, after = int(event.get("tokens_before") or 0), int(event.get("tokens_after") or 0)
-    if before or after:
-        text += f" ({before:,} → {after:,} tokens, {before - after:,} saved)" if before > after else f" ({before:,} → {after:,} tokens)"
+    if after == 0 and before and action in ("fold", "compress"):  # what they became is counted in another block
+        text += f" ({before:,} tokens verbatim)"
+    elif after == 0 and before:
+        text += f" ({before:,} tokens)"
+    elif before > after:
+        text += f" ({before:,} → {after:,} tokens, {before - after:,} saved)"
+    elif before or after:
+        text += f" ({before:,} → {after:,} tokens)"
     return text
 
 
