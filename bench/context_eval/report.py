@@ -22,7 +22,11 @@ def _num(x: float) -> str:
 
 
 def _frac(num: float, den: int) -> str:
-    return "n/a" if not den else f"{num / den * 100:.1f} % ({num:,.0f}/{den:,})" if num == int(num) else f"{num / den:.3f} (n={den})"
+    """A count as `x % (hits/total)`; a sum of per-item shares as `x % (mean of n)`."""
+    if not den:
+        return "n/a"
+    detail = f"{num:,}/{den:,}" if isinstance(num, int) else f"mean of {den:,}"
+    return f"{num / den * 100:.1f} % ({detail})"
 
 
 def _retention_table(w: Workload, window: int, r: Results) -> str:

@@ -100,7 +100,7 @@ def _locomo(w: Workload, records: list[RunRecord], window: int) -> dict[str, tup
             if known:
                 share_sum += hit / known
                 n += 1
-                found, total = found + hit, total + known
+                found, total = found + int(hit), total + known
                 by_cat.setdefault(q.category, []).append(hit / known)
     out = {"evidence (mean per question)": (share_sum, n), "evidence turns (pooled)": (found, total)}
     for cat in sorted(by_cat):
@@ -115,7 +115,7 @@ def _tau(w: Workload, records: list[RunRecord], window: int) -> dict[str, tuple[
             text = rec.texts.get(u.call)
             if text is not None:
                 total += 1
-                found += present(u.value, text)
+                found += int(present(u.value, text))
     return {"identifier uses in the request": (found, total)}
 
 
@@ -125,8 +125,8 @@ def _swe(w: Workload, records: list[RunRecord], window: int) -> dict[str, tuple[
         if not rec.final_text:
             continue
         f, l = check_final(w.facts[rec.run_id], rec.final_text)
-        files, nf, fails, nl = files + sum(f), nf + len(f), fails + sum(l), nl + len(l)
-    over = sum(c.tokens > window for rec in records for c in rec.calls)
+        files, nf, fails, nl = files + int(sum(f)), nf + len(f), fails + int(sum(l)), nl + len(l)
+    over = int(sum(c.tokens > window for rec in records for c in rec.calls))
     calls = sum(len(rec.calls) for rec in records)
     return {"final-diff files in the final request": (files, nf), "last five failure lines in the final request": (fails, nl),
             "calls over the window": (over, calls)}
