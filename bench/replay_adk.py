@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import copy
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -106,7 +107,8 @@ class RecordedTool(BaseTool):
         return self._decl
 
     async def run_async(self, *, args: dict[str, Any], tool_context: Any) -> Any:
-        return self._outputs.pop(self.name)
+        # A copy: the recording is replayed again by other passes, and a plugin may edit the result it is given.
+        return copy.deepcopy(self._outputs.pop(self.name))
 
 
 class ReplayLlm(ScriptedLlm):

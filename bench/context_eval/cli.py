@@ -43,11 +43,27 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def _full_estimate(args: argparse.Namespace, workloads: list, walls: dict[str, float]) -> str:
+    """Seconds a full run would take: each workload's wall scaled by its full / measured model calls."""
+    full = build_workloads(args.data, tuple(w.name for w in workloads), conversations=None, questions=None, runs=None,
+                           episodes=None, profiles={})
+    total = 0.0
+    for w, f in zip(workloads, full):
+        measured = sum(j.trajectory.model_calls for j in w.jobs)
+        wall = sum(v for k, v in walls.items() if k.startswith(w.name + " / "))
+        total += wall * sum(j.trajectory.model_calls for j in f.jobs) / max(1, measured)
+    return f"; a full run would take about {total / 60:.0f} min on this machine (scaled by model calls)"
+
+
 def _limits(args: argparse.Namespace) -> str:
     parts = [f"{k} {v}" for k, v in (("conversations", args.conversations), ("questions per conversation", args.questions),
                                       ("episodes", args.episodes), ("runs", args.runs),
                                       ("determinism runs", args.determinism_runs)) if v is not None]
     return ("SMOKE RUN, limited to " + ", ".join(parts)) if parts else "all dev data (full run)"
+
+
+def _limited(args: argparse.Namespace) -> bool:
+    return any(v is not None for v in (args.conversations, args.questions, args.episodes, args.runs))
 
 
 async def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -71,7 +87,8 @@ async def main(argv: Optional[Sequence[str]] = None) -> int:
     argv_list = list(argv) if argv is not None else sys.argv[1:]
     report = render_report(workloads, results, checks, date=dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
                            command="bench/context_eval.py " + " ".join(shlex.quote(a) for a in argv_list),
-                           machine=info, runtime_s=time.perf_counter() - t0, limits=_limits(args))
+                           machine=info, runtime_s=time.perf_counter() - t0,
+                           limits=_limits(args) + (_full_estimate(args, workloads, results.walls) if _limited(args) else ""))
     print(report)
     if not args.no_write:
         path = write_section(ROOT / args.out, SECTION, report)

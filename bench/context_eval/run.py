@@ -66,6 +66,7 @@ async def run_pass(system: System, profile: str, window: Optional[int], jobs: li
     """Every job under one system and window, with fresh packers (a pass is one app process's life)."""
     packers: dict = {}
     out = [await run_job(system, profile, window, job, packers, counter, deadline_s=deadline_s) for job in jobs]
-    for packer in packers.values():
+    for packer in packers.values():  # the pass's store goes with it: the next pass starts empty, memory is freed
         packer.store.flush()
+        packer.store.fs.rm(packer.store.root, recursive=True)
     return out

@@ -167,7 +167,7 @@ def _aether(profile: str, window: Optional[int], packers: dict) -> Setup:
     """One packer per (profile, window) serves every run of a pass (one app, many sessions), as in production."""
     packer = packers.get((profile, window))
     if packer is None:
-        store = f"memory://aether-bench/{profile}-{window}-{len(packers)}-{id(packers)}"
+        store = f"memory://aether-bench/{profile}-{window}"  # the same URL in every pass: URIs in requests match
         packer = packers[(profile, window)] = ContextPacker(profile=profile, window_tokens=window, store=store)
     packer.recent.clear()
     return Setup(plugins=[ContextPackPlugin(packer=packer)], packer=packer)
