@@ -1,20 +1,21 @@
 """How a request looks to the model, measured the same way by every benchmark.
 
-Tokens are counted with aether-context's own `TokenCounter` over the core view of the request the
+Tokens are counted with aether-context's `TokenCounter` over the core view of the request the
 model received (`request_from_llm`), so a plugin's request and ADK's own are scored by one ruler.
-The head digest and the prefix comparison are written here rather than taken from the library's
-private helpers (`pipeline/build.py`), so the ruler does not move with the code it measures.
+The head digest, the token sum and the prefix comparison are written here rather than taken from
+the library's pipeline, so the ruler does not move with the code it measures.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Any, Iterable
 
 from aether_context import ModelRequest, TokenCounter
-from aether_context.content import canonical_json, sha256_hex
-from aether_context.pipeline import request_tokens
+from aether_context.content import FunctionCall, FunctionResponse, TextPart, canonical_json, sha256_hex
 
-__all__ = ["RequestShape", "prefix_share"]
+__all__ = ["RequestShape", "prefix_share", "shared_prefix_tokens", "request_text", "strip_ansi", "string_leaves"]
 
 
 @dataclass(frozen=True)
@@ -29,23 +30,75 @@ class RequestShape:
     @classmethod
     def of(cls, req: ModelRequest, counter: TokenCounter) -> "RequestShape":
         msgs = tuple((m.digest, counter.count_message(m)) for m in req.messages)
-        total = request_tokens(req, counter)
-        head = sha256_hex(canonical_json([req.system_instruction, [t.to_json() for t in req.tools], list(req.other_tools)]))
-        return cls(head, total - sum(t for _, t in msgs), msgs, total)
+        head_tokens = (counter.count_text(req.system_instruction)
+                       + sum(counter.count_text(canonical_json(t.declaration)) for t in req.tools)
+                       + sum(counter.count_text(canonical_json(t)) for t in req.other_tools))
+        head = sha256_hex(canonical_json([req.model, req.system_instruction, [t.to_json() for t in req.tools],
+                                          list(req.other_tools)]))
+        return cls(head, head_tokens, msgs, head_tokens + sum(t for _, t in msgs))
+
+    @property
+    def checksum(self) -> str:
+        """sha256 of the head and every message digest in order: equal checksums, byte-identical requests."""
+        return sha256_hex(canonical_json([self.head, [d for d, _ in self.messages]]))
+
+
+def shared_prefix_tokens(previous: RequestShape, current: RequestShape) -> int:
+    """Leading tokens of `current` identical to `previous`'s (the head counts as one block)."""
+    if previous.head != current.head:
+        return 0
+    same = current.head_tokens
+    for (d1, _), (d2, t2) in zip(previous.messages, current.messages):
+        if d1 != d2:
+            break
+        same += t2
+    return same
 
 
 def prefix_share(previous: RequestShape, current: RequestShape) -> float | None:
-    """Tokens of `previous` that are an identical prefix of `current`, over `previous`'s tokens.
-
-    The head counts as one block: a changed system instruction or tool list breaks the whole prefix.
-    """
+    """Tokens of `previous` that are an identical prefix of `current`, over `previous`'s tokens."""
     if not previous.total:
         return None
-    same = 0
-    if previous.head == current.head:
-        same = previous.head_tokens
-        for (d1, t1), (d2, _) in zip(previous.messages, current.messages):
-            if d1 != d2:
-                break
-            same += t1
-    return same / previous.total
+    return shared_prefix_tokens(previous, current) / previous.total
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text)
+
+
+def string_leaves(value: Any) -> Iterable[str]:
+    """Every string inside a JSON-like value (dict keys excluded; numbers as text)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, bool) or value is None:
+        return
+    elif isinstance(value, (int, float)):
+        yield str(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from string_leaves(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from string_leaves(v)
+
+
+def _part_texts(part: Any) -> list[str]:
+    if isinstance(part, TextPart):
+        return [part.text]
+    if isinstance(part, FunctionCall):
+        return [part.name, *string_leaves(part.args), canonical_json(part.args)]
+    if isinstance(part, FunctionResponse):
+        return [part.name, *string_leaves(part.response), canonical_json(part.response)]
+    return [canonical_json(part.to_json())]
+
+
+def request_text(req: ModelRequest) -> str:
+    """All text the model sees: system instruction, tool declarations, every part (raw strings and JSON)."""
+    chunks = [req.system_instruction, *(canonical_json(t.declaration) for t in req.tools)]
+    for m in req.messages:
+        for p in m.parts:
+            chunks.extend(_part_texts(p))
+    return "\n".join(chunks)

@@ -1,24 +1,14 @@
-"""Replay recorded agent trajectories through a real ADK Runner, for benchmarks.
+"""Recorded agent runs in one neutral, typed form, for benchmarks.
 
-Real runs (mini-swe-agent on SWE-bench Verified, tau-bench airline) are loaded into one neutral,
-typed form (`Trajectory` → `Invocation` → `ModelTurn` → `ToolCall`) and driven through an
-unmodified ADK 2.13 `Runner`: a scripted model (`ReplayLlm`, a real `BaseLlm`) returns the i-th
-recorded assistant turn on the i-th call, and `RecordedTool`s return the recorded outputs. So every
-request the model receives is built by ADK's own request pipeline from real content, then passes
-through whatever plugins / App options are under test. Nothing in ADK is mocked; the only
-instrumentation is a timer around ADK's request building (`BaseLlmFlow._preprocess_async`) and two
-probe plugins that bracket the plugins' `before_model` work.
-
-The model does not react to what it is sent (it replays), so different context managers can be
-compared on identical sessions: what they send (tokens, prefix reuse) and what they cost (time).
+Real runs (mini-swe-agent on SWE-bench Verified, tau-bench airline) are loaded into
+`Trajectory` → `Invocation` → `ModelTurn` → `ToolCall`; `replay_adk.replay` drives one through an
+unmodified ADK Runner (re-exported here, so `from trajectories import replay` keeps working).
 
 Usage::
 
-    from bench.trajectories import load_mini_swe, load_tau_airline, replay
+    from trajectories import load_mini_swe, load_tau_airline, replay
     runs = load_mini_swe("../shared/datasets", limit=5)
     result = asyncio.run(replay(runs[0], plugins=[ContextPackPlugin(window_tokens=32_000)]))
-    for call in result.calls:
-        print(call.events, call.adk_build_s, call.plugins_s, call.request and len(call.request.messages))
 
 Mapping (see the loaders): mini-swe-agent `messages[0]` → agent instruction, `messages[1]` → the
 one user message, each assistant message → a model turn (reasoning text + `bash(command=...)`),
@@ -29,29 +19,13 @@ start invocations, assistant `tool_calls` → function calls, `tool` messages �
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncGenerator, Callable, Iterable, Iterator, Literal, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
-from google.adk.agents import LlmAgent
-from google.adk.agents.run_config import RunConfig
-from google.adk.apps.app import App
-from google.adk.artifacts import InMemoryArtifactService
-from google.adk.flows.llm_flows.base_llm_flow import BaseLlmFlow
-from google.adk.memory import InMemoryMemoryService
-from google.adk.models.base_llm import BaseLlm
-from google.adk.models.llm_request import LlmRequest
-from google.adk.models.llm_response import LlmResponse
-from google.adk.plugins.base_plugin import BasePlugin
-from google.adk.runners import Runner
-from google.adk.sessions import InMemorySessionService
-from google.adk.tools.base_tool import BaseTool
 from google.genai import types
-from pydantic import PrivateAttr
 
 __all__ = [
     "ToolCall", "ModelTurn", "Invocation", "ToolDecl", "Trajectory", "load_mini_swe", "load_tau_airline",
@@ -352,325 +326,12 @@ def concat_trajectories(trajectories: Sequence[Trajectory], *, min_model_calls: 
                       meta={"concatenated": used})
 
 
-# --------------------------------------------------------------------------- the scripted model and tools
-class _Outputs:
-    """Recorded outputs the model's last calls are owed, per tool name, in call order."""
-
-    def __init__(self) -> None:
-        self._pending: dict[str, collections.deque] = collections.defaultdict(collections.deque)
-
-    def push(self, calls: Iterable[ToolCall]) -> None:
-        for c in calls:
-            self._pending[c.name].append(c.output)
-
-    def pop(self, name: str) -> dict[str, Any]:
-        if not self._pending[name]:
-            raise ReplayError(f"tool {name!r} was called but the recording has no output owed for it")
-        return self._pending[name].popleft()
+_REPLAY_NAMES = frozenset({"GatedPlugin", "ModelCall", "RecordedTool", "ReplayLlm", "ReplayResult", "replay"})
 
 
-class RecordedTool(BaseTool):
-    """A tool with a given declaration that returns the recorded output of each call, in order."""
-
-    def __init__(self, decl: ToolDecl, outputs: _Outputs):
-        super().__init__(name=decl.name, description=decl.description)
-        self._decl = decl.declaration()
-        self._outputs = outputs
-
-    def _get_declaration(self) -> types.FunctionDeclaration:
-        return self._decl
-
-    async def run_async(self, *, args: dict[str, Any], tool_context: Any) -> Any:
-        return self._outputs.pop(self.name)
-
-
-class ReplayLlm(BaseLlm):
-    """A real ADK model that answers the i-th call with the i-th recorded turn.
-
-    `on_request(i, llm_request)` sees each request as the model receives it (after every plugin);
-    `prompt_tokens(llm_request)`, when set, is reported as `usage_metadata.prompt_token_count`
-    (ADK's token-threshold compaction reads it). When `is_agent_call(llm_request)` is False the call
-    is a side call (a summarizer using the agent's model, say): it gets `side_answer` and does not
-    consume the script.
-    """
-
-    model: str = "replay-model"
-    script: list[Any] = []
-    on_request: Any = None
-    prompt_tokens: Any = None
-    is_agent_call: Any = None
-    side_answer: str = "(replay: the recording has no answer for this side call)"
-    side_calls: int = 0
-    _cursor: int = PrivateAttr(default=0)
-    _outputs: _Outputs = PrivateAttr(default_factory=_Outputs)
-
-    @classmethod
-    def supported_models(cls) -> list[str]:
-        return [r"replay-.*"]
-
-    @property
-    def calls_made(self) -> int:
-        return self._cursor
-
-    @property
-    def outputs(self) -> _Outputs:
-        """Where the recorded outputs of the calls just made wait for the `RecordedTool`s."""
-        return self._outputs
-
-    async def generate_content_async(self, llm_request: LlmRequest, stream: bool = False
-                                     ) -> AsyncGenerator[LlmResponse, None]:
-        if self.is_agent_call is not None and not self.is_agent_call(llm_request):
-            self.side_calls += 1
-            yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text=self.side_answer)]),
-                              finish_reason=types.FinishReason.STOP)
-            return
-        i = self._cursor
-        if i >= len(self.script):
-            raise ReplayError(f"model called {i + 1} times but the recording has {len(self.script)} turns")
-        self._cursor += 1
-        if self.on_request is not None:
-            self.on_request(i, llm_request)
-        turn: ModelTurn = self.script[i]
-        parts = [types.Part(text=turn.text)] if turn.text or not turn.calls else []
-        parts += [types.Part(function_call=types.FunctionCall(name=c.name, args=c.args)) for c in turn.calls]
-        self._outputs.push(turn.calls)
-        usage = None
-        if self.prompt_tokens is not None:
-            n = int(self.prompt_tokens(llm_request))
-            usage = types.GenerateContentResponseUsageMetadata(prompt_token_count=n, candidates_token_count=0,
-                                                               total_token_count=n)
-        yield LlmResponse(content=types.Content(role="model", parts=parts), usage_metadata=usage,
-                          finish_reason=types.FinishReason.STOP)
-
-
-# --------------------------------------------------------------------------- timing instrumentation
-_BUILD_TIMES: dict[int, tuple[float, float]] = {}  # id(llm_request) -> (wall, thread CPU) seconds in ADK's request processors
-_PATCH_DEPTH = 0
-
-
-@contextlib.contextmanager
-def _time_adk_request_building() -> Iterator[None]:
-    """Time `BaseLlmFlow._preprocess_async` (ADK's request processors) per request, while active.
-
-    Only the time the generator itself runs is counted, not time spent by its consumer while it
-    is suspended on a yielded event; both wall time and this thread's CPU time (`time.thread_time`,
-    which other processes on a shared machine do not inflate). The patch is process-wide and undone
-    on exit.
-    """
-    global _PATCH_DEPTH
-    original = BaseLlmFlow.__dict__["_preprocess_async"] if _PATCH_DEPTH == 0 else None
-    if _PATCH_DEPTH == 0:
-        async def timed(self, invocation_context, llm_request, **kwargs):  # type: ignore[no-untyped-def]
-            agen = original(self, invocation_context, llm_request, **kwargs)
-            wall = cpu = 0.0
-            try:
-                while True:
-                    t0, c0 = time.perf_counter(), time.thread_time()
-                    try:
-                        event = await agen.__anext__()
-                    except StopAsyncIteration:
-                        wall, cpu = wall + time.perf_counter() - t0, cpu + time.thread_time() - c0
-                        break
-                    wall, cpu = wall + time.perf_counter() - t0, cpu + time.thread_time() - c0
-                    yield event
-            finally:
-                await agen.aclose()
-                _BUILD_TIMES[id(llm_request)] = (wall, cpu)
-
-        BaseLlmFlow._preprocess_async = timed  # type: ignore[method-assign]
-    _PATCH_DEPTH += 1
-    try:
-        yield
-    finally:
-        _PATCH_DEPTH -= 1
-        if _PATCH_DEPTH == 0 and original is not None:
-            BaseLlmFlow._preprocess_async = original  # type: ignore[method-assign]
-            _BUILD_TIMES.clear()
-
-
-@dataclass
-class ModelCall:
-    """One model call of a replay.
-
-    `events`: session events when the request was handed to the plugins. `adk_build_s`: ADK's
-    request building for it (`_preprocess_async`; `adk_build_cpu_s` the same in thread CPU time).
-    `plugins_s`: all plugins' `before_model` work.
-    `request`: what the model received, per `keep_requests` (`ModelRequest`, `LlmRequest` or None).
-    """
-
-    index: int
-    invocation: int
-    events: int = 0
-    adk_build_s: float | None = None
-    adk_build_cpu_s: float | None = None
-    plugins_s: float | None = None
-    request: Any = None
-    _t0: float = 0.0
-
-
-class _ProbeFirst(BasePlugin):
-    def __init__(self, result: "ReplayResult"):
-        super().__init__("bench_probe_first")
-        self.result = result
-
-    async def before_model_callback(self, *, callback_context, llm_request):  # type: ignore[no-untyped-def]
-        wall, cpu = _BUILD_TIMES.pop(id(llm_request), (None, None))
-        call = ModelCall(index=len(self.result.calls), invocation=self.result._invocation,
-                         events=len(callback_context.session.events), adk_build_s=wall, adk_build_cpu_s=cpu)
-        self.result.calls.append(call)
-        self.result._agent_requests.add(id(llm_request))
-        call._t0 = time.perf_counter()
-        return None
-
-
-class _ProbeLast(BasePlugin):
-    def __init__(self, result: "ReplayResult"):
-        super().__init__("bench_probe_last")
-        self.result = result
-
-    async def before_model_callback(self, *, callback_context, llm_request):  # type: ignore[no-untyped-def]
-        call = self.result.calls[-1]
-        call.plugins_s = time.perf_counter() - call._t0
-        return None
-
-
-_HOOKS = (
-    "on_user_message_callback", "before_run_callback", "on_event_callback", "after_run_callback",
-    "before_agent_callback", "after_agent_callback", "before_model_callback", "after_model_callback",
-    "on_model_error_callback", "before_tool_callback", "after_tool_callback", "on_tool_error_callback",
-    "on_agent_error_callback", "on_run_error_callback",
-)
-
-
-class GatedPlugin(BasePlugin):
-    """Forwards every hook to `inner` only once the session holds `from_events` events.
-
-    For long sessions where only the late calls are measured: earlier calls run as with no plugin
-    (which saves time), and the plugin joins cold at `from_events` (leave it some warm-up calls
-    before the measured ones). `close` is always forwarded.
-    """
-
-    def __init__(self, inner: BasePlugin, *, from_events: int):
-        super().__init__(f"{inner.name}_from_{from_events}")
-        self.inner = inner
-        self.from_events = from_events
-        for hook in _HOOKS:
-            if hasattr(inner, hook):
-                setattr(self, hook, self._gated(hook))
-
-    def _gated(self, hook: str) -> Callable[..., Any]:
-        target = getattr(self.inner, hook)
-
-        async def forward(**kwargs: Any) -> Any:
-            ctx = kwargs.get("callback_context") or kwargs.get("tool_context") or kwargs.get("invocation_context")
-            session = getattr(ctx, "session", None)
-            if session is not None and len(session.events) < self.from_events:
-                return None
-            return await target(**kwargs)
-
-        return forward
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-
-@dataclass
-class ReplayResult:
-    trajectory: Trajectory
-    calls: list[ModelCall] = field(default_factory=list)
-    invocation_wall_s: list[float] = field(default_factory=list)
-    wall_s: float = 0.0
-    session: Any = None  # the final ADK Session (events, state)
-    final_texts: list[str] = field(default_factory=list)
-    truncated: bool = False  # stopped at `deadline_s` before the end of the recording
-    side_calls: int = 0  # model calls that were not the agent's own (e.g. a summarizer on the agent's model)
-    _invocation: int = 0
-    _agent_requests: set[int] = field(default_factory=set)
-
-    @property
-    def events(self) -> int:
-        return len(self.session.events) if self.session is not None else 0
-
-
-async def replay(trajectory: Trajectory, *, plugins: Sequence[BasePlugin] = (),
-                 app_options: Mapping[str, Any] | None = None, agent_options: Mapping[str, Any] | None = None,
-                 run_config: RunConfig | None = None, keep_requests: Literal["core", "llm", "none"] = "core",
-                 on_request: "Callable[[ModelCall, LlmRequest], None] | None" = None,
-                 prompt_tokens: Callable[[LlmRequest], int] | None = None, deadline_s: float | None = None,
-                 session_service: Any = None, artifact_service: Any = None, memory_service: Any = None,
-                 app_name: str = "replay", user_id: str = "bench") -> ReplayResult:
-    """Run `trajectory` through a real ADK Runner with `plugins`, returning every request and timings.
-
-    `app_options` go to `App(...)` (e.g. `events_compaction_config`, `context_cache_config`),
-    `agent_options` to `LlmAgent(...)`. Plugins must be fresh instances (ADK binds them to one
-    app). `keep_requests="core"` keeps each request as an `aether_context` `ModelRequest` (compact,
-    immutable), `"llm"` as a deep-copied `LlmRequest`, `"none"` keeps nothing (use `on_request` to
-    measure on the fly in long sessions). The model is called exactly once per recorded turn;
-    a plugin that answers in place of the model (returns an `LlmResponse`) desynchronises the script.
-    `on_request(call, llm_request)` runs inside the model call (untimed) with the call's record so far.
-    `deadline_s` stops the replay after that many seconds (`result.truncated`), to bound slow systems.
-    """
-    from aether_context.adk import request_from_llm  # the harness's neutral request view
-
-    result = ReplayResult(trajectory=trajectory)
-
-    def hook(i: int, llm_request: LlmRequest) -> None:
-        if i >= len(result.calls):  # a plugin before the probe answered in place of the model
-            raise ReplayError(f"{trajectory.id}: model call {i} was not seen by the probe plugin")
-        call = result.calls[i]
-        if keep_requests == "core":
-            call.request = request_from_llm(llm_request)
-        elif keep_requests == "llm":
-            call.request = llm_request.model_copy(deep=True)
-        if on_request is not None:
-            on_request(call, llm_request)
-
-    def is_agent_call(llm_request: LlmRequest) -> bool:
-        if id(llm_request) in result._agent_requests:
-            result._agent_requests.discard(id(llm_request))
-            return True
-        return False
-
-    llm = ReplayLlm(script=list(trajectory.turns), on_request=hook, prompt_tokens=prompt_tokens,
-                    is_agent_call=is_agent_call)
-    system = trajectory.system
-    agent = LlmAgent(name="replayed_agent", model=llm, instruction=lambda _ctx: system,  # a provider: no {var} templating
-                     tools=[RecordedTool(d, llm.outputs) for d in trajectory.tools], **dict(agent_options or {}))
-    app = App(name=app_name, root_agent=agent,
-              plugins=[_ProbeFirst(result), *plugins, _ProbeLast(result)], **dict(app_options or {}))
-    runner = Runner(app=app, session_service=session_service or InMemorySessionService(),
-                    artifact_service=artifact_service or InMemoryArtifactService(),
-                    memory_service=memory_service or InMemoryMemoryService())
-    config = run_config or RunConfig(max_llm_calls=max(500, trajectory.model_calls + 10))
-    session = await runner.session_service.create_session(app_name=app_name, user_id=user_id)
-    start = time.perf_counter()
-    stop_at = None if deadline_s is None else start + deadline_s
-    try:
-        with _time_adk_request_building():
-            for n, inv in enumerate(trajectory.invocations):
-                result._invocation = n
-                t0 = time.perf_counter()
-                final = ""
-                message = types.Content(role="user", parts=[types.Part(text=inv.user)])
-                async with contextlib.aclosing(runner.run_async(user_id=user_id, session_id=session.id,
-                                                                run_config=config, new_message=message)) as events:
-                    async for event in events:
-                        if event.error_code:
-                            raise ReplayError(f"{trajectory.id}: ADK reported {event.error_code}: {event.error_message}")
-                        if event.content and event.content.parts and event.is_final_response():
-                            final = "".join(p.text or "" for p in event.content.parts)
-                        if stop_at is not None and time.perf_counter() > stop_at:
-                            result.truncated = True
-                            break
-                result.invocation_wall_s.append(time.perf_counter() - t0)
-                result.final_texts.append(final)
-                if result.truncated:
-                    break
-    finally:
-        await runner.close()
-    result.wall_s = time.perf_counter() - start
-    result.side_calls = llm.side_calls
-    if not result.truncated and llm.calls_made != len(llm.script):
-        raise ReplayError(f"{trajectory.id}: the model was called {llm.calls_made} times for {len(llm.script)} recorded turns")
-    result.session = await runner.session_service.get_session(app_name=app_name, user_id=user_id, session_id=session.id)
-    return result
+def __getattr__(name: str) -> Any:
+    """The replay library lives in `replay_adk`; its names are served from here too (loaded on first use)."""
+    if name in _REPLAY_NAMES:
+        import replay_adk
+        return getattr(replay_adk, name)
+    raise AttributeError(f"module 'trajectories' has no attribute {name!r}")

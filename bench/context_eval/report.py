@@ -1,0 +1,115 @@
+"""The markdown report of one context_eval run: retention tables (issue 10), cost and cache tables (issue 11),
+break causes, determinism, and the targets, with the exact command and the run's limits beside the figures."""
+
+from __future__ import annotations
+
+import math
+
+from context_eval.evaluate import Results
+from context_eval.systems import COMPACT_RETENTION, COMPACT_THRESHOLD, SLIDING_SLACK, by_key
+from context_eval.targets import Check
+from context_eval.workloads import Workload
+
+__all__ = ["render_report"]
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 100:.1f} %"
+
+
+def _num(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{x:,.0f}"
+
+
+def _frac(num: float, den: int) -> str:
+    """A count as `x % (hits/total)`; a sum of per-item shares as `x % (mean of n)`."""
+    if not den:
+        return "n/a"
+    detail = f"{num:,}/{den:,}" if isinstance(num, int) else f"mean of {den:,}"
+    return f"{num / den * 100:.1f} % ({detail})"
+
+
+def _retention_table(w: Workload, window: int, r: Results) -> str:
+    cells = [c for key in w.systems if (c := r.cell(w.name, key, window)) is not None]
+    if not cells:
+        return ""
+    metrics = list(cells[0].retention)
+    head = ["system", *metrics, "tokens per request (mean)"]
+    rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for c in cells:
+        vals = [_frac(*c.retention[m]) for m in metrics]
+        rows.append(f"| {by_key(c.system).label} | " + " | ".join(vals) + f" | {_num(c.cost.mean_tokens)} |")
+    return "\n".join(rows)
+
+
+def _cost_table(w: Workload, window: int, r: Results) -> str:
+    cells = [c for key in w.systems if (c := r.cell(w.name, key, window)) is not None]
+    head = ["system", "calls", "tokens/call", "last fifth", "calls > no plugin", "> no plugin + 1 %",
+            "prefix-stable (median of run medians)", "re-processed tokens/run", "cache breaks/run",
+            "… before the last message"]
+    rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for c in cells:
+        f = c.cost
+        rows.append(f"| {by_key(c.system).label} | {f.calls:,} | {_num(f.mean_tokens)} | {_num(f.last_fifth_tokens)} | "
+                    f"{_pct(f.larger_than_none)} | {'n/a' if f.over_1pct is None else f.over_1pct} | {_pct(f.prefix_median)} | "
+                    f"{_num(f.reprocessed_per_run)} | {f.breaks_per_run:.1f} | {f.deep_breaks_per_run:.1f} |")
+    causes = [f"- {by_key(c.system).label}: " + "; ".join(f"{k} × {v}" for k, v in c.cost.causes.most_common())
+              for c in cells if c.cost.causes]
+    return "\n".join(rows) + ("\n\nCache-break causes (all runs):\n" + "\n".join(causes) if causes else "")
+
+
+def _errors(r: Results) -> str:
+    lines = [f"- {c.workload} / {c.system} @ {c.window}: {e}" for c in r.cells.values() for e in c.errors[:3]]
+    return "\n".join(dict.fromkeys(lines)) or "none"
+
+
+def render_report(workloads: list[Workload], r: Results, checks: list[Check], *, date: str, command: str, machine: str,
+                  runtime_s: float, limits: str) -> str:
+    out = [f"""# Benchmark: what reaches the model, and what it costs (context_eval)
+
+Date: {date}. Command (from the repository root): `.venv/bin/python {command}`.
+Machine: {machine}. Runtime {runtime_s:.0f} s ({'; '.join(f'{k} {v:.0f} s' for k, v in r.walls.items())}).
+Scope: {limits}.
+
+**Setup.** Every workload is replayed through an unmodified ADK `Runner` with the shared replay library
+(`bench/replay_adk.py`: `ReplayLlm`, a subclass of `aether_context.testing.ScriptedLlm`, answers with the recorded
+turns; recorded tools return the recorded outputs; sessions have seeded ids and a fixed clock). Every figure is
+measured on the `LlmRequest` the model received, after every plugin, with one ruler (`bench/measure.py`: cl100k
+tokens over `request_from_llm`). Baselines run in the same process and run: no plugin; a sliding window of the
+newest contents that fit W − {SLIDING_SLACK:.0%} (`SlidingWindowPlugin`); ADK `EventsCompactionConfig(token_threshold
+={COMPACT_THRESHOLD:.0%} of W, event_retention_size={COMPACT_RETENTION})` with a model-free extractive summarizer; ADK
+`PreloadMemoryTool` (memory mode). aether-context: `ContextPackPlugin(profile=…, window_tokens=W, store="memory://…")`,
+one packer per pass (one app, many sessions).
+
+**Metrics.** LoCoMo: per question of categories 1–4, the share of its evidence turns whose text (whitespace
+normalised) is in the request text (system instruction, tool declarations, every part); mean over questions
+(pooled turns beside it). Events are `Name: text` (plus `[shares an image: caption]`), stamped from the session
+dates, speaker A as the user, speaker B as the agent; the model answers each question with its gold answer.
+tau-bench: an identifier use is a tool-call argument value (≥ 3 characters) seen as a whole token in an earlier user
+message or tool result of the episode and not in the system prompt; it counts when the value is in the request of
+the model call that made the tool call. mini-swe-agent: files of `info.submission`'s `diff --git` headers named in
+the final request; the last five distinct real failure lines of the outputs before the final call (traceback
+exception lines, pytest `E` lines naming an exception or an assertion, `file.py:N: XError`, `FAILED`/`ERROR` lines,
+`Error:` lines; first 200 characters) in the final request; calls over W.
+Cost: tokens per call; last fifth = the last ⌈n/5⌉ calls of each run, pooled; calls larger than no plugin's same
+call; prefix-stable share = leading tokens identical to the previous request / the current request's tokens (head
+= system instruction + tools as one block, then messages by digest), median per run, then the median of the runs;
+re-processed tokens = per call, its tokens minus that shared prefix (all of the first call), summed per run; cache
+break = a call whose previous request is not a prefix of it ("… before the last message": the break reaches
+before the previous request's last message, i.e. more than a closing block was replaced), cause from the aether-context manifest (`compaction`,
+`cache_break`) when recorded, else from the requests; determinism = a second identical pass, request checksums
+compared call by call (the second pass with fresh packers and `time.time` a day later).
+"""]
+    for w in workloads:
+        out.append(f"## {w.title}\n\n{len(w.jobs)} runs, profile `{w.profile}`.")
+        for window in w.windows:
+            table = _retention_table(w, window, r)
+            if table:
+                out.append(f"### {w.name}, W = {window:,}: what reaches the model\n\n{table}")
+                out.append(f"### {w.name}, W = {window:,}: cost and cache\n\n{_cost_table(w, window, r)}")
+    det = [f"- {w} @ {win:,}: {d.identical_runs}/{d.runs} runs identical; {d.differing_calls} of {d.calls} calls differ"
+           + (f" (first: {d.first_difference})" if d.first_difference else "") for (w, win), d in sorted(r.determinism.items())]
+    out.append("## Determinism (aether-context, two identical passes)\n\n" + ("\n".join(det) or "not run"))
+    out.append("## Targets\n\n" + "\n".join(f"- **{c.verdict}** (issue {c.issue}) {c.name}: {c.detail}" for c in checks))
+    out.append(f"Runs that failed: {_errors(r)}")
+    return "\n\n".join(out) + "\n"

@@ -1,0 +1,117 @@
+"""The targets of issues 10 and 11, checked against one run's cells (PASS / FAIL, with the figures).
+
+A target whose cells were not run (a workload or system left out) is reported as "not run".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from context_eval.evaluate import Cell, Results
+
+__all__ = ["Check", "check_targets", "ratio"]
+
+LOCOMO_EVIDENCE = "evidence (mean per question)"
+TAU_USES = "identifier uses in the request"
+SWE_FILES = "final-diff files in the final request"
+SWE_FAILURES = "last five failure lines in the final request"
+SWE_OVER = "calls over the window"
+
+
+@dataclass(frozen=True)
+class Check:
+    issue: int
+    name: str
+    ok: Optional[bool]  # None: not run
+    detail: str
+
+    @property
+    def verdict(self) -> str:
+        return "not run" if self.ok is None else "PASS" if self.ok else "FAIL"
+
+
+def ratio(cell: Optional[Cell], metric: str) -> float:
+    if cell is None or metric not in cell.retention:
+        return math.nan
+    num, den = cell.retention[metric]
+    return num / den if den else math.nan
+
+
+def _pct(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{x * 100:.1f} %"
+
+
+def _at_least(issue: int, name: str, value: float, floor: float) -> Check:
+    ok = None if math.isnan(value) else value >= floor
+    return Check(issue, name, ok, f"{_pct(value)} (target ≥ {_pct(floor)})")
+
+
+def _locomo(r: Results) -> list[Check]:
+    out = []
+    for mode, floors, baselines in (("locomo-session", {8000: 0.65, 32000: 0.98}, ("none", "sliding", "adk_compact")),
+                                    ("locomo-memory", {8000: 0.60, 32000: 0.60}, ("none", "preload"))):
+        for window, floor in floors.items():
+            value = ratio(r.cell(mode, "aether", window), LOCOMO_EVIDENCE)
+            out.append(_at_least(10, f"{mode} evidence at {window:,}", value, floor))
+            best = max((ratio(r.cell(mode, b, window), LOCOMO_EVIDENCE) for b in baselines), default=math.nan,
+                       key=lambda x: -1 if math.isnan(x) else x)
+            ok = None if math.isnan(value) or math.isnan(best) else value >= best
+            out.append(Check(10, f"{mode} at {window:,} not below the best baseline", ok,
+                             f"{_pct(value)} vs best baseline {_pct(best)}"))
+    return out
+
+
+def _tau(r: Results) -> list[Check]:
+    return [_at_least(10, f"tau-bench identifier uses at {w:,}", ratio(r.cell("tau", "aether", w), TAU_USES), floor)
+            for w, floor in ((8000, 0.995), (4000, 0.95))]
+
+
+def _swe(r: Results) -> list[Check]:
+    cell, compact = r.cell("mini-swe", "aether", 8000), r.cell("mini-swe", "adk_compact", 8000)
+    over = cell.retention[SWE_OVER][0] if cell else math.nan
+    out = [_at_least(10, "mini-swe-agent files of the final diff at 8,000", ratio(cell, SWE_FILES), 1.0),
+           _at_least(10, "mini-swe-agent last five failure lines at 8,000", ratio(cell, SWE_FAILURES), 0.95),
+           Check(10, "mini-swe-agent calls over the window at 8,000", None if cell is None else over == 0, f"{over}")]
+    out.append(_not_above(11, "mini-swe-agent last-fifth tokens at 8,000 ≤ ADK EventsCompaction", cell, compact,
+                          lambda c: c.cost.last_fifth_tokens))
+    return out
+
+
+def _not_above(issue: int, name: str, cell: Optional[Cell], other: Optional[Cell], figure: Callable[[Cell], float],
+               *, strict: bool = False) -> Check:
+    if cell is None or other is None:
+        return Check(issue, name, None, "")
+    a, b = figure(cell), figure(other)
+    return Check(issue, name, a < b if strict else a <= b, f"{a:,.0f} vs {b:,.0f}")
+
+
+def _cost(r: Results) -> list[Check]:
+    out = []
+    aether, none = r.cell("tau", "aether", 8000), r.cell("tau", "none", 8000)
+    out.append(_not_above(11, "tau-bench at 8,000: mean tokens per call ≤ no plugin", aether, none, lambda c: c.cost.mean_tokens))
+    if aether is not None:
+        out.append(Check(11, "tau-bench at 8,000: calls more than 1 % above no plugin's", aether.cost.over_1pct == 0,
+                         f"{aether.cost.over_1pct} of {aether.cost.calls} (allowed where the pack added what the request "
+                         "lacked: check by hand)"))
+    for w, window in (("tau", 8000), ("tau", 4000), ("locomo-session", 8000), ("locomo-session", 32000)):
+        a, n = r.cell(w, "aether", window), r.cell(w, "none", window)
+        ok = None if a is None or n is None else a.cost.prefix_median >= n.cost.prefix_median - 0.02
+        out.append(Check(11, f"{w} at {window:,}: prefix-stable median ≥ no plugin's − 2 points", ok,
+                         "" if ok is None else f"{_pct(a.cost.prefix_median)} vs {_pct(n.cost.prefix_median)}"))
+    for (w, _, window), cell in sorted(r.cells.items()):
+        if cell.system == "aether":
+            other = r.cell(w, "adk_compact", window)
+            if other is not None:
+                out.append(_not_above(11, f"{w} at {window:,}: re-processed tokens per run < ADK EventsCompaction",
+                                      cell, other, lambda c: c.cost.reprocessed_per_run, strict=True))
+    for (w, window), d in sorted(r.determinism.items()):
+        out.append(Check(11, f"{w} at {window:,}: two identical replays byte-identical", d.differing_calls == 0,
+                         f"{d.identical_runs}/{d.runs} runs identical, {d.differing_calls} of {d.calls} calls differ"
+                         + (f" (first: {d.first_difference})" if d.first_difference else "")))
+    return out
+
+
+def check_targets(r: Results) -> list[Check]:
+    return _locomo(r) + _tau(r) + _swe(r) + _cost(r)
