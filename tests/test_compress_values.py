@@ -60,6 +60,7 @@ def test_user_text_identifiers_codes_names_amounts_and_dates():
     assert got["dates"] == ("April 12, 1985",) and got["emails"] == ("omar@example.org",)
     assert got["paths"] == ("docs/policy.md",)
     assert extract_values(text="thanks, that is all", turn=9) is None
+    assert fields(extract_values(text="his first name is Ivan and his last name is Smith."))["names"] == ("Ivan", "Smith")
 
 
 def test_call_labels_ignore_argument_order():

@@ -50,6 +50,7 @@ _TEXT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("numbers", re.compile(r"(?<![\w.$€£-])\d{3,}(?:\.\d+)?(?![\w.-])")),
     ("paths", re.compile(r"(?<![\w/.-])(?:\.{0,2}/)?(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:py|js|ts|json|ya?ml|toml|md|"
                          r"txt|csv|sh|go|rs|java|c|h|cpp|html|css|sql)\b")),
+    ("names", re.compile(r"\b(?:name is|named|called)\s+([A-Z][\w'-]*(?: [A-Z][\w'-]*){0,2})")),
     ("names", re.compile(r"\b[A-Z][a-z]+(?:[ -](?:[A-Z][a-z]+|[A-Z]'[A-Z][a-z]+)){1,2}\b")),
     ("quoted", re.compile(r"\"([^\"\n]{2,40})\"|(?<!\w)'([^'\n]{2,40})'(?!\w)|`([^`\n]{2,40})`")),
 )
