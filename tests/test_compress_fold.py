@@ -47,13 +47,37 @@ def test_long_arguments_are_clipped_but_uri_survives():
     assert "…" in line and line.endswith("→ exit 0, no output · " + URI)
 
 
-def test_many_arguments_keep_the_leading_ones():
-    args = {"user_id": "mia_li_3668", "origin": "JFK", "destination": "SEA", "flight_type": "one_way",
+def test_many_arguments_keep_identifiers_first_then_by_name():
+    args = {"origin": "JFK", "destination": "SEA", "flight_type": "one_way", "user_id": "mia_li_3668",
             "cabin": "economy", "flights": [{"flight_number": "HAT136", "date": "2024-05-20"}] * 3,
             "passengers": [{"first_name": "Mia", "last_name": "Li"}], "payment_methods": [{"amount": 250}]}
     line = _fold(FunctionCall("book_reservation", args), {"result": "Error: payment amount does not add up"}, 70)
-    assert line.startswith('[turn 12] book_reservation(user_id="mia_li_3668", origin="JFK"')
+    assert line.startswith('[turn 12] book_reservation(user_id="mia_li_3668", cabin="economy", destination="SEA"')
     assert ", …) → Error: payment amount does not add up" in line
+
+
+def test_argument_order_never_changes_the_fold_line():
+    """Re-packing gives the same bytes whatever order the model wrote the arguments in (issue: checksums)."""
+    args = {"b": {"z": 1, "a": [2, {"y": 3, "x": 4}]}, "reservation_id": "YAX4DR", "a": "text"}
+    reordered = {"a": "text", "reservation_id": "YAX4DR", "b": {"a": [2, {"x": 4, "y": 3}], "z": 1}}
+    for cap in (20, 40, 60, 120):
+        assert _fold(FunctionCall("f", args), {"ok": True}, cap) == _fold(FunctionCall("f", reordered), {"ok": True}, cap)
+    msg = Message("model", (FunctionCall("f", args),))
+    assert fold_message(3, msg, COUNTER) == fold_message(3, Message("model", (FunctionCall("f", reordered),)), COUNTER)
+
+
+def test_a_long_uri_does_not_hide_the_call_arguments():
+    uri = "artifact://airline/mia_li_3668/4f0c1d9e-session/tool-output/get_reservation_details-0123456789abcdef.json#v0"
+    record = {"reservation_id": "YAX4DR", "user_id": "mia_li_3668", "origin": "JFK", "destination": "SEA",
+              "flights": [{"flight_number": "HAT136", "date": "2024-05-20"}], "status": "confirmed"}
+    line = _fold(FunctionCall("get_reservation_details", {"reservation_id": "YAX4DR"}), record, 60, uri=uri)
+    assert line.startswith('[turn 12] get_reservation_details(reservation_id="YAX4DR") → ') and line.endswith(uri)
+
+
+def test_a_model_turn_folds_with_its_calls_arguments():
+    msg = Message("model", (TextPart("Let me look that up."), FunctionCall("get_user_details", {"user_id": "mia_li_3668"})))
+    assert fold_message(5, msg, COUNTER) == (
+        "[turn 5] model: Let me look that up. · calls get_user_details(user_id=mia_li_3668)")
 
 
 def test_search_and_json_outcomes():

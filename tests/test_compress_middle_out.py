@@ -11,7 +11,7 @@ from aether_context.compress import clip_text, middle_out, omission_marker
 from aether_context.tokens import TokenCounter
 
 COUNTER = TokenCounter()
-MARKER_RE = re.compile(r"\n…\[(\d+) tokens omitted(?:; full text: (\S+))?\]…\n")
+MARKER_RE = re.compile(r"\n…\[(\d+) tokens omitted(?:: [^;\]]+)?(?:; full text: (\S+))?\]…\n")
 
 
 def _split(result: str) -> tuple[str, int, str | None, str]:
@@ -46,6 +46,17 @@ def test_marker_without_uri_and_omission_count():
     assert COUNTER.count_text(result) <= 60
     assert omitted == COUNTER.count_text(text[len(head):len(text) - len(tail)])
     assert omission_marker(3) == "\n…[3 tokens omitted]…\n"
+
+
+def test_the_note_says_why_in_the_one_marker():
+    """`middle_out(text, max_tokens, counter, note)`: the pipeline's cuts use the same marker."""
+    text = "\n".join(f"row {i}: value {i * 3}" for i in range(500))
+    result = middle_out(text, 80, COUNTER, "oversized tool result", uri="artifact://a/u/s/r.json")
+    assert COUNTER.count_text(result) <= 80
+    assert "tokens omitted: oversized tool result; full text: artifact://a/u/s/r.json]…" in result
+    head, _, uri, tail = _split(result)
+    assert uri == "artifact://a/u/s/r.json" and text.startswith(head) and text.endswith(tail)
+    assert omission_marker(3, None, "oversized message") == "\n…[3 tokens omitted: oversized message]…\n"
 
 
 def test_cjk_and_emoji_are_never_split():

@@ -2,12 +2,15 @@
 
 The pipeline's compress stage picks among them: `compress_tool_output` shrinks one tool result
 by its kind, `middle_out` is the generic fallback, `fold_tool_pair` / `fold_message` turn old turns
-into one line each, references keep exact names alive across folding, and a `Summarizer` merges
+into one line each, references keep exact names alive across folding, known values (`extract_values`)
+keep the ids and values a folded turn carried, `failure_lines` says which output lines are failures
+(`error_lines` is the one definition of error lines and noise), and a `Summarizer` merges
 fold lines into a running summary. Every function takes a token counter (a `TokenCounter` or any
 `str -> int` callable) and returns output measured to fit its cap, the same bytes for the same input.
 """
 
 from ._fit import TextCounting, TokenCounterLike, clip_text
+from .error_lines import failure_lines
 from .fold import describe_outcome, fold_message, fold_tool_pair
 from .middle_out import middle_out, omission_marker
 from .references import (
@@ -30,6 +33,7 @@ from .summarize import (
     validate_summary,
 )
 from .tool_results import CompressedOutput, ToolOutputKind, classify_tool_output, compress_tool_output, render_payload
+from .values import ValueSet, argument_order, extract_values, merge_values, render_call, render_values
 
 __all__ = [
     "TextCounting", "TokenCounterLike", "clip_text",
@@ -40,4 +44,6 @@ __all__ = [
     "score_references", "merge_references", "render_references",
     "Summarizer", "SummarizeFn", "ExtractiveSummarizer", "HANDOFF_PROMPT", "build_handoff_request",
     "validate_summary", "run_summarizer",
+    "failure_lines",
+    "ValueSet", "extract_values", "merge_values", "render_values", "render_call", "argument_order",
 ]

@@ -28,11 +28,13 @@ from .error_lines import (
 )
 from ._fit import ELLIPSIS, TokenCounterLike, as_count, clip_text, safe_end
 from .tool_results import brief_value, classify_tool_output
+from .values import argument_order, render_call
 
 __all__ = ["fold_tool_pair", "fold_message", "describe_outcome"]
 
 # (argument chars, outcome chars) tried in order: arguments shrink first, the outcome last.
-_SHRINK_STEPS = ((80, 160), (40, 160), (40, 100), (24, 100), (24, 60), (12, 60), (12, 32), (0, 32), (0, 16), (0, 0))
+# The arguments name what was done to what (ids, paths): the outcome shrinks first once they are at 24.
+_SHRINK_STEPS = ((80, 160), (40, 160), (40, 100), (40, 60), (24, 60), (24, 32), (24, 16), (16, 0), (12, 0), (0, 0))
 _SENTENCE_RE = re.compile(r"(.+?[^\d\s][.!?])(?:\s|$)", re.S)  # "1." in a list does not end one
 _FENCE_RE = re.compile(r"```([\w+-]*)[ \t]*\n(.*?)```", re.S)
 _SHELL_FENCES = frozenset({"bash", "sh", "shell", "console", "zsh"})
@@ -82,7 +84,7 @@ def fold_message(turn_index: int, message: Message, counter: TokenCounterLike, m
         if command:
             extras.append(f"$ {command}")
     if message.calls:
-        extras.append("calls " + ", ".join(c.name for c in message.calls))
+        extras.append("calls " + ", ".join(render_call(c.name, c.args, 24) for c in message.calls))
     if message.responses:
         extras.append("results of " + ", ".join(r.name for r in message.responses))
     images = sum(1 for p in message.parts if isinstance(p, Blob))
@@ -198,11 +200,13 @@ def _record_brief(record: Mapping[str, Any]) -> str:
 
 
 def _brief_args(args: Mapping[str, Any], max_chars: int) -> list[str]:
-    """`key=value` items, long values clipped to `max_chars`; no items at all when it is 0."""
+    """`key=value` items in `argument_order` (never the call's own order: re-packs give the same bytes),
+    values as canonical JSON clipped to `max_chars`; no items at all when it is 0."""
     if max_chars <= 0:
         return [ELLIPSIS] if args else []
     parts = []
-    for key, value in args.items():
+    for key in argument_order(args):
+        value = args[key]
         if isinstance(value, str):
             rendered = json.dumps(_clip_chars(" ".join(value.split()), max_chars), ensure_ascii=False)
         else:

@@ -8,7 +8,7 @@ fetch it instead of guessing.
 Usage::
 
     from aether_context.tokens import TokenCounter
-    short = middle_out(log_text, 500, TokenCounter(), uri="artifact://run/7/stdout.txt")
+    short = middle_out(log_text, 500, TokenCounter(), "oversized tool result", uri="artifact://run/7/stdout.txt")
 """
 
 from __future__ import annotations
@@ -21,16 +21,21 @@ _LINE_SNAP = 0.5  # move a cut to a line boundary when that keeps at least this 
 _MAX_RETRIES = 12
 
 
-def omission_marker(omitted_tokens: int, uri: str | None = None) -> str:
-    """The line that replaces the dropped middle; it starts and ends with a newline."""
+def omission_marker(omitted_tokens: int, uri: str | None = None, note: str = "") -> str:
+    """The one line that replaces a dropped middle anywhere in a pack; it starts and ends with a newline.
+
+    `…[N tokens omitted: <note>; full text: <uri>]…`, the note (why it was cut) and the URI optional.
+    """
+    why = f": {note}" if note else ""
     where = f"; full text: {uri}" if uri else ""
-    return f"\n…[{omitted_tokens} tokens omitted{where}]…\n"
+    return f"\n…[{omitted_tokens} tokens omitted{why}{where}]…\n"
 
 
 def middle_out(
     text: str,
     max_tokens: int,
     counter: TokenCounterLike,
+    note: str = "",
     *,
     uri: str | None = None,
     head_share: float = 0.5,
@@ -39,7 +44,8 @@ def middle_out(
 
     Cuts fall on character-cluster boundaries (never inside a surrogate pair, emoji sequence or
     combining mark) and, when a line break is near, on line boundaries. `head_share` is the part
-    of the remaining budget given to the head; the tail gets the rest.
+    of the remaining budget given to the head; the tail gets the rest. `note` says in the marker
+    why the text was cut ("oversized tool result"); `uri` where the whole text is kept.
     """
     if not 0.0 <= head_share <= 1.0:
         raise ValueError(f"head_share must be between 0 and 1, got {head_share}")
@@ -49,11 +55,11 @@ def middle_out(
     total = count(text)
     if total <= max_tokens:
         return text
-    budget = max_tokens - count(omission_marker(total, uri))
+    budget = max_tokens - count(omission_marker(total, uri, note))
     for _ in range(_MAX_RETRIES):
         if budget <= 0:
             break
-        result = _cut(text, budget, head_share, count, uri)
+        result = _cut(text, budget, head_share, count, uri, note)
         overflow = count(result) - max_tokens
         if overflow <= 0:
             return result
@@ -62,7 +68,7 @@ def middle_out(
     return clip_text(text, max_tokens, count)
 
 
-def _cut(text: str, budget: int, head_share: float, count, uri: str | None) -> str:
+def _cut(text: str, budget: int, head_share: float, count, uri: str | None, note: str) -> str:
     head_budget = int(budget * head_share)
     end = longest_prefix(text, head_budget, count)
     end = _snap_end(text, end)
@@ -72,7 +78,7 @@ def _cut(text: str, budget: int, head_share: float, count, uri: str | None) -> s
     head = text[:end]
     if head.endswith("\n"):
         head = head[:-1]  # the marker brings its own line break
-    return head + omission_marker(omitted, uri) + text[start:]
+    return head + omission_marker(omitted, uri, note) + text[start:]
 
 
 def _snap_end(text: str, end: int) -> int:

@@ -1,0 +1,271 @@
+"""Known values: the identifiers and values a turn carried, kept after the turn itself is folded.
+
+Why: an agent reads a reservation id in a tool result, a user id in a user message, and uses them
+as arguments several calls later. Folding turns the result into one line and the value is gone,
+so the model guesses or asks again. Here every source (a tool call with its result, a user or
+model text) yields its values as `field=value,...` pairs; sources merge across turns (the newest
+result of the same call replaces the older one, a value already shown by a newer source is not
+repeated) and render as a compact `KNOWN VALUES:` block, one short line per source, within a cap.
+
+Usage::
+
+    sets = [extract_values(tool="get_user_details", args={"user_id": "mia_li_3668"}, result=user, turn=3),
+            extract_values(text="My reservation ID is YAX4DR.", turn=4)]
+    block = render_values(merge_values(sets), max_tokens=300, counter=counter)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from ..content import canonical_json
+from ._fit import ELLIPSIS, TokenCounterLike, as_count, safe_end
+
+__all__ = ["ValueSet", "extract_values", "merge_values", "render_values", "render_call", "argument_order"]
+
+_MAX_VALUE_CHARS = 80  # longer strings are prose, not values
+_MAX_LEAVES = 400  # per source: a huge result keeps its first values, not all of them
+_ARG_CHARS = 40  # per argument in a source label
+_FIRST_VALUES = 6  # values per field every source gets before any field gets all of its values
+_ALL = 1 << 30
+# Fields whose values are identifiers or values an agent types back: kept first when room is short.
+_ID_FIELD = re.compile(r"(?:^|[._])(?:id|ids|number|code|key|email|name|dob|date|uuid|ref|amount|total|balance|"
+                       r"path|file|url|ids|emails|codes|dates|amounts|paths|urls|names|keys)$|_id$|Id$", re.I)
+_ID_ARG = re.compile(r"(?:^|_)(?:id|ids|number|code|key|uuid|ref)$|Id$", re.I)
+_IDLIKE = re.compile(r"^(?=.*[A-Za-z])(?=.*\d)[\w.@+-]{3,}$|^[A-Z][A-Z0-9]{2,11}$")  # letters and digits, or a code
+_ID_KEY = re.compile(r"^[A-Za-z][\w-]*\d{3,}$|^(?=.*\d)[A-Z0-9]{5,12}$")  # a dict key that is an id
+
+# Values in free text: what an agent later types back as an argument.
+_TEXT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("emails", re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")),
+    ("urls", re.compile(r"\bhttps?://[^\s<>\"')\]]+")),
+    ("ids", re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b|\b[a-z]+\d+[a-z\d]*\b")),
+    ("codes", re.compile(r"\b(?=[A-Z0-9]*[A-Z])[A-Z0-9]{3,12}\b")),
+    ("dates", re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?\b|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|"
+                         r"Sep|Oct|Nov|Dec)[a-z]*\.? \d{1,2}(?:st|nd|rd|th)?(?:,? \d{4})?\b")),
+    ("amounts", re.compile(r"[$€£]\s?\d[\d,]*(?:\.\d+)?|\b\d[\d,]*(?:\.\d+)? ?(?:USD|EUR|dollars?|euros?)\b")),
+    ("numbers", re.compile(r"(?<![\w.$€£-])\d{3,}(?:\.\d+)?(?![\w.-])")),
+    ("paths", re.compile(r"(?<![\w/.-])(?:\.{0,2}/)?(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:py|js|ts|json|ya?ml|toml|md|"
+                         r"txt|csv|sh|go|rs|java|c|h|cpp|html|css|sql)\b")),
+    ("names", re.compile(r"\b(?:name is|named|called)\s+([A-Z][\w'-]*(?: [A-Z][\w'-]*){0,2})")),
+    ("names", re.compile(r"\b[A-Z][a-z]+(?:[ -](?:[A-Z][a-z]+|[A-Z]'[A-Z][a-z]+)){1,2}\b")),
+    ("quoted", re.compile(r"\"([^\"\n]{2,40})\"|(?<!\w)'([^'\n]{2,40})'(?!\w)|`([^`\n]{2,40})`")),
+)
+
+
+@dataclass(frozen=True)
+class ValueSet:
+    """The values of one source: a tool call (its label holds the arguments) or a user/model text."""
+
+    source: str
+    turn: int
+    fields: tuple[tuple[str, tuple[str, ...]], ...]
+    call: bool = False  # a tool call: its label (name and arguments) is worth showing alone
+
+    def values(self) -> list[str]:
+        return [v for _, vs in self.fields for v in vs]
+
+
+def extract_values(*, tool: str | None = None, args: Mapping[str, Any] | None = None, result: Any = None,
+                   text: str | None = None, role: str = "user", turn: int = 0) -> ValueSet | None:
+    """The values of a tool call and its result (`tool`, `args`, `result`), or of a `text` said by `role`.
+
+    A result's scalar leaves become `path=value` fields (list items joined, dict keys that are ids
+    listed under their parent); a text's identifiers, codes, dates, amounts, names, paths, emails and
+    quoted strings become fields by kind. None when there is nothing to keep.
+    """
+    if tool is not None:
+        fields = _result_fields(result)
+        return ValueSet(render_call(tool, args or {}), turn, fields, call=True)
+    if text is None:
+        raise ValueError("extract_values needs `tool` (a call and its result) or `text`")
+    fields = _text_fields(text)
+    return ValueSet(f"{role} (turn {turn})", turn, fields) if fields else None
+
+
+def argument_order(args: Mapping[str, Any]) -> list[str]:
+    """Identifier arguments first (`user_id`, `flight_number`, ...), then the rest, each group sorted by name.
+
+    The order the model wrote its arguments in never changes a rendering (re-packing gives the same
+    bytes), and when a line is clipped the identifiers are what stays.
+    """
+    return sorted((str(k) for k in args), key=lambda k: (not _ID_ARG.search(k), k))
+
+
+def render_call(tool: str, args: Mapping[str, Any], max_chars: int = _ARG_CHARS) -> str:
+    """`name(k=v, ...)` in `argument_order`, values in canonical JSON (bare when unambiguous)."""
+    parts = []
+    for key in argument_order(args):
+        value = args[key]
+        rendered = value if isinstance(value, str) and _bare(value) else canonical_json(value)
+        parts.append(f"{key}={_clip(rendered, max_chars)}")
+    return f"{tool}({', '.join(parts)})"
+
+
+def merge_values(sets: Iterable[ValueSet | None]) -> list[ValueSet]:
+    """One set per source, newest first: the newest result of the same call replaces the older one, and an
+    identifier a newer source already shows is dropped from older ones (fields left empty go too)."""
+    latest: dict[str, ValueSet] = {}
+    for vs in sets:
+        if vs is not None and (vs.source not in latest or vs.turn >= latest[vs.source].turn):
+            latest[vs.source] = vs
+    ordered = sorted(latest.values(), key=lambda v: (-v.turn, v.source))
+    shown: set[str] = set()
+    merged = []
+    for vs in ordered:
+        if vs.call:
+            shown.update(_label_values(vs.source))
+        fields = []
+        for name, values in vs.fields:  # an identifier shown once is enough; numbers and dates keep their context
+            fresh = tuple(v for v in values if v not in shown or not _IDLIKE.match(v))
+            if fresh:
+                fields.append((name, fresh))
+            shown.update(v for v in fresh if _IDLIKE.match(v))
+        merged.append(ValueSet(vs.source, vs.turn, tuple(fields), vs.call))
+    return merged
+
+
+def render_values(sets: Iterable[ValueSet], max_tokens: int, counter: TokenCounterLike, *,
+                  title: str = "KNOWN VALUES:") -> str:
+    """`title` then one line per source, newest first: `- source → field=v1,v2 …`, within `max_tokens`.
+
+    Room goes first to every source's identifiers (ids, codes, emails), then to the values agents type
+    back (names, dates, amounts, paths), then to the rest; in each, newest source first, the first few
+    values of every field before all the values of any. A text source with nothing left
+    to show is omitted; a tool call keeps at least its label (its arguments) while room allows.
+    """
+    count = as_count(counter)
+    sets = [vs for vs in sets if vs.fields or vs.call]
+    if max_tokens <= 0 or not sets or count(title) > max_tokens:
+        return ""
+    shown: list[dict[int, int]] = [{} for _ in sets]  # per source: field index -> values shown
+    cost: list[int | None] = [None] * len(sets)  # tokens of each shown line (+1 for its line break)
+    used = count(title)
+
+    def attempt(k: int, field: int | None, limit: int) -> None:
+        """Show line k (with `field` at `limit` values); undone when the block would exceed the cap."""
+        nonlocal used
+        before = dict(shown[k])
+        if field is not None:
+            shown[k][field] = limit
+        new = count(_line(sets[k], shown[k])) + 1
+        if used - (cost[k] or 0) + new <= max_tokens:
+            used += new - (cost[k] or 0)
+            cost[k] = new
+        else:
+            shown[k] = before
+
+    for rank in (0, 1, 2):
+        for limit in (_FIRST_VALUES, _ALL):
+            for k, vs in enumerate(sets):
+                for f, (name, values) in enumerate(vs.fields):
+                    if _field_rank(name, values) == rank and shown[k].get(f, 0) < min(limit, len(values)):
+                        attempt(k, f, limit)
+                if cost[k] is None and vs.call:
+                    attempt(k, None, 0)  # a call with no identifier field still shows its arguments
+    lines = [_line(vs, shown[k]) for k, vs in enumerate(sets) if cost[k] is not None]
+    while lines and count("\n".join([title, *lines])) > max_tokens:  # counts are not quite additive
+        lines.pop()
+    return "\n".join([title, *lines]) if lines else ""
+
+
+def _field_rank(name: str, values: tuple[str, ...]) -> int:
+    """0 identifiers (ids, codes, emails), 1 other typed-back values (names, dates, amounts, paths), 2 the rest."""
+    if _ID_ARG.search(name) or name.lower().endswith(("email", "emails", "ids", "codes")) or all(
+            _IDLIKE.match(v) for v in values):
+        return 0
+    return 1 if _ID_FIELD.search(name) else 2
+
+
+def _line(vs: ValueSet, shown: Mapping[int, int]) -> str:
+    parts = []
+    for f in sorted(shown):
+        name, values = vs.fields[f]
+        more = len(values) - shown[f]
+        parts.append(f"{name}={','.join(values[:shown[f]])}" + (f",…+{more}" if more > 0 else ""))
+    return f"- {vs.source} → {' '.join(parts)}" if parts else f"- {vs.source}"
+
+
+def _result_fields(result: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    collected: dict[str, list[str]] = {}
+    budget = [_MAX_LEAVES]
+    _walk(_parse(result), "", collected, budget)
+    return tuple((name, tuple(values)) for name, values in collected.items())
+
+
+def _parse(result: Any) -> Any:
+    """ADK's `{"result": x}` envelope unwrapped; JSON text parsed."""
+    while isinstance(result, Mapping) and len(result) == 1 and next(iter(result)) in ("result", "output"):
+        result = next(iter(result.values()))
+    if isinstance(result, str) and result.strip()[:1] in ("{", "["):
+        try:
+            return json.loads(result)
+        except ValueError:
+            return result
+    return result
+
+
+def _walk(value: Any, path: str, out: dict[str, list[str]], budget: list[int]) -> None:
+    if budget[0] <= 0:
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            key = str(key)
+            if _ID_KEY.match(key):  # an id used as a key (`credit_card_4421486`): list it, walk its value as `*`
+                _add(out, path or "keys", key, budget)
+                _walk(item, f"{path}.*" if path else "*", out, budget)
+            else:
+                _walk(item, f"{path}.{key}" if path else key, out, budget)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _walk(item, path, out, budget)
+    elif isinstance(value, str):
+        if len(value) <= _MAX_VALUE_CHARS and value.strip():
+            _add(out, path or "value", value.strip(), budget)
+        else:  # prose inside a result: keep the values it names
+            for name, values in _text_fields(value):
+                for v in values:
+                    _add(out, f"{path}.{name}" if path else name, v, budget)
+    elif value is not None and not isinstance(value, bool):
+        _add(out, path or "value", canonical_json(value), budget)
+
+
+def _add(out: dict[str, list[str]], name: str, value: str, budget: list[int]) -> None:
+    values = out.setdefault(name, [])
+    if value not in values:
+        values.append(value)
+        budget[0] -= 1
+
+
+def _text_fields(text: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    found: dict[str, list[str]] = {}
+    taken: list[tuple[int, int]] = []
+    for name, regex in _TEXT_PATTERNS:
+        for m in regex.finditer(text):
+            value = next((g for g in m.groups() if g), None) if m.groups() else m.group(0)
+            if not value or any(s <= m.start() < e for s, e in taken):
+                continue
+            taken.append(m.span())
+            values = found.setdefault(name, [])
+            value = value.strip().rstrip(".,;:")
+            if value and value not in values:
+                values.append(value)
+    return tuple((name, tuple(values)) for name, values in found.items() if values)
+
+
+def _label_values(label: str) -> set[str]:
+    inner = label[label.find("(") + 1: label.rfind(")")]
+    return {part.split("=", 1)[1] for part in inner.split(", ") if "=" in part}
+
+
+def _bare(value: str) -> bool:
+    return bool(value) and value == value.strip() and not re.search(r"[\s,=()\"]", value)
+
+
+def _clip(text: str, max_chars: int) -> str:
+    if len(text) <= max_chars:
+        return text
+    return text[: safe_end(text, max(0, max_chars - 1))].rstrip() + ELLIPSIS
