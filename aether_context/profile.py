@@ -157,6 +157,8 @@ class DecaySettings(_Strict):
 
     fold_max_tokens: int = Field(800, ge=0, description="Cap of the fold zone; older fold lines move into the summary.")
     summary_max_tokens: int = Field(500, ge=0, description="Hard cap of the running summary.")
+    values_max_tokens: int = Field(800, ge=0, description=(
+        "Cap of KNOWN VALUES in the compaction block: ids and values the compacted turns carried."))
     image_keep_turns: int = Field(2, ge=0, description="Inline images older than this many turns become a one-line description + URI.")
     summarizer: Literal["extractive", "llm"] = Field("extractive", description=(
         "extractive: deterministic, no model; llm: the plugin's summarizer model with a handoff prompt."))

@@ -160,3 +160,40 @@ async def test_the_same_session_replayed_twice_gives_the_same_requests(memory_st
             await run_turn(runner, sid, q)
         checksums.append([r.manifest.checksum for r in p.packer.recent])
     assert checksums[0] == checksums[1]
+
+
+def get_reservation(reservation_id: str) -> dict:
+    """Look up a reservation."""
+    return {"reservation_id": reservation_id, "user_id": "mia_li_3668", "payment_id": "credit_card_4421486",
+            "flights": [{"flight_number": "HAT136", "date": "2024-05-15"}], "notes": filler(150, seed=7)}
+
+
+def search_flights(origin: str, destination: str) -> dict:
+    """Search flights."""
+    return {"results": filler(400, seed=len(origin) + len(destination))}
+
+
+async def test_an_identifier_from_an_early_tool_result_reaches_the_call_that_uses_it(memory_store_url):
+    from aether_context.testing import call
+
+    script = [call("get_reservation", reservation_id="YAX4DR")]
+    script += [call("search_flights", origin=f"city{i}", destination=f"town{i}") for i in range(12)]
+    uses: list[str] = []
+
+    def pay(req):  # the model now needs the payment id it read at the first call
+        uses.append("\n".join(m.text + " ".join(str(r.response) for r in m.responses)
+                              for m in request_from_llm(req).messages))
+        return call("get_reservation", reservation_id="YAX4DR")
+
+    script += [pay, "done"]
+    agent, llm = scripted_agent(script, tools=(get_reservation, search_flights))
+    from aether_context.pipeline import request_tokens
+    from aether_context.tokens import TokenCounter
+    counter = TokenCounter()
+    llm.prompt_token_counter = lambda req: request_tokens(request_from_llm(req), counter)
+    p = plugin(memory_store_url, 4_000)
+    runner = make_runner(agent, plugins=[p])
+    sid = await new_session(runner)
+    await run_turn(runner, sid, "Please rebook my reservation YAX4DR onto a later flight and pay with my card.")
+    assert any(r.manifest.compaction for r in p.packer.recent)  # the first result left the verbatim zone
+    assert uses and "credit_card_4421486" in uses[0] and "mia_li_3668" in uses[0]

@@ -20,7 +20,7 @@ from ..windows import context_window
 from .allocate import Allocation, allocate_around_conversation
 from .collect import PackInputs, PackState, Turn
 from .compress import TruncationEvent, bounded_turns, cut_turn, fit_lines, repair_orphans, turn_id
-from .conversation import Compaction, Verbatim, compaction_block, plan_compaction, verbatim_zone
+from .conversation import Compaction, Verbatim, compaction_block, known_values, plan_compaction, verbatim_zone
 from .decay import RunningSummary, decay_images, prune_tool_outputs
 from .incremental import turns_tokens
 from .record import LayerUsage, Manifest
@@ -284,10 +284,11 @@ def _compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zon
              tokens_before: int, counter: TokenCounting) -> Compaction:
     """One compaction: the oldest turns leave the verbatim zone, in one step, down to `target`."""
     decay = profile.decay
-    fold_cap = min(decay.fold_max_tokens, int(target * 0.3))
-    summary_cap = min(decay.summary_max_tokens, int(target * 0.2))
+    fold_cap = min(decay.fold_max_tokens, int(target * 0.25))
+    summary_cap = min(decay.summary_max_tokens, int(target * 0.15))
+    values_cap = min(decay.values_max_tokens, int(target * 0.2))
     turns = prepared.turns
-    through, pinned = plan_compaction(turns, target=max(0, target - fold_cap - summary_cap), min_tail=profile.conversation.tail_turns,
+    through, pinned = plan_compaction(turns, target=max(0, target - fold_cap - summary_cap - values_cap), min_tail=profile.conversation.tail_turns,
                                       counter=counter, request_index=inputs.request_index, current=zone,
                                       max_turns=profile.conversation.max_verbatim_turns)
     if through <= zone.through and not inputs.compact:  # nothing more can leave: cut the newest turns instead
@@ -297,7 +298,8 @@ def _compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zon
     opening = _opening(inputs, prepared, new, profile, counter)
     block, summary, merged, merged_lines = compaction_block(
         compacted, RunningSummary.from_json(inputs.summary), opening=opening, goal=inputs.task.goal or query_text(inputs)[:300],
-        fold_max_tokens=fold_cap, summary_max_tokens=summary_cap, uris=inputs.uris, values="", counter=counter)
+        fold_max_tokens=fold_cap, summary_max_tokens=summary_cap, uris=inputs.uris,
+        values=known_values(compacted, values_cap, counter), counter=counter)
     new = replace(new, block=block, pins_opening=bool(opening))
     folded = tuple(t.start for t in turns if zone.keeps(t) and not new.keeps(t))
     return Compaction(new, reason, folded, tokens_before, _conversation_tokens(prepared, new, counter), summary,

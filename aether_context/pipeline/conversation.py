@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..compress.values import extract_values, merge_values, render_values
 from ..tokens import TokenCounting
 from .collect import PackState, Turn
 from .decay import RunningSummary, decay_zones
 from .incremental import turn_tokens
 from .render import quote as _quote
 
-__all__ = ["Compaction", "Verbatim", "verbatim_zone", "plan_compaction", "compaction_block", "BLOCK_HEADER"]
+__all__ = ["Compaction", "Verbatim", "verbatim_zone", "plan_compaction", "compaction_block", "known_values",
+           "BLOCK_HEADER"]
 
 BLOCK_HEADER = "CONVERSATION SO FAR"
 
@@ -103,5 +105,26 @@ def compaction_block(compacted: "tuple[Turn, ...]", summary: RunningSummary, *, 
     if zones.fold_lines:
         parts.append("TURNS:\n" + "\n".join(_quote(f"- {line}") for line in zones.fold_lines))
     if values:
-        parts.append("KNOWN VALUES:\n" + _quote(values))
+        parts.append(values.split("\n", 1)[0] + "\n" + _quote(values.split("\n", 1)[1]) if "\n" in values else values)
     return "\n".join(parts), zones.summary, zones.merged_turns, zones.merged_lines
+
+
+def known_values(compacted: "tuple[Turn, ...]", max_tokens: int, counter: TokenCounting) -> str:
+    """KNOWN VALUES of the compacted turns: the ids and values they carried (call arguments included),
+    newest value per source, so an identifier read long ago is still there when a call needs it."""
+    if max_tokens <= 0:
+        return ""
+    sets = []
+    for turn in compacted:
+        responses = [r for m in turn.messages for r in m.responses]
+        for m in turn.messages:
+            if m.text:
+                sets.append(extract_values(text=m.text, role=m.role, turn=turn.start))
+            for c in m.calls:
+                match = next((r for r in responses if (c.id and r.id == c.id) or r.name == c.name), None)
+                if match is not None:
+                    responses.remove(match)
+                sets.append(extract_values(tool=c.name, args=c.args, result=match.response if match else None,
+                                           turn=turn.start))
+    merged = merge_values(sets)
+    return render_values(merged, max_tokens, counter) if merged else ""
