@@ -287,4 +287,18 @@ def make_recall_tool(gateway: ArtifactGateway, *, max_lines_cap: int = 400, max_
         return out
 
     read_artifact.__name__ = RECALL_TOOL_NAME
-    return FunctionTool(read_artifact)
+    return _RecallTool(read_artifact)
+
+
+class _RecallTool(FunctionTool):
+    """The recall tool with a short declaration: every request that has it pays for it."""
+
+    def _get_declaration(self) -> types.FunctionDeclaration:
+        integer = {"type": "integer"}
+        return types.FunctionDeclaration(
+            name=RECALL_TOOL_NAME,
+            description="Read an offloaded original by its artifact:// URI: lines from start_line, or the lines "
+                        "containing search; start_char continues a long line.",
+            parameters_json_schema={"type": "object", "required": ["uri"], "properties": {
+                "uri": {"type": "string"}, "start_line": integer, "max_lines": integer,
+                "search": {"type": "string"}, "start_char": integer}})

@@ -84,7 +84,7 @@ class ContextPacker:
     def __init__(self, *, profile: "str | Path | BudgetProfile | None" = None, store: "str | PackStore | None" = None,
                  window_tokens: int | None = None, counter: TokenCounting | None = None,
                  state_keys: StateKeys | None = None, use_memory: bool = True, use_artifacts: bool = True,
-                 memory_pool: int = 50, keep_recent: int = 1000, summarizer: "Summarizer | SummarizeFn | None" = None,
+                 memory_pool: int = 1000, keep_recent: int = 1000, summarizer: "Summarizer | SummarizeFn | None" = None,
                  evidence_providers: "Sequence[EvidenceProvider]" = (), embedder: "Embedder | None" = None):
         self.profile = load_profile(profile)
         self.store = store if isinstance(store, PackStore) else PackStore(store or DEFAULT_STORE_URL)

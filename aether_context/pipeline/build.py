@@ -147,8 +147,10 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     recital, call_index, last_recited = recitation_message(
         inputs, profile, fit.history + fit.loop, request_tokens(request, counter), counter,
         failures_stale=logged > shown, compacted=fit.zone.through > 0)
-    if recital is not None:
+    if recital is not None and request_tokens(_with_closing_status(request, recital), counter) <= alloc.pack_limit:
         request = _with_closing_status(request, recital)
+    elif recital is not None:  # no room left for it this call: the next one recites
+        recital, last_recited = None, (prev.last_recited if prev is not None else -1)
     total = request_tokens(request, counter)
     if total > alloc.pack_limit:
         raise BudgetError(f"pack needs {total} tokens but only {alloc.pack_limit} fit (window {packed_for} less "
@@ -284,9 +286,10 @@ def _compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zon
              tokens_before: int, counter: TokenCounting) -> Compaction:
     """One compaction: the oldest turns leave the verbatim zone, in one step, down to `target`."""
     decay = profile.decay
-    fold_cap = min(decay.fold_max_tokens, int(target * 0.25))
-    summary_cap = min(decay.summary_max_tokens, int(target * 0.15))
-    values_cap = min(decay.values_max_tokens, int(target * 0.2))
+    # Known values first: an id read long ago is what a later call types back; then turns, then the summary.
+    values_cap = min(decay.values_max_tokens, int(target * 0.3))
+    fold_cap = min(decay.fold_max_tokens, int(target * 0.2))
+    summary_cap = min(decay.summary_max_tokens, int(target * 0.1))
     turns = prepared.turns
     through, pinned = plan_compaction(turns, target=max(0, target - fold_cap - summary_cap - values_cap), min_tail=profile.conversation.tail_turns,
                                       counter=counter, request_index=inputs.request_index, current=zone,
