@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import re
 import logging
 from dataclasses import replace
 from datetime import datetime
@@ -100,21 +102,48 @@ def _timestamp(value: Any) -> float | None:
         return None
 
 
+MAX_MEMORY_QUERIES = 12  # one per content word of the request, besides the whole request
+
+
+def memory_queries(query: str) -> list[str]:
+    """The whole query, then each distinct content word of it.
+
+    A memory service answers with its own top few (ADK's in-memory one: 10); asking word by word
+    gathers the pool the pack then ranks itself, so the service's cut-off does not decide.
+    """
+    from ..retrieval import STOP_WORDS
+
+    words = []
+    for word in re.findall(r"\w+", query.lower()):
+        if len(word) > 2 and word not in STOP_WORDS and word not in words:
+            words.append(word)
+    return [query] + words[:MAX_MEMORY_QUERIES]
+
+
 async def _memory_hits(ctx: CallbackContext, query: str, limit: int) -> list[MemoryItem]:
+    """The memory service's answers to the request and to each of its words, de-duplicated."""
     if not query.strip():
         return []
     try:
-        response = await ctx.search_memory(query)
+        responses = await asyncio.gather(*(ctx.search_memory(q) for q in memory_queries(query)))
     except ValueError:  # no memory service on the runner
         return []
-    items = []
-    for rank, entry in enumerate(response.memories[:limit]):
+    items: list[MemoryItem] = []
+    seen: set[str] = set()
+    entries = [e for response in responses for e in response.memories]
+    for entry in entries:
         text = "\n".join(p.text for p in (entry.content.parts or []) if p.text) if entry.content else ""
         if not text:
             continue
         who = f"{entry.author}: " if entry.author else ""
-        items.append(MemoryItem(id=entry.id or "mem-" + sha256_hex(text)[:12], text=who + text,
-                                timestamp=_timestamp(entry.timestamp), source="memory_service", rank=rank))
+        key = entry.id or "mem-" + sha256_hex(f"{entry.timestamp}|{who}{text}")[:16]
+        if key in seen:  # the same memory found by two queries (or twice by one) is one item
+            continue
+        seen.add(key)
+        items.append(MemoryItem(id=key, text=who + text, timestamp=_timestamp(entry.timestamp),
+                                source="memory_service", rank=len(items)))
+        if len(items) >= limit:
+            break
     return items
 
 
