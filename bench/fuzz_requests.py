@@ -1,0 +1,527 @@
+"""Property fuzzing of request shapes: generated sessions through a real ADK Runner with the plugin.
+
+Each session is drawn from its seed: an agent tree (a root, sometimes with sub-agents that transfer
+back and forth), a step tool scope or none, a built-in tool or none, a window from tight to roomy,
+user turns with images, files and video clips, and a scripted Gemini-like model whose turns mix
+every part kind: text, thought-signed text, thoughts, single and parallel calls (thought-signed in
+at least a third of its model turns), executable code with its result. A plugin registered before
+ours records ADK's request, one after it records what the pack sends; every call is checked:
+
+- orphans: a function response without its call right before it, or a call without its responses;
+- lost or reordered: every message the pack sends (its own payload and STATUS aside) is one of
+  ADK's, in ADK's order, with the same parts in the same order (calls, thought signatures, files,
+  code, images byte for byte; a tool result may be compacted, a text cut with a marker, an old image
+  replaced by its artifact citation); what it does not send is the oldest history or loop turns
+  (folded into the payload) or the user's request (carried in the payload with its images and
+  files), never a message between kept ones;
+- framework tools: ADK's own tools (transfer_to_agent...) and the recall tool are still declared,
+  built-in tools still configured, under any step scope;
+- re-pack: each recorded pack re-packed from the store under its profile has the same checksum.
+
+    .venv/bin/python bench/fuzz_requests.py --sessions 2000 --write
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import random
+import sys
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(ROOT), str(HERE)]
+
+from google.adk.agents import LlmAgent  # noqa: E402
+from google.adk.apps.app import App  # noqa: E402
+from google.adk.artifacts import InMemoryArtifactService  # noqa: E402
+from google.adk.memory import InMemoryMemoryService  # noqa: E402
+from google.adk.plugins.base_plugin import BasePlugin  # noqa: E402
+from google.adk.runners import Runner  # noqa: E402
+from google.adk.sessions import InMemorySessionService  # noqa: E402
+from google.adk.tools.google_search_tool import GoogleSearchTool  # noqa: E402
+from google.genai import types  # noqa: E402
+
+from aether_context import ContextPackPlugin, load_profile, repack, set_task  # noqa: E402
+from aether_context.adk import request_from_llm  # noqa: E402
+from aether_context.adk.collect import FRAMEWORK_TOOL_NAMES  # noqa: E402
+from aether_context.adk.offload import RECALL_TOOL_NAME  # noqa: E402
+from aether_context.content import Blob, FunctionCall, FunctionResponse, Message, ModelRequest, OpaquePart, TextPart  # noqa: E402
+from aether_context.pipeline.render import PAYLOAD_HEADER  # noqa: E402
+from aether_context.pipeline.retrieve import use_default_embedder  # noqa: E402
+from aether_context.retrieval import HashingEmbedder  # noqa: E402
+from aether_context.testing import ScriptedLlm  # noqa: E402
+
+# Shapes do not depend on ranking: a model-free embedder keeps each session's packer cheap to build.
+use_default_embedder(HashingEmbedder())
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
+ROOMY = 1_000_000  # a window in which only the profile's own policy (history past the tail) folds
+WINDOWS = (6_000, 12_000, 32_000, ROOMY)
+CUT_MARK = "[middle cut by aether-context"
+
+# ------------------------------------------------------------------------------------------------ tools
+
+
+def lookup(key: str) -> dict:
+    """Look up a small fact."""
+    return {"key": key, "value": f"value-of-{key}"}
+
+
+def search(query: str, limit: int, include_archived: bool = False) -> dict:
+    """Search the knowledge base (arguments deliberately not in sorted order)."""
+    return {"query": query, "hits": [f"hit {i} for {query}: " + "lorem ipsum dolor " * 12 for i in range(limit)]}
+
+
+def fetch_page(url: str) -> dict:
+    """Fetch a long page."""
+    words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima".split()
+    return {"url": url, "body": " ".join(words[(i * 7 + len(url)) % len(words)] for i in range(1_500))}
+
+
+def run_check(name: str) -> dict:
+    """Run a named check; some fail."""
+    return {"error": f"check {name} failed: AssertionError"} if len(name) % 2 else {"status": "ok", "check": name}
+
+
+TOOLS = {"lookup": lookup, "search": search, "fetch_page": fetch_page, "run_check": run_check}
+
+
+# ------------------------------------------------------------------------------------------------ the model
+
+
+@dataclass
+class Budget:
+    """Model calls left in the current invocation (reset per user turn), shared by the agent tree."""
+
+    calls: int = 0
+    thought_signed: int = 0
+    model_turns: int = 0
+
+
+def _args(rng: random.Random, name: str) -> dict:
+    if name == "lookup":
+        return {"key": f"k{rng.randrange(100)}"}
+    if name == "search":
+        return {"query": f"topic {rng.randrange(50)}", "limit": rng.randint(1, 4)}  # call order: not sorted
+    if name == "fetch_page":
+        return {"url": f"https://example.com/{rng.randrange(1000)}"}
+    return {"name": f"check_{'x' * rng.randint(1, 6)}"}
+
+
+def _signature(rng: random.Random) -> bytes:
+    return bytes(rng.randrange(256) for _ in range(rng.randint(4, 24)))
+
+
+def _answer(rng: random.Random, budget: Budget) -> list[types.Part]:
+    """A final model turn: text with, at random, a thought, a signature, executable code."""
+    parts: list[types.Part] = []
+    if rng.random() < 0.3:
+        parts.append(types.Part(text="thinking about it", thought=True,
+                                thought_signature=_signature(rng) if rng.random() < 0.5 else None))
+    if rng.random() < 0.25:
+        parts.append(types.Part(executable_code=types.ExecutableCode(code=f"print({rng.randrange(99)})",
+                                                                      language=types.Language.PYTHON)))
+        parts.append(types.Part(code_execution_result=types.CodeExecutionResult(outcome=types.Outcome.OUTCOME_OK,
+                                                                                 output="42\n")))
+    signed = rng.random() < 0.4
+    parts.append(types.Part(text=f"answer {rng.randrange(10_000)}", thought_signature=_signature(rng) if signed else None))
+    budget.thought_signed += any(p.thought_signature for p in parts)
+    return parts
+
+
+def model_turn(rng: random.Random, budget: Budget, llm_request: Any, agent: str, peers: list[str]) -> list[types.Part]:
+    """The next model turn for `agent`, decided by the seed (and what the request declares)."""
+    budget.model_turns += 1
+    declared = set(llm_request.tools_dict)
+    budget.calls -= 1
+    if budget.calls < 0:
+        return _answer(rng, budget)
+    if peers and "transfer_to_agent" in declared and rng.random() < 0.2:
+        part = types.Part(function_call=types.FunctionCall(name="transfer_to_agent", args={"agent_name": rng.choice(peers)}))
+        if rng.random() < 0.5:
+            part.thought_signature = _signature(rng)
+            budget.thought_signed += 1
+        return [part]
+    usable = sorted(n for n in declared if n in TOOLS)
+    if not usable or rng.random() < 0.3:
+        return _answer(rng, budget)
+    n = 1 if rng.random() < 0.6 else rng.randint(2, 3)  # parallel calls
+    parts = []
+    if rng.random() < 0.2:
+        parts.append(types.Part(text="let me check", thought=True, thought_signature=_signature(rng)))
+    for k in range(n):
+        name = rng.choice(usable)
+        part = types.Part(function_call=types.FunctionCall(name=name, args=_args(rng, name)))
+        if k == 0 and rng.random() < 0.5:  # Gemini signs the first call of a turn
+            part.thought_signature = _signature(rng)
+        parts.append(part)
+    budget.thought_signed += any(p.thought_signature for p in parts)
+    return parts
+
+
+def user_message(rng: random.Random, turn: int) -> types.Content:
+    parts = [types.Part(text=f"request {turn}: please look into topic {rng.randrange(50)}")]
+    roll = rng.random()
+    if roll < 0.2:
+        parts.append(types.Part(inline_data=types.Blob(mime_type="image/png", data=PNG + bytes([turn]))))
+    elif roll < 0.35:
+        parts.append(types.Part(file_data=types.FileData(file_uri=f"gs://bucket/clip{turn}.mp4", mime_type="video/mp4"),
+                                video_metadata=types.VideoMetadata(start_offset="1s", end_offset="4s")))
+    elif roll < 0.45:
+        parts.append(types.Part(inline_data=types.Blob(mime_type="image/png", data=PNG, display_name=f"shot{turn}.png")))
+    return types.Content(role="user", parts=parts)
+
+
+# ------------------------------------------------------------------------------------------------ a session
+
+
+class Capture(BasePlugin):
+    """Records each request as it stands when this plugin's before_model runs."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.requests: list[tuple[ModelRequest, set[str]]] = []
+
+    async def before_model_callback(self, *, callback_context: Any, llm_request: Any) -> None:
+        self.requests.append((request_from_llm(llm_request.model_copy(deep=True)), set(llm_request.tools_dict)))
+        return None
+
+
+@dataclass
+class Spec:
+    seed: int
+    turns: int
+    window: int
+    sub_agents: int
+    scope: "tuple[str, ...] | None"
+    builtin: bool
+    offload: bool
+
+
+def draw_spec(seed: int, max_turns: int) -> Spec:
+    rng = random.Random(seed)
+    scope = tuple(sorted(rng.sample(sorted(TOOLS), rng.randint(1, 2)))) if rng.random() < 0.4 else None
+    return Spec(seed=seed, turns=rng.randint(1, max_turns), window=rng.choice(WINDOWS), sub_agents=rng.choice((0, 0, 1, 2)),
+                scope=scope, builtin=rng.random() < 0.2, offload=rng.random() < 0.5)
+
+
+@dataclass
+class Result:
+    spec: Spec
+    calls: int = 0
+    model_turns: int = 0
+    thought_signed: int = 0
+    failures: list[str] = field(default_factory=list)
+    pack_errors: list[str] = field(default_factory=list)
+    counts: Counter = field(default_factory=Counter)
+
+
+def _build(spec: Spec, rng: random.Random, budget: Budget) -> tuple[LlmAgent, list[str]]:
+    names = ["root"] + [f"helper{i}" for i in range(spec.sub_agents)]
+
+    def script(agent: str):
+        return lambda req: model_turn(rng, budget, req, agent, [n for n in names if n != agent])
+
+    def agent(name: str, subs: list) -> LlmAgent:
+        tools: list[Any] = list(TOOLS.values()) if name == "root" else [lookup, search]
+        if spec.builtin and name == "root":
+            tools.append(GoogleSearchTool(bypass_multi_tools_limit=True))
+        return LlmAgent(name=name, model=ScriptedLlm(model="gemini-2.5-flash", turns=[script(name)]),
+                        instruction=f"You are {name}.", description=f"the {name} agent", tools=tools, sub_agents=subs)
+
+    helpers = [agent(n, []) for n in names[1:]]
+    return agent("root", helpers), names
+
+
+async def run_session(spec: Spec) -> Result:
+    rng = random.Random(spec.seed * 7919 + 1)
+    budget = Budget()
+    root, _ = _build(spec, rng, budget)
+    before, after = Capture("fuzz_before"), Capture("fuzz_after")
+    profile = load_profile("default").override(offload={"enabled": spec.offload})
+    plugin = ContextPackPlugin(store=f"memory://fuzz/{uuid.uuid4().hex}", window_tokens=spec.window, profile=profile)
+    runner = Runner(app=App(name="fuzz", root_agent=root, plugins=[before, plugin, after]),
+                    session_service=InMemorySessionService(), artifact_service=InMemoryArtifactService(),
+                    memory_service=InMemoryMemoryService())
+    state: dict = {}
+    if spec.scope is not None:
+        set_task(state, goal="answer the user's requests", step="look things up", tools=list(spec.scope))
+    session = await runner.session_service.create_session(app_name="fuzz", user_id="u", state=state)
+    result = Result(spec)
+    try:
+        for turn in range(spec.turns):
+            budget.calls = rng.randint(1, 4)
+            async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=user_message(rng, turn)):
+                pass
+    except Exception as e:  # the run itself broke: a failure of the property "apps keep working"
+        result.failures.append(f"run: {type(e).__name__}: {str(e)[:200]}")
+    plugin.packer.store.flush()
+    result.calls, result.model_turns, result.thought_signed = len(after.requests), budget.model_turns, budget.thought_signed
+    records = list(plugin.packer.recent)
+    for i, ((orig, orig_tools), (sent, _)) in enumerate(zip(before.requests, after.requests)):
+        record = records[i] if i < len(records) else None
+        if record is not None and record.manifest.error:
+            result.pack_errors.append(record.manifest.error[:120])
+            continue
+        for problem in check_call(orig, orig_tools, sent, offload=spec.offload):
+            result.failures.append(f"call {i}: {problem}")
+        if record is not None:
+            result.counts["repacked"] += 1
+            try:
+                again = repack(record.uri, plugin.packer.profile, store=plugin.packer.store)
+                if again.diff["checksum_changed"]:
+                    result.failures.append(f"call {i}: re-pack checksum changed")
+            except Exception as e:
+                result.failures.append(f"call {i}: re-pack failed: {type(e).__name__}: {str(e)[:120]}")
+    fs = plugin.packer.store.fs
+    root_path = plugin.packer.store.root if hasattr(plugin.packer.store, "root") else None
+    if root_path:
+        try:
+            fs.rm(root_path, recursive=True)
+        except Exception:
+            pass
+    return result
+
+
+# ------------------------------------------------------------------------------------------------ the checks
+
+
+def _part_key(p: Any) -> tuple:
+    if isinstance(p, TextPart):
+        return ("text", repr(getattr(p, "extra", None)))
+    if isinstance(p, FunctionCall):
+        return ("call", p.name, p.id, repr(sorted(p.args.items())), repr(getattr(p, "extra", None)))
+    if isinstance(p, FunctionResponse):
+        return ("response", p.name, p.id)
+    if isinstance(p, Blob):
+        return ("blob", p.mime_type, p.data)
+    return ("opaque", repr(sorted(p.raw.items())) if isinstance(p, OpaquePart) else repr(p))
+
+
+def _same_parts(a: Message, b: Message) -> bool:
+    """`b` sends `a`'s parts, in order: text verbatim or cut with a marker, tool results possibly compacted."""
+    if a.role != b.role or len(a.parts) != len(b.parts):
+        return False
+    for x, y in zip(a.parts, b.parts):
+        if _decayed_attachment(x, y):
+            continue
+        if _part_key(x) != _part_key(y):
+            return False
+        if isinstance(x, TextPart) and x.text != y.text and CUT_MARK not in y.text:
+            return False
+    return True
+
+
+def _decayed_attachment(x: Any, y: Any) -> bool:
+    """An older image the pack replaced by its citation (decay: the bytes stay one recall away)."""
+    inline = isinstance(x, Blob) or (isinstance(x, OpaquePart) and "inline_data" in x.raw)
+    return inline and isinstance(y, TextPart) and " attachment from turn " in y.text and "artifact://" in y.text
+
+
+OWN_BLOCKS = (PAYLOAD_HEADER, "STATUS", "CONVERSATION SO FAR")  # what the pack itself writes as user text
+
+
+def _is_own_text(p: Any) -> bool:
+    return isinstance(p, TextPart) and p.text.lstrip().startswith(OWN_BLOCKS)
+
+
+def _is_ours(m: Message) -> bool:
+    return m.role == "user" and bool(m.parts) and _is_own_text(m.parts[0])
+
+
+def _without_own_tail(m: Message) -> Message:
+    """A tool-result message with the pack's STATUS appended as a trailing part, without it."""
+    parts = list(m.parts)
+    while parts and m.responses and _is_own_text(parts[-1]):
+        parts.pop()
+    return m if len(parts) == len(m.parts) else Message(m.role, tuple(parts))
+
+
+def orphans(messages: "tuple[Message, ...]") -> list[str]:
+    """Responses without their call right before them; calls whose responses do not follow."""
+    problems = []
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        if m.calls:
+            pending = list(m.calls)
+            j = i + 1
+            while j < len(messages) and messages[j].only_responses:
+                for r in messages[j].responses:
+                    hit = next((c for c in pending if (r.id is not None and c.id == r.id)), None) or \
+                        next((c for c in pending if c.name == r.name), None)
+                    if hit is None:
+                        problems.append(f"response {r.name} at {j} answers no call of message {i}")
+                    else:
+                        pending.remove(hit)
+                j += 1
+            if pending:
+                problems.append(f"call {pending[0].name} at {i} has no response")
+            i = j
+            continue
+        if m.responses:
+            problems.append(f"response {m.responses[0].name} at {i} without its call")
+        i += 1
+    return problems
+
+
+def _unsent_problems(orig: ModelRequest, matched: "set[int]", payload: "Message | None") -> list[str]:
+    """ADK messages the pack did not send must be folded history or loop turns (the oldest of each,
+    summarised in the payload), or the user's request (carried in the payload): never a hole."""
+    n = len(orig.messages)
+    carried = [k for k in range(n) if k not in matched and payload is not None and orig.messages[k].role == "user"
+               and orig.messages[k].text and orig.messages[k].text in payload.text
+               and [p for p in orig.messages[k].parts if not isinstance(p, TextPart)]
+               == [p for p in payload.parts if not isinstance(p, TextPart)]]
+    r = carried[-1] if carried else n
+    problems = []
+    for lo, hi in ((0, r), (r + 1, n)):
+        kept = [k for k in range(lo, hi) if k in matched]
+        holes = [k for k in range(lo, hi) if k not in matched and kept and k > kept[0]]
+        if holes:
+            m = orig.messages[holes[0]]
+            problems.append(f"lost: message {holes[0]} ({m.role} {[_part_key(p)[0] for p in m.parts]}) dropped between kept ones")
+    return problems
+
+
+def check_call(orig: ModelRequest, orig_tools: "set[str]", sent: ModelRequest, *, offload: bool) -> list[str]:
+    problems = [f"orphan: {p}" for p in orphans(tuple(_without_own_tail(m) for m in sent.messages))]
+    if orphans(orig.messages):
+        problems = []  # ADK's own request already had one: not ours to judge
+    # lost or reordered: the pack's messages are ADK's, in ADK's order, with their parts
+    kept = [_without_own_tail(m) for m in sent.messages if not _is_ours(m)]
+    payloads = [m for m in sent.messages if m.role == "user" and m.text.startswith(PAYLOAD_HEADER)]
+    if len(payloads) > 1:
+        problems.append(f"payload: {len(payloads)} pack payloads")
+    j, matched = len(orig.messages) - 1, []
+    for m in reversed(kept):  # from the newest: the pack keeps the newest turns, ADK may repeat a message
+        while j >= 0 and not _same_parts(orig.messages[j], m):
+            j -= 1
+        if j < 0:
+            problems.append(f"lost: sent message not in ADK's request (or out of order): {m.role} "
+                            f"{[_part_key(p)[0] for p in m.parts]} {m.text[:40]!r}")
+            return problems
+        matched.append(j)
+        j -= 1
+    problems += _unsent_problems(orig, set(matched), payloads[0] if payloads else None)
+    # framework tools stay declared, built-in tools configured
+    declared = {t.name for t in sent.tools}
+    needed = {t.name for t in orig.tools} & (FRAMEWORK_TOOL_NAMES | {RECALL_TOOL_NAME})
+    if offload:
+        needed.add(RECALL_TOOL_NAME)
+    for name in sorted(needed - declared):
+        problems.append(f"framework tool missing: {name}")
+    if list(orig.other_tools) != list(sent.other_tools):
+        problems.append("built-in tools changed")
+    return problems
+
+
+# ------------------------------------------------------------------------------------------------ driver
+
+
+@dataclass
+class Summary:
+    sessions: int = 0
+    calls: int = 0
+    model_turns: int = 0
+    thought_signed: int = 0
+    repacked: int = 0
+    pack_errors: Counter = field(default_factory=Counter)
+    failing: list[Result] = field(default_factory=list)
+    kinds: Counter = field(default_factory=Counter)
+    seconds: float = 0.0
+
+    def add(self, r: Result) -> None:
+        self.sessions += 1
+        self.calls += r.calls
+        self.model_turns += r.model_turns
+        self.thought_signed += r.thought_signed
+        self.repacked += r.counts["repacked"]
+        self.pack_errors.update(e.split(":")[0] for e in r.pack_errors)
+        if r.failures:
+            self.failing.append(r)
+            self.kinds.update(f.split(": ", 2)[1].split(":")[0] if f.startswith("call") else f.split(":")[0] for f in r.failures)
+
+
+async def run_many(seeds: "list[int]", max_turns: int, progress: bool = False) -> Summary:
+    loggers = [logging.getLogger(n) for n in ("aether_context", "google_adk")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)  # fail-open logs are counted, not printed
+    summary = Summary()
+    start = time.perf_counter()
+    try:
+        for k, seed in enumerate(seeds):
+            summary.add(await run_session(draw_spec(seed, max_turns)))
+            if progress and (k + 1) % 100 == 0:
+                print(f"  {k + 1} sessions, {len(summary.failing)} failing, {time.perf_counter() - start:.0f} s", flush=True)
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+    summary.seconds = time.perf_counter() - start
+    return summary
+
+
+def report(summary: Summary, command: str, max_turns: int) -> str:
+    s = summary
+    share = s.thought_signed / max(1, s.model_turns)
+    lines = [
+        "# Benchmark: request-shape fuzzing (thought signatures, every part kind, sub-agents, step scopes)",
+        "",
+        f"Command: `{command}` ({s.seconds:.0f} s on this machine).",
+        "",
+        "Generated sessions through a real ADK Runner (App + ContextPackPlugin, in-memory services), each "
+        f"drawn from its seed: 1-{max_turns} user turns (images, files, video clips), a root agent with 0-2 "
+        "sub-agents transferring back and forth, a step tool scope in ~40%, google_search in ~20%, offload on "
+        "in ~50%, windows of 6K, 12K, 32K and 1M tokens, and a scripted gemini-2.5-flash whose turns mix text, "
+        "thoughts, thought-signed text and calls, parallel calls, executable code and its result. Every call "
+        "is checked against ADK's own request (see the module docstring).",
+        "",
+        "| sessions | model calls | model turns thought-signed | re-packed | orphaned calls/responses | parts lost or reordered | framework tools missing | re-pack checksum changed | sessions failing |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {s.sessions:,} | {s.calls:,} | {share:.0%} | {s.repacked:,} | {s.kinds['orphan']} | "
+        f"{s.kinds['lost'] + s.kinds['payload']} | "
+        f"{s.kinds['framework tool missing']} | {s.kinds['re-pack checksum changed']} | {len(s.failing)} |",
+        "",
+    ]
+    if s.pack_errors:
+        lines.append("Calls the plugin did not pack (it failed open and sent ADK's request; not checked): "
+                     + ", ".join(f"{k} × {v}" for k, v in s.pack_errors.most_common()) + ".")
+        lines.append("")
+    if s.failing:
+        lines.append("Failing seeds (first 10): " + ", ".join(
+            f"{r.spec.seed} ({r.failures[0][:100]})" for r in s.failing[:10]))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: "list[str] | None" = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sessions", type=int, default=200)
+    ap.add_argument("--turns", type=int, default=3, help="most user turns per session")
+    ap.add_argument("--seed", type=int, default=0, help="first seed")
+    ap.add_argument("--write", action="store_true", help="write the report into docs/benchmarks.md")
+    args = ap.parse_args(argv)
+    seeds = list(range(args.seed, args.seed + args.sessions))
+    summary = asyncio.run(run_many(seeds, args.turns, progress=True))
+    command = "python bench/fuzz_requests.py " + " ".join(a for a in (argv if argv is not None else sys.argv[1:]))
+    text = report(summary, command.strip(), args.turns)
+    print(text)
+    for r in summary.failing[:20]:
+        print(r.spec, *r.failures[:5], sep="\n  ")
+    if args.write:
+        from report_sections import write_section
+        write_section(ROOT / "docs/benchmarks.md", "fuzz_requests", text)
+    return 1 if summary.failing else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
