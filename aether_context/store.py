@@ -25,7 +25,6 @@ Usage::
 
 from __future__ import annotations
 
-import collections
 import hashlib
 import hmac
 import json
@@ -42,7 +41,7 @@ from .pipeline.build import ContextPack
 from .pipeline.collect import PackInputs
 from .pipeline.record import Manifest
 from .redact import RedactionSettings, redact_value
-from .store_io import BackgroundWriter, WriteStats, write_atomic
+from .store_io import BackgroundWriter, Lru, WriteStats, write_atomic
 from .store_paths import encode_segment
 from .store_tree import TreeCodec
 
@@ -69,31 +68,6 @@ def _signature(key: bytes, data: dict[str, Any]) -> str:
     return "hmac-sha256:" + hmac.new(key, canonical_json(body).encode("utf-8"), hashlib.sha256).hexdigest()
 
 
-class _Lru:
-    """A bounded mapping (least recently used out first), safe across threads."""
-
-    def __init__(self, size: int):
-        self.size, self.lock, self.data = size, threading.Lock(), collections.OrderedDict()
-
-    def get(self, key):
-        with self.lock:
-            value = self.data.get(key)
-            if value is not None:
-                self.data.move_to_end(key)
-            return value
-
-    def put(self, key, value) -> None:
-        with self.lock:
-            self.data[key] = value
-            self.data.move_to_end(key)
-            while len(self.data) > self.size:
-                self.data.popitem(last=False)
-
-    def clear(self) -> None:
-        with self.lock:
-            self.data.clear()
-
-
 class PackStore:
     """Manifests and blobs under one fsspec URL (see the module docstring)."""
 
@@ -109,10 +83,10 @@ class PackStore:
         self._stats = WriteStats()
         self._writer = BackgroundWriter(self._stats, max_queue=max_queue, put_timeout=put_timeout,
                                         on_full=on_full, background=background)
-        self._known = _Lru(cache_size)  # message digest -> (stored digest, secrets masked); blob digests -> True
+        self._known = Lru(cache_size)  # message digest -> (stored digest, secrets masked); blob digests -> True
         self._tree = TreeCodec(self._put_piece, self._get_piece)
-        self._scanned = _Lru(16384)  # string -> (masked string, count): recorded inputs repeat call after call
-        self._lists = _Lru(64)  # (kind, app, user, session, agent) -> the last stored message list
+        self._scanned = Lru(16384)  # string -> (masked string, count): recorded inputs repeat call after call
+        self._lists = Lru(64)  # (kind, app, user, session, agent) -> the last stored message list
         self._marked = False
         self._local = threading.local()  # bytes written by the job running on this thread
 

@@ -34,7 +34,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 logger = logging.getLogger("aether_context.store")
 
-__all__ = ["write_atomic", "makedirs_private", "BackgroundWriter", "WriteStats"]
+__all__ = ["write_atomic", "makedirs_private", "BackgroundWriter", "WriteStats", "Lru"]
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -206,3 +206,28 @@ class BackgroundWriter:
                     return False
                 q.all_tasks_done.wait(left)
         return True
+
+
+class Lru:
+    """A bounded mapping (least recently used out first), safe across threads."""
+
+    def __init__(self, size: int):
+        self.size, self.lock, self.data = size, threading.Lock(), collections.OrderedDict()
+
+    def get(self, key):
+        with self.lock:
+            value = self.data.get(key)
+            if value is not None:
+                self.data.move_to_end(key)
+            return value
+
+    def put(self, key, value) -> None:
+        with self.lock:
+            self.data[key] = value
+            self.data.move_to_end(key)
+            while len(self.data) > self.size:
+                self.data.popitem(last=False)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.data.clear()
