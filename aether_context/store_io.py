@@ -209,10 +209,13 @@ class BackgroundWriter:
 
 
 class Lru:
-    """A bounded mapping (least recently used out first), safe across threads."""
+    """A bounded mapping (least recently used out first), safe across threads.
 
-    def __init__(self, size: int):
+    Bounded by entries and, with `weigh`, by total weight (e.g. characters held)."""
+
+    def __init__(self, size: int, *, max_weight: int = 0, weigh: Callable[[Any, Any], int] | None = None):
         self.size, self.lock, self.data = size, threading.Lock(), collections.OrderedDict()
+        self.max_weight, self.weigh, self.weight = max_weight, weigh, 0
 
     def get(self, key):
         with self.lock:
@@ -223,11 +226,18 @@ class Lru:
 
     def put(self, key, value) -> None:
         with self.lock:
+            old = self.data.pop(key, None)
+            if old is not None and self.weigh:
+                self.weight -= self.weigh(key, old)
             self.data[key] = value
-            self.data.move_to_end(key)
-            while len(self.data) > self.size:
-                self.data.popitem(last=False)
+            if self.weigh:
+                self.weight += self.weigh(key, value)
+            while self.data and (len(self.data) > self.size or (self.weigh and self.weight > self.max_weight)):
+                k, v = self.data.popitem(last=False)
+                if self.weigh:
+                    self.weight -= self.weigh(k, v)
 
     def clear(self) -> None:
         with self.lock:
             self.data.clear()
+            self.weight = 0
