@@ -197,6 +197,8 @@ class BackgroundWriter:
         if self._queue is None:
             return True
         q = self._queue
+        if q.unfinished_tasks:
+            self._ensure_worker()  # e.g. after a fork, where the writer thread does not exist
         deadline = None if timeout is None else time.monotonic() + timeout
         with q.all_tasks_done:
             while q.unfinished_tasks:
