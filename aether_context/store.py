@@ -25,7 +25,6 @@ Usage::
 
 from __future__ import annotations
 
-import collections
 import hashlib
 import hmac
 import json
@@ -42,7 +41,7 @@ from .pipeline.build import ContextPack
 from .pipeline.collect import PackInputs
 from .pipeline.record import Manifest
 from .redact import RedactionSettings, redact_value
-from .store_io import BackgroundWriter, WriteStats, write_atomic
+from .store_io import BackgroundWriter, Lru, WriteStats, write_atomic
 from .store_paths import encode_segment
 from .store_tree import TreeCodec
 
@@ -69,31 +68,6 @@ def _signature(key: bytes, data: dict[str, Any]) -> str:
     return "hmac-sha256:" + hmac.new(key, canonical_json(body).encode("utf-8"), hashlib.sha256).hexdigest()
 
 
-class _Lru:
-    """A bounded mapping (least recently used out first), safe across threads."""
-
-    def __init__(self, size: int):
-        self.size, self.lock, self.data = size, threading.Lock(), collections.OrderedDict()
-
-    def get(self, key):
-        with self.lock:
-            value = self.data.get(key)
-            if value is not None:
-                self.data.move_to_end(key)
-            return value
-
-    def put(self, key, value) -> None:
-        with self.lock:
-            self.data[key] = value
-            self.data.move_to_end(key)
-            while len(self.data) > self.size:
-                self.data.popitem(last=False)
-
-    def clear(self) -> None:
-        with self.lock:
-            self.data.clear()
-
-
 class PackStore:
     """Manifests and blobs under one fsspec URL (see the module docstring)."""
 
@@ -109,10 +83,11 @@ class PackStore:
         self._stats = WriteStats()
         self._writer = BackgroundWriter(self._stats, max_queue=max_queue, put_timeout=put_timeout,
                                         on_full=on_full, background=background)
-        self._known = _Lru(cache_size)  # message digest -> (stored digest, secrets masked); blob digests -> True
-        self._tree = TreeCodec(self._put_piece, self._get_piece)
-        self._scanned = _Lru(16384)  # string -> (masked string, count): recorded inputs repeat call after call
-        self._lists = _Lru(64)  # (kind, app, user, session, agent) -> the last stored message list
+        self._known = Lru(cache_size)  # message digest -> (stored digest, secrets masked); blob digests -> True
+        self._tree = TreeCodec(self._put_piece, self._get_piece, memo_size=4096)
+        # string -> (masked string, count): recorded inputs repeat call after call; at most ~8M characters
+        self._scanned = Lru(16384, max_weight=8_000_000, weigh=lambda k, v: len(k) + len(v[0]))
+        self._lists = Lru(16)  # (kind, app, user, session, agent) -> the last message digests and stored list
         self._marked = False
         self._local = threading.local()  # bytes written by the job running on this thread
 
@@ -200,12 +175,13 @@ class PackStore:
         return data
 
     def _put_piece(self, value: Any, *, text: bool = False) -> str:
-        return self.put_blob(value.encode("utf-8") if text else canonical_json(value).encode("utf-8"))
+        return self.put_blob((value if text else canonical_json(value)).encode("utf-8", "surrogatepass"))
 
     def _get_piece(self, ref: str, *, text: bool = False) -> Any:
         data = self.get_blob(ref)
         try:
-            return data.decode("utf-8") if text else json.loads(data)
+            decoded = data.decode("utf-8", "surrogatepass")
+            return decoded if text else json.loads(decoded)
         except ValueError as e:
             raise ManifestError(f"blob {ref} is not a valid record: {e}") from e
 
@@ -255,22 +231,23 @@ class PackStore:
             return known
         data, n = self._redacted(message.to_json())
         stored = digest if n == 0 else None
-        stored = self.put_blob(canonical_json(data).encode("utf-8"), stored)
+        stored = self.put_blob(canonical_json(data).encode("utf-8", "surrogatepass"), stored)
         self._known.put(("m", digest), (stored, n))
         return stored, n
 
     def _put_messages(self, messages: tuple[Message, ...], scope: tuple | None) -> list[tuple[str, int]]:
         """Stored digests of `messages`; a prefix shared with the scope's previous list is not looked
         at again (a long session's history is the previous call's plus a few messages)."""
+        digests = [m.digest for m in messages]  # cached per message: cheap when messages are reused
         last = self._lists.get(scope) if scope is not None else None
         reused: list[tuple[str, int]] = []
         if last is not None:
-            prev_messages, prev_stored = last
-            if len(messages) >= len(prev_messages) and messages[:len(prev_messages)] == prev_messages:
+            prev_digests, prev_stored = last
+            if len(digests) >= len(prev_digests) and digests[:len(prev_digests)] == prev_digests:
                 reused = prev_stored
         stored = reused + [self._put_message(m) for m in messages[len(reused):]]
         if scope is not None:
-            self._lists.put(scope, (messages, stored))
+            self._lists.put(scope, (digests, stored))  # digests, not messages: no session content held
         return stored
 
     def _put_request_counted(self, request: ModelRequest, scope: tuple | None = None) -> tuple[str, int, str]:
@@ -279,8 +256,11 @@ class PackStore:
         head, n_head = self._redacted(request.head_json())
         refs = [s for s, _ in stored]
         record = {"v": LAYOUT, "head": self._put_piece(head), "messages": self._tree.put_list(refs)}
-        checksum = "sha256:" + sha256_hex(canonical_json({"head": head, "messages": refs}))
-        return self._put_piece(record), n_head + sum(n for _, n in stored), checksum
+        masked = n_head + sum(n for _, n in stored)
+        # nothing masked: what is stored is the request itself, whose checksum is already known
+        checksum = request.checksum if not masked else "sha256:" + sha256_hex(
+            canonical_json({"head": head, "messages": refs}))
+        return self._put_piece(record), masked, checksum
 
     def put_request(self, request: ModelRequest) -> str:
         return self._put_request_counted(request)[0]

@@ -34,7 +34,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 logger = logging.getLogger("aether_context.store")
 
-__all__ = ["write_atomic", "makedirs_private", "BackgroundWriter", "WriteStats"]
+__all__ = ["write_atomic", "makedirs_private", "BackgroundWriter", "WriteStats", "Lru"]
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -197,6 +197,8 @@ class BackgroundWriter:
         if self._queue is None:
             return True
         q = self._queue
+        if q.unfinished_tasks:
+            self._ensure_worker()  # e.g. after a fork, where the writer thread does not exist
         deadline = None if timeout is None else time.monotonic() + timeout
         with q.all_tasks_done:
             while q.unfinished_tasks:
@@ -206,3 +208,38 @@ class BackgroundWriter:
                     return False
                 q.all_tasks_done.wait(left)
         return True
+
+
+class Lru:
+    """A bounded mapping (least recently used out first), safe across threads.
+
+    Bounded by entries and, with `weigh`, by total weight (e.g. characters held)."""
+
+    def __init__(self, size: int, *, max_weight: int = 0, weigh: Callable[[Any, Any], int] | None = None):
+        self.size, self.lock, self.data = size, threading.Lock(), collections.OrderedDict()
+        self.max_weight, self.weigh, self.weight = max_weight, weigh, 0
+
+    def get(self, key):
+        with self.lock:
+            value = self.data.get(key)
+            if value is not None:
+                self.data.move_to_end(key)
+            return value
+
+    def put(self, key, value) -> None:
+        with self.lock:
+            old = self.data.pop(key, None)
+            if old is not None and self.weigh:
+                self.weight -= self.weigh(key, old)
+            self.data[key] = value
+            if self.weigh:
+                self.weight += self.weigh(key, value)
+            while self.data and (len(self.data) > self.size or (self.weigh and self.weight > self.max_weight)):
+                k, v = self.data.popitem(last=False)
+                if self.weigh:
+                    self.weight -= self.weigh(k, v)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.data.clear()
+            self.weight = 0

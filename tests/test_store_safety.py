@@ -70,10 +70,13 @@ def test_ids_never_leave_the_store_root(counter, tmp_path, bad):
 
 
 def test_files_and_folders_are_private(counter, tmp_path):
-    os.umask(0o022)
-    store = PackStore(str(tmp_path / "a" / "packs"), background=False)
-    store.save(_pack(counter))
-    store.put_artifact("app", "u", "s1", "tool_output/x.txt", b"data")
+    old = os.umask(0o022)  # the usual umask would leave group and others able to read
+    try:
+        store = PackStore(str(tmp_path / "a" / "packs"), background=False)
+        store.save(_pack(counter))
+        store.put_artifact("app", "u", "s1", "tool_output/x.txt", b"data")
+    finally:
+        os.umask(old)
     for p in (tmp_path / "a").rglob("*"):
         mode = stat.S_IMODE(p.stat().st_mode)
         assert mode == (0o700 if p.is_dir() else 0o600), (p, oct(mode))
