@@ -23,13 +23,12 @@ import copy
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, AsyncGenerator, Callable, Iterable, Iterator, Literal, Mapping, Sequence
+from typing import Any, AsyncGenerator, Callable, Iterable, Literal, Mapping, Sequence
 
 from google.adk.agents import LlmAgent
 from google.adk.agents.run_config import RunConfig
 from google.adk.apps.app import App
 from google.adk.artifacts import InMemoryArtifactService
-from google.adk.flows.llm_flows.base_llm_flow import BaseLlmFlow
 from google.adk.memory import InMemoryMemoryService
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
@@ -41,6 +40,7 @@ from google.genai import types
 from pydantic import PrivateAttr
 
 from aether_context.testing import ScriptedLlm
+from replay_probes import GatedPlugin, ModelCall, ProbeFirst, ProbeLast, time_adk_request_building
 from trajectories import ModelTurn, ReplayError, ToolCall, ToolDecl, Trajectory
 
 __all__ = ["ReplayLlm", "RecordedTool", "ModelCall", "ReplayResult", "replay", "GatedPlugin", "ClockedSessionService",
@@ -166,136 +166,6 @@ class ReplayLlm(ScriptedLlm):
             yield response
 
 
-# --------------------------------------------------------------------------- timing instrumentation
-_BUILD_TIMES: dict[int, tuple[float, float]] = {}  # id(llm_request) -> (wall, thread CPU) seconds in ADK's request processors
-_PATCH_DEPTH = 0
-
-
-@contextlib.contextmanager
-def _time_adk_request_building() -> Iterator[None]:
-    """Time `BaseLlmFlow._preprocess_async` (ADK's request processors) per request, while active.
-
-    Only the time the generator itself runs is counted, not time spent by its consumer while it
-    is suspended on a yielded event; both wall time and this thread's CPU time. The patch is
-    process-wide and undone on exit.
-    """
-    global _PATCH_DEPTH
-    original = BaseLlmFlow.__dict__["_preprocess_async"] if _PATCH_DEPTH == 0 else None
-    if _PATCH_DEPTH == 0:
-        async def timed(self, invocation_context, llm_request, **kwargs):  # type: ignore[no-untyped-def]
-            agen = original(self, invocation_context, llm_request, **kwargs)
-            wall = cpu = 0.0
-            try:
-                while True:
-                    t0, c0 = time.perf_counter(), time.thread_time()
-                    try:
-                        event = await agen.__anext__()
-                    except StopAsyncIteration:
-                        wall, cpu = wall + time.perf_counter() - t0, cpu + time.thread_time() - c0
-                        break
-                    wall, cpu = wall + time.perf_counter() - t0, cpu + time.thread_time() - c0
-                    yield event
-            finally:
-                await agen.aclose()
-                _BUILD_TIMES[id(llm_request)] = (wall, cpu)
-
-        BaseLlmFlow._preprocess_async = timed  # type: ignore[method-assign]
-    _PATCH_DEPTH += 1
-    try:
-        yield
-    finally:
-        _PATCH_DEPTH -= 1
-        if _PATCH_DEPTH == 0 and original is not None:
-            BaseLlmFlow._preprocess_async = original  # type: ignore[method-assign]
-            _BUILD_TIMES.clear()
-
-
-@dataclass
-class ModelCall:
-    """One model call of a replay.
-
-    `events`: session events when the request was handed to the plugins. `adk_build_s`: ADK's
-    request building for it (`adk_build_cpu_s` the same in thread CPU time). `plugins_s`: all
-    plugins' `before_model` work. `request`: what the model received, per `keep_requests`.
-    """
-
-    index: int
-    invocation: int
-    events: int = 0
-    adk_build_s: float | None = None
-    adk_build_cpu_s: float | None = None
-    plugins_s: float | None = None
-    compactions: int = 0  # ADK compaction events in the session when the request was handed to the plugins
-    request: Any = None
-    _t0: float = 0.0
-
-
-class _ProbeFirst(BasePlugin):
-    def __init__(self, result: "ReplayResult"):
-        super().__init__("bench_probe_first")
-        self.result = result
-
-    async def before_model_callback(self, *, callback_context, llm_request):  # type: ignore[no-untyped-def]
-        wall, cpu = _BUILD_TIMES.pop(id(llm_request), (None, None))
-        call = ModelCall(index=len(self.result.calls), invocation=self.result._invocation,
-                         events=len(callback_context.session.events), adk_build_s=wall, adk_build_cpu_s=cpu,
-                         compactions=sum(1 for e in callback_context.session.events if e.actions and e.actions.compaction))
-        self.result.calls.append(call)
-        self.result._agent_requests.add(id(llm_request))
-        call._t0 = time.perf_counter()
-        return None
-
-
-class _ProbeLast(BasePlugin):
-    def __init__(self, result: "ReplayResult"):
-        super().__init__("bench_probe_last")
-        self.result = result
-
-    async def before_model_callback(self, *, callback_context, llm_request):  # type: ignore[no-untyped-def]
-        call = self.result.calls[-1]
-        call.plugins_s = time.perf_counter() - call._t0
-        return None
-
-
-_HOOKS = (
-    "on_user_message_callback", "before_run_callback", "on_event_callback", "after_run_callback",
-    "before_agent_callback", "after_agent_callback", "before_model_callback", "after_model_callback",
-    "on_model_error_callback", "before_tool_callback", "after_tool_callback", "on_tool_error_callback",
-    "on_agent_error_callback", "on_run_error_callback",
-)
-
-
-class GatedPlugin(BasePlugin):
-    """Forwards every hook to `inner` only once the session holds `from_events` events.
-
-    For long sessions where only the late calls are measured: earlier calls run as with no plugin,
-    and the plugin joins cold at `from_events`. `close` is always forwarded.
-    """
-
-    def __init__(self, inner: BasePlugin, *, from_events: int):
-        super().__init__(f"{inner.name}_from_{from_events}")
-        self.inner = inner
-        self.from_events = from_events
-        for hook in _HOOKS:
-            if hasattr(inner, hook):
-                setattr(self, hook, self._gated(hook))
-
-    def _gated(self, hook: str) -> Callable[..., Any]:
-        target = getattr(self.inner, hook)
-
-        async def forward(**kwargs: Any) -> Any:
-            ctx = kwargs.get("callback_context") or kwargs.get("tool_context") or kwargs.get("invocation_context")
-            session = getattr(ctx, "session", None)
-            if session is not None and len(session.events) < self.from_events:
-                return None
-            return await target(**kwargs)
-
-        return forward
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-
 @dataclass
 class ReplayResult:
     trajectory: Trajectory
@@ -312,6 +182,32 @@ class ReplayResult:
     @property
     def events(self) -> int:
         return len(self.session.events) if self.session is not None else 0
+
+
+    def is_agent_call(self, llm_request: LlmRequest) -> bool:
+        """The probe saw this request in before_model: it is the agent's call, not a side call."""
+        if id(llm_request) in self._agent_requests:
+            self._agent_requests.discard(id(llm_request))
+            return True
+        return False
+
+
+def _measurer(result: ReplayResult, keep_requests: str, on_request: Callable[..., None] | None,
+              prompt_tokens: Callable[[LlmRequest], int] | None) -> Callable[[LlmRequest], int]:
+    """The model's `prompt_token_counter`: keeps / hands over the request it sees, reports its token count."""
+    from aether_context.adk import request_from_llm  # the harness's neutral request view
+
+    def measure(llm_request: LlmRequest) -> int:
+        call = result.calls[-1]
+        if keep_requests == "core":
+            call.request = request_from_llm(llm_request)
+        elif keep_requests == "llm":
+            call.request = llm_request.model_copy(deep=True)
+        if on_request is not None:
+            on_request(call, llm_request)
+        return int(prompt_tokens(llm_request)) if prompt_tokens is not None else 0
+
+    return measure
 
 
 @dataclass
@@ -340,34 +236,15 @@ async def replay(trajectory: Trajectory, *, plugins: Sequence[BasePlugin] = (),
     `prompt_tokens(llm_request)` is reported as the model's `prompt_token_count`. `deadline_s` stops
     the replay after that many seconds (`result.truncated`).
     """
-    from aether_context.adk import request_from_llm  # the harness's neutral request view
-
     result = ReplayResult(trajectory=trajectory)
-
-    def measure(llm_request: LlmRequest) -> int:
-        i = len(result.calls) - 1
-        call = result.calls[i]
-        if keep_requests == "core":
-            call.request = request_from_llm(llm_request)
-        elif keep_requests == "llm":
-            call.request = llm_request.model_copy(deep=True)
-        if on_request is not None:
-            on_request(call, llm_request)
-        return int(prompt_tokens(llm_request)) if prompt_tokens is not None else 0
-
-    def is_agent_call(llm_request: LlmRequest) -> bool:
-        if id(llm_request) in result._agent_requests:
-            result._agent_requests.discard(id(llm_request))
-            return True
-        return False
-
-    llm = ReplayLlm(turns=list(trajectory.turns), prompt_token_counter=measure, is_agent_call=is_agent_call)
+    llm = ReplayLlm(turns=list(trajectory.turns), prompt_token_counter=_measurer(result, keep_requests, on_request, prompt_tokens),
+                    is_agent_call=result.is_agent_call)
     system = trajectory.system
     agent = LlmAgent(name=AGENT_NAME, model=llm, instruction=lambda _ctx: system,  # a provider: no {var} templating
                      tools=[*(RecordedTool(d, llm.outputs) for d in trajectory.tools), *extra_tools],
                      **dict(agent_options or {}))
     app = App(name=app_name, root_agent=agent,
-              plugins=[_ProbeFirst(result), *plugins, _ProbeLast(result)], **dict(app_options or {}))
+              plugins=[ProbeFirst(result), *plugins, ProbeLast(result)], **dict(app_options or {}))
     services = _Services(session_service or ClockedSessionService(trajectory.id),
                          artifact_service or InMemoryArtifactService(), memory_service or InMemoryMemoryService())
     runner = Runner(app=app, session_service=services.session, artifact_service=services.artifact,
@@ -377,7 +254,7 @@ async def replay(trajectory: Trajectory, *, plugins: Sequence[BasePlugin] = (),
         session_id = (await services.session.create_session(app_name=app_name, user_id=user_id)).id
     start = time.perf_counter()
     try:
-        with _time_adk_request_building():
+        with time_adk_request_building():
             await _run_invocations(runner, trajectory, result, config, user_id, session_id,
                                    None if deadline_s is None else start + deadline_s)
     finally:

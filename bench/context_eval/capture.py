@@ -17,7 +17,9 @@ from aether_context import ModelRequest, TokenCounter
 from aether_context.adk import request_from_llm
 from measure import RequestShape, request_text, shared_prefix_tokens
 
-__all__ = ["CallRecord", "Capture", "RunRecord"]
+__all__ = ["CallRecord", "Capture", "RunRecord", "ADDED_LAYERS"]
+
+ADDED_LAYERS = ("memory", "evidence")  # layers whose content the request ADK built does not hold
 
 
 @dataclass
@@ -36,6 +38,7 @@ class CallRecord:
     compaction: Any = None  # the manifest's `compaction` field, when the package records one
     pack_error: Optional[str] = None  # the manifest's fail-open error
     packed: bool = False  # an aether-context manifest was read for this call
+    added: int = 0  # tokens of Memory and Evidence in the pack (material the session's request lacked)
 
     @property
     def broke(self) -> bool:
@@ -93,6 +96,8 @@ class Capture:
             return
         manifest = self.packer.recent[-1].manifest
         rec.packed = True
+        layers = manifest.layer_budgets or {}
+        rec.added = sum(layers[name].used for name in ADDED_LAYERS if name in layers)
         rec.cache_break = manifest.cache_break
         rec.compaction = getattr(manifest, "compaction", None)
         rec.pack_error = manifest.error

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import json
 import logging
 import shlex
 import sys
@@ -40,6 +41,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ap.add_argument("--deadline", type=float, default=None, help="seconds per replay before it is cut (off by default)")
     ap.add_argument("--out", default=DEFAULT_FILE, help="benchmarks file, relative to the repo root (default: %(default)s)")
     ap.add_argument("--no-write", action="store_true", help="print the report only")
+    ap.add_argument("--misses", default="", help="write what aether-context missed (one JSON object a line) to this file")
     return ap.parse_args(argv)
 
 
@@ -60,6 +62,15 @@ def _limits(args: argparse.Namespace) -> str:
                                       ("episodes", args.episodes), ("runs", args.runs),
                                       ("determinism runs", args.determinism_runs)) if v is not None]
     return ("SMOKE RUN, limited to " + ", ".join(parts)) if parts else "all dev data (full run)"
+
+
+def _write_misses(path: Path, results) -> None:
+    """One JSON line per miss: workload, window, run, call and the item (evidence turn, value, file, failure line)."""
+    with path.open("w", encoding="utf-8") as f:
+        for cell in results.cells.values():
+            for miss in cell.misses:
+                f.write(json.dumps({"workload": cell.workload, "window": cell.window, **miss}, ensure_ascii=False) + "\n")
+    print(f"wrote {sum(len(c.misses) for c in results.cells.values())} misses to {path}")
 
 
 def _limited(args: argparse.Namespace) -> bool:
@@ -90,6 +101,8 @@ async def main(argv: Optional[Sequence[str]] = None) -> int:
                            machine=info, runtime_s=time.perf_counter() - t0,
                            limits=_limits(args) + (_full_estimate(args, workloads, results.walls) if _limited(args) else ""))
     print(report)
+    if args.misses:
+        _write_misses(Path(args.misses), results)
     if not args.no_write:
         path = write_section(ROOT / args.out, SECTION, report)
         print(f"wrote the {SECTION!r} section of {path}")

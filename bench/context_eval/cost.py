@@ -34,6 +34,7 @@ class CostFigures:
     last_fifth_tokens: float
     larger_than_none: Optional[float]  # share of calls larger than no plugin's same call
     over_1pct: Optional[int]  # calls more than 1 % above no plugin's same call
+    over_1pct_nothing_added: Optional[int]  # ... of them, calls whose pack added no Memory or Evidence
     prefix_median: float  # median over runs of the per-run median prefix-stable share
     reprocessed_per_run: float  # mean over runs
     breaks_per_run: float  # mean over runs
@@ -78,7 +79,7 @@ def _mean(xs: list[float]) -> float:
 def cost_figures(records: list[RunRecord], none: Optional[list[RunRecord]]) -> CostFigures:
     runs = [r for r in records if r.calls]
     tokens = [c.tokens for r in runs for c in r.calls]
-    larger = over = paired = 0
+    larger = over = bare = paired = 0
     if none is not None:
         base = {r.run_id: r.calls for r in none}
         for r in runs:
@@ -86,6 +87,7 @@ def cost_figures(records: list[RunRecord], none: Optional[list[RunRecord]]) -> C
                 paired += 1
                 larger += c.tokens > b.tokens
                 over += c.tokens > 1.01 * b.tokens
+                bare += c.tokens > 1.01 * b.tokens and not c.added
     per_run_prefix, reprocessed, breaks, deep = [], [], [], []
     causes: collections.Counter = collections.Counter()
     for r in runs:
@@ -102,6 +104,7 @@ def cost_figures(records: list[RunRecord], none: Optional[list[RunRecord]]) -> C
     return CostFigures(
         calls=len(tokens), mean_tokens=_mean(tokens), last_fifth_tokens=_mean([t for r in runs for t in _last_fifth(r.calls)]),
         larger_than_none=larger / paired if paired else None, over_1pct=over if paired else None,
+        over_1pct_nothing_added=bare if paired else None,
         prefix_median=_median([x for x in per_run_prefix if not math.isnan(x)]),
         reprocessed_per_run=_mean(reprocessed), breaks_per_run=_mean(breaks),
         deep_breaks_per_run=_mean(deep), causes=causes)

@@ -45,6 +45,7 @@ class Cell:
     retention: dict[str, tuple[float, int]]
     cost: CostFigures
     errors: list[str] = field(default_factory=list)
+    misses: list[dict] = field(default_factory=list)  # what aether-context missed (run, call, item)
 
 
 @dataclass
@@ -80,10 +81,11 @@ async def evaluate(workloads: list[Workload], *, systems: Optional[set[str]] = N
                 results.walls[label] = time.perf_counter() - t0
                 log(f"  {label}: {results.walls[label]:.0f} s")
                 for scored in (w.windows if window is None else (window,)):
+                    misses: list[dict] = []
                     results.cells[(w.name, key, scored)] = Cell(
-                        w.name, key, scored, retention(w, records, scored),
+                        w.name, key, scored, retention(w, records, scored, misses),
                         cost_figures(records, None if key == "none" else none),
-                        [f"{r.run_id}: {r.error}" for r in records if r.error])
+                        [f"{r.run_id}: {r.error}" for r in records if r.error], misses if system.packs else [])
                 for r in records:
                     r.texts.clear()
                     r.final_text = ""

@@ -42,16 +42,20 @@ def _retention_table(w: Workload, window: int, r: Results) -> str:
     return "\n".join(rows)
 
 
+def _over(f) -> str:
+    return "n/a" if f.over_1pct is None else f"{f.over_1pct} ({f.over_1pct_nothing_added})"
+
+
 def _cost_table(w: Workload, window: int, r: Results) -> str:
     cells = [c for key in w.systems if (c := r.cell(w.name, key, window)) is not None]
-    head = ["system", "calls", "tokens/call", "last fifth", "calls > no plugin", "> no plugin + 1 %",
+    head = ["system", "calls", "tokens/call", "last fifth", "calls > no plugin", "> no plugin + 1 % (nothing added)",
             "prefix-stable (median of run medians)", "re-processed tokens/run", "cache breaks/run",
             "… before the last message"]
     rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for c in cells:
         f = c.cost
         rows.append(f"| {by_key(c.system).label} | {f.calls:,} | {_num(f.mean_tokens)} | {_num(f.last_fifth_tokens)} | "
-                    f"{_pct(f.larger_than_none)} | {'n/a' if f.over_1pct is None else f.over_1pct} | {_pct(f.prefix_median)} | "
+                    f"{_pct(f.larger_than_none)} | {_over(f)} | {_pct(f.prefix_median)} | "
                     f"{_num(f.reprocessed_per_run)} | {f.breaks_per_run:.1f} | {f.deep_breaks_per_run:.1f} |")
     causes = [f"- {by_key(c.system).label}: " + "; ".join(f"{k} × {v}" for k, v in c.cost.causes.most_common())
               for c in cells if c.cost.causes]
@@ -92,7 +96,8 @@ the final request; the last five distinct real failure lines of the outputs befo
 exception lines, pytest `E` lines naming an exception or an assertion, `file.py:N: XError`, `FAILED`/`ERROR` lines,
 `Error:` lines; first 200 characters) in the final request; calls over W.
 Cost: tokens per call; last fifth = the last ⌈n/5⌉ calls of each run, pooled; calls larger than no plugin's same
-call; prefix-stable share = leading tokens identical to the previous request / the current request's tokens (head
+call, and more than 1 % larger (in brackets: those whose pack added no Memory or Evidence, from the manifest's
+`layer_budgets`); prefix-stable share = leading tokens identical to the previous request / the current request's tokens (head
 = system instruction + tools as one block, then messages by digest), median per run, then the median of the runs;
 re-processed tokens = per call, its tokens minus that shared prefix (all of the first call), summed per run; cache
 break = a call whose previous request is not a prefix of it ("… before the last message": the break reaches

@@ -6,7 +6,8 @@
 - ``tau`` tau-bench airline episodes: identifier uses;
 - ``mini-swe`` mini-swe-agent runs: files of the final diff, last five failure lines, calls over W.
 
-`retention(workload, records, window)` returns named (hits, total) figures for one system and window.
+`retention(workload, records, window, misses)` returns named (hits, total) figures for one system and
+window, and appends what was missed (run, call, item) to `misses` when given.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def build_workloads(data: str | Path, names: tuple[str, ...], *, conversations: 
 
 
 # --------------------------------------------------------------------------- retention per workload
-def _locomo(w: Workload, records: list[RunRecord], window: int) -> dict[str, tuple[float, int]]:
+def _locomo(w: Workload, records: list[RunRecord], window: int, misses: list[dict]) -> dict[str, tuple[float, int]]:
     share_sum, n, found, total = 0.0, 0, 0, 0
     by_cat: dict[int, list[float]] = {}
     for rec in records:
@@ -96,7 +97,10 @@ def _locomo(w: Workload, records: list[RunRecord], window: int) -> dict[str, tup
         for i, q in enumerate(conv.questions):
             if i not in rec.texts:
                 continue
-            hit, known = evidence_share(conv, q, normalize(rec.texts[i]))
+            text = normalize(rec.texts[i])
+            hit, known = evidence_share(conv, q, text)
+            misses.extend({"run": rec.run_id, "call": i, "question": q.text, "evidence": e}
+                          for e in q.evidence if e in conv.turns and normalize(conv.turns[e].text) not in text)
             if known:
                 share_sum += hit / known
                 n += 1
@@ -108,23 +112,29 @@ def _locomo(w: Workload, records: list[RunRecord], window: int) -> dict[str, tup
     return out
 
 
-def _tau(w: Workload, records: list[RunRecord], window: int) -> dict[str, tuple[float, int]]:
+def _tau(w: Workload, records: list[RunRecord], window: int, misses: list[dict]) -> dict[str, tuple[float, int]]:
     found = total = 0
     for rec in records:
         for u in w.facts[rec.run_id]:
             text = rec.texts.get(u.call)
             if text is not None:
                 total += 1
-                found += int(present(u.value, text))
+                hit = present(u.value, text)
+                found += int(hit)
+                if not hit:
+                    misses.append({"run": rec.run_id, "call": u.call, "tool": u.tool, "value": u.value, "source": u.source})
     return {"identifier uses in the request": (found, total)}
 
 
-def _swe(w: Workload, records: list[RunRecord], window: int) -> dict[str, tuple[float, int]]:
+def _swe(w: Workload, records: list[RunRecord], window: int, misses: list[dict]) -> dict[str, tuple[float, int]]:
     files = fails = nf = nl = 0
     for rec in records:
         if not rec.final_text:
             continue
-        f, l = check_final(w.facts[rec.run_id], rec.final_text)
+        facts = w.facts[rec.run_id]
+        f, l = check_final(facts, rec.final_text)
+        misses.extend({"run": rec.run_id, "call": "final", "file": x} for x, ok in zip(facts.files, f) if not ok)
+        misses.extend({"run": rec.run_id, "call": "final", "failure_line": x} for x, ok in zip(facts.failures, l) if not ok)
         files, nf, fails, nl = files + int(sum(f)), nf + len(f), fails + int(sum(l)), nl + len(l)
     over = int(sum(c.tokens > window for rec in records for c in rec.calls))
     calls = sum(len(rec.calls) for rec in records)
@@ -132,9 +142,10 @@ def _swe(w: Workload, records: list[RunRecord], window: int) -> dict[str, tuple[
             "calls over the window": (over, calls)}
 
 
-_RETENTION: dict[str, Callable[[Workload, list[RunRecord], int], dict[str, tuple[float, int]]]] = {
+_RETENTION: dict[str, Callable[[Workload, list[RunRecord], int, list[dict]], dict[str, tuple[float, int]]]] = {
     "locomo-session": _locomo, "locomo-memory": _locomo, "tau": _tau, "mini-swe": _swe}
 
 
-def retention(w: Workload, records: list[RunRecord], window: int) -> dict[str, tuple[float, int]]:
-    return _RETENTION[w.name](w, records, window)
+def retention(w: Workload, records: list[RunRecord], window: int,
+              misses: Optional[list[dict]] = None) -> dict[str, tuple[float, int]]:
+    return _RETENTION[w.name](w, records, window, [] if misses is None else misses)
