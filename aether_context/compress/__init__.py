@@ -10,6 +10,7 @@ fold lines into a running summary. Every function takes a token counter (a `Toke
 """
 
 from ._fit import TextCounting, TokenCounterLike, clip_text
+from .compact_json import compact_json, expand_compact_json
 from .error_lines import failure_lines
 from .fold import describe_outcome, fold_message, fold_tool_pair
 from .middle_out import middle_out, omission_marker
@@ -44,6 +45,6 @@ __all__ = [
     "score_references", "merge_references", "render_references",
     "Summarizer", "SummarizeFn", "ExtractiveSummarizer", "HANDOFF_PROMPT", "build_handoff_request",
     "validate_summary", "run_summarizer",
-    "failure_lines",
+    "failure_lines", "compact_json", "expand_compact_json",
     "ValueSet", "extract_values", "merge_values", "render_values", "render_call", "argument_order",
 ]
