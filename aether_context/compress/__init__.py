@@ -34,7 +34,9 @@ from .summarize import (
     validate_summary,
 )
 from .tool_results import CompressedOutput, ToolOutputKind, classify_tool_output, compress_tool_output, render_payload
-from .values import ValueSet, argument_order, extract_values, merge_values, render_call, render_values
+from .values import (
+    ValueSet, argument_order, extract_values, merge_values, render_call, render_values, values_from_messages,
+)
 
 __all__ = [
     "TextCounting", "TokenCounterLike", "clip_text",
@@ -46,5 +48,6 @@ __all__ = [
     "Summarizer", "SummarizeFn", "ExtractiveSummarizer", "HANDOFF_PROMPT", "build_handoff_request",
     "validate_summary", "run_summarizer",
     "failure_lines", "compact_json", "expand_compact_json",
-    "ValueSet", "extract_values", "merge_values", "render_values", "render_call", "argument_order",
+    "ValueSet", "extract_values", "values_from_messages", "merge_values", "render_values", "render_call",
+    "argument_order",
 ]
