@@ -33,6 +33,7 @@ _MAX_TEXT_CHARS = 20_000  # of a text source: values named past this are rarely 
 _ARG_CHARS = 40  # per argument in a source label
 _FIRST_VALUES = 6  # values per field every source gets before any field gets all of its values
 _ALL = 1 << 30
+_MIN_ROOM = 4  # tokens: the shortest line (`- f()`) costs about this
 # Fields whose values are identifiers or values an agent types back: kept first when room is short.
 _ID_FIELD = re.compile(r"(?:^|[._])(?:id|ids|number|code|key|email|name|dob|date|uuid|ref|amount|total|balance|"
                        r"path|file|url|ids|emails|codes|dates|amounts|paths|urls|names|keys)$|_id$|Id$", re.I)
@@ -197,6 +198,8 @@ def render_values(sets: Iterable[ValueSet], max_tokens: int, counter: TokenCount
     for rank in (0, 1, 2):
         for limit in (_FIRST_VALUES, _ALL):
             for k, vs in enumerate(sets):
+                if max_tokens - used < _MIN_ROOM:
+                    break  # no field or label fits in what is left
                 for f, (name, values) in enumerate(vs.fields):
                     if _field_rank(name, values) == rank and shown[k].get(f, 0) < min(limit, len(values)):
                         attempt(k, f, limit)
