@@ -115,3 +115,13 @@ def test_a_diff_folds_to_the_files_it_changes():
     line = fold_tool_pair(2, FunctionCall("bash", {"command": "git diff"}), FunctionResponse("bash", shell(diff)),
                           uri=None, counter=COUNTER)
     assert line == '[turn 2] bash(command="git diff") → exit 0, diff of 2 files: x.py, y/z.py'
+
+
+def test_other_runners_failure_lines():
+    jest = "PASS src/a.test.js\nFAIL src/cart.test.js\n  ● cart › adds\n\nTests:       1 failed, 3 passed, 4 total\n"
+    assert failure_lines(jest) == ["FAIL src/cart.test.js"]
+    go = "=== RUN   TestParse\n--- FAIL: TestParse (0.00s)\n    parse_test.go:12: got 3, want 4\nFAIL\nFAIL\texample.com/p\t0.01s\n"
+    assert failure_lines(go) == ["--- FAIL: TestParse (0.00s)", "FAIL", "FAIL\texample.com/p\t0.01s"]
+    rust = "error[E0308]: mismatched types\n --> src/main.rs:4:18\n"
+    assert failure_lines(rust) == ["error[E0308]: mismatched types"]
+    assert failure_lines("FAILED = 1\nERROR_CODES = {}\n") == []  # code, not a runner's verdict

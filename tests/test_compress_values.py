@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from aether_context.compress.values import ValueSet, extract_values, merge_values, render_call, render_values
+from aether_context.compress.values import (
+    ValueSet, extract_values, merge_values, render_call, render_values, values_from_messages,
+)
 from aether_context.tokens import TokenCounter
 
 COUNTER = TokenCounter()
@@ -105,3 +107,24 @@ def test_render_fits_the_cap_and_keeps_identifiers_first():
     assert "flights.flight_number=HAT136,HAT039" in small and "payment_history.payment_id=certificate_7504069" in small
     assert "prices.business" in full and "prices.business" not in small  # plain numbers give way to identifiers
     assert render_values(sets, 3, COUNTER) == ""
+
+
+def test_values_from_messages_pair_calls_with_their_responses():
+    from aether_context.content import FunctionCall, FunctionResponse, Message, TextPart
+
+    turns = [
+        (1, Message("user", (TextPart("Hi, my user id is mia_li_3668. Change reservation YAX4DR please."),))),
+        (2, Message("model", (FunctionCall("get_reservation_details", {"reservation_id": "YAX4DR"}, "c1"),))),
+        (3, Message("user", (FunctionResponse("get_reservation_details", {"result": RESERVATION}, "c1"),))),
+        (4, Message("model", (FunctionCall("get_user_details", {"user_id": "mia_li_3668"}),))),
+    ]
+    sets = values_from_messages(turns)
+    assert [s.source for s in sets] == ["user (turn 1)", "get_reservation_details(reservation_id=YAX4DR)",
+                                        "get_reservation_details(reservation_id=YAX4DR)",
+                                        "get_user_details(user_id=mia_li_3668)"]
+    merged = merge_values(sets)
+    assert fields(merged[1])["flights.flight_number"] == ("HAT136", "HAT039")  # the answered call, not the bare one
+    envelope = {"summary": "reservation_id: YAX4DR\nflights: [2 items; first: {flight_number}]\n1. flight_number=HAT136",
+                "artifact_uri": "artifact://a/u/s/tool-output/r.json#v0", "original_tokens": 900, "note": "offloaded"}
+    offloaded = extract_values(tool="get_reservation_details", args={"reservation_id": "YAX4DR"}, result=envelope)
+    assert "HAT136" in offloaded.values() and not any("artifact://" in v for v in offloaded.values())

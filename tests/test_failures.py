@@ -481,3 +481,12 @@ async def test_a_pytest_failure_under_warnings_reaches_the_pack_through_a_runner
     section = sent[sent.index("FAILURES SO FAR"):].split("\n\n")[0]
     assert "bash [logic] FAILED astropy/modeling/tests/test_separable.py::test_nested_compound" in section
     assert "RuntimeWarning" not in section and "not available" not in section
+
+
+def test_a_record_keeps_the_other_failing_tests_and_the_final_counts():
+    log = FailureLog()
+    record = log.add(turn=5, tool="bash", args={"command": "./runtests.py"}, error_text=error_text(_shell(UNITTEST_ERRORS, 1)))
+    assert record.message == "ValueError: Found wrong number (2) of constraints"
+    assert record.causes == ("ERROR: test_delete_unique_together_with_pk (migrations.test_operations.OperationTests)",
+                             "FAILED (errors=6, skipped=2)")
+    assert not any("Warning" in c for c in record.causes)

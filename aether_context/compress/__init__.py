@@ -10,6 +10,7 @@ fold lines into a running summary. Every function takes a token counter (a `Toke
 """
 
 from ._fit import TextCounting, TokenCounterLike, clip_text
+from .compact_json import compact_json, expand_compact_json
 from .error_lines import failure_lines
 from .fold import describe_outcome, fold_message, fold_tool_pair
 from .middle_out import middle_out, omission_marker
@@ -33,7 +34,9 @@ from .summarize import (
     validate_summary,
 )
 from .tool_results import CompressedOutput, ToolOutputKind, classify_tool_output, compress_tool_output, render_payload
-from .values import ValueSet, argument_order, extract_values, merge_values, render_call, render_values
+from .values import (
+    ValueSet, argument_order, extract_values, merge_values, render_call, render_values, values_from_messages,
+)
 
 __all__ = [
     "TextCounting", "TokenCounterLike", "clip_text",
@@ -44,6 +47,7 @@ __all__ = [
     "score_references", "merge_references", "render_references",
     "Summarizer", "SummarizeFn", "ExtractiveSummarizer", "HANDOFF_PROMPT", "build_handoff_request",
     "validate_summary", "run_summarizer",
-    "failure_lines",
-    "ValueSet", "extract_values", "merge_values", "render_values", "render_call", "argument_order",
+    "failure_lines", "compact_json", "expand_compact_json",
+    "ValueSet", "extract_values", "values_from_messages", "merge_values", "render_values", "render_call",
+    "argument_order",
 ]

@@ -8,8 +8,9 @@ pytest header) was taken for the failure. Every caller reads output through thes
 A *failure line* (`failure_lines`) is strict, the same definition the benchmarks count:
 - the exception line that ends a Python traceback (with or without its `Traceback` header),
 - pytest `E` lines that name an exception or an assertion, and `path.py:N: XError` lines,
-- `FAILED` / `FAIL:` / `ERROR` lines (pytest and unittest summaries, `FAILED (errors=6, skipped=2)`),
-- lines starting `Error:` / `error:` / `fatal:`.
+- `FAILED` / `FAIL` / `ERROR` lines (pytest and unittest summaries, `FAILED (errors=6, skipped=2)`,
+  jest's `FAIL src/a.test.js`, go's `--- FAIL: TestX`),
+- lines starting `Error:` / `error:` / `error[E0308]:` / `fatal:` / `panic:`.
 An *error-looking line* (`is_error_line`) is broader and only ranks lines for keeping. A *noise
 line* (`noise_indices`) is a warning, a test-session banner or an environment note: never a failure.
 
@@ -51,8 +52,9 @@ _PYTEST_E = re.compile(r"^E\s+(?:(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*?(?:" + _EXC_SUF
                        r"|Warning|Failed)\b|assert\b)")
 _PYTEST_LOCATION = re.compile(r"^\S+\.py:\d+: (?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*?(?:" + _EXC_SUFFIX[3:-1] +
                               r"|Warning|Failed)$")
-_SUMMARY = re.compile(r"^(?:FAILED|ERROR|FAIL:)(?=[ :(]|$)(?! ?=)")
-_ERROR_START = re.compile(r"^(?:error|fatal)(?:\[\w+\])?:\s", re.I)
+# pytest/unittest `FAILED x`, `ERROR: t (m.C)`, `FAIL: t`; jest `FAIL src/a.test.js`; go `--- FAIL: TestX`, `FAIL\tpkg`.
+_SUMMARY = re.compile(r"^(?:--- )?(?:FAILED|ERROR|FAIL)(?=[ :(\t]|$)(?! ?=)")
+_ERROR_START = re.compile(r"^(?:error|fatal)(?:\[\w+\])?:\s|^panic: ", re.I)
 
 _ERROR_CASED = re.compile(
     r"\b(?:[A-Z]\w*)?(?:Error|Exception|Failure|Fault)\b|\bFAIL(?:ED)?\b|\bERROR\b|^\s*E\s{2,}\S"

@@ -21,16 +21,19 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from ..content import canonical_json
+from ..content import FunctionCall, Message, canonical_json
 from ._fit import ELLIPSIS, TokenCounterLike, as_count, safe_end
 
-__all__ = ["ValueSet", "extract_values", "merge_values", "render_values", "render_call", "argument_order"]
+__all__ = ["ValueSet", "extract_values", "values_from_messages", "merge_values", "render_values", "render_call",
+           "argument_order"]
 
 _MAX_VALUE_CHARS = 80  # longer strings are prose, not values
 _MAX_LEAVES = 400  # per source: a huge result keeps its first values, not all of them
+_MAX_TEXT_CHARS = 20_000  # of a text source: values named past this are rarely typed back
 _ARG_CHARS = 40  # per argument in a source label
 _FIRST_VALUES = 6  # values per field every source gets before any field gets all of its values
 _ALL = 1 << 30
+_MIN_ROOM = 4  # tokens: the shortest line (`- f()`) costs about this
 # Fields whose values are identifiers or values an agent types back: kept first when room is short.
 _ID_FIELD = re.compile(r"(?:^|[._])(?:id|ids|number|code|key|email|name|dob|date|uuid|ref|amount|total|balance|"
                        r"path|file|url|ids|emails|codes|dates|amounts|paths|urls|names|keys)$|_id$|Id$", re.I)
@@ -93,6 +96,40 @@ def argument_order(args: Mapping[str, Any]) -> list[str]:
     bytes), and when a line is clipped the identifiers are what stays.
     """
     return sorted((str(k) for k in args), key=lambda k: (not _ID_ARG.search(k), k))
+
+
+def values_from_messages(messages: Iterable[tuple[int, Message]]) -> list[ValueSet]:
+    """The value sets of `(turn, message)` pairs in order: texts by role, each call with its response.
+
+    A response is paired with its call by id, else with the latest unanswered call of the same name;
+    a call not answered yet gives a set with its arguments only (its response, later, replaces it).
+    """
+    sets: list[ValueSet] = []
+    open_calls: list[FunctionCall] = []
+    for turn, message in messages:
+        if message.text.strip():
+            found = extract_values(text=message.text, role=message.role, turn=turn)
+            if found is not None:
+                sets.append(found)
+        for call in message.calls:
+            open_calls.append(call)
+            sets.append(extract_values(tool=call.name, args=call.args, turn=turn))  # type: ignore[arg-type]
+        for response in message.responses:
+            call = _pop_call(open_calls, response.id, response.name)
+            args = call.args if call is not None else {}
+            sets.append(extract_values(tool=response.name, args=args, result=response.response,  # type: ignore[arg-type]
+                                       turn=turn))
+    return sets
+
+
+def _pop_call(calls: list[FunctionCall], call_id: str | None, name: str) -> FunctionCall | None:
+    for i in range(len(calls) - 1, -1, -1):
+        if (call_id and calls[i].id == call_id) or (not call_id and calls[i].name == name):
+            return calls.pop(i)
+    for i in range(len(calls) - 1, -1, -1):  # ids that do not match: fall back to the name
+        if calls[i].name == name:
+            return calls.pop(i)
+    return None
 
 
 def render_call(tool: str, args: Mapping[str, Any], max_chars: int = _ARG_CHARS) -> str:
@@ -161,6 +198,8 @@ def render_values(sets: Iterable[ValueSet], max_tokens: int, counter: TokenCount
     for rank in (0, 1, 2):
         for limit in (_FIRST_VALUES, _ALL):
             for k, vs in enumerate(sets):
+                if max_tokens - used < _MIN_ROOM:
+                    break  # no field or label fits in what is left
                 for f, (name, values) in enumerate(vs.fields):
                     if _field_rank(name, values) == rank and shown[k].get(f, 0) < min(limit, len(values)):
                         attempt(k, f, limit)
@@ -197,9 +236,11 @@ def _result_fields(result: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
 
 
 def _parse(result: Any) -> Any:
-    """ADK's `{"result": x}` envelope unwrapped; JSON text parsed."""
+    """ADK's `{"result": x}` envelope unwrapped, an offloaded result read from its compact form; JSON parsed."""
     while isinstance(result, Mapping) and len(result) == 1 and next(iter(result)) in ("result", "output"):
         result = next(iter(result.values()))
+    if isinstance(result, Mapping) and isinstance(result.get("summary"), str) and "artifact_uri" in result:
+        result = result["summary"]
     if isinstance(result, str) and result.strip()[:1] in ("{", "["):
         try:
             return json.loads(result)
@@ -243,6 +284,7 @@ def _add(out: dict[str, list[str]], name: str, value: str, budget: list[int]) ->
 def _text_fields(text: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     found: dict[str, list[str]] = {}
     taken: list[tuple[int, int]] = []
+    text = text[:_MAX_TEXT_CHARS]
     for name, regex in _TEXT_PATTERNS:
         for m in regex.finditer(text):
             value = next((g for g in m.groups() if g), None) if m.groups() else m.group(0)

@@ -19,7 +19,8 @@ from ..compress.error_lines import (
 from ..content import canonical_json, sha256_hex
 from .categorize import categorize_failure, match_patterns
 
-__all__ = ["is_error_result", "error_text", "exception_lines", "first_error_line", "mentioned_file", "digest_args"]
+__all__ = ["is_error_result", "error_text", "exception_lines", "evidence_lines", "first_error_line", "mentioned_file",
+           "digest_args"]
 
 _ERROR_KEYS = ("error", "errors", "exception", "error_message", "stderr_error")
 _ERROR_STATUS = {"error", "failed", "failure", "fail", "exception", "errored"}
@@ -148,6 +149,18 @@ def error_text(payload: Mapping[str, Any] | str) -> str:
 def _clip_chars(text: str, max_chars: int) -> str:
     """The first `max_chars` characters kept whole, so a clipped line still starts verbatim."""
     return text if len(text) <= max_chars else text[:max_chars] + "…"
+
+
+def evidence_lines(text: str, max_chars: int = 200) -> list[str]:
+    """Every distinct failure or exception line, in order, warnings and banners left out: what a failure
+    record keeps beside its message (a chained traceback's causes, the other failing tests, the counts)."""
+    lines = strip_ansi(text).splitlines()
+    keep = set(failure_line_indices(lines)) | {i for i, ln in enumerate(lines) if EXCEPTION_LINE.match(ln)}
+    keep -= noise_indices(lines)
+    seen: dict[str, None] = {}
+    for i in sorted(keep):
+        seen.setdefault(_clip_chars(re.sub(r"^\s*(?:E\s+)?", "", lines[i]).strip(), max_chars), None)
+    return list(seen)
 
 
 def exception_lines(text: str, max_chars: int = 200) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any, Literal, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from .categorize import Category, categorize_failure
-from .detect import digest_args, exception_lines, first_error_line, mentioned_file
+from .detect import digest_args, evidence_lines, first_error_line, mentioned_file
 
 __all__ = ["WarningKind", "FailureRecord", "FailureWarning", "FailureAnalysis", "FailureSettings", "FailureLog"]
 
@@ -37,7 +37,7 @@ class FailureRecord:
     file: str | None = None
     uri: str | None = None
     timestamp: float | None = None
-    causes: tuple[str, ...] = ()  # the other exception lines of the same output (chained causes), nearest last
+    causes: tuple[str, ...] = ()  # the output's other failure lines (chained causes, other tests, counts), nearest last
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -88,7 +88,8 @@ class FailureSettings(BaseModel):
     systemic_threshold: int = Field(3, ge=2, description="Distinct turns in which one tool + category must fail.")
     stale_after_turns: int = Field(20, ge=1, description="Patterns whose last failure is older than this are dropped.")
     message_max_chars: int = Field(200, ge=20, description="Clip stored error lines to this many characters.")
-    max_causes: int = Field(2, ge=0, description="Other exception lines of a chained traceback kept with a failure.")
+    max_causes: int = Field(2, ge=0, description="Other failure lines of the same output kept with a failure (the "
+                                                 "chained cause, other failing tests, the final counts), nearest last.")
 
 
 class FailureLog:
@@ -121,7 +122,7 @@ class FailureLog:
             uri: str | None = None, timestamp: float | None = None, category: Category | None = None) -> FailureRecord:
         """Record a failure from its raw error text; categorises it unless `category` is given."""
         message = first_error_line(error_text, self.settings.message_max_chars)
-        causes = [ln for ln in exception_lines(error_text, self.settings.message_max_chars) if ln != message]
+        causes = [ln for ln in evidence_lines(error_text, self.settings.message_max_chars) if ln != message]
         record = FailureRecord(
             turn=turn, tool=tool, args_digest=digest_args(args),
             category=category or categorize_failure(error_text, tool), message=message,
