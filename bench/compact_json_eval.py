@@ -29,7 +29,7 @@ from trajectories import DEFAULT_DATA, load_mini_swe, load_tau_airline  # noqa: 
 
 from aether_context import TokenCounter  # noqa: E402
 from aether_context.compress import render_payload  # noqa: E402
-from aether_context.variation import compact_json, expand_compact_json  # noqa: E402
+from aether_context.compress.compact_json import compact_json, expand_compact_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -32,7 +32,7 @@ from ..profile import BudgetProfile, load_profile
 from ..providers import EvidenceProvider
 from ..store import DEFAULT_STORE_URL, PackStore
 from ..tokens import TokenCounter, TokenCounting
-from ..variation import compact_json
+from ..compress.compact_json import compact_json
 from ..windows import context_window, window_flag
 from .collect import FAILURES_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY, collect_inputs
 from .event_times import EventTimes, session_now
