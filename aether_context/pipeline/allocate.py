@@ -157,6 +157,9 @@ def allocate_around_conversation(profile: BudgetProfile, window: int, signals: S
     left = flexible - conversation
     retrieved = min(left, max(guaranteed, left - growth))
     shares = distribute(retrieved, base.weights, {k: max(0, int(demands.get(k, 0))) for k in ("evidence", "memory")})
+    # Evidence is what the app chose to show: the growth reserve never squeezes it out while room is left.
+    shares["evidence"] = min(max(shares["evidence"], min(int(demands.get("evidence", 0)), left - shares["memory"])),
+                             left - shares["memory"])
     budgets = {**shares, "conversation": flexible - sum(shares.values())}
     for k in FIXED_LAYERS:
         budgets[k] = int(fixed_used.get(k, 0))

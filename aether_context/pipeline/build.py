@@ -128,8 +128,11 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
         # compacted turns become Memory candidates: the target leaves Memory its share of the room
         cap = _room(inputs, profile, packed_for, cands, prepared, zone, frozen, failures, counter,
                     memory_wanted=True).conversation_cap
-        compaction = _compact(inputs, profile, prepared, zone, int(cap * profile.conversation.compact_to),
-                              reason, kept_tokens, counter)
+        compaction = _compact(inputs, profile, prepared, zone, int(cap * profile.conversation.compact_to), cap,
+                              reason, kept_tokens, packed_for, counter)
+    if compaction is not None and not compaction.folded and not inputs.compact:
+        compaction = None  # nothing could leave the verbatim zone: the final fit cuts the largest turn instead
+    if compaction is not None:
         zone, frozen = compaction.zone, None
         cands = _select(inputs, profile, counter, retriever, prepared, zone)
         room = _room(inputs, profile, packed_for, cands, prepared, zone, frozen, failures, counter)
@@ -156,7 +159,7 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
         raise BudgetError(f"pack needs {total} tokens but only {alloc.pack_limit} fit (window {packed_for} less "
                           f"{alloc.slack} output reserve): split the step or use a larger window")
 
-    events = [*prepared.events, *(_compaction_events(compaction) if compaction else ()), *events]
+    events = [*prepared.events, *(_compaction_events(compaction) if compaction else ()), *_selection_events(cands), *events]
     state = _state(inputs, profile, model_window, stable, fit, prepared, compaction, call_index, last_recited,
                    shown, counter)
     manifest = _manifest(inputs, profile, model_window, alloc, request, fit, cands, events, state, compaction,
@@ -282,8 +285,8 @@ def _allocate(profile: BudgetProfile, window: int, room: Room, cands: Candidates
 
 # --- compact -----------------------------------------------------------------------------------
 
-def _compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone: Verbatim, target: int, reason: str,
-             tokens_before: int, counter: TokenCounting) -> Compaction:
+def _compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone: Verbatim, target: int, ceiling: int,
+             reason: str, tokens_before: int, window: int, counter: TokenCounting) -> Compaction:
     """One compaction: the oldest turns leave the verbatim zone, in one step, down to `target`."""
     decay = profile.decay
     # Known values first: an id read long ago is what a later call types back; then turns, then the summary.
@@ -292,13 +295,11 @@ def _compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zon
     summary_cap = min(decay.summary_max_tokens, int(target * 0.1))
     turns = prepared.turns
     through, pinned = plan_compaction(turns, target=max(0, target - fold_cap - summary_cap - values_cap), min_tail=profile.conversation.tail_turns,
-                                      counter=counter, request_index=inputs.request_index, current=zone,
+                                      counter=counter, request_index=inputs.request_index, current=zone, ceiling=ceiling,
                                       max_turns=profile.conversation.max_verbatim_turns)
-    if through <= zone.through and not inputs.compact:  # nothing more can leave: cut the newest turns instead
-        through = zone.through
     new = Verbatim(through, pinned, "", zone.compactions + 1)
     compacted = tuple(prepared.originals.get(t.start, t) for t in turns if not new.keeps(t))
-    opening = _opening(inputs, prepared, new, profile, counter)
+    opening = _opening(inputs, prepared, new, profile, window, counter)
     block, summary, merged, merged_lines = compaction_block(
         compacted, RunningSummary.from_json(inputs.summary), opening=opening, goal=inputs.task.goal or query_text(inputs)[:300],
         fold_max_tokens=fold_cap, summary_max_tokens=summary_cap, uris=inputs.uris,
@@ -309,7 +310,8 @@ def _compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zon
                       merged_lines)
 
 
-def _opening(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: BudgetProfile, counter: TokenCounting) -> str:
+def _opening(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: BudgetProfile, window: int,
+             counter: TokenCounting) -> str:
     """The session's opening request, pinned in the block once it left the verbatim zone (capped)."""
     text = inputs.task.opening_request
     if not profile.task.pin_opening_request or inputs.task.goal or not text.strip():
@@ -319,7 +321,14 @@ def _opening(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: Bu
         return ""
     if any(zone.keeps(t) and any(m.role == "user" and m.text == text for m in t.messages) for t in prepared.turns):
         return ""
-    return middle_out(text, profile.task.opening_max_tokens, counter)
+    return middle_out(text, min(profile.task.opening_max_tokens, int(window * profile.task.opening_max_share)), counter)
+
+
+def _selection_events(cands: Candidates) -> tuple[TruncationEvent, ...]:
+    """Retrieval's choice is a drop too, and says so (near-duplicates, below the relevance floor, the cap)."""
+    return tuple(TruncationEvent(layer, "drop", "not selected: a near-duplicate, not relevant to the request, already "
+                                 "in the conversation, or past top_k", ids)
+                 for layer, ids in sorted(cands.unselected.items()) if ids)
 
 
 def _compaction_events(compaction: Compaction) -> tuple[TruncationEvent, ...]:
@@ -480,6 +489,12 @@ def _prefix_tokens(request: ModelRequest, prev: PackState | None, counter: Token
     return total
 
 
+def _not_sent(items, lines: "tuple[Line, ...]") -> int:
+    """Input items that are not in the layer (compacted turns recalled into Memory are not inputs)."""
+    sent = {ln.id for ln in lines}
+    return sum(1 for item in items if item.id not in sent)
+
+
 def _lines_json(lines: "tuple[Line, ...]") -> list[dict]:
     return [{"id": ln.id, "source": ln.source, "score": ln.score, **ln.scores, "compressed": ln.compressed} for ln in lines]
 
@@ -506,9 +521,9 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, window: int, alloc: Al
         "tools": LayerUsage(budget=tools_used, used=tools_used, items=len(request.tools),
                             dropped=len(inputs.request.tools) - len(request.tools)),
         "evidence": LayerUsage(demand=demands.get("evidence", 0), budget=budgets.get("evidence", ev_used), used=ev_used,
-                               items=len(fit.evidence), dropped=len(cands.evidence) - len(fit.evidence)),
+                               items=len(fit.evidence), dropped=_not_sent(inputs.evidence, fit.evidence)),
         "memory": LayerUsage(demand=demands.get("memory", 0), budget=budgets.get("memory", mem_used), used=mem_used,
-                             items=len(fit.memory), dropped=len(cands.memory) - len(fit.memory)),
+                             items=len(fit.memory), dropped=_not_sent(inputs.memory, fit.memory)),
         "conversation": LayerUsage(demand=demands.get("conversation", 0), budget=budgets.get("conversation", conv_used),
                                    used=conv_used, items=len(fit.history) + len(fit.loop),
                                    dropped=n_conv - len(fit.history) - len(fit.loop)),

@@ -70,10 +70,12 @@ def verbatim_zone(previous: PackState | None, messages_digests: "tuple[str, ...]
 
 
 def plan_compaction(turns: "tuple[Turn, ...]", *, target: int, min_tail: int, counter: TokenCounting,
-                    request_index: int | None, current: Verbatim,
+                    request_index: int | None, current: Verbatim, ceiling: int,
                     max_turns: int | None = None) -> tuple[int, tuple[int, ...]]:
     """The new `through`: the newest turns that fit `target` tokens (at least `min_tail` of them).
 
+    `min_tail` turns stay even past `target` while they fit `ceiling` (the conversation's room): a tail
+    that alone fills the room would compact again at every new turn. The newest turn always stays.
     The current invocation's request is pinned (it stays verbatim however old it is); the cut never
     moves backwards, so what was compacted stays compacted.
     """
@@ -81,7 +83,9 @@ def plan_compaction(turns: "tuple[Turn, ...]", *, target: int, min_tail: int, co
     through = turns[-1].start + len(turns[-1].messages) if turns else current.through
     for n, turn in enumerate(reversed(turns)):
         size = turn_tokens(turn, counter)
-        if (n >= min_tail and kept + size > target) or (max_turns is not None and n >= max_turns):
+        if n >= 1 and kept + size > target and (n >= min_tail or kept + size > ceiling * 0.8):
+            break
+        if max_turns is not None and n >= max_turns:
             break
         kept += size
         through = turn.start
