@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import threading
+import zlib
 from typing import Any
 
 import fsspec
@@ -55,6 +56,7 @@ MARKER = ".aether-store"
 LAYOUT = 2
 _STORE_KEYS = ("integrity", "signature", "storage")  # written by the store, not part of the Manifest model
 _SKIP = frozenset({"inline_data"})  # binary parts are never scanned for secrets
+_PACKED = b"\x00acz1"  # a blob file starting with this holds zlib-compressed content; others hold it as is
 
 
 def manifest_integrity(data: dict[str, Any]) -> str:
@@ -66,6 +68,15 @@ def manifest_integrity(data: dict[str, Any]) -> str:
 def _signature(key: bytes, data: dict[str, Any]) -> str:
     body = {k: v for k, v in data.items() if k not in ("integrity", "signature")}
     return "hmac-sha256:" + hmac.new(key, canonical_json(body).encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def _pack_blob(data: bytes) -> bytes:
+    """The file content of a blob: compressed when that is smaller (records and chunks of hex
+    references about halve), as is otherwise. The digest is always that of the content."""
+    if len(data) < 128 and not data.startswith(_PACKED):
+        return data
+    packed = _PACKED + zlib.compress(data, 6)
+    return packed if len(packed) < len(data) or data.startswith(_PACKED) else data
 
 
 class PackStore:
@@ -162,7 +173,7 @@ class PackStore:
             return digest
         rel = f"blobs/{digest[:2]}/{digest}"
         if not self.fs.exists(self._path(rel)):
-            self._write(rel, data)
+            self._write(rel, _pack_blob(data))
         self._known.put(digest, True)
         return digest
 
@@ -170,6 +181,11 @@ class PackStore:
         if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
             raise ManifestError(f"{str(digest)[:80]!r} is not a blob reference")
         data = self.read_bytes(f"blobs/{digest[:2]}/{digest}")
+        if data.startswith(_PACKED):
+            try:
+                data = zlib.decompress(data[len(_PACKED):])
+            except zlib.error as e:
+                raise ManifestError(f"blob {digest} is corrupt: it does not decompress ({e})") from e
         if sha256_hex(data) != digest:
             raise ManifestError(f"blob {digest} is corrupt: its content no longer matches its hash")
         return data

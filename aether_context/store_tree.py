@@ -2,9 +2,10 @@
 
 Why: a call's request list (and its recorded inputs) repeats almost all of the previous call's.
 Written whole, every call would cost the whole history again (1 MB a call at 10,000 events).
-Here a long list is cut into fixed chunks of `CHUNK` items, each chunk a blob named by its
-hash; the chunks of the chunk references form the next level, until at most `CHUNK` references
-remain, kept inline. An append changes only the last chunk of each level, so a call writes a few
+Here a long list is cut into chunks, each chunk a blob named by its hash; the chunks of the chunk
+references form the next level, until at most `CHUNK` references remain, kept inline. A history
+list is append-only and cut every `CHUNK` items; other lists are cut where their items say
+(content-defined, about `TARGET_BYTES` a chunk), so items dropped at the front change one chunk. An append changes only the last chunk of each level, so a call writes a few
 KB of list however long the history; chunks already written are shared, not rewritten. A big
 string is a blob of its own (a frozen payload is written once per invocation, not once per call),
 and a big dict is stored as its list of `[key, value]` pairs, in insertion order (append-only maps
@@ -28,9 +29,10 @@ from .content import canonical_json
 __all__ = ["TreeCodec", "CHUNK", "BIG_STRING"]
 
 CHUNK = 16  # items per chunk: the last chunk of each level is what an append rewrites
-BIG_STRING = 1024  # characters; longer strings are blobs of their own
+BIG_STRING = 1024  # characters; longer strings are blobs of their own (written once, shared by later calls)
 BIG_LIST = CHUNK
 MAX_CHUNK = 4 * CHUNK  # content-defined chunks are cut here at the latest
+TARGET_BYTES = 1024  # content-defined chunks hold about this much; a list bigger than this is chunked
 
 
 class TreeCodec:
@@ -57,12 +59,21 @@ class TreeCodec:
         """The tree of `items` (already encoded JSON values), storing every chunk.
 
         Fixed chunks (the default) suit append-only lists of references: cutting is a slice.
-        `by_content` cuts after items whose hash says so, so removing or inserting items anywhere
-        changes one chunk, not every chunk after it (lists that also lose items at the front).
+        `by_content` cuts where the items say (about `TARGET_BYTES` a chunk), so removing or
+        inserting items anywhere changes one or two chunks, not every chunk after it, and a list of
+        few but big items (a sliding window of fold lines) is chunked too.
         """
         level, depth = list(items), 0
-        while len(level) > CHUNK:
-            bounds = _content_bounds(level) if by_content else range(CHUNK, len(level) + CHUNK, CHUNK)
+        while len(level) > 1:
+            if by_content:
+                texts = [it if isinstance(it, str) else canonical_json(it) for it in level]
+                if len(level) <= CHUNK and (depth > 0 or sum(map(len, texts)) <= TARGET_BYTES):
+                    break
+                bounds: Any = _content_bounds(texts)
+            elif len(level) > CHUNK:
+                bounds = range(CHUNK, len(level) + CHUNK, CHUNK)
+            else:
+                break
             start, chunks = 0, []
             for end in bounds:
                 chunks.append(self._put_chunk(level[start:end]))
@@ -93,7 +104,8 @@ class TreeCodec:
             return {"$s": self._put(value, text=True)} if len(value) > BIG_STRING else value
         if isinstance(value, (list, tuple)):
             items = [self.encode(v) for v in value]
-            return {"$l": self.put_list(items, by_content=True)} if len(items) > BIG_LIST else items
+            tree = self.put_list(items, by_content=True)
+            return {"$l": tree} if tree["depth"] else items
         if isinstance(value, dict):
             if len(value) > BIG_LIST:
                 return {"$m": self.put_list([[k, self.encode(v)] for k, v in value.items()], by_content=True)}
@@ -130,16 +142,17 @@ class TreeCodec:
         return {k: self.decode(v) for k, v in value.items()}
 
 
-def _content_bounds(items: list[Any]) -> list[int]:
-    """Chunk ends: after each item whose crc32 is 0 modulo CHUNK, and at most every MAX_CHUNK items."""
+def _content_bounds(texts: list[str]) -> list[int]:
+    """Chunk ends, decided by each item's own text: after an item whose crc32 is 0 modulo
+    (TARGET_BYTES / its size) -- about TARGET_BYTES a chunk -- and at most every MAX_CHUNK items."""
     bounds, start = [], 0
-    for i, item in enumerate(items):
-        text = item if isinstance(item, str) else canonical_json(item)
-        if zlib.crc32(text.encode("utf-8", "surrogatepass")) % CHUNK == 0 or i + 1 - start >= MAX_CHUNK:
+    for i, text in enumerate(texts):
+        every = max(1, TARGET_BYTES // max(1, len(text)))
+        if zlib.crc32(text.encode("utf-8", "surrogatepass")) % every == 0 or i + 1 - start >= MAX_CHUNK:
             bounds.append(i + 1)
             start = i + 1
-    if start < len(items):
-        bounds.append(len(items))
+    if start < len(texts):
+        bounds.append(len(texts))
     return bounds
 
 

@@ -5,10 +5,14 @@ packed call after call with an 8K window, as one invocation, and every pack is s
 on-disk `PackStore`. For the calls around 1,000 and 10,000 events it reports what the call added
 to the store (blobs + manifest) next to its new content (the canonical JSON of its new messages).
 
+`--whole N` also packs and saves every call of an N-event session from its first event and
+compares the store's total size with the size of the session's own events.
+
 Usage::
 
-    .venv/bin/python bench/store_bytes.py                  # 1,000 and 10,000 events, ~1-3 min
+    .venv/bin/python bench/store_bytes.py                  # 1,000 and 10,000 events, ~1 min
     .venv/bin/python bench/store_bytes.py --events 1000    # one size
+    .venv/bin/python bench/store_bytes.py --events --whole 1000   # total store size of one session
 """
 
 from __future__ import annotations
@@ -75,10 +79,27 @@ def measure(events: int, calls: int, url: str) -> dict[str, float]:
             "events_size": sum(len(canonical_json(m.to_json()).encode()) for m in messages)}
 
 
+def whole_session(events: int, url: str) -> dict[str, float]:
+    """Every call of a session packed and saved, from its first event: total store size vs its events."""
+    profile, counter = load_profile("coding_agent"), TokenCounter()
+    store = PackStore(url, background=False)
+    messages = [Message("user", (TextPart("Fix the failing test in src/."),))]
+    pack, i = None, 0
+    while len(messages) < events:
+        messages += tool_pair(i)
+        i += 1
+        pack = build_pack(inputs_at(messages, pack.state if pack else None), profile, counter=counter, window=8_000)
+        store.save(pack)
+    total = sum(f.stat().st_size for f in Path(url).rglob("*") if f.is_file())
+    size = sum(len(canonical_json(m.to_json()).encode()) for m in messages)
+    return {"events": len(messages), "calls": i, "store": total, "events_size": size}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, nargs="*", default=[1000, 10000])
     parser.add_argument("--calls", type=int, default=9)
+    parser.add_argument("--whole", type=int, default=0, help="also save every call of a session of this many events")
     args = parser.parse_args()
     print("| session events | bytes written per call p50 (max) | the call's new content p50 | overhead p50 | "
           "write ms p50 |")
@@ -89,6 +110,11 @@ def main() -> None:
         print(f"| {r['events']:,} | {r['bytes_p50'] / 1024:.1f} KB ({r['bytes_max'] / 1024:.1f} KB) | "
               f"{r['new_content_p50'] / 1024:.1f} KB | {(r['bytes_p50'] - r['new_content_p50']) / 1024:.1f} KB | "
               f"{r['write_ms_p50']:.1f} |", flush=True)
+    if args.whole:
+        with tempfile.TemporaryDirectory() as tmp:
+            r = whole_session(args.whole, os.path.join(tmp, "packs"))
+        print(f"\nwhole session: {r['events']:,} events, {r['calls']} calls: store {r['store'] / 2**20:.1f} MB, "
+              f"its events {r['events_size'] / 2**20:.2f} MB ({r['store'] / r['events_size']:.1f}x)")
 
 
 if __name__ == "__main__":

@@ -132,7 +132,7 @@ async def test_a_failure_inside_an_offloaded_result_is_shown_with_its_cause_and_
     turns = [call("run_script", path="reproduce.py"), "next", "done"]
     plugin, llm = await _run(turns, [run_script], texts=("run it", "and now?"))
     last = [m.text for m in request_from_llm(llm.requests[-1]).messages if m.text.startswith("CONTEXT PACK")][-1]
-    section = last.split("FAILURES SO FAR (do not repeat a failing action unchanged):\n", 1)[1]
+    section = last.split("do not repeat a failing action unchanged):\n", 1)[1]
     line = next(ln for ln in section.splitlines() if ln.startswith("  - turn ") and "run_script" in ln)  # quoted
     assert ("run_script [not_found] django.db.utils.OperationalError: no such table: app_book "
             "(after: sqlite3.OperationalError: no such table: app_book)") in line

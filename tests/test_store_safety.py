@@ -132,7 +132,13 @@ def test_structured_values_and_settings():
 
 
 def _store_text(store: PackStore) -> str:
-    return "\n".join(store.fs.cat(p).decode("utf-8", "replace") for p in store.fs.find(store.root))
+    """Everything in the store as text, blobs decompressed (a compressed secret is still a secret)."""
+    out = []
+    for path in store.fs.find(store.root):
+        name = path.rsplit("/", 1)[-1]
+        data = store.get_blob(name) if "/blobs/" in path and not name.startswith(".") else store.fs.cat(path)
+        out.append(data.decode("utf-8", "replace"))
+    return "\n".join(out)
 
 
 @pytest.mark.parametrize("kind", sorted(SECRETS))
@@ -322,3 +328,16 @@ def test_kill_9_during_writes_leaves_no_corrupt_manifest(tmp_path):
     assert len(uris) >= 20 and errors == []
     for uri in uris:
         replay(uri)  # every manifest that exists is whole, and so is everything it references
+
+
+def test_blobs_are_compressed_and_checked(counter, tmp_path):
+    store = PackStore(str(tmp_path / "packs"), background=False)
+    pack = _pack(counter, history=history_turns(8, big=200))
+    store.save(pack)
+    files = [p for p in (tmp_path / "packs" / "blobs").rglob("*") if p.is_file()]
+    packed = [p for p in files if p.read_bytes().startswith(b"\x00acz1")]
+    assert packed and sum(p.stat().st_size for p in files) < sum(len(store.get_blob(p.name)) for p in files)
+    victim = packed[0]
+    victim.write_bytes(victim.read_bytes()[:-5])  # a cut compressed blob is corrupt, not silently short
+    with pytest.raises(ManifestError, match="corrupt"):
+        store.get_blob(victim.name)

@@ -60,7 +60,9 @@ def _failures(text: str) -> str:
     if not text:
         return ""
     head, _, body = text.partition("\n")
-    return f"{head} (do not repeat a failing action unchanged):" + (f"\n{quote(body)}" if body else "")
+    head = head.rstrip(":")
+    head = head[:-1] + "; do not repeat a failing action unchanged):" if head.endswith(")") else head + ":"
+    return head + (f"\n{quote(body)}" if body else "")
 
 
 def render_task(task: TaskSpec) -> str:
