@@ -28,7 +28,7 @@ async def store_url(tmp_path):
                       cached_tokens=300)
     agent = LlmAgent(name="researcher", model=llm, instruction="Research.", tools=[fetch_page])
     url = str(tmp_path / "packs")
-    plugin = ContextPackPlugin(store=url, window_tokens=4000, embedder=HashingEmbedder())
+    plugin = ContextPackPlugin(store=url, window_tokens=2500, embedder=HashingEmbedder())  # compacts
     runner = make_runner(agent, plugins=[plugin])
     await run_turn(runner, await new_session(runner), "read the pages")
     plugin.packer.store.flush()

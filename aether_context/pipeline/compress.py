@@ -41,7 +41,9 @@ def turn_id(turn: Turn) -> str:
 
 
 def _cut_response(resp: FunctionResponse, max_tokens: int, counter: TokenCounting) -> FunctionResponse:
-    text = canonical_json(resp.response)
+    """A response cut middle-out to `max_tokens`; cutting a cut response again cuts its text, never nests."""
+    already = set(resp.response) == {"result_cut"} and isinstance(resp.response["result_cut"], str)
+    text = resp.response["result_cut"] if already else canonical_json(resp.response)
     if counter.count_text(text) <= max_tokens:
         return resp
     return FunctionResponse(resp.name, {"result_cut": middle_out(text, max_tokens, counter)}, resp.id)

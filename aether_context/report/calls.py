@@ -115,22 +115,19 @@ def open_store(url: str) -> PackStore:
     return store
 
 
-def _safe(segment: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", segment) if segment else "*"
-
-
 def load_calls(url: str, *, app: str = "", user: str = "", session: str = "") -> Listing:
     """Every readable call under the scope, oldest first; unreadable manifests go to `skipped`."""
     store = open_store(url)
-    pattern = "/".join(_safe(s) for s in (app, user, session)) + "/*/manifest.json"
     listing = Listing(store)
-    for path in sorted(store.fs.glob(f"{store.root}/{pattern}")):
-        rel = path[len(store.root) + 1:] if path.startswith(store.root) else path.lstrip("/")
-        uri = store.uri(rel)
+    errors: list = []
+    for uri in store.list_manifests(app, user, session, errors=errors):
+        if any(uri == bad for bad, _ in errors):
+            continue
         try:
             listing.calls.append(Call(uri, store.load_manifest(uri), store.load_usage(uri)))
         except (ManifestError, StoreError) as e:
             listing.skipped.append((uri, str(e)))
+    listing.skipped.extend(errors)
     listing.calls.sort(key=lambda c: (c.manifest.created_at, c.uri))
     return listing
 
