@@ -53,7 +53,7 @@ from aether_context import ContextPackPlugin, load_profile, repack, set_task  # 
 from aether_context.adk import request_from_llm  # noqa: E402
 from aether_context.adk.collect import FRAMEWORK_TOOL_NAMES  # noqa: E402
 from aether_context.adk.offload import RECALL_TOOL_NAME  # noqa: E402
-from aether_context.content import Blob, FunctionCall, FunctionResponse, Message, ModelRequest, OpaquePart, TextPart  # noqa: E402
+from aether_context.content import canonical_json, Blob, FunctionCall, FunctionResponse, Message, ModelRequest, OpaquePart, TextPart  # noqa: E402
 from aether_context.pipeline.render import PAYLOAD_HEADER  # noqa: E402
 from aether_context.pipeline.retrieve import use_default_embedder  # noqa: E402
 from aether_context.retrieval import HashingEmbedder  # noqa: E402
@@ -65,7 +65,7 @@ use_default_embedder(HashingEmbedder())
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
 ROOMY = 1_000_000  # a window in which only the profile's own policy (history past the tail) folds
 WINDOWS = (6_000, 12_000, 32_000, ROOMY)
-CUT_MARK = "[middle cut by aether-context"
+CUT_MARK = " tokens omitted"  # the one middle-out marker: …[N tokens omitted…]…
 
 # ------------------------------------------------------------------------------------------------ tools
 
@@ -338,9 +338,9 @@ def _is_ours(m: Message) -> bool:
 
 
 def _without_own_tail(m: Message) -> Message:
-    """A tool-result message with the pack's STATUS appended as a trailing part, without it."""
+    """A message with the pack's STATUS appended as a trailing part, without it."""
     parts = list(m.parts)
-    while parts and m.responses and _is_own_text(parts[-1]):
+    while len(parts) > 1 and _is_own_text(parts[-1]):
         parts.pop()
     return m if len(parts) == len(m.parts) else Message(m.role, tuple(parts))
 
@@ -415,8 +415,8 @@ def check_call(orig: ModelRequest, orig_tools: "set[str]", sent: ModelRequest, *
     # framework tools stay declared, built-in tools configured
     declared = {t.name for t in sent.tools}
     needed = {t.name for t in orig.tools} & (FRAMEWORK_TOOL_NAMES | {RECALL_TOOL_NAME})
-    if offload:
-        needed.add(RECALL_TOOL_NAME)
+    if offload and any("artifact://" in canonical_json(m.to_json()) for m in sent.messages):
+        needed.add(RECALL_TOOL_NAME)  # declared once the session has an original to recall
     for name in sorted(needed - declared):
         problems.append(f"framework tool missing: {name}")
     if list(orig.other_tools) != list(sent.other_tools):
