@@ -182,10 +182,13 @@ class PackStore:
             raise ManifestError(f"{str(digest)[:80]!r} is not a blob reference")
         data = self.read_bytes(f"blobs/{digest[:2]}/{digest}")
         if data.startswith(_PACKED):
+            unpack = zlib.decompressobj()
             try:
-                data = zlib.decompress(data[len(_PACKED):])
+                data = unpack.decompress(data[len(_PACKED):]) + unpack.flush()
             except zlib.error as e:
                 raise ManifestError(f"blob {digest} is corrupt: it does not decompress ({e})") from e
+            if unpack.unused_data or not unpack.eof:  # bytes past the stream, or a stream cut short
+                raise ManifestError(f"blob {digest} is corrupt: its compressed stream is damaged")
         if sha256_hex(data) != digest:
             raise ManifestError(f"blob {digest} is corrupt: its content no longer matches its hash")
         return data
