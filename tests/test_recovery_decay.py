@@ -126,7 +126,7 @@ def test_running_summary_is_incremental_across_calls():
 
 async def test_running_summary_lands_in_session_state():
     turns = [call("read_chunk", n=i) for i in range(14)] + ["done"]
-    llm = ScriptedLlm(turns=turns)
+    llm = ScriptedLlm(turns=turns, prompt_token_counter=count_request)  # counts as we do: no calibration drift
     profile = _no_offload().override(decay={"fold_max_tokens": 100})
     plugin, runner, session, events = await _run(llm, window=8000, profile=profile)
     stored = await runner.session_service.get_session(app_name="app", user_id="u", session_id=session.id)
@@ -136,7 +136,7 @@ async def test_running_summary_lands_in_session_state():
 
 async def _run_with_summarizer(summarizer):
     turns = [call("read_chunk", n=i) for i in range(14)] + ["done"]
-    llm = ScriptedLlm(turns=turns)
+    llm = ScriptedLlm(turns=turns, prompt_token_counter=count_request)  # counts as we do: no calibration drift
     profile = _no_offload().override(decay={"fold_max_tokens": 100, "summarizer": "llm"})
     agent = LlmAgent(name="reader", model=llm, instruction="Read.", tools=[read_chunk])
     plugin = ContextPackPlugin(store="memory://summ-test", window_tokens=8000, profile=profile, summarizer=summarizer)
