@@ -327,7 +327,7 @@ def test_a_compaction_is_not_followed_by_another_at_the_next_invocation(counter,
 
 
 def test_tail_turns_is_the_minimum_verbatim_tail(counter):
-    history = history_turns(30, big=300)
+    history = history_turns(60, big=300)
     turns = group_turns(history)
     inputs = make_inputs(history, "next?")
     # no pressure: a small tail_turns does not cap the verbatim history
