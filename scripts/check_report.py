@@ -33,7 +33,8 @@ EXERCISE = """(() => {
   document.querySelectorAll('#tokens .bar, #tokens .hit, #cache .bar, #failures .bar').forEach(el => { fire(el, 'mousemove'); fire(el, 'mouseleave'); });
   fire(document.querySelector('#tokens .bar'), 'click');
   out.detail_after_bar = document.querySelectorAll('#rows tr.detail').length;
-  fire(document.querySelector('#rows tr.call:last-child') || document.querySelector('#rows tr.call'), 'click');
+  const rows = document.querySelectorAll('#rows tr.call');
+  fire(rows[rows.length - 1], 'click');
   out.detail_after_row = document.querySelectorAll('#rows tr.detail').length;
   const box = document.querySelector('#legend input'); if (box) { box.click(); box.click(); }
   const sel = document.getElementById('session');
@@ -97,8 +98,10 @@ async def _drive(ws_url: str, report: Path, screenshot: Path | None) -> list[str
         if facts["detail_after_bar"] != 1 or facts["detail_after_row"] != 1:
             page.errors.append(f"clicking a bar or a row did not open one call: {facts}")
         if screenshot:
-            await page.send("Runtime.evaluate", expression="document.querySelector('#rows tr.call') && "
-                            "document.querySelector('#rows tr.call').click(); window.scrollTo(0, 0)")
+            await page.send("Runtime.evaluate", expression=(  # the last call open: usually the most eventful
+                "(() => { const rows = document.querySelectorAll('#rows tr.call');"
+                " if (!document.querySelector('#rows tr.open') && rows.length) rows[rows.length - 1].click();"
+                " window.scrollTo(0, 0); })()"))
             height = (await page.send("Runtime.evaluate", expression="document.body.scrollHeight", returnByValue=True))["result"]["value"]
             await page.send("Emulation.setDeviceMetricsOverride", width=1280, height=min(int(height) + 40, 2400),
                             deviceScaleFactor=1, mobile=False)

@@ -44,7 +44,7 @@ def manifest_view(m: Manifest, usage: dict | None = None, uri: str = "") -> Grou
         f"pack {m.pack_id}  model {m.model}  profile {m.profile}",
         f"agent {m.agent}  session {m.session_id}  invocation {m.invocation_id}",
         f"window {m.window:,} tokens (the model's); packed for {m.packed_for:,} of our tokens after calibration "
-        f"{m.calibration:g} (the model counts {m.calibration:g}× our estimate)",
+        f"{m.calibration:.2f} (the model counts {m.calibration:.2f}× our estimate)",
         f"sent {m.tokens_after:,} tokens; ADK would have sent {without:,} ({_change(m.tokens_after, without)})",
         f"prompt cache: {m.prefix_tokens:,} leading tokens equal to the previous call's {m.previous_tokens:,}"
         + (" (payload reused)" if m.reused_payload else ""),
@@ -53,7 +53,7 @@ def manifest_view(m: Manifest, usage: dict | None = None, uri: str = "") -> Grou
         head.append(f"model reported {usage.get('reported') or 0:,} prompt tokens, {usage.get('cached') or 0:,} cached")
     if m.cache_break:
         b = m.cache_break
-        head.append(f"cache break at {b.get('block')} ({b.get('kind', '')}): {b.get('tokens', 0):,} tokens re-processed")
+        head.append(f"cache break at {b.get('block')} ({b.get('cause') or b.get('kind', '')}): {b.get('tokens', 0):,} tokens re-processed")
     if compaction_reason(m):
         head.append(f"compaction: {compaction_reason(m)}")
     head.append(f"checksum {m.checksum}")
