@@ -193,7 +193,7 @@
     while (body.firstChild) body.removeChild(body.firstChild);
     shown().forEach(function (c) {
       var tr = node("tr", { "class": "call" + (selected === c.n ? " open" : ""), id: "call-" + c.n }, body);
-      cell(tr, String(c.n));
+      node("a", { href: "#call-" + c.n }, cell(tr, ""), String(c.n));
       cell(tr, new Date(c.created_at * 1000).toISOString().slice(11, 19));
       cell(tr, c.session.slice(0, 10));
       cell(tr, c.agent);
@@ -206,14 +206,15 @@
       cell(tr, fmt(c.prefix_tokens));
       cell(tr, c.reported ? fmt(c.cached) + " / " + fmt(c.reported) : "–");
       cell(tr, String(c.failures), c.error ? "err" : "");
-      tr.addEventListener("click", function () { select(c.n, false); });
+      tr.addEventListener("click", function (ev) { ev.preventDefault(); select(c.n, false); });
       if (selected === c.n) inspect(c, node("td", { colspan: 13 }, node("tr", { "class": "detail" }, body)));
     });
   }
 
-  function select(n, scroll) {
-    selected = selected === n ? null : n;
+  function select(n, scroll, keep) {
+    selected = selected === n && !keep ? null : n;
     drawAll();
+    if (selected !== null && history.replaceState) history.replaceState(null, "", "#call-" + selected);
     var row = document.getElementById("call-" + n);
     if (scroll && row && selected !== null) row.scrollIntoView({ block: "center" });
   }
@@ -237,5 +238,7 @@
 
   legend();
   drawAll();
+  var linked = /^#call-(\d+)$/.exec(location.hash);  // report.html#call-7 opens call 7
+  if (linked) select(Number(linked[1]), true, true);
   document.body.setAttribute("data-rendered", String(D.calls.length));
 })();
