@@ -217,3 +217,18 @@ def test_usage_errors():
         main([])
     with pytest.raises(SystemExit):
         main(["frobnicate"])
+
+
+def test_timeline_fits_a_narrow_terminal(saved):
+    from rich.console import Console
+
+    from aether_context.cli.render import timeline_view
+    from aether_context.report import cache_savings, load_calls
+
+    store, pack, _ = saved
+    calls = load_calls(store.url).calls
+    out = io.StringIO()
+    Console(file=out, width=100).print(timeline_view(calls, cache_savings(calls), width=100))
+    text = out.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert pack.manifest.pack_id not in text and "ADK" in text and "…" not in text.split("\n\n")[0]

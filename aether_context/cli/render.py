@@ -6,6 +6,7 @@ import datetime
 import difflib
 from typing import Any
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -117,26 +118,43 @@ def list_table(calls: list[Call]) -> Table:
     return table
 
 
-def timeline_view(calls: list[Call], savings: CacheSavings) -> Group:
+_SHORT = {"without plugin": "ADK", "vs ADK": "Δ", "calib": "cal", "trunc": "tr", "compaction": "cmp"}
+NARROW_LEGEND = ("sent: tokens the model got · ADK: what ADK would have sent (offloaded results at full size) · Δ: the "
+                 "difference · evid/mem/conv: layer use · cal: calibration · tr: truncations · cmp: compaction · "
+                 "prefix: tokens equal to the previous call · cached: reported by the model · a wider terminal or "
+                 "--json shows every column")
+# Left out on a terminal narrower than WIDE (all of them are in --json).
+_WIDE_ONLY = ("pack", "sys", "task", "tools", "reported", "cache break")
+WIDE = 200
+
+
+def timeline_view(calls: list[Call], savings: CacheSavings, width: int = 1000) -> Group:
     """Per call: tokens against what ADK would have sent, by layer, cache and failures; then the totals."""
-    table = Table(caption=LEGEND, caption_justify="left")
+    wide = width >= WIDE
+    sessions, agents = len({c.manifest.session_id for c in calls}) > 1, len({c.manifest.agent for c in calls}) > 1
+    table = Table(caption=LEGEND if wide else NARROW_LEGEND, caption_justify="left",
+                  box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD, pad_edge=wide)
     cols = ["#", "session", "agent", "pack", "sent", "without plugin", "vs ADK", "sys", "task", "tools", "evid", "mem",
             "conv", "calib", "trunc", "compaction", "prefix", "reported", "cached", "fail", "cache break"]
-    for col in cols:
-        table.add_column(col, justify="left" if col in ("session", "agent", "pack", "compaction", "cache break") else "right",
-                         no_wrap=True)
+    keep = [wide or not (col in _WIDE_ONLY or (col == "session" and not sessions) or (col == "agent" and not agents))
+            for col in cols]
+    for col, kept in zip(cols, keep):
+        if kept:
+            table.add_column(col if wide else _SHORT.get(col, col), no_wrap=True,
+                             justify="left" if col in ("session", "agent", "pack", "compaction", "cache break") else "right")
     for i, c in enumerate(calls, 1):
         m = c.manifest
         used = layer_used(m)
         brk = m.cache_break or {}
-        table.add_row(
-            str(i), m.session_id[:8], m.agent[:14], m.pack_id, _n(c.sent), _n(c.without), _change(c.sent, c.without),
-            *(_n(used[k]) for k in ("system", "task", "tools", "evidence", "memory", "conversation")),
-            f"{m.calibration:.2f}", _n(len(m.truncation_events)), compaction_reason(m)[:30], _n(m.prefix_tokens),
-            _n(c.reported) if c.usage else "–", _n(c.cached) if c.usage else "–", _n(m.failures),
-            (f"{brk.get('block')} {brk.get('tokens', 0):,}" if brk else "")
-            + (f" ERROR {m.error}" if m.error else ""),
-            style="red" if m.error else None)
+        compaction = compaction_reason(m)
+        row = [
+            str(i), m.session_id[:8], m.agent[:14] if wide else m.agent[:10], m.pack_id, _n(c.sent), _n(c.without),
+            _change(c.sent, c.without), *(_n(used[k]) for k in ("system", "task", "tools", "evidence", "memory", "conversation")),
+            f"{m.calibration:.2f}", _n(len(m.truncation_events)), compaction[:30] if wide else ("yes" if compaction else ""),
+            _n(m.prefix_tokens), _n(c.reported) if c.usage else "–", _n(c.cached) if c.usage else "–", _n(m.failures),
+            (f"{brk.get('block')} {brk.get('tokens', 0):,}" if brk else "") + (f" ERROR {m.error}" if m.error else ""),
+        ]
+        table.add_row(*(v for v, kept in zip(row, keep) if kept), style="red" if m.error else None)
     sent, without = sum(c.sent for c in calls), sum(c.without for c in calls)
     share = f"{savings.cached_share:.1%}" if savings.reported else "n/a"
     lines = [
