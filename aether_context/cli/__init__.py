@@ -78,7 +78,7 @@ def list_cmd(ctx, store: str, app: str, user: str, session: str, as_json: bool) 
         _emit_json(ctx, {"calls": [c.to_json() for c in listing.calls],
                          "skipped": [{"uri": u, "error": e} for u, e in listing.skipped]})
     elif listing.calls:
-        ctx.obj.print(list_table(listing.calls))
+        ctx.obj.print(list_table(listing.calls, ctx.obj.width))
 
 
 @cli.command()

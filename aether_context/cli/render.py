@@ -107,14 +107,21 @@ def format_request(r: ModelRequest, numbered: bool = True) -> str:
     return "\n".join(out)
 
 
-def list_table(calls: list[Call]) -> Table:
-    table = Table(caption=LEGEND, caption_justify="left")
-    for col, just in (("time", "left"), ("session", "left"), ("agent", "left"), ("pack", "left"), ("sent", "right"),
-                      ("without plugin", "right"), ("manifest", "left")):
-        table.add_column(col, justify=just, no_wrap=True)
+def list_table(calls: list[Call], width: int = 1000) -> Table:
+    """One row per call; on a narrow terminal the session and pack columns go (both are in the manifest URI)."""
+    wide = width >= WIDE
+    table = Table(caption=LEGEND if wide else None, caption_justify="left")
+    cols = [("time", "right"), ("session", "left"), ("agent", "left"), ("pack", "left"), ("sent", "right"),
+            ("without plugin", "right")]
+    cols = [c for c in cols if wide or c[0] not in ("session", "pack")]
+    for col, just in cols:
+        table.add_column(col if wide or col != "without plugin" else "ADK", justify=just, no_wrap=True)
+    table.add_column("manifest", overflow="fold")  # a narrow terminal folds the URI rather than cutting it
     for c in calls:
         m = c.manifest
-        table.add_row(_time(m.created_at), m.session_id, m.agent, m.pack_id, _n(c.sent), _n(c.without), c.uri)
+        row = {"time": _time(m.created_at), "session": m.session_id, "agent": m.agent, "pack": m.pack_id,
+               "sent": _n(c.sent), "without plugin": _n(c.without)}
+        table.add_row(*(row[col] for col, _ in cols), c.uri)
     return table
 
 
