@@ -1,8 +1,8 @@
 """ADK integration: a plugin for `App(plugins=[...])` and a callback for `LlmAgent(before_model_callback=...)`.
 
 Both drive the same `ContextPacker`, so an app can use either (not both on one agent). Each packed
-call is shown on its model response event (`custom_metadata["aether_context"]`) and on ADK's
-call_llm span (`aether.*` attributes).
+call is shown on its model response event (`custom_metadata["aether_context"]`) and in traces (an
+`aether_context.pack` span, and `aether.*` attributes on the span ADK has open for the call).
 
 Usage::
 
@@ -27,10 +27,9 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
-
-from .packer import CallRecord, ContextPacker
 from opentelemetry import trace
 
+from .packer import CallRecord, ContextPacker
 from .telemetry import annotate_response, annotate_span, pack_metadata, pack_span
 
 logger = logging.getLogger("aether_context")
@@ -74,9 +73,7 @@ class _Shown:
             record = await packer.pack(ctx, llm_request)
             self._packed(ctx, record, (span, outer))
 
-    def _packed(self, ctx: CallbackContext, record: CallRecord | None, spans: tuple) -> None:
-        if record is None:
-            return
+    def _packed(self, ctx: CallbackContext, record: CallRecord, spans: tuple) -> None:
         try:
             meta = pack_metadata(record.manifest, record.uri)
             annotate_span(meta, spans[0])
