@@ -30,6 +30,7 @@ test: $(STAMP)
 # The demo's HTML report, rendered in headless Chromium (fails on a JavaScript error; apt-get install -y chromium),
 # with the screenshot in docs/report.png.
 report: $(STAMP)
+	rm -rf .aether/report-packs
 	$(BIN)/python examples/demo_agent.py --store .aether/report-packs --report .aether/demo-report.html > /dev/null
 	$(BIN)/python scripts/check_report.py .aether/demo-report.html --screenshot docs/report.png
 

@@ -104,6 +104,8 @@ def list_files(directory: str) -> dict:
 
 def read_file(path: str) -> dict:
     """Read a whole file of the workspace."""
+    if not (WORKSPACE / path).is_file():
+        return {"error": f"FileNotFoundError: no such file in the workspace: {path}"}
     text = (WORKSPACE / path).read_text()
     return {"path": path, "size": len(text), "content": text}
 
@@ -125,6 +127,7 @@ SCRIPT = [
     [types.Part(text="Let me look at the service."), call("list_files", directory="service")],
     call("read_file", path="service/checkout.py"),
     call("grep", pattern="ERROR", path="service/app.log"),
+    call("read_file", path="service/settings.yaml"),  # a wrong guess: the failure is recorded and shown
     call("read_file", path="service/config.yaml"),
     "Root cause: the payment gateway timeout is 0.8 s with no retries (service/config.yaml), so slow charges fail "
     "with GatewayTimeout (42 errors in app.log).",
@@ -246,7 +249,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gemini", action="store_true", help="run on Gemini (needs GOOGLE_API_KEY)")
     parser.add_argument("--store", default=".aether/demo-packs", help="pack store URL (folder, memory://, s3://...)")
-    parser.add_argument("--window", type=int, default=6000, help="context window for the offline model")
+    parser.add_argument("--window", type=int, default=3000,
+                        help="context window for the offline model (small, so a compaction shows within three questions)")
     parser.add_argument("--report", default=".aether/demo-report.html", help="where to write the HTML report")
     parser.add_argument("-v", "--verbose", action="store_true", help="show the plugin's log line per call")
     args = parser.parse_args()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
 import re
 import shutil
@@ -33,7 +34,8 @@ EXERCISE = """(() => {
   document.querySelectorAll('#tokens .bar, #tokens .hit, #cache .bar, #failures .bar').forEach(el => { fire(el, 'mousemove'); fire(el, 'mouseleave'); });
   fire(document.querySelector('#tokens .bar'), 'click');
   out.detail_after_bar = document.querySelectorAll('#rows tr.detail').length;
-  fire(document.querySelector('#rows tr.call:last-child') || document.querySelector('#rows tr.call'), 'click');
+  const rows = document.querySelectorAll('#rows tr.call');
+  fire(rows[rows.length - 1], 'click');
   out.detail_after_row = document.querySelectorAll('#rows tr.detail').length;
   const box = document.querySelector('#legend input'); if (box) { box.click(); box.click(); }
   const sel = document.getElementById('session');
@@ -77,37 +79,36 @@ class Page:
         await asyncio.wait_for(loop(), timeout)
 
 
-async def _drive(ws_url: str, report: Path, screenshot: Path | None) -> list[str]:
-    async with websockets.connect(ws_url, max_size=64 * 2**20) as ws:
-        page = Page(ws)
-        for domain in ("Runtime", "Log", "Page"):
-            await page.send(f"{domain}.enable")
-        await page.send("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)
-        await page.send("Page.navigate", url=report.resolve().as_uri())
-        await page.wait_for("Page.loadEventFired")
-        result = await page.send("Runtime.evaluate", expression=EXERCISE, returnByValue=True)
-        if "exceptionDetails" in result:
-            page.errors.append(f"exercise: {result['exceptionDetails'].get('exception', {}).get('description')}")
-            return page.errors
-        facts = json.loads(result["result"]["value"])
-        print("rendered:", facts)
-        n = int(facts.get("rendered") or -1)
-        if n <= 0 or facts["bars"] == 0 or facts["rows"] != n or facts["rows_after_filter"] != n:
-            page.errors.append(f"the report did not draw its plots and table: {facts}")
-        if facts["detail_after_bar"] != 1 or facts["detail_after_row"] != 1:
-            page.errors.append(f"clicking a bar or a row did not open one call: {facts}")
-        if screenshot:
-            await page.send("Runtime.evaluate", expression="document.querySelector('#rows tr.call') && "
-                            "document.querySelector('#rows tr.call').click(); window.scrollTo(0, 0)")
-            height = (await page.send("Runtime.evaluate", expression="document.body.scrollHeight", returnByValue=True))["result"]["value"]
-            await page.send("Emulation.setDeviceMetricsOverride", width=1280, height=min(int(height) + 40, 2400),
-                            deviceScaleFactor=1, mobile=False)
-            shot = await page.send("Page.captureScreenshot", format="png")
-            screenshot.parent.mkdir(parents=True, exist_ok=True)
-            screenshot.write_bytes(base64.b64decode(shot["data"]))
-            print(f"screenshot: {screenshot}")
-        await asyncio.sleep(0.2)  # late errors from the exercise
+async def _drive(page: Page, report: Path, screenshot: Path | None) -> list[str]:
+    """Load the report, exercise it, check what it drew; the page's errors."""
+    await page.send("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)
+    await page.send("Page.navigate", url=report.resolve().as_uri())
+    await page.wait_for("Page.loadEventFired")
+    result = await page.send("Runtime.evaluate", expression=EXERCISE, returnByValue=True)
+    if "exceptionDetails" in result:
+        page.errors.append(f"exercise: {result['exceptionDetails'].get('exception', {}).get('description')}")
         return page.errors
+    facts = json.loads(result["result"]["value"])
+    print("rendered:", facts)
+    n = int(facts.get("rendered") or -1)
+    if n <= 0 or facts["bars"] == 0 or facts["rows"] != n or facts["rows_after_filter"] != n:
+        page.errors.append(f"the report did not draw its plots and table: {facts}")
+    if facts["detail_after_bar"] != 1 or facts["detail_after_row"] != 1:
+        page.errors.append(f"clicking a bar or a row did not open one call: {facts}")
+    if screenshot:
+        await page.send("Runtime.evaluate", expression=(  # the last call open: usually the most eventful
+            "(() => { const rows = document.querySelectorAll('#rows tr.call');"
+            " if (!document.querySelector('#rows tr.open') && rows.length) rows[rows.length - 1].click();"
+            " window.scrollTo(0, 0); })()"))
+        height = (await page.send("Runtime.evaluate", expression="document.body.scrollHeight", returnByValue=True))["result"]["value"]
+        await page.send("Emulation.setDeviceMetricsOverride", width=1280, height=min(int(height) + 40, 2400),
+                        deviceScaleFactor=1, mobile=False)
+        shot = await page.send("Page.captureScreenshot", format="png")
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        screenshot.write_bytes(base64.b64decode(shot["data"]))
+        print(f"screenshot: {screenshot}")
+    await asyncio.sleep(0.2)  # late errors from the exercise
+    return page.errors
 
 
 def _find_chromium(given: str | None) -> str | None:
@@ -118,8 +119,9 @@ def _find_chromium(given: str | None) -> str | None:
     return None
 
 
-async def check(report: Path, screenshot: Path | None = None, chromium: str | None = None) -> list[str]:
-    """Errors found while rendering `report` (empty: it rendered cleanly). Raises FileNotFoundError without Chromium."""
+@contextlib.asynccontextmanager
+async def browser_page(chromium: str | None = None):
+    """A `Page` in a fresh headless Chromium (its own profile, removed after). FileNotFoundError without Chromium."""
     binary = _find_chromium(chromium)
     if binary is None:
         raise FileNotFoundError("no Chromium found (apt-get install -y chromium)")
@@ -138,7 +140,7 @@ async def check(report: Path, screenshot: Path | None = None, chromium: str | No
                 if not line and proc.poll() is not None:
                     break
             if browser_ws is None:
-                return ["Chromium did not start its DevTools endpoint"]
+                raise RuntimeError("Chromium did not start its DevTools endpoint")
             async with websockets.connect(browser_ws) as ws:
                 await ws.send(json.dumps({"id": 1, "method": "Target.createTarget", "params": {"url": "about:blank"}}))
                 target = None
@@ -147,13 +149,24 @@ async def check(report: Path, screenshot: Path | None = None, chromium: str | No
                     if msg.get("id") == 1:
                         target = msg["result"]["targetId"]
             page_ws = browser_ws.split("/devtools/")[0] + f"/devtools/page/{target}"
-            return await _drive(page_ws, report, screenshot)
+            async with websockets.connect(page_ws, max_size=64 * 2**20) as ws:
+                page = Page(ws)
+                for domain in ("Runtime", "Log", "Page"):
+                    await page.send(f"{domain}.enable")
+                yield page
         finally:
             proc.terminate()
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait()
+
+
+async def check(report: Path, screenshot: Path | None = None, chromium: str | None = None) -> list[str]:
+    """Errors found while rendering `report` (empty: it rendered cleanly). Raises FileNotFoundError without Chromium."""
+    async with browser_page(chromium) as page:
+        return await _drive(page, report, screenshot)
 
 
 def main() -> int:

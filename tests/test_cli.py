@@ -45,7 +45,7 @@ def test_inspect(saved):
         assert layer in text
     assert "truncations:" in text and "conversation: fold" in text and "folded into one-line summaries" in text
     assert "artifact://app/u/s1/r.txt" in text
-    assert f"calibration {m.calibration:g}" in text and f"packed for {m.packed_for:,}" in text
+    assert f"calibration {m.calibration:.2f}" in text and f"packed for {m.packed_for:,}" in text
     assert f"ADK would have sent {m.tokens_before:,}" in text
 
 
@@ -217,3 +217,18 @@ def test_usage_errors():
         main([])
     with pytest.raises(SystemExit):
         main(["frobnicate"])
+
+
+def test_timeline_fits_a_narrow_terminal(saved):
+    from rich.console import Console
+
+    from aether_context.cli.render import timeline_view
+    from aether_context.report import cache_savings, load_calls
+
+    store, pack, _ = saved
+    calls = load_calls(store.url).calls
+    out = io.StringIO()
+    Console(file=out, width=100).print(timeline_view(calls, cache_savings(calls), width=100))
+    text = out.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert pack.manifest.pack_id not in text and "ADK" in text and "…" not in text.split("\n\n")[0]

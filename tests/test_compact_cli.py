@@ -50,3 +50,40 @@ def test_compact_sets_the_state_key(tmp_path, capsys, scheme):
 
     assert main(["compact", "--db", db, "app", "u", "no-such-session"]) == 2
     assert "no session app/u/no-such-session" in capsys.readouterr().err
+
+
+def test_the_next_call_compacts_and_records_why(tmp_path, capsys):
+    """End to end: a stored session, the CLI verb, then the session's next model call is a recorded compaction."""
+    from google.adk.agents import LlmAgent
+    from google.adk.apps.app import App
+    from google.adk.runners import Runner
+    from google.genai import types
+
+    from aether_context import ContextPackPlugin
+    from aether_context.retrieval import HashingEmbedder
+    from aether_context.testing import ScriptedLlm
+
+    db = f"sqlite:///{tmp_path}/sessions.db"
+    answers = [f"answer {i}: " + "detail " * 60 for i in range(4)]
+
+    async def turns(texts, session_id=None):
+        service = session_service(db)
+        plugin = ContextPackPlugin(store=str(tmp_path / "packs"), window_tokens=32_000, embedder=HashingEmbedder())
+        agent = LlmAgent(name="a", model=ScriptedLlm(turns=list(answers)), instruction="Answer.")
+        runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=service)
+        if session_id is None:
+            session_id = (await service.create_session(app_name="app", user_id="u")).id
+        for text in texts:
+            async for _ in runner.run_async(user_id="u", session_id=session_id,
+                                            new_message=types.Content(role="user", parts=[types.Part(text=text)])):
+                pass
+        plugin.packer.store.flush()
+        await _close(service)
+        return session_id, [r.manifest for r in plugin.packer.recent]
+
+    session_id, before = asyncio.run(turns(["one", "two", "three"]))
+    assert not any(m.compaction for m in before)
+    assert main(["compact", "--db", db, "app", "u", session_id]) == 0
+    _, after = asyncio.run(turns(["four"], session_id))
+    assert after[0].compaction and "asked for" in after[0].compaction["reason"]
+    assert asyncio.run(_get(db, session_id)).state[COMPACT_STATE_KEY] is False  # done, and cleared

@@ -19,7 +19,7 @@ async def test_installs_on_the_tree_once(memory_store_url):
     root, _ = scripted_agent([call("transfer_to_agent", agent_name="child")], name="root",
                              sub_agents=[child], before_model_callback=mine)
     packer = install_context_pack(root, store=memory_store_url, window_tokens=8000, embedder=HashingEmbedder())
-    assert install_context_pack(root, store=memory_store_url) is not packer  # a second call changes nothing
+    assert install_context_pack(root, store=memory_store_url) is packer  # a second call changes nothing
     assert isinstance(root.before_model_callback, list) and root.before_model_callback[1] is mine
     assert getattr(root.before_model_callback[0], "packer") is packer
     assert child.before_model_callback.packer is packer
@@ -33,6 +33,12 @@ async def test_installs_on_the_tree_once(memory_store_url):
     agents = [r.manifest.agent for r in packer.recent]
     assert agents == ["root", "child", "child"] and not any(r.manifest.error for r in packer.recent)
     assert seen == ["root"]
+    # a sub-agent added later joins the same packer; the others keep their hooks
+    late, _ = scripted_agent(["late"], name="late")
+    root.sub_agents.append(late)
+    before = root.before_model_callback
+    assert install_context_pack(root) is packer and late.before_model_callback.packer is packer
+    assert root.before_model_callback is before
     # the sub-agent's model response events carry their pack
     assert all(e.custom_metadata["aether_context"]["pack_id"].startswith("pk_")
                for e in events if e.author == "child" and e.content and e.content.role == "model")

@@ -52,6 +52,7 @@ def test_report_is_one_self_contained_file(store_url, tmp_path):
     assert all(c["cached"] == 300 and c["reported"] > 300 for c in calls)
     assert data["savings"]["saved_tokens"] == round(6 * 300 * 0.75)  # scripted-gemini: Gemini's 75 % discount
     assert any(t["explained"] for c in calls for t in c["truncations"])
+    assert any(c["compaction"] and c["compaction"]["reason"] for c in calls)  # drawn as a red marker
     assert len(data["sessions"]) == 1
     session = data["sessions"][0]
     assert main(["report", store_url, "--session", session, "-o", str(out)]) == 0

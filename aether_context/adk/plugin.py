@@ -1,8 +1,8 @@
 """ADK integration: a plugin for `App(plugins=[...])` and a callback for `LlmAgent(before_model_callback=...)`.
 
 Both drive the same `ContextPacker`, so an app can use either (not both on one agent). Each packed
-call is shown on its model response event (`custom_metadata["aether_context"]`) and on ADK's
-call_llm span (`aether.*` attributes).
+call is shown on its model response event (`custom_metadata["aether_context"]`) and in traces (an
+`aether_context.pack` span, and `aether.*` attributes on the span ADK has open for the call).
 
 Usage::
 
@@ -27,10 +27,9 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
-
-from .packer import CallRecord, ContextPacker
 from opentelemetry import trace
 
+from .packer import CallRecord, ContextPacker
 from .telemetry import annotate_response, annotate_span, pack_metadata, pack_span
 
 logger = logging.getLogger("aether_context")
@@ -74,9 +73,7 @@ class _Shown:
             record = await packer.pack(ctx, llm_request)
             self._packed(ctx, record, (span, outer))
 
-    def _packed(self, ctx: CallbackContext, record: CallRecord | None, spans: tuple) -> None:
-        if record is None:
-            return
+    def _packed(self, ctx: CallbackContext, record: CallRecord, spans: tuple) -> None:
         try:
             meta = pack_metadata(record.manifest, record.uri)
             annotate_span(meta, spans[0])
@@ -173,6 +170,7 @@ def context_pack_callback(*, packer: ContextPacker | None = None, **settings: An
     return before_model
 
 
+_INSTALLED = "_aether_context_packer"  # set on each agent that has the hooks: the packer they use
 _HOOKS = (("before_model_callback", None), ("after_model_callback", "after_model"),
           ("after_tool_callback", "after_tool"), ("on_model_error_callback", "on_model_error"),
           ("on_tool_error_callback", "on_tool_error"))
@@ -182,14 +180,16 @@ def install_context_pack(agent: Any, *, packer: ContextPacker | None = None, **s
     """Pack every model call of `agent` and its sub-agents (the callback variant in one call).
 
     Sets the five hooks of `context_pack_callback` on each `LlmAgent` of the tree, ahead of any
-    callbacks already there (as a plugin would run). Agents done before are left alone, so calling it
-    twice is harmless. Returns the shared `ContextPacker` (e.g. for `packer.store.flush()`)::
+    callbacks already there (as a plugin would run). Agents done before keep their hooks, so calling
+    it again (e.g. after adding a sub-agent) only adds the new ones, to the same packer. Returns the
+    shared `ContextPacker` (e.g. for `packer.store.flush()`)::
 
         packer = install_context_pack(root_agent, profile="research", store=".aether/packs")
     """
     from google.adk.agents.llm_agent import LlmAgent
 
-    cb = context_pack_callback(packer=packer, **settings)
+    engine = packer or getattr(agent, _INSTALLED, None)
+    cb = None
     todo, seen = [agent], set()
     while todo:
         node = todo.pop()
@@ -197,12 +197,18 @@ def install_context_pack(agent: Any, *, packer: ContextPacker | None = None, **s
             continue
         seen.add(id(node))
         todo.extend(getattr(node, "sub_agents", None) or ())
-        if not isinstance(node, LlmAgent) or getattr(node, "_aether_context_installed", False):
+        if not isinstance(node, LlmAgent) or getattr(node, _INSTALLED, None) is not None:
             continue
+        if cb is None:  # one engine for the tree, built only when an agent needs it
+            cb = context_pack_callback(packer=engine, **settings)
+            engine = cb.packer  # type: ignore[attr-defined]
         for field, attr in _HOOKS:
             hook = cb if attr is None else getattr(cb, attr)
             existing = getattr(node, field)
             rest = [] if existing is None else list(existing) if isinstance(existing, list) else [existing]
             setattr(node, field, [hook, *rest] if rest else hook)
-        object.__setattr__(node, "_aether_context_installed", True)
-    return cb.packer  # type: ignore[attr-defined]
+        object.__setattr__(node, _INSTALLED, engine)
+    if engine is None:
+        raise TypeError(f"install_context_pack: no LlmAgent in {type(agent).__name__} {getattr(agent, 'name', '')!r} "
+                        "or its sub-agents; pass an LlmAgent (or a workflow agent with LlmAgent sub-agents)")
+    return engine

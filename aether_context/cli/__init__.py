@@ -78,7 +78,7 @@ def list_cmd(ctx, store: str, app: str, user: str, session: str, as_json: bool) 
         _emit_json(ctx, {"calls": [c.to_json() for c in listing.calls],
                          "skipped": [{"uri": u, "error": e} for u, e in listing.skipped]})
     elif listing.calls:
-        ctx.obj.print(list_table(listing.calls))
+        ctx.obj.print(list_table(listing.calls, ctx.obj.width))
 
 
 @cli.command()
@@ -99,7 +99,7 @@ def timeline(ctx, store: str, app: str, user: str, session: str, as_json: bool, 
         _emit_json(ctx, {"calls": [c.to_json() for c in listing.calls], "savings": savings.to_json(),
                          "skipped": [{"uri": u, "error": e} for u, e in listing.skipped]})
     else:
-        ctx.obj.print(timeline_view(listing.calls, savings))
+        ctx.obj.print(timeline_view(listing.calls, savings, ctx.obj.width))
 
 
 def _discounts(pairs) -> dict[str, float]:

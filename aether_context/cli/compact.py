@@ -1,7 +1,8 @@
 """Manual compaction of a stored session: an ADK event whose state delta asks for it.
 
-The plugin reads the state key at the session's next model call, compacts the conversation and
-records why in that call's manifest; the flag is cleared then. This only writes the request.
+The plugin reads the state key at the session's next model call (`ContextPacker.compact` sets the same
+key from Python), compacts the conversation and records why in that call's manifest; the flag is
+cleared then. This only writes the request.
 """
 
 from __future__ import annotations
@@ -9,11 +10,10 @@ from __future__ import annotations
 import asyncio
 import time
 
+from ..adk.packer import COMPACT_STATE_KEY
 from ..errors import StoreError
 
-__all__ = ["COMPACT_STATE_KEY", "request_compaction"]
-
-COMPACT_STATE_KEY = "aether:compact"
+__all__ = ["COMPACT_STATE_KEY", "request_compaction", "session_service"]
 
 
 def session_service(uri: str):

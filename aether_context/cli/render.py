@@ -6,6 +6,7 @@ import datetime
 import difflib
 from typing import Any
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -44,7 +45,7 @@ def manifest_view(m: Manifest, usage: dict | None = None, uri: str = "") -> Grou
         f"pack {m.pack_id}  model {m.model}  profile {m.profile}",
         f"agent {m.agent}  session {m.session_id}  invocation {m.invocation_id}",
         f"window {m.window:,} tokens (the model's); packed for {m.packed_for:,} of our tokens after calibration "
-        f"{m.calibration:g} (the model counts {m.calibration:g}× our estimate)",
+        f"{m.calibration:.2f} (the model counts {m.calibration:.2f}× our estimate)",
         f"sent {m.tokens_after:,} tokens; ADK would have sent {without:,} ({_change(m.tokens_after, without)})",
         f"prompt cache: {m.prefix_tokens:,} leading tokens equal to the previous call's {m.previous_tokens:,}"
         + (" (payload reused)" if m.reused_payload else ""),
@@ -53,7 +54,7 @@ def manifest_view(m: Manifest, usage: dict | None = None, uri: str = "") -> Grou
         head.append(f"model reported {usage.get('reported') or 0:,} prompt tokens, {usage.get('cached') or 0:,} cached")
     if m.cache_break:
         b = m.cache_break
-        head.append(f"cache break at {b.get('block')} ({b.get('kind', '')}): {b.get('tokens', 0):,} tokens re-processed")
+        head.append(f"cache break at {b.get('block')} ({b.get('cause') or b.get('kind', '')}): {b.get('tokens', 0):,} tokens re-processed")
     if compaction_reason(m):
         head.append(f"compaction: {compaction_reason(m)}")
     head.append(f"checksum {m.checksum}")
@@ -106,37 +107,61 @@ def format_request(r: ModelRequest, numbered: bool = True) -> str:
     return "\n".join(out)
 
 
-def list_table(calls: list[Call]) -> Table:
-    table = Table(caption=LEGEND, caption_justify="left")
-    for col, just in (("time", "left"), ("session", "left"), ("agent", "left"), ("pack", "left"), ("sent", "right"),
-                      ("without plugin", "right"), ("manifest", "left")):
-        table.add_column(col, justify=just, no_wrap=True)
+def list_table(calls: list[Call], width: int = 1000) -> Table:
+    """One row per call; on a narrow terminal the session and pack columns go (both are in the manifest URI)."""
+    wide = width >= WIDE
+    table = Table(caption=LEGEND if wide else None, caption_justify="left")
+    cols = [("time", "right"), ("session", "left"), ("agent", "left"), ("pack", "left"), ("sent", "right"),
+            ("without plugin", "right")]
+    cols = [c for c in cols if wide or c[0] not in ("session", "pack")]
+    for col, just in cols:
+        table.add_column(col if wide or col != "without plugin" else "ADK", justify=just, no_wrap=True)
+    table.add_column("manifest", overflow="fold")  # a narrow terminal folds the URI rather than cutting it
     for c in calls:
         m = c.manifest
-        table.add_row(_time(m.created_at), m.session_id, m.agent, m.pack_id, _n(c.sent), _n(c.without), c.uri)
+        row = {"time": _time(m.created_at), "session": m.session_id, "agent": m.agent, "pack": m.pack_id,
+               "sent": _n(c.sent), "without plugin": _n(c.without)}
+        table.add_row(*(row[col] for col, _ in cols), c.uri)
     return table
 
 
-def timeline_view(calls: list[Call], savings: CacheSavings) -> Group:
+_SHORT = {"without plugin": "ADK", "vs ADK": "Δ", "calib": "cal", "trunc": "tr", "compaction": "cmp"}
+NARROW_LEGEND = ("sent: tokens the model got · ADK: what ADK would have sent (offloaded results at full size) · Δ: the "
+                 "difference · evid/mem/conv: layer use · cal: calibration · tr: truncations · cmp: compaction · "
+                 "prefix: tokens equal to the previous call · cached: reported by the model · a wider terminal or "
+                 "--json shows every column")
+# Left out on a terminal narrower than WIDE (all of them are in --json).
+_WIDE_ONLY = ("pack", "sys", "task", "tools", "reported", "cache break")
+WIDE = 200
+
+
+def timeline_view(calls: list[Call], savings: CacheSavings, width: int = 1000) -> Group:
     """Per call: tokens against what ADK would have sent, by layer, cache and failures; then the totals."""
-    table = Table(caption=LEGEND, caption_justify="left")
+    wide = width >= WIDE
+    sessions, agents = len({c.manifest.session_id for c in calls}) > 1, len({c.manifest.agent for c in calls}) > 1
+    table = Table(caption=LEGEND if wide else NARROW_LEGEND, caption_justify="left",
+                  box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD, pad_edge=wide)
     cols = ["#", "session", "agent", "pack", "sent", "without plugin", "vs ADK", "sys", "task", "tools", "evid", "mem",
             "conv", "calib", "trunc", "compaction", "prefix", "reported", "cached", "fail", "cache break"]
-    for col in cols:
-        table.add_column(col, justify="left" if col in ("session", "agent", "pack", "compaction", "cache break") else "right",
-                         no_wrap=True)
+    keep = [wide or not (col in _WIDE_ONLY or (col == "session" and not sessions) or (col == "agent" and not agents))
+            for col in cols]
+    for col, kept in zip(cols, keep):
+        if kept:
+            table.add_column(col if wide else _SHORT.get(col, col), no_wrap=True,
+                             justify="left" if col in ("session", "agent", "pack", "compaction", "cache break") else "right")
     for i, c in enumerate(calls, 1):
         m = c.manifest
         used = layer_used(m)
         brk = m.cache_break or {}
-        table.add_row(
-            str(i), m.session_id[:8], m.agent[:14], m.pack_id, _n(c.sent), _n(c.without), _change(c.sent, c.without),
-            *(_n(used[k]) for k in ("system", "task", "tools", "evidence", "memory", "conversation")),
-            f"{m.calibration:.2f}", _n(len(m.truncation_events)), compaction_reason(m)[:30], _n(m.prefix_tokens),
-            _n(c.reported) if c.usage else "–", _n(c.cached) if c.usage else "–", _n(m.failures),
-            (f"{brk.get('block')} {brk.get('tokens', 0):,}" if brk else "")
-            + (f" ERROR {m.error}" if m.error else ""),
-            style="red" if m.error else None)
+        compaction = compaction_reason(m)
+        row = [
+            str(i), m.session_id[:8], m.agent[:14] if wide else m.agent[:10], m.pack_id, _n(c.sent), _n(c.without),
+            _change(c.sent, c.without), *(_n(used[k]) for k in ("system", "task", "tools", "evidence", "memory", "conversation")),
+            f"{m.calibration:.2f}", _n(len(m.truncation_events)), compaction[:30] if wide else ("yes" if compaction else ""),
+            _n(m.prefix_tokens), _n(c.reported) if c.usage else "–", _n(c.cached) if c.usage else "–", _n(m.failures),
+            (f"{brk.get('block')} {brk.get('tokens', 0):,}" if brk else "") + (f" ERROR {m.error}" if m.error else ""),
+        ]
+        table.add_row(*(v for v, kept in zip(row, keep) if kept), style="red" if m.error else None)
     sent, without = sum(c.sent for c in calls), sum(c.without for c in calls)
     share = f"{savings.cached_share:.1%}" if savings.reported else "n/a"
     lines = [

@@ -92,7 +92,8 @@ model reported as served from its cache.</p>
 request was sent).</p>
 <svg id="failures" role="img" aria-label="failures per call"></svg>
 <h2>Calls</h2>
-<p class="note">Click a row for its manifest: layer budgets, truncations in plain words, cache break, flags.</p>
+<p class="note">Click a row for its manifest: layer budgets, truncations in plain words, cache break, flags.
+A link to one call: <code>report.html#call-7</code>.</p>
 <table><thead><tr><th>#</th><th>time</th><th>session</th><th>agent</th><th>sent</th><th>without plugin</th><th>vs ADK</th>
 <th>window</th><th>trunc</th><th>compaction</th><th>prefix</th><th>cached / reported</th><th>failures</th></tr></thead>
 <tbody id="rows"></tbody></table>

@@ -53,10 +53,15 @@
 
   function drawTokens() {
     var svg = document.getElementById("tokens"), calls = shown();
-    var top = 1, win = 0;
-    calls.forEach(function (c) { top = Math.max(top, c.tokens_sent, c.tokens_without_plugin); win = Math.max(win, c.window); });
-    var windowOnScale = win > 0 && win <= 3 * top;
-    var f = frame(svg, calls, windowOnScale ? Math.max(top, win) * 1.05 : top * 1.08, 360, "tokens per call");
+    var sent = 1, win = 0;
+    calls.forEach(function (c) { sent = Math.max(sent, c.tokens_sent); win = Math.max(win, c.window); });
+    // The scale follows what was sent (and the window when it is near): a huge no-plugin figure must not flatten
+    // the bars; circles above the scale are pinned to its top with their value.
+    var windowOnScale = win > 0 && win <= 3 * sent;
+    var base = windowOnScale ? Math.max(sent, win) : sent, top = base;
+    calls.forEach(function (c) { if (c.tokens_without_plugin <= 2.5 * base) top = Math.max(top, c.tokens_without_plugin); });
+    var ymax = top * 1.12;
+    var f = frame(svg, calls, ymax, 360, "tokens per call");
     var bw = Math.max(2, f.slot * 0.64);
     calls.forEach(function (c, i) {
       var x = f.x(i) + (f.slot - bw) / 2, base = 0;
@@ -69,9 +74,13 @@
         pick(r, c);
         base += used;
       });
-      var cx = f.x(i) + f.slot / 2;
-      var d = node("svg:circle", { cx: cx, cy: f.y(c.tokens_without_plugin), r: 3.5, fill: "#fff", stroke: "#b42318",
+      var cx = f.x(i) + f.slot / 2, over = c.tokens_without_plugin > ymax;
+      var cy = over ? f.T + 4 : f.y(c.tokens_without_plugin);
+      var d = node("svg:circle", { cx: cx, cy: cy, r: 3.5, fill: over ? "#b42318" : "#fff", stroke: "#b42318",
                                    "stroke-width": 1.6, "class": "hit" }, svg);
+      var right = i > calls.length / 2;
+      if (over) node("svg:text", { x: right ? cx - 7 : cx + 7, y: cy + 4, fill: "#b42318", "text-anchor": right ? "end" : "start" },
+                     svg, "↑ " + fmt(c.tokens_without_plugin));
       hint(d, "call " + c.n + " · without the plugin ADK would have sent " + fmt(c.tokens_without_plugin) +
            " tokens; sent " + fmt(c.tokens_sent));
       pick(d, c);
@@ -79,7 +88,8 @@
       if (marks) {
         var text = [];
         if (c.compaction) text.push("compaction: " + (c.compaction.reason || JSON.stringify(c.compaction)));
-        if (c.cache_break) text.push("cache break at " + c.cache_break.block + " (" + fmt(c.cache_break.tokens) + " tokens re-processed)");
+        if (c.cache_break) text.push("cache break at " + c.cache_break.block + " (" + (c.cache_break.cause || c.cache_break.kind || "") +
+                                     ", " + fmt(c.cache_break.tokens) + " tokens re-processed)");
         c.truncations.forEach(function (t) { text.push("• " + t.explained); });
         var color = c.compaction ? "#b42318" : c.cache_break ? "#f79009" : "#475467";
         var m = node("svg:path", { d: "M" + (cx - 5) + " " + (f.T - 14) + " h10 l-5 8 z", fill: color, "class": "hit" }, svg);
@@ -91,10 +101,13 @@
       var pts = calls.map(function (c, i) { return (f.x(i) + 2) + "," + f.y(c.window) + " " + (f.x(i + 1) - 2) + "," + f.y(c.window); });
       node("svg:polyline", { points: pts.join(" "), fill: "none", stroke: "#101828", "stroke-dasharray": "5 4" }, svg);
     }
-    var pts2 = calls.map(function (c, i) { return (f.x(i) + f.slot / 2) + "," + f.y(c.tokens_without_plugin); });
+    var pts2 = calls.map(function (c, i) { return (f.x(i) + f.slot / 2) + "," + f.y(Math.min(c.tokens_without_plugin, ymax)); });
     node("svg:polyline", { points: pts2.join(" "), fill: "none", stroke: "#b42318", "stroke-width": 1, opacity: 0.5 }, svg);
-    document.getElementById("window-note").textContent = windowOnScale ? "" :
-      "The window (" + fmt(win) + " tokens) is off this scale; every call is far below it.";
+    var notes = [];
+    if (!windowOnScale && win) notes.push("The window (" + fmt(win) + " tokens) is off this scale; every call is far below it.");
+    if (calls.some(function (c) { return c.tokens_without_plugin > ymax; }))
+      notes.push("Filled circles at the top: without the plugin the call would have been larger than this scale (value beside it).");
+    document.getElementById("window-note").textContent = notes.join(" ");
   }
 
   function drawCache() {
@@ -157,8 +170,13 @@
       var u = c.layers[k], tr = node("tr", {}, body);
       [k, fmt(u.budget), fmt(u.used), u.items, u.dropped].forEach(function (v) { cell(tr, String(v)); });
     });
-    if (c.compaction) node("div", {}, td, "compaction: " + JSON.stringify(c.compaction));
-    if (c.cache_break) node("div", {}, td, "cache break: " + c.cache_break.block + " (" + (c.cache_break.kind || "") + ", " +
+    if (c.compaction) {
+      var k = c.compaction;
+      node("div", {}, td, "compaction" + (k.count ? " #" + k.count : "") + ": " + (k.reason || "") +
+           (k.folded_turns !== undefined ? "; " + k.folded_turns + " turns left the verbatim history" : "") +
+           (k.tokens_before !== undefined ? " (" + fmt(k.tokens_before) + " → " + fmt(k.tokens_after) + " tokens)" : ""));
+    }
+    if (c.cache_break) node("div", {}, td, "cache break: " + c.cache_break.block + " (" + (c.cache_break.cause || c.cache_break.kind || "") + ", " +
                               fmt(c.cache_break.tokens) + " tokens re-processed)");
     if (c.truncations.length) {
       node("div", {}, td, "truncations:");
@@ -175,7 +193,7 @@
     while (body.firstChild) body.removeChild(body.firstChild);
     shown().forEach(function (c) {
       var tr = node("tr", { "class": "call" + (selected === c.n ? " open" : ""), id: "call-" + c.n }, body);
-      cell(tr, String(c.n));
+      node("a", { href: "#call-" + c.n }, cell(tr, ""), String(c.n));
       cell(tr, new Date(c.created_at * 1000).toISOString().slice(11, 19));
       cell(tr, c.session.slice(0, 10));
       cell(tr, c.agent);
@@ -188,14 +206,15 @@
       cell(tr, fmt(c.prefix_tokens));
       cell(tr, c.reported ? fmt(c.cached) + " / " + fmt(c.reported) : "–");
       cell(tr, String(c.failures), c.error ? "err" : "");
-      tr.addEventListener("click", function () { select(c.n, false); });
+      tr.addEventListener("click", function (ev) { ev.preventDefault(); select(c.n, false); });
       if (selected === c.n) inspect(c, node("td", { colspan: 13 }, node("tr", { "class": "detail" }, body)));
     });
   }
 
-  function select(n, scroll) {
-    selected = selected === n ? null : n;
+  function select(n, scroll, keep) {
+    selected = selected === n && !keep ? null : n;
     drawAll();
+    if (selected !== null && history.replaceState) history.replaceState(null, "", "#call-" + selected);
     var row = document.getElementById("call-" + n);
     if (scroll && row && selected !== null) row.scrollIntoView({ block: "center" });
   }
@@ -219,5 +238,7 @@
 
   legend();
   drawAll();
+  var linked = /^#call-(\d+)$/.exec(location.hash);  // report.html#call-7 opens call 7
+  if (linked) select(Number(linked[1]), true, true);
   document.body.setAttribute("data-rendered", String(D.calls.length));
 })();
