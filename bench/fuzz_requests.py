@@ -48,6 +48,7 @@ from aether_context.pipeline.retrieve import use_default_embedder  # noqa: E402
 from aether_context.retrieval import HashingEmbedder  # noqa: E402
 from aether_context.testing import ScriptedLlm  # noqa: E402
 from fuzz_checks import check_call, orphans  # noqa: E402,F401  (orphans: for tests)
+from report_sections import machine, write_section  # noqa: E402
 
 # Shapes do not depend on ranking: a model-free embedder keeps each session's packer cheap to build.
 use_default_embedder(HashingEmbedder())
@@ -332,14 +333,14 @@ def report(summary: Summary, command: str, max_turns: int) -> str:
     lines = [
         "# Benchmark: request-shape fuzzing (thought signatures, every part kind, sub-agents, step scopes)",
         "",
-        f"Command: `{command}` ({s.seconds:.0f} s on this machine).",
+        f"Command: `{command}` ({s.seconds:.0f} s; {machine()}).",
         "",
         "Generated sessions through a real ADK Runner (App + ContextPackPlugin, in-memory services), each "
         f"drawn from its seed: 1-{max_turns} user turns (images, files, video clips), a root agent with 0-2 "
         "sub-agents transferring back and forth, a step tool scope in ~40%, google_search in ~20%, offload on "
         "in ~50%, windows of 6K, 12K, 32K and 1M tokens, and a scripted gemini-2.5-flash whose turns mix text, "
         "thoughts, thought-signed text and calls, parallel calls, executable code and its result. Every call "
-        "is checked against ADK's own request (see the module docstring).",
+        "is checked against ADK's own request (the checks: `bench/fuzz_checks.py`).",
         "",
         "| sessions | model calls | model turns thought-signed | re-packed | orphaned calls/responses | parts lost or reordered | framework tools missing | re-pack checksum changed | sessions failing |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -374,7 +375,6 @@ def main(argv: "list[str] | None" = None) -> int:
     for r in summary.failing[:20]:
         print(r.spec, *r.failures[:5], sep="\n  ")
     if args.write:
-        from report_sections import write_section
         write_section(ROOT / "docs/benchmarks.md", "fuzz_requests", text)
     return 1 if summary.failing else 0
 
