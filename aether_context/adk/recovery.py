@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from ..content import Message, TextPart
 from ..pipeline.build import ContextPack, build_pack
-from ..pipeline.compress import middle_out
+from ..compress.middle_out import middle_out
 from ..pipeline.collect import PackInputs
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
@@ -61,7 +61,7 @@ def _cut_request(inputs: PackInputs, max_tokens: int, counter: TokenCounting) ->
         return inputs
     texts = [p for p in message.parts if isinstance(p, TextPart)]
     share = max(16, max_tokens // max(1, len(texts)))
-    parts = tuple(TextPart(middle_out(p.text, share, counter, "oversized user message")) if isinstance(p, TextPart) else p
+    parts = tuple(TextPart(middle_out(p.text, share, counter)) if isinstance(p, TextPart) else p
                   for p in message.parts)
     messages = inputs.request.messages[:i] + (Message(message.role, parts),) + inputs.request.messages[i + 1:]
     return replace(inputs, request=replace(inputs.request, messages=messages))
