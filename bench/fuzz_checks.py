@@ -21,7 +21,7 @@ from aether_context.pipeline.render import PAYLOAD_HEADER
 
 __all__ = ["check_call", "orphans"]
 
-CUT_MARK = "[middle cut by aether-context"
+CUT_MARKS = ("[middle cut by aether-context", " tokens omitted]…")  # a text cut middle-out says so
 
 
 def _part_key(p: Any) -> tuple:
@@ -45,7 +45,7 @@ def _same_parts(a: Message, b: Message) -> bool:
             continue
         if _part_key(x) != _part_key(y):
             return False
-        if isinstance(x, TextPart) and x.text != y.text and CUT_MARK not in y.text:
+        if isinstance(x, TextPart) and x.text != y.text and not any(mark in y.text for mark in CUT_MARKS):
             return False
     return True
 
@@ -68,9 +68,9 @@ def _is_ours(m: Message) -> bool:
 
 
 def _without_own_tail(m: Message) -> Message:
-    """A tool-result message with the pack's STATUS appended as a trailing part, without it."""
+    """A user message with the pack's STATUS appended as a trailing part, without it."""
     parts = list(m.parts)
-    while parts and m.responses and _is_own_text(parts[-1]):
+    while len(parts) > 1 and m.role == "user" and _is_own_text(parts[-1]):
         parts.pop()
     return m if len(parts) == len(m.parts) else Message(m.role, tuple(parts))
 
@@ -122,7 +122,8 @@ def _unsent_problems(orig: ModelRequest, matched: "set[int]", payload: "Message 
     return problems
 
 
-def check_call(orig: ModelRequest, orig_tools: "set[str]", sent: ModelRequest, *, offload: bool) -> list[str]:
+def check_call(orig: ModelRequest, orig_tools: "set[str]", sent: ModelRequest, sent_tools: "set[str]") -> list[str]:
+    """The problems of one call: ADK's request `orig` against what the pack sent (`*_tools`: tools_dict names)."""
     problems = [f"orphan: {p}" for p in orphans(tuple(_without_own_tail(m) for m in sent.messages))]
     if orphans(orig.messages):
         problems = []  # ADK's own request already had one: not ours to judge
@@ -142,13 +143,14 @@ def check_call(orig: ModelRequest, orig_tools: "set[str]", sent: ModelRequest, *
         matched.append(j)
         j -= 1
     problems += _unsent_problems(orig, set(matched), payloads[0] if payloads else None)
-    # framework tools stay declared, built-in tools configured
+    # framework tools stay declared (and executable), built-in tools configured
     declared = {t.name for t in sent.tools}
-    needed = {t.name for t in orig.tools} & (FRAMEWORK_TOOL_NAMES | {RECALL_TOOL_NAME})
-    if offload:
+    needed = {t.name for t in orig.tools} & FRAMEWORK_TOOL_NAMES
+    if RECALL_TOOL_NAME in declared | sent_tools:  # the recall tool, once the pack offers it
         needed.add(RECALL_TOOL_NAME)
-    for name in sorted(needed - declared):
-        problems.append(f"framework tool missing: {name}")
+    for name in sorted(needed):
+        if name not in declared or name not in sent_tools:
+            problems.append(f"framework tool missing: {name} ({'not declared' if name not in declared else 'not in tools_dict'})")
     if list(orig.other_tools) != list(sent.other_tools):
         problems.append("built-in tools changed")
     return problems

@@ -256,12 +256,12 @@ async def run_session(spec: Spec) -> Result:
     plugin.packer.store.flush()
     result.calls, result.model_turns, result.thought_signed = len(after.requests), budget.model_turns, budget.thought_signed
     records = list(plugin.packer.recent)
-    for i, ((orig, orig_tools), (sent, _)) in enumerate(zip(before.requests, after.requests)):
+    for i, ((orig, orig_tools), (sent, sent_tools)) in enumerate(zip(before.requests, after.requests)):
         record = records[i] if i < len(records) else None
         if record is not None and record.manifest.error:
             result.pack_errors.append(record.manifest.error[:120])
             continue
-        for problem in check_call(orig, orig_tools, sent, offload=spec.offload):
+        for problem in check_call(orig, orig_tools, sent, sent_tools):
             result.failures.append(f"call {i}: {problem}")
         if record is not None:
             result.counts["repacked"] += 1
