@@ -5,18 +5,10 @@ back and forth), a step tool scope or none, a built-in tool or none, a window fr
 user turns with images, files and video clips, and a scripted Gemini-like model whose turns mix
 every part kind: text, thought-signed text, thoughts, single and parallel calls (thought-signed in
 at least a third of its model turns), executable code with its result. A plugin registered before
-ours records ADK's request, one after it records what the pack sends; every call is checked:
-
-- orphans: a function response without its call right before it, or a call without its responses;
-- lost or reordered: every message the pack sends (its own payload and STATUS aside) is one of
-  ADK's, in ADK's order, with the same parts in the same order (calls, thought signatures, files,
-  code, images byte for byte; a tool result may be compacted, a text cut with a marker, an old image
-  replaced by its artifact citation); what it does not send is the oldest history or loop turns
-  (folded into the payload) or the user's request (carried in the payload with its images and
-  files), never a message between kept ones;
-- framework tools: ADK's own tools (transfer_to_agent...) and the recall tool are still declared,
-  built-in tools still configured, under any step scope;
-- re-pack: each recorded pack re-packed from the store under its profile has the same checksum.
+ours records ADK's request, one after it records what the pack sends, and every call is checked
+(`fuzz_checks.py`): no orphaned call or response, no part lost or reordered against ADK's request,
+framework tools present, and each recorded pack re-packed from the store under its profile has the
+same checksum.
 
     .venv/bin/python bench/fuzz_requests.py --sessions 2000 --write
 """
@@ -51,13 +43,12 @@ from google.genai import types  # noqa: E402
 
 from aether_context import ContextPackPlugin, load_profile, repack, set_task  # noqa: E402
 from aether_context.adk import request_from_llm  # noqa: E402
-from aether_context.adk.collect import FRAMEWORK_TOOL_NAMES  # noqa: E402
-from aether_context.adk.offload import RECALL_TOOL_NAME  # noqa: E402
-from aether_context.content import canonical_json, Blob, FunctionCall, FunctionResponse, Message, ModelRequest, OpaquePart, TextPart  # noqa: E402
-from aether_context.pipeline.render import PAYLOAD_HEADER  # noqa: E402
+from aether_context.content import ModelRequest  # noqa: E402
 from aether_context.pipeline.retrieve import use_default_embedder  # noqa: E402
 from aether_context.retrieval import HashingEmbedder  # noqa: E402
 from aether_context.testing import ScriptedLlm  # noqa: E402
+from fuzz_checks import check_call, orphans  # noqa: E402,F401  (orphans: for tests)
+from report_sections import machine, write_section  # noqa: E402
 
 # Shapes do not depend on ranking: a model-free embedder keeps each session's packer cheap to build.
 use_default_embedder(HashingEmbedder())
@@ -65,7 +56,6 @@ use_default_embedder(HashingEmbedder())
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
 ROOMY = 1_000_000  # a window in which only the profile's own policy (history past the tail) folds
 WINDOWS = (6_000, 12_000, 32_000, ROOMY)
-CUT_MARK = " tokens omitted"  # the one middle-out marker: …[N tokens omitted…]…
 
 # ------------------------------------------------------------------------------------------------ tools
 
@@ -266,12 +256,12 @@ async def run_session(spec: Spec) -> Result:
     plugin.packer.store.flush()
     result.calls, result.model_turns, result.thought_signed = len(after.requests), budget.model_turns, budget.thought_signed
     records = list(plugin.packer.recent)
-    for i, ((orig, orig_tools), (sent, _)) in enumerate(zip(before.requests, after.requests)):
+    for i, ((orig, orig_tools), (sent, sent_tools)) in enumerate(zip(before.requests, after.requests)):
         record = records[i] if i < len(records) else None
         if record is not None and record.manifest.error:
             result.pack_errors.append(record.manifest.error[:120])
             continue
-        for problem in check_call(orig, orig_tools, sent, offload=spec.offload):
+        for problem in check_call(orig, orig_tools, sent, sent_tools):
             result.failures.append(f"call {i}: {problem}")
         if record is not None:
             result.counts["repacked"] += 1
@@ -289,139 +279,6 @@ async def run_session(spec: Spec) -> Result:
         except Exception:
             pass
     return result
-
-
-# ------------------------------------------------------------------------------------------------ the checks
-
-
-def _part_key(p: Any) -> tuple:
-    if isinstance(p, TextPart):
-        return ("text", repr(getattr(p, "extra", None)))
-    if isinstance(p, FunctionCall):
-        return ("call", p.name, p.id, repr(sorted(p.args.items())), repr(getattr(p, "extra", None)))
-    if isinstance(p, FunctionResponse):
-        return ("response", p.name, p.id)
-    if isinstance(p, Blob):
-        return ("blob", p.mime_type, p.data)
-    return ("opaque", repr(sorted(p.raw.items())) if isinstance(p, OpaquePart) else repr(p))
-
-
-def _same_parts(a: Message, b: Message) -> bool:
-    """`b` sends `a`'s parts, in order: text verbatim or cut with a marker, tool results possibly compacted."""
-    if a.role != b.role or len(a.parts) != len(b.parts):
-        return False
-    for x, y in zip(a.parts, b.parts):
-        if _decayed_attachment(x, y):
-            continue
-        if _part_key(x) != _part_key(y):
-            return False
-        if isinstance(x, TextPart) and x.text != y.text and CUT_MARK not in y.text:
-            return False
-    return True
-
-
-def _decayed_attachment(x: Any, y: Any) -> bool:
-    """An older image the pack replaced by its citation (decay: the bytes stay one recall away)."""
-    inline = isinstance(x, Blob) or (isinstance(x, OpaquePart) and "inline_data" in x.raw)
-    return inline and isinstance(y, TextPart) and " attachment from turn " in y.text and "artifact://" in y.text
-
-
-OWN_BLOCKS = (PAYLOAD_HEADER, "STATUS", "CONVERSATION SO FAR")  # what the pack itself writes as user text
-
-
-def _is_own_text(p: Any) -> bool:
-    return isinstance(p, TextPart) and p.text.lstrip().startswith(OWN_BLOCKS)
-
-
-def _is_ours(m: Message) -> bool:
-    return m.role == "user" and bool(m.parts) and _is_own_text(m.parts[0])
-
-
-def _without_own_tail(m: Message) -> Message:
-    """A message with the pack's STATUS appended as a trailing part, without it."""
-    parts = list(m.parts)
-    while len(parts) > 1 and _is_own_text(parts[-1]):
-        parts.pop()
-    return m if len(parts) == len(m.parts) else Message(m.role, tuple(parts))
-
-
-def orphans(messages: "tuple[Message, ...]") -> list[str]:
-    """Responses without their call right before them; calls whose responses do not follow."""
-    problems = []
-    i = 0
-    while i < len(messages):
-        m = messages[i]
-        if m.calls:
-            pending = list(m.calls)
-            j = i + 1
-            while j < len(messages) and messages[j].only_responses:
-                for r in messages[j].responses:
-                    hit = next((c for c in pending if (r.id is not None and c.id == r.id)), None) or \
-                        next((c for c in pending if c.name == r.name), None)
-                    if hit is None:
-                        problems.append(f"response {r.name} at {j} answers no call of message {i}")
-                    else:
-                        pending.remove(hit)
-                j += 1
-            if pending:
-                problems.append(f"call {pending[0].name} at {i} has no response")
-            i = j
-            continue
-        if m.responses:
-            problems.append(f"response {m.responses[0].name} at {i} without its call")
-        i += 1
-    return problems
-
-
-def _unsent_problems(orig: ModelRequest, matched: "set[int]", payload: "Message | None") -> list[str]:
-    """ADK messages the pack did not send must be folded history or loop turns (the oldest of each,
-    summarised in the payload), or the user's request (carried in the payload): never a hole."""
-    n = len(orig.messages)
-    carried = [k for k in range(n) if k not in matched and payload is not None and orig.messages[k].role == "user"
-               and orig.messages[k].text and orig.messages[k].text in payload.text
-               and [p for p in orig.messages[k].parts if not isinstance(p, TextPart)]
-               == [p for p in payload.parts if not isinstance(p, TextPart)]]
-    r = carried[-1] if carried else n
-    problems = []
-    for lo, hi in ((0, r), (r + 1, n)):
-        kept = [k for k in range(lo, hi) if k in matched]
-        holes = [k for k in range(lo, hi) if k not in matched and kept and k > kept[0]]
-        if holes:
-            m = orig.messages[holes[0]]
-            problems.append(f"lost: message {holes[0]} ({m.role} {[_part_key(p)[0] for p in m.parts]}) dropped between kept ones")
-    return problems
-
-
-def check_call(orig: ModelRequest, orig_tools: "set[str]", sent: ModelRequest, *, offload: bool) -> list[str]:
-    problems = [f"orphan: {p}" for p in orphans(tuple(_without_own_tail(m) for m in sent.messages))]
-    if orphans(orig.messages):
-        problems = []  # ADK's own request already had one: not ours to judge
-    # lost or reordered: the pack's messages are ADK's, in ADK's order, with their parts
-    kept = [_without_own_tail(m) for m in sent.messages if not _is_ours(m)]
-    payloads = [m for m in sent.messages if m.role == "user" and m.text.startswith(PAYLOAD_HEADER)]
-    if len(payloads) > 1:
-        problems.append(f"payload: {len(payloads)} pack payloads")
-    j, matched = len(orig.messages) - 1, []
-    for m in reversed(kept):  # from the newest: the pack keeps the newest turns, ADK may repeat a message
-        while j >= 0 and not _same_parts(orig.messages[j], m):
-            j -= 1
-        if j < 0:
-            problems.append(f"lost: sent message not in ADK's request (or out of order): {m.role} "
-                            f"{[_part_key(p)[0] for p in m.parts]} {m.text[:40]!r}")
-            return problems
-        matched.append(j)
-        j -= 1
-    problems += _unsent_problems(orig, set(matched), payloads[0] if payloads else None)
-    # framework tools stay declared, built-in tools configured
-    declared = {t.name for t in sent.tools}
-    needed = {t.name for t in orig.tools} & (FRAMEWORK_TOOL_NAMES | {RECALL_TOOL_NAME})
-    if offload and any("artifact://" in canonical_json(m.to_json()) for m in sent.messages):
-        needed.add(RECALL_TOOL_NAME)  # declared once the session has an original to recall
-    for name in sorted(needed - declared):
-        problems.append(f"framework tool missing: {name}")
-    if list(orig.other_tools) != list(sent.other_tools):
-        problems.append("built-in tools changed")
-    return problems
 
 
 # ------------------------------------------------------------------------------------------------ driver
@@ -476,14 +333,14 @@ def report(summary: Summary, command: str, max_turns: int) -> str:
     lines = [
         "# Benchmark: request-shape fuzzing (thought signatures, every part kind, sub-agents, step scopes)",
         "",
-        f"Command: `{command}` ({s.seconds:.0f} s on this machine).",
+        f"Command: `{command}` ({s.seconds:.0f} s; {machine()}).",
         "",
         "Generated sessions through a real ADK Runner (App + ContextPackPlugin, in-memory services), each "
         f"drawn from its seed: 1-{max_turns} user turns (images, files, video clips), a root agent with 0-2 "
         "sub-agents transferring back and forth, a step tool scope in ~40%, google_search in ~20%, offload on "
         "in ~50%, windows of 6K, 12K, 32K and 1M tokens, and a scripted gemini-2.5-flash whose turns mix text, "
         "thoughts, thought-signed text and calls, parallel calls, executable code and its result. Every call "
-        "is checked against ADK's own request (see the module docstring).",
+        "is checked against ADK's own request (the checks: `bench/fuzz_checks.py`).",
         "",
         "| sessions | model calls | model turns thought-signed | re-packed | orphaned calls/responses | parts lost or reordered | framework tools missing | re-pack checksum changed | sessions failing |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -518,7 +375,6 @@ def main(argv: "list[str] | None" = None) -> int:
     for r in summary.failing[:20]:
         print(r.spec, *r.failures[:5], sep="\n  ")
     if args.write:
-        from report_sections import write_section
         write_section(ROOT / "docs/benchmarks.md", "fuzz_requests", text)
     return 1 if summary.failing else 0
 
