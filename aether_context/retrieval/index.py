@@ -80,7 +80,7 @@ class HybridIndex:
         self.embedder: Embedder = cache.embedder
         self.analyzer = analyzer or Analyzer(stop_words=STOP_WORDS if s.stop_words else frozenset(),
                                              stem=s.stem)
-        self._lexical = LexicalIndex(self.analyzer)
+        self._lexical = LexicalIndex(self.analyzer, context_weight=s.context_weight)
         self._docs: list[Document] = []
         self._ids: list[str] = []
         self._keys: list[str] = []
@@ -132,7 +132,7 @@ class HybridIndex:
                 fresh.append(doc)
             if not fresh:
                 return 0
-            rows = self._lexical.add([d.search_text for d in fresh])
+            rows = self._lexical.add([(d.text, d.context) for d in fresh])
             for row, doc in zip(rows, fresh):
                 self._docs.append(doc)
                 self._ids.append(doc.id)
