@@ -222,3 +222,10 @@ def test_context_words_count_less_than_a_documents_own():
     assert index.search("weekend", k=2).ids == ["t2", "t1"]
     with pytest.raises(ValueError, match="context_weight"):
         RetrievalSettings(context_weight=1.5)
+
+
+def test_an_index_without_its_model_installed_ranks_lexically():
+    index = HybridIndex(RetrievalSettings(), embedder=SlowModel(installed=False))
+    index.add(DOCS)
+    result = index.search("deploy script", k=2)
+    assert result.ids[0] == "m3" and result.signals["dense_off"] == 1.0 and not index.dense_available
