@@ -226,6 +226,7 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
                                           count_tokens=counter.count_text, now=now,
                                           exclude=verbatim + [e.summary for e in inputs.evidence]), threshold)
     memory = _lines(mem_result, _render_memory, counter)
+    flags.extend(_retrieval_flags(ev_result, mem_result))
 
     recent = (conv.history[-4:] + conv.loop[-4:])
     recent_text = " ".join(m.text for t in recent for m in t.messages)
@@ -247,6 +248,19 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     }
     return Candidates(tools=tools, evidence=evidence, memory=memory, conversation=conv, signals=signals,
                       flags=tuple(flags), unselected=unselected)
+
+
+def _retrieval_flags(*results: RetrievalResult) -> list[str]:
+    """What the manifest should say about ranking: dense off, a query with no content word, bad timestamps."""
+    sig = {k: max(float(r.signals.get(k, 0.0)) for r in results) for k in ("dense_off", "empty_query", "timestamps_ignored")}
+    flags = []
+    if sig["dense_off"]:
+        flags.append("dense_ranking_off: lexical only (the embedding model is loading or not installed)")
+    if sig["empty_query"]:
+        flags.append("empty_query: the request has no content word; nothing was retrieved")
+    if sig["timestamps_ignored"]:
+        flags.append(f"timestamps_ignored: {int(sig['timestamps_ignored'])} (not finite or in the future)")
+    return flags
 
 
 def _k(cap: "int | None", docs: list) -> int:
