@@ -105,16 +105,19 @@ def orphans(messages: "tuple[Message, ...]") -> list[str]:
 
 def _unsent_problems(orig: ModelRequest, matched: "set[int]", payload: "Message | None") -> list[str]:
     """ADK messages the pack did not send must be folded history or loop turns (the oldest of each,
-    summarised in the payload), or the user's request (carried in the payload): never a hole."""
+    summarised in the payload; the opening request may stay pinned before them), or the user's
+    request (carried in the payload): never a hole between kept messages."""
     n = len(orig.messages)
     carried = [k for k in range(n) if k not in matched and payload is not None and orig.messages[k].role == "user"
                and orig.messages[k].text and orig.messages[k].text in payload.text
                and [p for p in orig.messages[k].parts if not isinstance(p, TextPart)]
                == [p for p in payload.parts if not isinstance(p, TextPart)]]
     r = carried[-1] if carried else n
+    opening = next((k for k, m in enumerate(orig.messages) if m.role == "user" and m.text and not m.responses), None)
     problems = []
     for lo, hi in ((0, r), (r + 1, n)):
-        kept = [k for k in range(lo, hi) if k in matched]
+        # the session's opening request may stay pinned verbatim while the turns after it are folded
+        kept = [k for k in range(lo, hi) if k in matched and k != opening]
         holes = [k for k in range(lo, hi) if k not in matched and kept and k > kept[0]]
         if holes:
             m = orig.messages[holes[0]]

@@ -327,13 +327,13 @@ async def run_many(seeds: "list[int]", max_turns: int, progress: bool = False) -
     return summary
 
 
-def report(summary: Summary, command: str, max_turns: int) -> str:
+def report(summary: Summary, command: str, max_turns: int, host: str = "") -> str:
     s = summary
     share = s.thought_signed / max(1, s.model_turns)
     lines = [
         "# Benchmark: request-shape fuzzing (thought signatures, every part kind, sub-agents, step scopes)",
         "",
-        f"Command: `{command}` ({s.seconds:.0f} s; {machine()}).",
+        f"Command: `{command}` ({s.seconds:.0f} s; {host or machine()}).",
         "",
         "Generated sessions through a real ADK Runner (App + ContextPackPlugin, in-memory services), each "
         f"drawn from its seed: 1-{max_turns} user turns (images, files, video clips), a root agent with 0-2 "
@@ -368,9 +368,10 @@ def main(argv: "list[str] | None" = None) -> int:
     ap.add_argument("--write", action="store_true", help="write the report into docs/benchmarks.md")
     args = ap.parse_args(argv)
     seeds = list(range(args.seed, args.seed + args.sessions))
+    host = machine()  # the load as the run starts
     summary = asyncio.run(run_many(seeds, args.turns, progress=True))
     command = "python bench/fuzz_requests.py " + " ".join(a for a in (argv if argv is not None else sys.argv[1:]))
-    text = report(summary, command.strip(), args.turns)
+    text = report(summary, command.strip(), args.turns, host)
     print(text)
     for r in summary.failing[:20]:
         print(r.spec, *r.failures[:5], sep="\n  ")

@@ -30,7 +30,10 @@ def test_the_checker_sees_an_orphan_and_a_hole():
     assert fuzz_requests.orphans((resp,)) and fuzz_requests.orphans((call, text))
     assert not fuzz_requests.orphans((call, resp))
     u0, u1, m1 = Message("user", (TextPart("q0"),)), Message("user", (TextPart("q1"),)), Message("model", (TextPart("a"),))
-    orig = ModelRequest("m", "", (u0, m1, u1, call, resp))
-    holed = ModelRequest("m", "", (u0, u1, call, resp))
+    m2 = Message("model", (TextPart("b"),))
+    orig = ModelRequest("m", "", (u0, m1, u1, m2, call, resp))
+    holed = ModelRequest("m", "", (u0, m1, u1, call, resp))  # m2 dropped between kept messages
     problems = fuzz_requests.check_call(orig, set(), holed, set())
     assert any("dropped between kept ones" in p for p in problems), problems
+    folded = ModelRequest("m", "", (u0, u1, m2, call, resp))  # the opening request pinned, m1 folded: fine
+    assert fuzz_requests.check_call(orig, set(), folded, set()) == []

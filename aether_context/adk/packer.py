@@ -250,7 +250,7 @@ class ContextPacker:
                                         else self.profile.window_tokens)
             pack = recovery_pack(inputs, self.profile, window, error, counter=self.counter)
             apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
-                          added={RECALL_TOOL_NAME: self.recall_tool} if self.profile.offload.enabled else {})
+                          added={RECALL_TOOL_NAME: self.recall_tool} if self._offers_recall(callback_context) else {})
         except Exception:
             logger.error("aether-context: recovery repack failed; the model's error stands", exc_info=True)
             return None
@@ -276,10 +276,14 @@ class ContextPacker:
         """This call's inputs read from ADK's own request (when packing failed open and left it as is)."""
         inputs = await collect_inputs(
             callback_context, llm_request, keys=self.keys, previous=None, memory_limit=self.memory_pool,
-            artifact_cache=self._artifact_cache, now=session_now(callback_context.session.events), use_memory=self.use_memory,
-            use_artifacts=self.use_artifacts, providers=self.evidence_providers,
-            extra_tools=(self.recall_tool,) if self.profile.offload.enabled else ())
+            artifact_cache=self._artifact_cache, now=session_now(callback_context.session.events),
+            use_memory=self.use_memory, use_artifacts=self.use_artifacts, providers=self.evidence_providers,
+            extra_tools=(self.recall_tool,) if self._offers_recall(callback_context) else ())
         return replace(inputs, calibration=self.calibration.get(inputs.request.model, 1.0))
+
+    def _offers_recall(self, ctx: CallbackContext) -> bool:
+        """As in `pack`: the recall tool once the session has an original to recall."""
+        return self.profile.offload.enabled and bool(ctx.state.get(URIS_STATE_KEY))
 
     async def _save_images(self, ctx: CallbackContext, inputs: PackInputs) -> PackInputs:
         """Save inline images to the artifact store once, so their decayed form can cite a URI."""

@@ -290,7 +290,7 @@ def _compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zon
     """One compaction: the oldest turns leave the verbatim zone, in one step, down to `target`."""
     decay = profile.decay
     # Known values first: an id read long ago is what a later call types back; then turns, then the summary.
-    values_cap = min(decay.values_max_tokens, int(target * 0.3))
+    values_cap = min(decay.values_max_tokens, int(target * 0.5))
     fold_cap = min(decay.fold_max_tokens, int(target * 0.2))
     summary_cap = min(decay.summary_max_tokens, int(target * 0.1))
     turns = prepared.turns
