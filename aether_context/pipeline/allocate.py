@@ -16,7 +16,7 @@ from ..errors import BudgetError
 from ..profile import BudgetProfile
 
 __all__ = ["Signals", "Allocation", "allocate", "allocate_around_conversation", "distribute", "FIXED_LAYERS",
-           "FLEX_LAYERS", "LAYERS"]
+           "FLEX_LAYERS", "LAYERS", "flex_weights"]
 
 FIXED_LAYERS = ("system", "task", "tools")
 FLEX_LAYERS = ("evidence", "memory", "conversation")
@@ -67,7 +67,8 @@ class Allocation:
         }
 
 
-def _weights(profile: BudgetProfile, s: Signals) -> dict[str, float]:
+def flex_weights(profile: BudgetProfile, s: Signals) -> dict[str, float]:
+    """The flexible layers' weights for these signals: base plus each signal times its coefficient."""
     w = profile.weights
     raw = {
         "evidence": w.evidence.base + w.evidence.checklist_evidence_ratio * s.checklist_evidence_ratio
@@ -121,7 +122,7 @@ def allocate(profile: BudgetProfile, window: int, signals: Signals, fixed_used: 
     remainder = window - sum(floors.values())
     if remainder < 0:
         raise BudgetError(f"floors ({sum(floors.values())} tokens) exceed the window ({window}): split the step or lower the floors")
-    weights = _weights(profile, signals)
+    weights = flex_weights(profile, signals)
     wsum = sum(weights.values()) or 1.0
     nominal = {k: int(remainder * weights[k] / wsum) for k in FLEX_LAYERS}
     # What the pack may spend on flexible layers: window less slack less what fixed layers really use.

@@ -17,7 +17,7 @@ from ..errors import BudgetError
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from ..windows import context_window
-from .allocate import Allocation, allocate_around_conversation
+from .allocate import Allocation, allocate_around_conversation, flex_weights
 from .collect import PackInputs, PackState, Turn
 from .compress import TruncationEvent, bounded_turns, cut_turn, fit_lines, repair_orphans, turn_id
 from .conversation import Compaction, Verbatim, compaction_block, known_values, plan_compaction, verbatim_zone
@@ -250,8 +250,7 @@ def _room(inputs: PackInputs, profile: BudgetProfile, window: int, cands: Candid
     flexible = max(0, limit - head - frame - reserve)
     if frozen is not None:  # Evidence and Memory are frozen inside the payload (counted in the frame)
         return Room(limit, head, frame, reserve, flexible)
-    weights = {"evidence": _weight(profile, "evidence"), "memory": _weight(profile, "memory"),
-               "conversation": _weight(profile, "conversation")}
+    weights = {k: max(1e-6, w) for k, w in flex_weights(profile, cands.signals).items()}
     wanted = {"evidence": sum(ln.tokens + 1 for ln in cands.evidence),
               "memory": flexible if memory_wanted else sum(ln.tokens + 1 for ln in cands.memory)}
     share = sum(w for k, w in weights.items() if k == "conversation" or wanted.get(k, 0) > 0) or 1.0
@@ -263,10 +262,6 @@ def _reserve(inputs: PackInputs, profile: BudgetProfile, zone: Verbatim, failure
     """Room for the closing status, only when one can be due (a goal, a compaction, failures)."""
     due = inputs.task.goal or inputs.task.step or zone.through > 0 or failures
     return recitation_reserve(profile) if due else 0
-
-
-def _weight(profile: BudgetProfile, layer: str) -> float:
-    return max(1e-6, getattr(profile.weights, layer).base)
 
 
 def _allocate(profile: BudgetProfile, window: int, room: Room, cands: Candidates, prepared: Prepared, zone: Verbatim,
