@@ -398,13 +398,17 @@ def _persist_summary(ctx: CallbackContext, before: dict, after: dict) -> None:
 
 
 def _log_pack(pack: ContextPack) -> None:
+    """One line per call: what was sent against what ADK would have sent, the cached share, the layers."""
     m = pack.manifest
     lb = m.layer_budgets
+    without = m.tokens_without_plugin or m.tokens_before
     logger.info(
-        "aether-context %s agent=%s tokens %d -> %d (window %d) system=%d task=%d tools=%d evidence=%d/%d "
-        "memory=%d/%d conversation=%d/%d truncations=%d prefix=%d%s",
-        m.pack_id, m.agent, m.tokens_before, m.tokens_after, m.window, lb["system"].used, lb["task"].used,
-        lb["tools"].used, lb["evidence"].used, lb["evidence"].budget, lb["memory"].used, lb["memory"].budget,
-        lb["conversation"].used, lb["conversation"].budget, len(m.truncation_events), m.prefix_tokens,
-        " reused" if m.reused_payload else "",
+        "aether-context %s agent=%s sent %d tokens, ADK alone %d (%+.0f%%), cached prefix %d (%.0f%%), window %d "
+        "(calibration %.2f) evidence=%d/%d memory=%d/%d conversation=%d/%d truncations=%d%s%s",
+        m.pack_id, m.agent, m.tokens_after, without, 100.0 * (m.tokens_after - without) / max(1, without),
+        m.prefix_tokens, 100.0 * m.prefix_tokens / max(1, m.tokens_after), m.window, m.calibration,
+        lb["evidence"].used, lb["evidence"].budget, lb["memory"].used, lb["memory"].budget,
+        lb["conversation"].used, lb["conversation"].budget, len(m.truncation_events),
+        f" compaction: {m.compaction['reason']}" if m.compaction else "",
+        f" cache break: {m.cache_break.get('cause', m.cache_break.get('block'))}" if m.cache_break else "",
     )
