@@ -173,7 +173,8 @@ async def test_one_info_line_per_call(memory_store_url, caplog):
     for record, line in zip(plugin.packer.recent, lines):
         message = line.getMessage()
         assert record.manifest.pack_id in message
-        assert f"tokens {record.manifest.tokens_before} -> {record.manifest.tokens_after}" in message
+        m = record.manifest
+        assert f"sent {m.tokens_after} tokens, ADK alone {m.tokens_without_plugin or m.tokens_before} " in message
     assert not [r for r in caplog.records if r.name.startswith("aether_context") and r.levelno >= logging.WARNING]
 
 
