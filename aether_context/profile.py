@@ -78,12 +78,17 @@ class Weights(_Strict):
 
 
 class ConversationSettings(_Strict):
-    """How history is kept: a verbatim tail, the rest summarised in the pack."""
+    """How history is kept: verbatim while the request fits; one compaction under pressure."""
 
-    tail_turns: int = Field(6, ge=1, description="Turns (a message, or a call with its responses) kept verbatim before the current request.")
-    compact_to: float = Field(0.6, gt=0, le=1, description=(
-        "When the conversation overflows its budget, fold history down to this share of the budget, so the "
-        "following calls can append without touching the prefix (cache stability)."))
+    tail_turns: int = Field(6, ge=1, description=(
+        "The minimum verbatim tail: a compaction always keeps at least this many newest turns (a message, or "
+        "a call with its responses). History is verbatim while it fits; this is a floor, not a cap."))
+    compact_to: float = Field(0.5, gt=0, le=1, description=(
+        "When the conversation outgrows its room, compact it in one step down to this share of that room, so "
+        "the following calls (and invocations) append without rewriting the prefix (cache stability)."))
+    growth_share: float = Field(0.25, ge=0, lt=1, description=(
+        "Share of the flexible room Evidence and Memory leave free at an invocation's start, so the turns it "
+        "appends (answers, tool calls) fit without a new compaction."))
     max_turn_tokens: int = Field(4000, ge=64, description="A single kept turn above this is cut middle-out (a truncation event).")
     max_verbatim_turns: int | None = Field(None, ge=1, description=(
         "At most this many turns verbatim (tail + this invocation's tool turns); None: as many as fit."))
@@ -110,7 +115,8 @@ class CacheSettings(_Strict):
 class SelectionSettings(_Strict):
     """Top-k limits for the retrieved layers; the token budget still applies."""
 
-    top_k: int = Field(8, ge=0, description="At most this many items.")
+    top_k: int | None = Field(None, ge=1, description=(
+        "Optional cap on the number of items; by default the layer's budget alone decides, filled by score."))
     item_max_tokens: int = Field(300, ge=16, description="An item's summary is cut to this many tokens.")
 
 

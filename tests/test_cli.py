@@ -20,7 +20,8 @@ from conftest import history_turns, make_inputs, tool_spec
 def saved(request, counter, memory_store_url, tmp_path):
     url = memory_store_url if request.param == "memory" else f"file://{tmp_path}/packs"
     task = TaskSpec(goal="Write the report", acceptance=("cites sources",))
-    inputs = make_inputs(history_turns(12, big=200), "summarise the sources", task=task,
+    # a history over its room at this window: the pack compacts it (a fold in the manifest)
+    inputs = make_inputs(history_turns(12, big=300), "summarise the sources", task=task,
                          tools=[tool_spec("search")],
                          evidence=[EvidenceItem("ev1", "revenue grew 12%", uri="artifact://app/u/s1/r.txt")])
     pack = build_pack(inputs, load_profile("default"), counter=counter, window=3_000)
@@ -51,7 +52,8 @@ def test_replay_text(saved):
     code, text = run(["replay", uri])
     assert code == 0
     assert f"checksum {pack.request.checksum}" in text
-    assert "USER REQUEST (VERBATIM)" in text
+    assert "USER REQUEST (VERBATIM; answer it):\nsummarise the sources" in text
+    assert "CONVERSATION SO FAR (earlier turns, compacted" in text
     assert "tools: search" in text
 
 

@@ -83,8 +83,29 @@ async def test_recall_search_finds_the_error_line():
     assert got["matches"] == 1 and "line 777" in got["lines"]
 
 
+async def test_the_recall_tool_is_declared_once_an_original_is_offloaded():
+    turns = [call("big_log"), "done"]
+    llm, plugin, runner, session, events = await _run(turns)
+    tools = [[t.name for t in request_from_llm(r).tools] for r in llm.requests]
+    assert tools == [["big_log"], ["big_log", "read_artifact"]]
+    assert "read_artifact" in llm.requests[1].tools_dict  # ADK can run it
+    assert plugin.packer.recent[1].manifest.cache_break["cause"] == "tool declarations changed"
+
+
+async def test_the_recall_tool_declaration_is_small():
+    """Issue 11: the recall tool's declaration is well under 100 tokens (it rides on every later call)."""
+    from aether_context.content import canonical_json
+    from aether_context.tokens import TokenCounter
+
+    llm, plugin, runner, session, events = await _run([call("big_log"), "done"])
+    declaration = [t for t in request_from_llm(llm.requests[1]).tools if t.name == "read_artifact"][0].declaration
+    assert TokenCounter().count_text(canonical_json(declaration)) < 100
+
+
 async def test_recall_refuses_a_uri_outside_the_store():
-    turns = [call("read_artifact", uri="artifact://other-app/u/s/secret.txt"), call("read_artifact", uri="file:///etc/passwd"), "done"]
+    # the recall tool exists once the session has an offloaded original
+    turns = [call("big_log"), call("read_artifact", uri="artifact://other-app/u/s/secret.txt"),
+             call("read_artifact", uri="file:///etc/passwd"), "done"]
     llm, plugin, runner, session, events = await _run(turns)
     responses = [r.response for ev in events for r in ev.get_function_responses() if r.name == "read_artifact"]
     assert len(responses) == 2

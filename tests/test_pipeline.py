@@ -10,7 +10,7 @@ import pytest
 from aether_context.content import Blob, FunctionCall, FunctionResponse, Message, TextPart, canonical_json
 from aether_context.errors import BudgetError
 from aether_context.pipeline import (EvidenceItem, MemoryItem, TaskSpec, build_pack, group_turns, request_tokens)
-from aether_context.pipeline.render import CONTRACT, PAYLOAD_HEADER, system_text
+from aether_context.pipeline.render import PAYLOAD_HEADER
 from aether_context.profile import load_profile
 from aether_context.tokens import TokenCounter
 
@@ -23,10 +23,14 @@ TASK = TaskSpec(goal="Write the Q3 market report", step="Collect revenue figures
                 acceptance=("cites every figure", "under 500 words"), constraints=("no speculation", "EUR only"))
 
 
+REQUEST_HEADER = "USER REQUEST (VERBATIM; answer it):"
+
+
 def payload_of(pack) -> str:
+    """The payload part of the one payload message (a closing STATUS may ride on it as a further part)."""
     msgs = [m for m in pack.request.messages if m.role == "user" and m.text.startswith(PAYLOAD_HEADER)]
     assert len(msgs) == 1, "exactly one pack payload"
-    return msgs[0].text
+    return msgs[0].parts[0].text
 
 
 def evidence_items(n: int, words: int = 30):
@@ -50,22 +54,40 @@ def test_layer_order_and_verbatim_request(counter):
                          tools=[tool_spec("search")])
     pack = build_pack(inputs, DEFAULT, counter=counter, window=16_000)
     text = payload_of(pack)
-    markers = ["CONTEXT PACK", "GOAL: Write the Q3 market report", "STEP: Collect revenue figures", "CONSTRAINTS:",
-               "EVIDENCE:", "MEMORY:", "CONVERSATION SUMMARY:", "ACCEPTANCE:", "USER REQUEST (VERBATIM):"]
+    markers = [PAYLOAD_HEADER, "GOAL: Write the Q3 market report", "STEP: Collect revenue figures", "CONSTRAINTS:",
+               "EVIDENCE (", "MEMORY (", "ACCEPTANCE:", REQUEST_HEADER]
     positions = [text.index(m) for m in markers]
     assert positions == sorted(positions), positions
-    assert text.startswith("CONTEXT PACK\n")
-    assert text.endswith("USER REQUEST (VERBATIM):\n" + request)
+    assert text.startswith(PAYLOAD_HEADER + "\n")
+    assert text.endswith(REQUEST_HEADER + "\n" + request)
     assert text.count(request) == 1
     assert "- no speculation" in text and "- [ ] cites every figure" in text and "- [ ] under 500 words" in text
+    # quoted data (evidence and memory items) is indented: only the pack's own headers start a line
+    assert "\n  - [ev0] figure 0:" in text and "\n  - (2022-04-16 05:20) remembered 1:" in text
+    assert "CONVERSATION SO FAR" not in text  # the history fits: it goes out verbatim, before the payload
+    n = len(inputs.request.messages) - 1
+    assert pack.request.messages[:n] == inputs.request.messages[:n]
+    assert pack.request.messages[n].parts[0].text == text
     # the original request message is rewritten into the payload, never stacked next to it
     assert not any(m.text == request for m in pack.request.messages)
 
 
 def test_empty_sections_are_left_out(counter):
-    pack = build_pack(make_inputs([], "hi"), DEFAULT, counter=counter, window=8_000)
-    assert payload_of(pack) == "CONTEXT PACK\nUSER REQUEST (VERBATIM):\nhi"
+    task = TaskSpec(goal="Say hello")
+    pack = build_pack(make_inputs([], "hi", task=task), DEFAULT, counter=counter, window=8_000)
+    assert payload_of(pack) == f"{PAYLOAD_HEADER}\nGOAL: Say hello\n{REQUEST_HEADER}\nhi"
     assert [m.role for m in pack.request.messages] == ["user"]
+
+
+def test_a_pack_with_nothing_to_add_sends_the_request_as_adk_built_it(counter):
+    """No task, evidence, memory or failures: the user's message goes out as it is (no payload)."""
+    inputs = make_inputs(history_turns(4), "hi")
+    pack = build_pack(inputs, DEFAULT, counter=counter, window=8_000)
+    assert pack.request.messages == inputs.request.messages
+    assert pack.request.system_instruction == inputs.request.system_instruction
+    assert pack.request.checksum == inputs.request.checksum
+    assert not any(m.text.startswith(PAYLOAD_HEADER) for m in pack.request.messages)
+    assert pack.manifest.tokens_after == pack.manifest.tokens_before
 
 
 def test_request_attachments_stay_in_the_payload(counter):
@@ -81,13 +103,15 @@ def test_request_attachments_stay_in_the_payload(counter):
     assert payload.text.endswith("what is in this picture?")
 
 
-def test_system_instruction_is_original_plus_contract_and_stable(counter):
+def test_system_instruction_is_adks_unchanged_and_stable(counter):
     a = build_pack(make_inputs(history_turns(3), "one", task=TASK), DEFAULT, counter=counter, window=8_000)
     b = build_pack(make_inputs(history_turns(9), "two", evidence=evidence_items(3), invocation_id="inv-2"),
                    DEFAULT, counter=counter, window=8_000)
-    assert a.request.system_instruction == "You are a helpful analyst.\n\n" + CONTRACT
-    assert a.request.system_instruction == b.request.system_instruction == system_text("You are a helpful analyst.")
-    assert system_text("") == CONTRACT
+    c = build_pack(make_inputs([], "three", task=TASK, system=""), DEFAULT, counter=counter, window=8_000)
+    assert payload_of(a) and payload_of(b) and payload_of(c)  # each call adds a payload ...
+    # ... but the system instruction is ADK's, byte for byte (nothing appended: the cached prefix stays the app's)
+    assert a.request.system_instruction == b.request.system_instruction == "You are a helpful analyst."
+    assert c.request.system_instruction == ""
 
 
 def test_model_name_is_kept(counter):
@@ -145,6 +169,11 @@ def test_missing_user_request_is_flagged(counter):
     inputs = replace(make_inputs(history_turns(3), "hi"), request_index=None)
     pack = build_pack(inputs, DEFAULT, counter=counter, window=8_000)
     assert "user_request_not_found" in pack.manifest.flags
+    assert pack.request.messages == inputs.request.messages  # nothing to add: sent as it is
+    with_task = replace(make_inputs(history_turns(3), "hi", task=TASK), request_index=None)
+    pack = build_pack(with_task, DEFAULT, counter=counter, window=8_000)
+    assert "user_request_not_found" in pack.manifest.flags
+    assert "GOAL: " + TASK.goal in payload_of(pack)
     assert "USER REQUEST" not in payload_of(pack)
 
 
@@ -178,22 +207,32 @@ def test_memory_top_k_with_dates(counter):
            MemoryItem("new", "the budget owner is now Bob", timestamp=1_700_000_000.0),
            MemoryItem("undated", "budget owner note without a date"),
            MemoryItem("noise", "lunch was pasta", timestamp=1_690_000_000.0)]
-    pack = build_pack(make_inputs([], "who is the budget owner?", memory=mem), profile, counter=counter,
-                      window=16_000)
+    pack = capped = build_pack(make_inputs([], "who is the budget owner?", memory=mem), profile, counter=counter,
+                               window=16_000)
     text = payload_of(pack)
-    lines = [ln for ln in text.split("\n") if ln.startswith("- (")]
+    lines = [ln[2:] for ln in text.split("\n") if ln.startswith("  - (")]
     assert len(lines) == 2
     assert len(pack.manifest.selected["memory"]) == 2
-    assert pack.manifest.layer_budgets["memory"].dropped == 2
     assert "lunch" not in text
     assert all(re.match(r"- \((\d{4}-\d\d-\d\d \d\d:\d\d|undated)\) ", ln) for ln in lines)
     assert "(2023-11-14 22:13) the budget owner is now Bob" in text
+    # without the optional cap the budget decides: every relevant item goes in, the irrelevant one does not
+    pack = build_pack(make_inputs([], "who is the budget owner?", memory=mem), DEFAULT, counter=counter,
+                      window=16_000)
+    text = payload_of(pack)
+    assert DEFAULT.memory.top_k is None
+    assert {s["id"] for s in pack.manifest.selected["memory"]} == {"old", "new", "undated"}
+    assert "(2020-09-13 12:26) the budget owner is Alice" in text and "lunch" not in text
+    usage = pack.manifest.layer_budgets["memory"]
+    assert usage.items == 3 and usage.demand >= usage.used > 0
+    # the items the cap left out are accounted for in the manifest (nothing disappears silently)
+    assert capped.manifest.layer_budgets["memory"].dropped == 2
 
 
 def test_undated_memory_is_marked(counter):
     pack = build_pack(make_inputs([], "budget?", memory=[MemoryItem("x", "budget is 5k")]), DEFAULT,
                       counter=counter, window=8_000)
-    assert "- (undated) budget is 5k" in payload_of(pack)
+    assert "\n  - (undated) budget is 5k" in payload_of(pack)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -216,34 +255,94 @@ def test_group_turns_keeps_calls_with_their_responses():
     assert group_turns([resp_msg("a")])[0].is_orphan_response
 
 
-def test_tail_verbatim_older_turns_summarised(counter):
+def test_history_is_verbatim_while_it_fits(counter):
     history = history_turns(10)
-    turns = group_turns(history)
-    assert len(turns) == 10
-    pack = build_pack(make_inputs(history, "next?"), DEFAULT, counter=counter, window=32_000)
-    tail = DEFAULT.conversation.tail_turns
-    kept = [m for t in turns[-tail:] for m in t.messages]
-    n = len(kept)
-    assert list(pack.request.messages[:n]) == kept
-    assert pack.request.messages[n].text.startswith(PAYLOAD_HEADER)
-    text = payload_of(pack)
-    summary = text[text.index("CONVERSATION SUMMARY:"):text.index("USER REQUEST")]
-    for t in turns[:-tail]:
-        assert f"[turn {t.start}]" in summary
-    for t in turns[-tail:]:
-        assert f"[turn {t.start}]" not in summary
-    fold = [e for e in pack.manifest.truncation_events if e["action"] == "fold"]
-    assert fold and len(fold[0]["ids"]) == 10 - tail
+    assert len(group_turns(history)) == 10
+    inputs = make_inputs(history, "next?")
+    pack = build_pack(inputs, DEFAULT, counter=counter, window=32_000)
+    # more turns than tail_turns, but the request fits: nothing is folded, the request goes out as ADK built it
+    assert len(group_turns(history)) > DEFAULT.conversation.tail_turns
+    assert pack.request.messages == inputs.request.messages
+    assert pack.manifest.compaction is None
+    assert not [e for e in pack.manifest.truncation_events if e["action"] == "fold"]
+    assert pack.manifest.layer_budgets["conversation"].items == 10
+    assert pack.manifest.layer_budgets["conversation"].dropped == 0
 
 
-def test_tail_length_follows_profile(counter):
-    history = history_turns(10)
-    profile = DEFAULT.override(conversation={"tail_turns": 2})
-    pack = build_pack(make_inputs(history, "next?"), profile, counter=counter, window=32_000)
+def test_under_pressure_one_compaction_moves_the_oldest_turns_into_a_block(counter):
+    history = history_turns(30, big=300)
     turns = group_turns(history)
-    kept = [m for t in turns[-2:] for m in t.messages]
-    assert list(pack.request.messages[:len(kept)]) == kept
-    assert pack.manifest.layer_budgets["conversation"].items == 2
+    inputs = make_inputs(history, "next?")
+    window = 4_000
+    assert request_tokens(inputs.request, counter) > window  # it cannot go out verbatim
+    pack = build_pack(inputs, DEFAULT, counter=counter, window=window)
+    assert request_tokens(pack.request, counter) <= window - int(window * DEFAULT.floors.slack)
+    m = pack.manifest
+    assert m.compaction is not None and m.compaction["reason"] == "conversation over its room"
+    through = m.compaction["through"]
+    compacted = [t for t in turns if t.start < through]
+    kept = [t for t in turns if t.start >= through]
+    assert compacted and len(kept) >= DEFAULT.conversation.tail_turns
+    assert m.compaction["folded_turns"] == len(compacted) and m.compaction["count"] == 1
+    assert m.compaction["tokens_after"] < m.compaction["tokens_before"]
+    # the block leads, then the newest turns verbatim (whole turns), then the user's message
+    msgs = pack.request.messages
+    block = msgs[0].text
+    assert msgs[0].role == "user" and block.startswith("CONVERSATION SO FAR (earlier turns, compacted")
+    verbatim = [msg for t in kept for msg in t.messages]
+    assert list(msgs[1:1 + len(verbatim)]) == verbatim
+    assert msgs[1 + len(verbatim):] == (text_msg("user", "next?"),)
+    assert orphan_responses(msgs) == []
+    # fold lines (indented under TURNS:) name the newest compacted turns; no kept turn is in the block
+    turns_section = block.split("\nTURNS:\n", 1)[1]
+    assert f"  - [turn {compacted[-1].start}]" in turns_section
+    for t in kept:
+        assert f"[turn {t.start}]" not in block
+    fold = [e for e in m.truncation_events if e["action"] == "fold"]
+    assert len(fold) == 1 and fold[0]["ids"] == [f"turn-{t.start}" for t in compacted]
+    assert m.layer_budgets["conversation"].items == len(kept)
+    assert m.layer_budgets["conversation"].dropped == len(compacted)
+    assert pack.state.compacted_through == through and pack.state.block_text == block
+
+
+@pytest.mark.parametrize("window, words", [(8_000, 100), (6_000, 300)])
+def test_a_compaction_is_not_followed_by_another_at_the_next_invocation(counter, window, words):
+    """A chat that outgrows its room, one invocation per question: a compaction brings the conversation
+    down to `compact_to` of its room so the next invocations append (cache-stable) instead of compacting
+    again. Two compactions in a row would break the prefix at every new user turn (issue 11)."""
+    history: list = []
+    previous = None
+    compacted = []
+    for i in range(30):
+        question = f"question {i}: " + filler(words, i)
+        pack = build_pack(make_inputs(history, question, invocation_id=f"inv-{i}", previous=previous), DEFAULT,
+                          counter=counter, window=window)
+        assert request_tokens(pack.request, counter) <= window - int(window * DEFAULT.floors.slack)
+        if pack.manifest.compaction is not None:
+            compacted.append(i)
+        previous = pack.state
+        history += [text_msg("user", question), text_msg("model", f"answer {i}: " + filler(words, 100 + i))]
+    assert compacted, "the chat never outgrew its room: make it longer"
+    assert not [i for i in compacted if i - 1 in compacted], compacted
+
+
+def test_tail_turns_is_the_minimum_verbatim_tail(counter):
+    history = history_turns(30, big=300)
+    turns = group_turns(history)
+    inputs = make_inputs(history, "next?")
+    # no pressure: a small tail_turns does not cap the verbatim history
+    roomy = build_pack(make_inputs(history_turns(10), "next?"), DEFAULT.override(conversation={"tail_turns": 2}),
+                       counter=counter, window=32_000)
+    assert roomy.manifest.layer_budgets["conversation"].items == 10
+    # under pressure with a tiny compaction target, exactly the minimum tail stays verbatim
+    for tail in (2, 6, 10):
+        profile = DEFAULT.override(conversation={"tail_turns": tail, "compact_to": 0.05})
+        pack = build_pack(inputs, profile, counter=counter, window=4_000)
+        assert pack.manifest.compaction is not None
+        assert pack.manifest.layer_budgets["conversation"].items == tail
+        kept = [m for t in turns[-tail:] for m in t.messages]
+        assert list(pack.request.messages[1:1 + len(kept)]) == kept
+        assert pack.request.messages[0].text.startswith("CONVERSATION SO FAR")
 
 
 def test_folding_never_orphans_a_response(counter):
@@ -277,7 +376,7 @@ def test_oversized_turn_is_cut_middle_out(counter):
     cut = [e for e in pack.manifest.truncation_events if e["action"] == "cut"]
     assert cut and cut[0]["tokens_after"] < cut[0]["tokens_before"]
     resp = pack.request.messages[-1].responses[0]
-    assert "middle cut by aether-context" in canonical_json(resp.response)
+    assert "tokens omitted" in canonical_json(resp.response)
     assert pack.request.messages[-2].calls[0].name == "fetch"
 
 
@@ -294,20 +393,33 @@ def _overflow_inputs():
                        tools=[tool_spec("search"), tool_spec("fetch")])
 
 
-def test_overflow_is_per_layer_budget_and_listed_in_design_order(counter):
-    """Each flexible layer is cut only beyond its allocator budget (the profile's weights decide who
-    gives way), and the manifest lists the actions in the design's order: compress before fold
-    before drop; within an action memory, then evidence, then conversation."""
+def test_overflow_is_per_layer_budget_and_listed_in_pipeline_order(counter):
+    """Each flexible layer is cut only beyond its allocator budget, and the manifest lists the actions in
+    the order the pipeline takes them: repairs of the turns, the compaction (fold), Evidence and Memory
+    fitted to their budgets (compress before drop), then the exact final fit (Memory dropped, then
+    Evidence, then the largest kept turn cut)."""
     inputs = _overflow_inputs()
-    action_rank = {"compress": 0, "cut": 1, "fold": 2, "drop": 3}
     layer_rank = {"memory": 0, "evidence": 1, "conversation": 2}
+
+    def stage(e):
+        if e["reason"].startswith("window still exceeded"):
+            return 3
+        if e["action"] == "fold":
+            return 1
+        return 2 if e["layer"] in ("memory", "evidence") else 0
+
     seen = set()
     for window in range(12_000, 2_400, -250):
         pack = build_pack(inputs, DEFAULT, counter=counter, window=window)
         assert request_tokens(pack.request, counter) <= window - int(window * 0.12)
         events = pack.manifest.truncation_events
-        keys = [(action_rank[e["action"]], layer_rank[e["layer"]]) for e in events]
-        assert keys == sorted(keys), (window, events)
+        stages = [stage(e) for e in events]
+        assert stages == sorted(stages), (window, events)
+        for layer in ("memory", "evidence"):
+            actions = [e["action"] for e in events if stage(e) == 2 and e["layer"] == layer]
+            assert actions in ([], ["compress"], ["drop"], ["compress", "drop"]), (window, layer, events)
+        final = [layer_rank[e["layer"]] for e in events if stage(e) == 3]
+        assert final == sorted(final), (window, events)
         for e in events:
             assert e["ids"], e
             seen.add(e["layer"])
@@ -316,6 +428,21 @@ def test_overflow_is_per_layer_budget_and_listed_in_design_order(counter):
             if any(e["layer"] == layer for e in events):
                 assert budgets[layer].used <= budgets[layer].budget, (window, layer, budgets[layer])
     assert {"evidence", "conversation"} <= seen
+
+
+def test_a_compaction_with_nothing_to_move_sends_no_empty_block(counter):
+    """Six turns (= tail_turns, the minimum verbatim tail) over their room: nothing can leave the verbatim
+    zone, so no CONVERSATION SO FAR block may be sent (a header with no turns costs tokens and breaks the
+    cache prefix at the next call, which starts again from an uncompacted zone)."""
+    inputs = _overflow_inputs()
+    for window in (3_500, 3_000, 2_500):
+        pack = build_pack(inputs, DEFAULT, counter=counter, window=window)
+        first = pack.request.messages[0].text
+        if first.startswith("CONVERSATION SO FAR"):
+            assert any(f"\n{h}:\n" in first for h in ("OPENING REQUEST", "SUMMARY", "TURNS")), (window, first)
+        if pack.manifest.compaction is not None:
+            assert pack.manifest.compaction["folded_turns"] > 0 or pack.state.compacted_through > 0, \
+                (window, pack.manifest.compaction)
 
 
 def test_overflow_compresses_before_dropping(counter):
@@ -334,11 +461,11 @@ def test_overflow_never_touches_system_task_tools(counter):
     for window in (12_000, 5_000, 3_000, 2_500):
         pack = build_pack(inputs, DEFAULT, counter=counter, window=window)
         text = payload_of(pack)
-        assert pack.request.system_instruction == system_text(inputs.request.system_instruction)
+        assert pack.request.system_instruction == inputs.request.system_instruction
         assert [t.name for t in pack.request.tools] == ["fetch", "search"]
         for piece in ("GOAL: " + TASK.goal, "STEP: " + TASK.step, "- no speculation", "- EUR only",
                       "- [ ] cites every figure", "- [ ] under 500 words",
-                      "USER REQUEST (VERBATIM):\nreport the findings"):
+                      REQUEST_HEADER + "\nreport the findings"):
             assert piece in text
         assert not any(e["layer"] in {"system", "task", "tools"} for e in pack.manifest.truncation_events)
 
@@ -413,11 +540,18 @@ def test_reuse_keeps_previous_request_as_strict_prefix(counter):
     for prev, cur in ((p1, p2), (p2, p3)):
         m = cur.manifest
         assert m.reused_payload
-        # a closing recitation block is dynamic: it is not part of the prefix the next call keeps
-        stable = prev.request.messages[:-1] if prev.manifest.recited else prev.request.messages
+        assert m.cache_break is None
+        # the closing status rides on the last message as its final text part: it is dynamic, so the
+        # prefix the next call keeps is the previous request without that part
+        stable = prev.request.messages
+        if prev.manifest.recited:
+            last = stable[-1]
+            assert isinstance(last.parts[-1], TextPart) and last.parts[-1].text.startswith("STATUS")
+            stable = stable[:-1] + (Message(last.role, last.parts[:-1]),)
         n = len(stable)
         assert cur.request.messages[:n] == stable
-        assert len(cur.request.messages) == n + 2 + (1 if m.recited else 0)
+        assert len(cur.request.messages) == n + 2  # the call and its response (the status rides on the response)
+        assert cur.request.messages[-1].responses and (not m.recited or cur.request.messages[-1].text.startswith("STATUS"))
         assert cur.request.system_instruction == prev.request.system_instruction
         assert cur.request.tools == prev.request.tools
         prev_stable = replace(prev.request, messages=stable)
@@ -434,9 +568,17 @@ def test_new_invocation_rebuilds(counter):
                                 invocation_id="inv-2", previous=p3.state), DEFAULT, counter=counter, window=16_000)
     assert not p4.manifest.reused_payload
     text = payload_of(p4)
-    assert text.endswith("USER REQUEST (VERBATIM):\nnow compare with Q2")
+    assert text.endswith(REQUEST_HEADER + "\nnow compare with Q2")
     assert "find the numbers" not in text.split("USER REQUEST")[1]
     assert p4.manifest.previous_pack_id == p3.manifest.pack_id
+    # the new turn appends: everything before the previous payload is sent again unchanged, and the
+    # previous payload is replaced by its original user message (a named cache break at that index)
+    k = p3.state.payload_index
+    assert p4.request.messages[:k] == p3.request.messages[:k]
+    assert p4.request.messages[k] == text_msg("user", "find the numbers")
+    brk = p4.manifest.cache_break
+    assert brk["index"] == k and brk["cause"] == "new invocation: the previous payload was replaced by its user message"
+    assert p4.manifest.prefix_tokens == request_tokens(replace(p4.request, messages=p4.request.messages[:k]), counter)
 
 
 def test_other_agent_state_is_not_reused(counter):
@@ -496,6 +638,6 @@ def test_manifest_layer_accounting(counter):
     assert m.tokens_after == request_tokens(pack.request, counter)
     assert m.tokens_before == request_tokens(pack.inputs.request, counter)
     assert m.checksum == pack.request.checksum
-    assert m.schema_version == 1
+    assert m.schema_version == 2
     used = sum(u.used for k, u in m.layer_budgets.items())
     assert abs(used - m.tokens_after) <= 10

@@ -14,6 +14,8 @@ from aether_context.profile import load_profile
 from aether_context import ContextPackPlugin, PackStore, context_pack_callback, replay, set_task
 from aether_context.adk import request_from_llm
 from aether_context.adk.collect import INSTRUCTION_MARKER
+from aether_context.content import TextPart
+from aether_context.pipeline.render import quote
 from aether_context.pipeline import request_tokens
 from aether_context.testing import ScriptedLlm, call
 
@@ -43,15 +45,26 @@ def user_texts(n: int) -> list[str]:
     return [f"Question {i}: what does page {i} say about revenue? (be brief)" for i in range(n)]
 
 
+REQUEST_HEADER = "USER REQUEST (VERBATIM; answer it):"
+
+
 def payload(request) -> str:
-    found = [m.text for m in request.messages if m.role == "user" and m.text.startswith(HEADER)]
-    assert len(found) == 1, [m.text[:40] for m in request.messages]
-    return found[0]
+    """The pack payload, or the user's own message when the pack had nothing to add (it is then sent as is).
+
+    Only the message's first part: a closing STATUS may ride on the same message as a further part."""
+    found = [m.parts[0].text for m in request.messages if m.role == "user" and m.text.startswith(HEADER)]
+    assert len(found) <= 1, [m.text[:40] for m in request.messages]
+    if found:
+        return found[0]
+    users = [m.parts[0].text for m in request.messages if m.role == "user" and m.text and not m.responses
+             and not m.text.startswith(("CONVERSATION SO FAR", "For context:")) and INSTRUCTION_MARKER not in m.text]
+    assert users, [m.text[:40] for m in request.messages]
+    return users[-1]
 
 
 def check_requests(llm: ScriptedLlm, packer, window: int, expected_users: list[str] | None = None) -> list:
-    """Every request the model received fits, has one payload with a verbatim user request, no orphans,
-    and matches its manifest's checksum. Returns the core requests."""
+    """Every request the model received fits, has at most one payload, the user's request verbatim (in the
+    payload, or as the message itself when the pack had nothing to add), no orphans. Returns the core requests."""
     limit = window - int(window * packer.profile.floors.slack)
     requests = [request_from_llm(strip_continue(r)) for r in llm.requests]
     for i, r in enumerate(requests):
@@ -59,7 +72,8 @@ def check_requests(llm: ScriptedLlm, packer, window: int, expected_users: list[s
         assert orphan_responses(r.messages) == [], i
         text = payload(r)
         if expected_users is not None:
-            assert text.endswith("USER REQUEST (VERBATIM):\n" + expected_users[i]), (i, text[-200:])
+            assert text == expected_users[i] or text.endswith(f"{REQUEST_HEADER}\n{expected_users[i]}"), \
+                (i, text[-200:])
     return requests
 
 
@@ -106,18 +120,28 @@ async def test_ten_turn_session_fits_and_replays(memory_store_url):
         assert replay(record.uri) == sent
 
     # ADK's replaced contents are held only while a call is in flight, then released
-    assert packer._replaced == {}
+    assert packer._slots and all(slot.replaced is None for slot in packer._slots.values())
 
 
 async def test_every_request_keeps_tools_and_system(memory_store_url):
     llm, plugin, *_ = await run_session(4, memory_store_url)
-    for req in llm.requests:
+    base = ["fetch_page", "grep_logs", "lookup"]
+    recall_from = None
+    for i, req in enumerate(llm.requests):
         r = request_from_llm(req)
-        assert [t.name for t in r.tools] == ["fetch_page", "grep_logs", "lookup", "read_artifact"]
-        assert set(req.tools_dict) == {"fetch_page", "grep_logs", "lookup", "read_artifact"}
+        names = [t.name for t in r.tools]
+        # the recall tool is declared once the session has an offloaded original, and then stays
+        if recall_from is None and "read_artifact" in names:
+            recall_from = i
+        assert names == (base + ["read_artifact"] if recall_from is not None else base), (i, names)
+        assert set(req.tools_dict) == set(names)
         assert r.system_instruction.startswith("You are a careful research assistant.")
-        assert "CONTEXT PACK CONTRACT" in r.system_instruction
-    assert len({request_from_llm(r).system_instruction for r in llm.requests}) == 1
+        assert "CONTEXT PACK" not in r.system_instruction
+    assert recall_from is not None and recall_from > 0  # not from the first call: nothing was offloaded yet
+    assert plugin.packer.recent[recall_from].manifest.cache_break["cause"] == "tool declarations changed"
+    # the system instruction is ADK's own, byte for byte: the same as a run without the plugin
+    baseline = await _baseline_requests(1)
+    assert {request_from_llm(r).system_instruction for r in llm.requests} == {baseline[0].system_instruction}
 
 
 async def test_calls_within_an_invocation_extend_the_previous_request(memory_store_url):
@@ -134,6 +158,9 @@ async def test_calls_within_an_invocation_extend_the_previous_request(memory_sto
         assert m.reused_payload
         n = len(requests[i - 1].messages)
         assert requests[i].messages[:n] == requests[i - 1].messages
+        if m.cache_break is not None:  # once: the recall tool is declared at the first offloaded result
+            assert m.cache_break["cause"] == "tool declarations changed" and "read_artifact" not in prev.tools
+            continue
         assert m.prefix_tokens == m.previous_tokens == prev.tokens_after
     assert pairs >= 3
 
@@ -169,10 +196,15 @@ async def test_store_grows_by_new_content_only(memory_store_url):
     llm, plugin, *_ = await run_session(8, store, extra_plugins=[counter_plugin])
     seen = counter_plugin.seen
     assert len(seen) == len(llm.requests)
-    for (ev_prev, blobs_prev), (ev, blobs) in zip(seen, seen[1:]):
+    manifests = [r.manifest for r in plugin.packer.recent]
+    for i, ((ev_prev, blobs_prev), (ev, blobs)) in enumerate(zip(seen, seen[1:]), start=1):
         new_events = ev - ev_prev  # each event is at most one new message
-        # new messages, the new payload, and three small records (request, inputs request, inputs)
-        assert blobs - blobs_prev <= new_events + 5, (ev_prev, ev, blobs_prev, blobs)
+        m = manifests[i]
+        # new messages, the new payload, the last message with the closing status on it, three small records
+        # (request, inputs request, inputs); a compaction writes its new block, a tools change both new heads
+        allowed = new_events + 5 + (1 if m.compaction else 0)
+        allowed += 2 if m.cache_break and m.cache_break["block"] in ("tools", "system_instruction") else 0
+        assert blobs - blobs_prev <= allowed, (i, ev_prev, ev, blobs_prev, blobs, m.compaction, m.cache_break)
     # in all: about one blob per message ever seen plus a few small records per call, not history x calls
     assert seen[-1][1] <= seen[-1][0] + 5 * len(seen)
 
@@ -230,7 +262,7 @@ async def _baseline_requests(n: int) -> list:
     return [request_from_llm(r) for r in llm.requests]
 
 
-@pytest.mark.parametrize("window, error", [(300, "BudgetError"), (None, "WindowError")])
+@pytest.mark.parametrize("window, error", [(150, "BudgetError"), (None, "WindowError")])  # 150: not even ADK's own first request fits
 async def test_fail_open_sends_the_original_request(memory_store_url, caplog, window, error):
     caplog.set_level(logging.INFO, logger="aether_context")
     agent, llm = scripted_agent(session_script(2))
@@ -287,7 +319,8 @@ async def test_transfer_to_sub_agent(memory_store_url):
     for llm in (rllm, hllm):
         requests = check_requests(llm, packer, WINDOW)
         for r in requests:
-            ask = payload(r).split("USER REQUEST (VERBATIM):\n", 1)[1]
+            text = payload(r)
+            ask = text.split(f"{REQUEST_HEADER}\n", 1)[1] if text.startswith(HEADER) else text
             assert ask in texts  # the user's message, never another agent's quoted turn
     # the root agent's turns reach the helper as quoted context, kept in order
     first_helper = request_from_llm(hllm.requests[0])
@@ -341,10 +374,14 @@ async def test_static_instruction_with_context_cache(memory_store_url):
         assert r.system_instruction.startswith("You are a STATIC research assistant.")
     for a, b in zip(requests, requests[1:]):
         assert a.system_instruction == b.system_instruction
-        assert a.tools == b.tools
+        # the tools change once, when the recall tool joins (the first offloaded result), and are stable otherwise
+        assert a.tools == b.tools or (b.tools == a.tools + tuple(t for t in b.tools if t.name == "read_artifact")
+                                      and "read_artifact" not in [t.name for t in a.tools])
+    assert [t.name for t in requests[-1].tools][-1] == "read_artifact"
     configs = [(r.config.system_instruction, [t.model_dump(exclude_none=True) for t in r.config.tools or []])
                for r in llm.requests]
-    assert all(c == configs[0] for c in configs)
+    assert all(c[0] == configs[0][0] for c in configs)
+    assert len({repr(c) for c in configs}) == 2  # before and after the recall tool joined
     assert all(r.manifest.error is None for r in plugin.packer.recent)
 
 
@@ -384,21 +421,25 @@ async def test_set_task_in_before_agent_callback_and_step_tools(memory_store_url
     events = await run_turn(runner, sid, "Why did the site go down?")
     assert events[-1].content.parts[0].text == "It was the cache."
     assert len(llm.requests) == 2
-    for req in llm.requests:
+    # the recall tool joins once the page was offloaded, and the step filter never removes it
+    expected_tools = [["fetch_page"], ["fetch_page", "read_artifact"]]
+    for req, expected in zip(llm.requests, expected_tools):
         r = request_from_llm(req)
         text = payload(r)
         assert "GOAL: Find the outage cause" in text and "- [ ] names the failing service" in text
-        assert [t.name for t in r.tools] == ["fetch_page", "read_artifact"]  # the recall tool always stays
-        assert set(req.tools_dict) == {"fetch_page", "read_artifact"}
+        assert [t.name for t in r.tools] == expected
+        assert set(req.tools_dict) == set(expected)
         decls = [fd.name for t in req.config.tools for fd in (t.function_declarations or [])]
-        assert decls == ["fetch_page", "read_artifact"]
+        assert decls == expected
     # the tool was really executed with the filtered tools_dict
     responses = [p.function_response for c in llm.requests[1].contents for p in c.parts or [] if p.function_response]
     assert responses and responses[-1].name == "fetch_page"
     m = plugin.packer.recent[0].manifest
     assert "unknown_step_tool:not_a_tool" in m.flags
-    assert m.tools == ["fetch_page", "read_artifact"] and m.layer_budgets["tools"].dropped == 2
+    assert m.tools == ["fetch_page"] and m.layer_budgets["tools"].dropped == 2
     assert m.allocation["signals"]["risk_weight"] == 0.5
+    m = plugin.packer.recent[1].manifest
+    assert m.tools == ["fetch_page", "read_artifact"] and m.layer_budgets["tools"].dropped == 2
 
 
 async def test_memory_service_hits_appear_in_memory(memory_store_url):
@@ -416,7 +457,7 @@ async def test_memory_service_hits_appear_in_memory(memory_store_url):
     sid = await new_session(runner)
     await run_turn(runner, sid, "What is the launch codename?")
     text = payload(request_from_llm(llm.requests[0]))
-    memory_section = text[text.index("MEMORY:"):text.index("USER REQUEST")]
+    memory_section = text[text.index("MEMORY ("):text.index("USER REQUEST")]
     assert "The launch codename is BLUEBIRD and it ships in May." in memory_section
     manifest = plugin.packer.recent[0].manifest
     assert manifest.selected["memory"] and all(s["source"] == "memory_service" for s in manifest.selected["memory"])
@@ -434,7 +475,7 @@ async def test_memory_can_be_switched_off(memory_store_url):
     plugin = ContextPackPlugin(store=memory_store_url, window_tokens=WINDOW, use_memory=False)
     runner = make_runner(agent, plugins=[plugin], memory_service=memory)
     await run_turn(runner, await new_session(runner), "What is the launch codename?")
-    assert "MEMORY:" not in payload(request_from_llm(llm.requests[0]))
+    assert "MEMORY (" not in payload(request_from_llm(llm.requests[0]))
 
 
 async def test_saved_artifacts_become_evidence(memory_store_url):
@@ -449,7 +490,7 @@ async def test_saved_artifacts_become_evidence(memory_store_url):
     uri = f"artifact://testapp/u/{sid}/report.txt#v0"
     last = request_from_llm(llm.requests[-1])
     text = payload(last)
-    evidence = text[text.index("EVIDENCE:"):text.index("USER REQUEST")]
+    evidence = text[text.index("EVIDENCE ("):text.index("USER REQUEST")]
     assert uri in evidence
     assert "report.txt: Q3: quarterly revenue grew 12 percent" in evidence
     manifest = plugin.packer.recent[-1].manifest
@@ -476,15 +517,17 @@ async def test_opening_request_is_pinned_once_it_leaves_the_verbatim_history(mem
     pinned = 0
     for r, record in zip(requests, plugin.packer.recent):
         full = "\n".join(m.text for m in r.messages)
-        assert head in full  # the task statement is in every request
-        text = payload(r)
-        if "OPENING REQUEST:\n" in text:
+        assert head in full or quote(head) in full  # the task statement is in every request (verbatim or quoted)
+        block = r.messages[0].text if r.messages[0].text.startswith("CONVERSATION SO FAR") else ""
+        assert "OPENING REQUEST:" not in payload(r)  # pinned in the compaction block, not in the payload
+        if "\nOPENING REQUEST:\n" in block:
             pinned += 1
             assert "opening_request_pinned" in record.manifest.flags
-            section = text.split("OPENING REQUEST:\n", 1)[1]
-            for header in ("GOAL:", "EVIDENCE:", "MEMORY:", "CONVERSATION SUMMARY:", "FAILURES SO FAR", "ACCEPTANCE:",
-                           "USER REQUEST (VERBATIM):"):
+            section = block.split("\nOPENING REQUEST:\n", 1)[1]
+            for header in ("SUMMARY:", "TURNS:", "KNOWN VALUES:"):
                 section = section.split(f"\n{header}", 1)[0]
+            assert all(line.startswith("  ") for line in section.splitlines())  # quoted data
+            section = "\n".join(line[2:] for line in section.splitlines())
             assert section.startswith(head) and "tokens omitted" in section  # cut middle-out, head kept
             assert plugin.packer.counter.count_text(section) <= cap < plugin.packer.counter.count_text(opening)
             # never twice: a pinned opening request is not also kept verbatim in the history
@@ -493,10 +536,15 @@ async def test_opening_request_is_pinned_once_it_leaves_the_verbatim_history(mem
             assert "opening_request_pinned" not in record.manifest.flags
     assert pinned > 0  # the window is small: the first message left the verbatim history
     assert "OPENING REQUEST:\n" not in payload(requests[0])  # the first call's request is the opening itself
-    # with no goal set, the status block recites the opening request's first line, but not right after the user spoke
-    statuses = [r.messages[-1].text for r in requests if r.messages[-1].text.startswith("STATUS")]
+    # with no goal set, the status (the last message's final part) recites the opening request's first line, once
+    # history was compacted, and not right after the user spoke
+    statuses = [r.messages[-1].parts[-1].text for r in requests
+                if isinstance(r.messages[-1].parts[-1], TextPart) and r.messages[-1].parts[-1].text.startswith("STATUS")]
     assert statuses and all(s.startswith("STATUS — goal: Migrate the billing service") for s in statuses)
-    assert not requests[0].messages[-1].text.startswith("STATUS")
+    for r, record in zip(requests, plugin.packer.recent):
+        if record.manifest.recited:
+            assert r.messages[0].text.startswith("CONVERSATION SO FAR")  # compacted before any recital
+    assert not any("STATUS" in m.text for m in requests[0].messages)
 
 
 async def test_a_goal_in_state_replaces_the_opening_request(memory_store_url):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from aether_context.content import FunctionCall, FunctionResponse, Message
 from aether_context.pipeline import EvidenceItem, MemoryItem, TaskSpec, build_pack, request_tokens
-from aether_context.pipeline.render import system_text
+from aether_context.pipeline.render import PAYLOAD_HEADER
 from aether_context.profile import load_profile
 from aether_context.replay import replay
 from aether_context.store import PackStore
@@ -90,15 +90,15 @@ def check_pack(pack, inputs, window, profile) -> None:
     limit = window - int(window * profile.floors.slack)
     assert request_tokens(request, COUNTER) <= limit
     assert pack.manifest.tokens_after <= limit
-    # System: the original instruction with the contract, untouched
-    assert request.system_instruction == system_text(inputs.request.system_instruction)
+    # System: ADK's instruction, untouched (nothing appended)
+    assert request.system_instruction == inputs.request.system_instruction
     # Tools: every step tool that exists, none other
     expected = set(TOOLS) if task.tools is None else set(task.tools) & set(TOOLS)
     assert [t.name for t in request.tools] == sorted(expected)
     # Task: goal, step, constraints, acceptance whole; the request verbatim and last
-    payloads = [m for m in request.messages if m.role == "user" and m.text.startswith("CONTEXT PACK\n")]
+    payloads = [m for m in request.messages if m.role == "user" and m.text.startswith(PAYLOAD_HEADER + "\n")]
     assert len(payloads) == 1
-    text = payloads[0].text
+    text = payloads[0].parts[0].text  # a closing STATUS may ride on the message as a further part
     assert f"GOAL: {task.goal}" in text
     if task.step:
         assert f"STEP: {task.step}" in text
@@ -106,7 +106,7 @@ def check_pack(pack, inputs, window, profile) -> None:
         assert f"- {c}" in text
     for a in task.acceptance:
         assert f"- [ ] {a}" in text
-    assert text.endswith("USER REQUEST (VERBATIM):\n" + inputs.request.messages[inputs.request_index].text)
+    assert text.endswith("USER REQUEST (VERBATIM; answer it):\n" + inputs.request.messages[inputs.request_index].text)
     # no function response without its call right before it
     assert orphan_responses(request.messages) == []
     assert not any(e["layer"] in ("system", "task", "tools") for e in pack.manifest.truncation_events)
@@ -164,8 +164,13 @@ def test_later_calls_of_an_invocation(case, more):
         nxt = build_pack(nxt_inputs, profile, counter=COUNTER, window=window)
         check_pack(nxt, nxt_inputs, window, profile)
         if nxt.manifest.reused_payload:
-            # a closing recitation block is dynamic: the kept prefix is the request without it
-            stable = pack.request.messages[:-1] if pack.manifest.recited else pack.request.messages
+            # the closing status (the last message's final text part) is dynamic: the kept prefix is the
+            # request without it
+            stable = pack.request.messages
+            if pack.manifest.recited:
+                last = stable[-1]
+                assert last.parts[-1].text.startswith("STATUS")
+                stable = stable[:-1] + (Message(last.role, last.parts[:-1]),)
             n = len(stable)
             assert nxt.request.messages[:n] == stable
             assert nxt.manifest.prefix_tokens == request_tokens(replace(pack.request, messages=stable), COUNTER)

@@ -15,6 +15,7 @@ from aether_context import ContextPackPlugin, TokenCounter, load_profile
 from aether_context.adk import request_from_llm
 from aether_context.content import FunctionCall, FunctionResponse, Message, ModelRequest, TextPart, ToolSpec, user_text
 from aether_context.pipeline import PackInputs, build_pack, request_tokens
+from aether_context.pipeline.render import quote
 from aether_context.testing import ScriptedLlm, call
 
 COUNTER = TokenCounter()
@@ -98,13 +99,15 @@ def test_decay_zones_keep_pairs_valid_and_cap_the_summary():
     msgs = pack.request.messages
     assert request_tokens(pack.request, COUNTER) <= 8000 - int(8000 * profile.floors.slack)
     assert _orphans(msgs) == 0
-    payload = msgs[0].text
-    assert "CONVERSATION SUMMARY:" in payload and "[turn " in payload
+    block = msgs[0].text  # the compaction block leads the request
+    assert block.startswith("CONVERSATION SO FAR") and "\nTURNS:\n  - [turn " in block
     summary = pack.state.summary
     assert summary["text"].startswith("Goal:") and summary["covered_until"] >= 0
     assert COUNTER.count_text(summary["text"]) <= profile.decay.summary_max_tokens
-    merged = [e for e in pack.manifest.truncation_events if "running summary" in e["reason"]]
-    assert merged and merged[0]["ids"]
+    assert "\nSUMMARY:\n" + quote(summary["text"]) in block  # the running summary, quoted, in the block
+    fold = [e for e in pack.manifest.truncation_events if e["action"] == "fold"]
+    assert fold and fold[0]["ids"] and pack.manifest.compaction["folded_turns"] == len(fold[0]["ids"])
+    assert pack.state.merged_lines  # the fold lines this pack merged into the running summary
     # the errors of folded turns survive in the summary
     assert "ValueError" in summary["text"]
 

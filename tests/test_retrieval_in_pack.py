@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from google.adk.agents import LlmAgent
 from google.adk.apps.app import App
 from google.adk.memory import InMemoryMemoryService
@@ -13,7 +15,7 @@ from aether_context import ContextPackPlugin, EvidenceItem, MemoryItem, TokenCou
 from aether_context.adk import request_from_llm
 from aether_context.testing import ScriptedLlm
 
-from conftest import make_inputs, text_msg
+from conftest import filler, make_inputs, text_msg
 
 COUNTER = TokenCounter()
 TOPICS = ["the weather in Lisbon", "a pasta recipe", "the football results", "a birthday gift idea", "train times to Porto",
@@ -21,33 +23,39 @@ TOPICS = ["the weather in Lisbon", "a pasta recipe", "the football results", "a 
 
 
 async def test_an_old_fact_outside_the_tail_is_pulled_back_by_a_later_question():
-    llm = ScriptedLlm(turns=["Noted."] + [f"Here is something about {t}." for t in TOPICS] + ["It is 4817."])
+    # long answers in a small window: the early turns are compacted (they leave the verbatim history)
+    answers = [f"Here is something about {t}. " + filler(150, i) for i, t in enumerate(TOPICS)]
+    llm = ScriptedLlm(turns=["Hello!", "Noted."] + answers + ["It is 4817."])
     agent = LlmAgent(name="assistant", model=llm, instruction="Help the user.")
-    plugin = ContextPackPlugin(store="memory://retrieval-pack", window_tokens=32_000)
+    plugin = ContextPackPlugin(store="memory://retrieval-pack", window_tokens=6_000)
     runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService(),
                     memory_service=InMemoryMemoryService())
     session = await runner.session_service.create_session(app_name="app", user_id="u")
-    texts = ["Please remember this: my gym locker code is 4817."] + [f"Tell me about {t}." for t in TOPICS] + \
+    fact = "Please remember this: my gym locker code is 4817."
+    texts = ["Hi, I have a few questions today.", fact] + [f"Tell me about {t}." for t in TOPICS] + \
             ["What is my gym locker code again?"]
     for text in texts:
         async for _ in runner.run_async(user_id="u", session_id=session.id,
                                         new_message=types.Content(role="user", parts=[types.Part(text=text)])):
             pass
     last = request_from_llm(llm.requests[-1])
-    payload = next(m.text for m in last.messages if m.text.startswith("CONTEXT PACK"))
-    memory = payload.split("MEMORY:", 1)[1]
-    assert "4817" in memory.split("\n\n")[0] or "4817" in memory  # the old turn is back, via retrieval
-    verbatim = [m.text for m in last.messages if not m.text.startswith("CONTEXT PACK")]
-    assert not any("4817" in v for v in verbatim)  # it is not in the verbatim tail: only retrieval brought it
-    picked = plugin.packer.recent[-1].manifest.selected["memory"]
-    first = picked[0]
-    assert first["id"] == "turn-0" and first["source"] == "history"
-    assert {"bm25", "dense", "fused", "mmr"} <= set(first) and first["bm25"] > 0
+    assert last.messages[0].text.startswith("CONVERSATION SO FAR")  # history was compacted
+    payload = next(m.parts[0].text for m in last.messages if m.text.startswith("CONTEXT PACK"))
+    memory = payload.split("MEMORY (", 1)[1].split("\nUSER REQUEST", 1)[0]
+    # the old turn is back, via retrieval, as a dated Memory item
+    assert re.search(r"\n  - \(\d{4}-\d\d-\d\d \d\d:\d\d\) user: " + re.escape(fact), memory), memory
+    verbatim = [m.text for m in last.messages[1:] if not m.text.startswith("CONTEXT PACK")]
+    assert not any("4817" in v for v in verbatim)  # it is not in the verbatim history: it left with a compaction
+    picked = {s["id"]: s for s in plugin.packer.recent[-1].manifest.selected["memory"]}
+    item = picked["turn-2"]  # the fact's turn (0: hello, 1: hello!, 2: the fact)
+    assert item["source"] == "history"
+    assert {"bm25", "dense", "fused", "mmr"} <= set(item) and item["bm25"] > 0
 
 
 def test_items_in_the_conversation_or_evidence_are_not_repeated_in_memory():
     history = [text_msg("user", "The deploy failed with error E42 on node seven."), text_msg("model", "Looking into it.")]
-    inputs = make_inputs(history, "what failed?",
+    # the question shares words with every item: only the layers, not relevance, decide what Memory repeats
+    inputs = make_inputs(history, "what failed on node seven?",
                          evidence=[EvidenceItem("ev-1", "Runbook: restart node seven after E42.", uri="artifact://a/u/s/runbook")],
                          memory=[MemoryItem("m-dup-conv", "The deploy failed with error E42 on node seven."),
                                  MemoryItem("m-dup-ev", "Runbook: restart node seven after E42."),

@@ -158,8 +158,12 @@ async def test_adk_session_history_is_not_retokenized(memory_store_url):
         new_messages = n - (sizes[j - 1] if j else 0)
         misses = stats[j + 1]["message_misses"] - stats[j]["message_misses"]
         # call j tokenized only its new ADK messages plus the few messages the pack itself rendered
-        # (payload, task probe); never the whole history again
-        assert misses <= new_messages + 3, (j, misses, new_messages, n)
+        # (payload, task probe; at a compaction the new block; the last message with the closing status on
+        # it; a payload re-rendered after a final drop); never the whole history again
+        m = plugin.packer.recent[j].manifest
+        rendered = 3 + (1 if m.compaction else 0) + (1 if m.recited else 0) + sum(
+            1 for e in m.truncation_events if e["reason"].startswith("window still exceeded"))
+        assert misses <= new_messages + rendered, (j, misses, new_messages, n)
         if j:
             assert stats[j + 1]["message_hits"] - stats[j]["message_hits"] >= sizes[j - 1] // 2
     # over the session the misses are linear in the new content, far below the contents counted

@@ -34,6 +34,7 @@ from ..store import DEFAULT_STORE_URL, PackStore
 from ..tokens import TokenCounter, TokenCounting
 from ..variation import compact_json
 from .collect import FAILURES_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY, collect_inputs
+from .event_times import EventTimes, session_now
 from .convert import apply_request, request_from_llm
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool, offload_tool_result
 from .recovery import is_token_limit_error, recovery_pack
@@ -45,6 +46,27 @@ logger = logging.getLogger("aether_context")
 CALIBRATION_ALPHA = 0.5  # weight of the newest observation in the smoothed correction
 
 __all__ = ["ContextPacker", "CallRecord"]
+
+
+COMPACT_STATE_KEY = "aether:compact"  # set (by `ContextPacker.compact` or the CLI) to compact at the next call
+SAVED_STATE_KEY = "aether:saved_tokens"  # response digest -> tokens an offload saved (for "without the plugin")
+MAX_SESSIONS = 4096  # session slots kept in memory; the least recently used is released first
+
+
+@dataclass
+class SessionSlot:
+    """Everything the packer keeps between calls of one (app, user, session, agent)."""
+
+    state: PackState | None = None  # the previous call's pack state (cache-stable packing)
+    last: ContextPack | None = None  # the previous pack (usage, summary refresh)
+    replaced: list | None = None  # ADK's contents the pack replaced, released when the model answers
+    free_conversation: int | None = None  # conversation room left by the last pack (offload threshold)
+    edge_flags: list[str] | None = None  # notes for the next manifest (a failed LLM summary)
+    times: EventTimes | None = None
+
+
+def slot_key(app: str, user: str, session: str, agent: str) -> tuple[str, str, str, str]:
+    return (app, user, session, agent)
 
 
 @dataclass(frozen=True)
@@ -78,62 +100,74 @@ class ContextPacker:
         # Hybrid retrieval for Memory and Evidence; `embedder` replaces the profile's model (tests, no torch).
         self.retriever = Retriever(self.profile.retrieval, embedder=embedder) if embedder else default_retriever(self.profile)
         self.retriever.warm_up()  # load the embedding model now, off the first model call's path
-        self._edge_flags: dict[tuple[str, str], list[str]] = {}
         self.calibration: dict[str, float] = {}  # per model: reported prompt tokens / our estimate, smoothed
         self.usage: collections.deque[dict] = collections.deque(maxlen=keep_recent)
-        self._states: collections.OrderedDict[tuple[str, str], PackState] = collections.OrderedDict()
-        self._free_conversation: dict[tuple[str, str], int] = {}
-        self._last: dict[tuple[str, str], ContextPack] = {}
-        # ADK's contents a pack replaced, held until the model answers: freeing a long session's
-        # contents (thousands of objects) then, as ADK itself would, keeps it off the call's path.
-        self._replaced: dict[tuple[str, str], list] = {}
+        # One slot per (app, user, session, agent), least recently used released first.
+        self._slots: collections.OrderedDict[tuple[str, str, str, str], SessionSlot] = collections.OrderedDict()
         self._artifact_cache: dict = {}
         self.gateway = ArtifactGateway(self.store)
         self.recall_tool = make_recall_tool(self.gateway)
 
-    def _previous(self, session_id: str, agent: str) -> PackState | None:
-        return self._states.get((session_id, agent))
+    def slot(self, ctx: "CallbackContext | ToolContext") -> SessionSlot:
+        """The caller's slot, keyed by app, user, session and agent (never by session id alone)."""
+        session = ctx.session
+        key = slot_key(session.app_name, session.user_id, session.id, ctx.agent_name)
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = SessionSlot()
+            while len(self._slots) > MAX_SESSIONS:
+                self._slots.popitem(last=False)
+        self._slots.move_to_end(key)
+        return slot
 
-    def _remember(self, state: PackState, session_id: str) -> None:
-        key = (session_id, state.agent)
-        self._states[key] = state
-        self._states.move_to_end(key)
-        while len(self._states) > 4096:
-            self._states.popitem(last=False)
+    def release(self, app: str, user: str, session: str) -> None:
+        """Forget everything kept for a session (all its agents): call when a session ends."""
+        for key in [k for k in self._slots if k[:3] == (app, user, session)]:
+            del self._slots[key]
+
+    def compact(self, ctx: "CallbackContext | ToolContext") -> None:
+        """Compact the conversation at the next model call of this session (recorded as asked for)."""
+        ctx.state[COMPACT_STATE_KEY] = True
 
     async def pack(self, callback_context: CallbackContext, llm_request: LlmRequest) -> CallRecord:
         """Rewrite `llm_request` into its Context Pack. Never raises: on failure the request is untouched."""
         session = callback_context.session
+        slot = self.slot(callback_context)
         try:
-            offload = self.profile.offload.enabled
+            # The recall tool is declared once the session has an original to recall, not before.
+            recall = self.profile.offload.enabled and bool(callback_context.state.get(URIS_STATE_KEY))
+            flags, slot.edge_flags = tuple(slot.edge_flags or ()), None
             inputs = await collect_inputs(
-                callback_context, llm_request, keys=self.keys,
-                previous=self._previous(session.id, callback_context.agent_name),
-                memory_limit=self.memory_pool, artifact_cache=self._artifact_cache, now=time.time(),
-                use_memory=self.use_memory, use_artifacts=self.use_artifacts,
-                edge_flags=tuple(self._edge_flags.pop((session.id, callback_context.agent_name), ())),
-                providers=self.evidence_providers,
-                extra_tools=(self.recall_tool,) if offload else ())
+                callback_context, llm_request, keys=self.keys, previous=slot.state,
+                memory_limit=self.memory_pool, artifact_cache=self._artifact_cache, now=session_now(session.events),
+                use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags,
+                providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else ())
+            slot.times = slot.times or EventTimes()
+            inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
+                             compact=bool(callback_context.state.get(COMPACT_STATE_KEY)))
             inputs = await self._save_images(callback_context, inputs)
             inputs = replace(inputs, calibration=self.calibration.get(inputs.request.model, 1.0))
             pack = build_pack(inputs, self.profile, counter=self.counter, window=self.window_tokens, retriever=self.retriever)
-            self._replaced[(session.id, callback_context.agent_name)] = llm_request.contents
-            for stale in list(self._replaced)[:-64]:  # calls whose model never answered: drop the oldest
-                self._replaced.pop(stale, None)
+            saved = callback_context.state.get(SAVED_STATE_KEY) or {}
+            without = pack.manifest.tokens_before + sum(saved.get(r.key, 0) for m in inputs.request.messages
+                                                        for r in m.responses)
+            pack = replace(pack, manifest=pack.manifest.model_copy(update={"tokens_without_plugin": without}))
+            slot.replaced = llm_request.contents
             apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
-                          added={RECALL_TOOL_NAME: self.recall_tool} if offload else {}, original=inputs.request)
+                          added={RECALL_TOOL_NAME: self.recall_tool} if recall else {}, original=inputs.request)
         except Exception as e:  # fail open: the agent keeps working with the request ADK built
             logger.error("aether-context: packing failed for agent %s; sending the original request",
                          callback_context.agent_name, exc_info=True)
             return self._record_failure(callback_context, llm_request, e)
-        self._remember(pack.state, session.id)
-        self._last[(session.id, callback_context.agent_name)] = pack
+        slot.state, slot.last = pack.state, pack
         uri = ""
         try:  # the request is rewritten; what follows is bookkeeping, and must not end the agent's run
+            if inputs.compact:
+                callback_context.state[COMPACT_STATE_KEY] = False
             if pack.state.merged_lines:  # this pack advanced the running summary
                 _persist_summary(callback_context, inputs.summary, pack.state.summary)
             conv = pack.manifest.layer_budgets["conversation"]
-            self._free_conversation[(session.id, callback_context.agent_name)] = max(0, conv.budget - conv.used)
+            slot.free_conversation = max(0, conv.budget - conv.used)
             uri = self.store.save(pack)
             _log_pack(pack)
         except Exception:
@@ -145,12 +179,14 @@ class ContextPacker:
 
     async def after_model(self, callback_context: CallbackContext, llm_response: LlmResponse | None = None) -> None:
         """Learn from the model's reported usage, then refresh the running summary if due."""
-        key = (callback_context.session.id, callback_context.agent_name)
-        self._replaced.pop(key, None)
-        last = self._last.get(key)
+        slot = self.slot(callback_context)
+        slot.replaced = None
+        last = slot.last
+        if llm_response is not None and getattr(llm_response, "partial", False):
+            return  # streaming: usage and the summary once per response, at its final chunk
         if last is not None and llm_response is not None and llm_response.usage_metadata is not None:
             self._record_usage(last, llm_response.usage_metadata)
-        await self._refresh_summary(callback_context, key, last)
+        await self._refresh_summary(callback_context, slot, last)
 
     def _record_usage(self, pack: ContextPack, usage) -> None:
         """Calibrate token estimates per model (bounded, smoothed) and keep the call's usage."""
@@ -166,7 +202,7 @@ class ContextPacker:
         self.usage.append(record)
         self.store.save_usage(pack.manifest, record)
 
-    async def _refresh_summary(self, callback_context: CallbackContext, key: tuple[str, str], last: ContextPack | None) -> None:
+    async def _refresh_summary(self, callback_context: CallbackContext, slot: SessionSlot, last: ContextPack | None) -> None:
         """Refine the running summary with the LLM summarizer when this call merged turns into it."""
         if self.profile.decay.summarizer != "llm" or last is None or not last.state.merged_lines:
             return
@@ -181,7 +217,7 @@ class ContextPacker:
                 raise ValueError("the summarizer returned an empty or unusable summary")
         except Exception as e:  # the extractive summary stays; the next manifest says why
             logger.warning("aether-context: LLM summary failed (%s); keeping the extractive summary", e, exc_info=True)
-            self._edge_flags.setdefault(key, []).append(f"summary_failed: {type(e).__name__}: {e}"[:300])
+            slot.edge_flags = [*(slot.edge_flags or ()), f"summary_failed: {type(e).__name__}: {e}"[:300]]
             return
         _persist_summary(callback_context, last.state.summary,
                          RunningSummary(text=text, covered_until=extractive.covered_until).to_json())
@@ -191,8 +227,9 @@ class ContextPacker:
 
         Returns the model's response, or None to let the original error surface.
         """
-        key = (callback_context.session.id, callback_context.agent_name)
-        last = self._last.get(key)
+        last = self.slot(callback_context).last
+        if last is not None and last.inputs.invocation_id != callback_context.invocation_id:
+            last = None  # only ever rebuild this invocation's request, never an earlier one
         if not self.profile.recovery.enabled or last is None or not is_token_limit_error(error):
             return None
         try:
@@ -278,7 +315,9 @@ class ContextPacker:
                 offloaded = await offload_tool_result(
                     tool_name=tool.name, args=tool_args, result=sent, ctx=tool_context,
                     gateway=self.gateway, settings=self.profile.offload, counter=self.counter,
-                    free_conversation_tokens=self._free_conversation.get((tool_context.session.id, tool_context.agent_name)))
+                    free_conversation_tokens=self.slot(tool_context).free_conversation)
+                if offloaded is not None:
+                    self._note_saving(tool_context, sent, offloaded)
             except Exception:  # fail open: the result goes on as it is
                 logger.error("aether-context: offloading the result of %s failed; keeping it inline", tool.name, exc_info=True)
         if failed:
@@ -286,6 +325,12 @@ class ContextPacker:
             self.record_failure(tool, tool_args, tool_context, error_text(result),  # type: ignore[arg-type]
                                 uri=uris.get(response_digest(sent)))
         return offloaded or compacted
+
+    def _note_saving(self, ctx: ToolContext, original: object, compact: object) -> None:
+        """Remember what an offload saved, so manifests can say what ADK would have sent without us."""
+        saved = self.counter.count_text(render_payload(original)) - self.counter.count_text(render_payload(compact))
+        if saved > 0:
+            ctx.state[SAVED_STATE_KEY] = {**(ctx.state.get(SAVED_STATE_KEY) or {}), response_digest(compact): saved}
 
     def _record_failure(self, ctx: CallbackContext, llm_request: LlmRequest, error: Exception) -> CallRecord:
         session = ctx.session
@@ -300,7 +345,7 @@ class ContextPacker:
             model=llm_request.model or "", window=0, profile=self.profile.name,
             profile_digest="sha256:" + sha256_hex(self.profile.model_dump_json()), app_name=session.app_name,
             user_id=session.user_id, session_id=session.id, invocation_id=ctx.invocation_id, agent=ctx.agent_name,
-            created_at=time.time(), layer_budgets={}, checksum=checksum, tokens_before=tokens, tokens_after=tokens,
+            created_at=session_now(session.events), layer_budgets={}, checksum=checksum, tokens_before=tokens, tokens_after=tokens,
             error=f"{type(error).__name__}: {error}",
         )
         uri = ""

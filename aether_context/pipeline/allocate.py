@@ -9,13 +9,14 @@ so no budget sits idle while something is being dropped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..errors import BudgetError
 from ..profile import BudgetProfile
 
-__all__ = ["Signals", "Allocation", "allocate", "distribute", "FIXED_LAYERS", "FLEX_LAYERS", "LAYERS"]
+__all__ = ["Signals", "Allocation", "allocate", "allocate_around_conversation", "distribute", "FIXED_LAYERS",
+           "FLEX_LAYERS", "LAYERS"]
 
 FIXED_LAYERS = ("system", "task", "tools")
 FLEX_LAYERS = ("evidence", "memory", "conversation")
@@ -51,6 +52,7 @@ class Allocation:
     budgets: dict[str, int]  # final per-layer budgets (flex layers after flow)
     slack: int
     signals: Signals
+    demands: dict[str, int] = field(default_factory=dict)  # what each flexible layer would use uncut
 
     @property
     def pack_limit(self) -> int:
@@ -61,7 +63,7 @@ class Allocation:
         return {
             "window": self.window, "floors": self.floors, "weights": {k: round(v, 6) for k, v in self.weights.items()},
             "remainder": self.remainder, "nominal": self.nominal, "budgets": self.budgets, "slack": self.slack,
-            "signals": self.signals.to_json(),
+            "signals": self.signals.to_json(), "demands": self.demands,
         }
 
 
@@ -139,3 +141,25 @@ def allocate(profile: BudgetProfile, window: int, signals: Signals, fixed_used: 
         budgets[k] = int(fixed_used.get(k, 0))
     return Allocation(window=window, floors=floors, weights=weights, remainder=remainder, nominal=nominal,
                       budgets=budgets, slack=floors["slack"], signals=signals)
+
+
+def allocate_around_conversation(profile: BudgetProfile, window: int, signals: Signals, fixed_used: Mapping[str, int],
+                                 demands: Mapping[str, int], *, guaranteed: int, growth: int) -> Allocation:
+    """Budgets when the conversation is already decided (verbatim zone chosen by the conversation policy).
+
+    The conversation takes its demand; Evidence and Memory share what is left by weight and demand,
+    keeping `growth` tokens free for the turns this invocation will append, but never less than their
+    `guaranteed` share. What they leave stays with the conversation.
+    """
+    base = allocate(profile, window, signals, fixed_used, {k: 0 for k in FLEX_LAYERS})
+    flexible = base.budgets["conversation"]  # everything flexible, before any demand
+    conversation = min(flexible, max(0, int(demands.get("conversation", 0))))
+    left = flexible - conversation
+    retrieved = min(left, max(guaranteed, left - growth))
+    shares = distribute(retrieved, base.weights, {k: max(0, int(demands.get(k, 0))) for k in ("evidence", "memory")})
+    budgets = {**shares, "conversation": flexible - sum(shares.values())}
+    for k in FIXED_LAYERS:
+        budgets[k] = int(fixed_used.get(k, 0))
+    return Allocation(window=window, floors=base.floors, weights=base.weights, remainder=base.remainder,
+                      nominal=base.nominal, budgets=budgets, slack=base.slack, signals=signals,
+                      demands={k: int(demands.get(k, 0)) for k in FLEX_LAYERS})

@@ -100,9 +100,7 @@ class PackState:
     invocation_id: str = ""
     agent: str = ""
     payload_text: str = ""
-    folded_loop_turns: int = 0
     kept_history_turns: int = 0
-    fold_lines: tuple[str, ...] = ()
     summary: dict[str, Any] = field(default_factory=dict)  # RunningSummary JSON after this call
     message_digests: tuple[str, ...] = ()
     message_tokens: tuple[int, ...] = ()
@@ -117,31 +115,47 @@ class PackState:
     call_index: int = 0  # model calls of this agent in this session, counting from 0
     last_recited: int = -1  # call index of the last recitation block
     failures_shown: int = 0  # failures logged when the payload (and its FAILURES SO FAR) was built
+    compacted_through: int = 0  # turns starting before this message index are compacted (except `pinned`)
+    pinned: tuple[int, ...] = ()  # request messages before `compacted_through` still sent verbatim
+    block_text: str = ""  # the compaction block (CONVERSATION SO FAR), frozen until the next compaction
+    boundary_digest: str = ""  # digest of the message at `compacted_through`: a rewritten history resets
+    compactions: int = 0  # compactions so far in this session and agent
+    pins_opening: bool = False  # the compaction block pins the opening request
+    evidence_ids: tuple[str, ...] = ()  # Evidence items in the payload as sent
+    memory_ids: tuple[str, ...] = ()  # Memory items in the payload as sent
+    payload_tokens: int = 0  # tokens of the payload message as sent (0: the user's message went as it is)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "invocation_id": self.invocation_id, "agent": self.agent, "payload_text": self.payload_text,
-            "folded_loop_turns": self.folded_loop_turns, "kept_history_turns": self.kept_history_turns,
-            "fold_lines": list(self.fold_lines), "summary": self.summary, "message_digests": list(self.message_digests),
+            "kept_history_turns": self.kept_history_turns, "summary": self.summary, "message_digests": list(self.message_digests),
             "message_tokens": list(self.message_tokens), "head_digest": self.head_digest,
             "system_digest": self.system_digest, "tools_digest": self.tools_digest, "payload_index": self.payload_index,
             "head_tokens": self.head_tokens, "pack_id": self.pack_id, "pruned": list(self.pruned),
             "merged_lines": list(self.merged_lines), "call_index": self.call_index, "last_recited": self.last_recited,
-            "failures_shown": self.failures_shown,
+            "failures_shown": self.failures_shown, "compacted_through": self.compacted_through,
+            "pinned": list(self.pinned), "block_text": self.block_text, "boundary_digest": self.boundary_digest,
+            "compactions": self.compactions, "pins_opening": self.pins_opening,
+            "evidence_ids": list(self.evidence_ids), "memory_ids": list(self.memory_ids),
+            "payload_tokens": self.payload_tokens,
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "PackState":
         return cls(
             invocation_id=d["invocation_id"], agent=d["agent"], payload_text=d["payload_text"],
-            folded_loop_turns=d["folded_loop_turns"], kept_history_turns=d["kept_history_turns"],
-            fold_lines=tuple(d["fold_lines"]), summary=d.get("summary") or {}, message_digests=tuple(d["message_digests"]),
+            kept_history_turns=d.get("kept_history_turns", 0), summary=d.get("summary") or {}, message_digests=tuple(d["message_digests"]),
             message_tokens=tuple(d["message_tokens"]), head_digest=d["head_digest"],
             system_digest=d.get("system_digest", ""), tools_digest=d.get("tools_digest", ""),
             payload_index=d.get("payload_index", -1),
             head_tokens=d["head_tokens"], pack_id=d["pack_id"], pruned=tuple(d.get("pruned", ())),
             merged_lines=tuple(d.get("merged_lines", ())), call_index=d.get("call_index", 0),
             last_recited=d.get("last_recited", -1), failures_shown=d.get("failures_shown", 0),
+            compacted_through=d.get("compacted_through", 0), pinned=tuple(d.get("pinned", ())),
+            block_text=d.get("block_text", ""), boundary_digest=d.get("boundary_digest", ""),
+            compactions=d.get("compactions", 0), pins_opening=d.get("pins_opening", False),
+            evidence_ids=tuple(d.get("evidence_ids", ())), memory_ids=tuple(d.get("memory_ids", ())),
+            payload_tokens=d.get("payload_tokens", 0),
         )
 
 
@@ -166,6 +180,8 @@ class PackInputs:
     summary: dict[str, Any] = field(default_factory=dict)  # the running summary kept in session state
     calibration: float = 1.0  # the model's reported prompt tokens / our estimate, smoothed (see calibrate)
     failures: dict[str, Any] = field(default_factory=dict)  # the session's FailureLog (JSON)
+    message_times: tuple[float | None, ...] = ()  # per request message: its event's timestamp (None: unknown)
+    compact: bool = False  # a manual compaction was asked for (packer.compact)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -183,6 +199,7 @@ class PackInputs:
             user_id=d["user_id"], session_id=d["session_id"], invocation_id=d["invocation_id"], agent=d["agent"],
             now=d["now"], previous=None if d["previous"] is None else PackState.from_json(d["previous"]),
             uris=d.get("uris", {}), summary=d.get("summary") or {}, calibration=float(d.get("calibration", 1.0)), failures=d.get("failures") or {},
+            message_times=tuple(d.get("message_times", ())), compact=bool(d.get("compact", False)),
             extra=d.get("extra", {}),
         )
 
@@ -200,7 +217,8 @@ class PackInputs:
             "user_id": self.user_id, "session_id": self.session_id, "invocation_id": self.invocation_id,
             "agent": self.agent, "now": self.now,
             "previous": None if self.previous is None else self.previous.to_json(), "uris": self.uris,
-            "summary": self.summary, "calibration": self.calibration, "failures": self.failures, "extra": self.extra,
+            "summary": self.summary, "calibration": self.calibration, "failures": self.failures,
+            "message_times": list(self.message_times), "compact": self.compact, "extra": self.extra,
         }
 
     @property

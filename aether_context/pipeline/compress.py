@@ -1,26 +1,23 @@
-"""Stage 4 — compress: fit each layer into its budget, compressing before dropping.
+"""Fitting helpers: retrieved lines into their budget, oversized turns cut, orphans repaired.
 
-Order (from the design): memory → shorter summaries, older evidence → shorter summaries,
-conversation → folded into the summary (older turns first), then deterministic drops
-(memory → older evidence → oldest summary lines). System, Task and Tools are never touched.
 Every action is a `TruncationEvent` naming what it touched, so nothing disappears silently.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ..content import FunctionResponse, Message, TextPart, canonical_json
 from ..tokens import TokenCounting
 from .collect import Turn
-from .decay import RunningSummary, decay_zones
 from .incremental import turn_tokens
 from ..compress import describe_outcome
+from ..compress.middle_out import middle_out
 from .select import Line
 
-__all__ = ["TruncationEvent", "Fitted", "fit_lines", "fit_conversation", "cut_turn", "middle_out", "turn_id"]
+__all__ = ["TruncationEvent", "fit_lines", "cut_turn", "turn_id", "repair_orphans", "bounded_turns"]
 
 Action = Literal["compress", "drop", "fold", "cut"]
 
@@ -39,51 +36,15 @@ class TruncationEvent:
                 "tokens_before": self.tokens_before, "tokens_after": self.tokens_after}
 
 
-@dataclass(frozen=True)
-class Fitted:
-    """A conversation that fits: verbatim history, the summary and fold zones, verbatim loop turns."""
-
-    history: tuple[Turn, ...]
-    summary: RunningSummary
-    fold_lines: tuple[str, ...]
-    loop: tuple[Turn, ...]
-    folded_loop_turns: int
-    events: tuple[TruncationEvent, ...] = field(default=())
-    merged_lines: tuple[str, ...] = ()  # fold lines merged into the summary by this pack
-
-
 def turn_id(turn: Turn) -> str:
     return f"turn-{turn.start}:{turn.messages[0].digest[:8]}"
-
-
-def middle_out(text: str, max_tokens: int, counter: TokenCounting, note: str = "") -> str:
-    """Head + marker + tail within `max_tokens`, cut on line boundaries where possible."""
-    if counter.count_text(text) <= max_tokens:
-        return text
-    marker = f"\n…[middle cut by aether-context{': ' + note if note else ''}]…\n"
-    room = max(0, max_tokens - counter.count_text(marker))
-    lo, hi = 0, len(text) // 2
-    best = ""
-    while lo <= hi:  # largest symmetric keep that fits
-        mid = (lo + hi) // 2
-        head, tail = text[:mid], text[len(text) - mid:] if mid else ""
-        if "\n" in head[mid // 2:]:
-            head = head[: head.rfind("\n") + 1]
-        if "\n" in tail[: len(tail) // 2]:
-            tail = tail[tail.find("\n") + 1:]
-        candidate = head + marker + tail
-        if counter.count_text(candidate) <= max_tokens:
-            best, lo = candidate, mid + 1
-        else:
-            hi = mid - 1
-    return best or counter.truncate_text(marker.strip(), max_tokens)
 
 
 def _cut_response(resp: FunctionResponse, max_tokens: int, counter: TokenCounting) -> FunctionResponse:
     text = canonical_json(resp.response)
     if counter.count_text(text) <= max_tokens:
         return resp
-    return FunctionResponse(resp.name, {"result_cut": middle_out(text, max_tokens, counter, "oversized tool result")}, resp.id)
+    return FunctionResponse(resp.name, {"result_cut": middle_out(text, max_tokens, counter)}, resp.id)
 
 
 def cut_turn(turn: Turn, max_tokens: int, counter: TokenCounting) -> Turn:
@@ -94,7 +55,7 @@ def cut_turn(turn: Turn, max_tokens: int, counter: TokenCounting) -> Turn:
         parts = []
         for p in m.parts:
             if isinstance(p, TextPart):
-                p = TextPart(middle_out(p.text, per_part, counter, "oversized message"))
+                p = TextPart(middle_out(p.text, per_part, counter))
             elif isinstance(p, FunctionResponse):
                 p = _cut_response(p, per_part, counter)
             parts.append(p)
@@ -177,46 +138,3 @@ def _shorten(line: Line, cap: int, counter: TokenCounting) -> Line:
     if line.uri and line.uri not in text:
         text += f" ({line.uri})"
     return replace(line, text=text, tokens=counter.count_text(text), compressed=True)
-
-
-def fit_conversation(history: "tuple[Turn, ...]", loop: "tuple[Turn, ...]", *, budget: int, tail_turns: int,
-                     summary: RunningSummary, goal: str, fold_max_tokens: int, summary_max_tokens: int,
-                     uris: "dict[str, str]", counter: TokenCounting, max_verbatim_turns: int | None = None,
-                     originals: "dict[int, Turn] | None" = None) -> Fitted:
-    """Keep the last `tail_turns` history turns and the whole loop verbatim if they fit `budget`;
-    otherwise fold the oldest turns (history first, then loop) until they do.
-
-    Folded turns decay into the fold zone (one line each) and, past `fold_max_tokens`, into the
-    running summary (hard cap `summary_max_tokens`). The newest turn is never folded. Fold lines
-    are written from `originals` (turns before any middle-out cut) where given, so an error at the
-    end of a long output is still named.
-    """
-    events: list[TruncationEvent] = []
-    older, kept_hist = (history[:-tail_turns], history[-tail_turns:]) if tail_turns else (history, ())
-    if older:
-        events.append(TruncationEvent("conversation", "fold", "older than the verbatim tail",
-                                      tuple(turn_id(t) for t in older), sum(turn_tokens(t, counter) for t in older)))
-    kept = list(kept_hist) + list(loop)
-    n_hist = len(kept_hist)
-    sizes = [turn_tokens(t, counter) for t in kept]
-    zone_bound = fold_max_tokens + summary_max_tokens + 16 if (older or summary.text) else 0
-    folded: list[Turn] = []
-    while len(kept) > 1 and (sum(sizes) + zone_bound > budget or len(kept) > (max_verbatim_turns or len(kept))):
-        folded.append(kept.pop(0))
-        sizes.pop(0)
-        zone_bound = fold_max_tokens + summary_max_tokens + 16
-        if n_hist:
-            n_hist -= 1
-    if folded:
-        events.append(TruncationEvent("conversation", "fold", "overflow: conversation over its budget",
-                                      tuple(turn_id(t) for t in folded), sum(turn_tokens(t, counter) for t in folded)))
-    source = originals or {}
-    zones = decay_zones([source.get(t.start, t) for t in list(older) + folded], summary, goal=goal, fold_max_tokens=fold_max_tokens,
-                        summary_max_tokens=summary_max_tokens, uris=uris, counter=counter)
-    if zones.merged_turns:
-        events.append(TruncationEvent("conversation", "compress", "fold zone over its cap: merged into the running summary",
-                                      tuple(f"turn-{k}" for k in zones.merged_turns)))
-    folded_loop = len(loop) - len(kept[n_hist:])
-    return Fitted(history=tuple(kept[:n_hist]), summary=zones.summary, fold_lines=zones.fold_lines,
-                  loop=tuple(kept[n_hist:]), folded_loop_turns=folded_loop, events=tuple(events),
-                  merged_lines=zones.merged_lines)

@@ -14,12 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["Manifest", "LayerUsage", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class LayerUsage(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    demand: int = Field(0, description="Tokens the layer would use uncut (flexible layers).")
     budget: int = Field(description="Tokens the allocator granted (fixed layers: what they need).")
     used: int = Field(description="Tokens the layer takes in the sent request.")
     items: int = Field(0, description="Items (lines, turns, tools) kept.")
@@ -60,6 +61,11 @@ class Manifest(BaseModel):
     cache_break: dict[str, Any] | None = Field(None, description=(
         "When the request is not the previous one plus appended messages: the first block that changed "
         "(system_instruction, tools, or messages[i] with its kind) and the tokens to re-process."))
+    compaction: dict[str, Any] | None = Field(None, description=(
+        "Set when this call compacted the conversation: why, where the verbatim zone now starts, how many turns "
+        "left it, tokens before and after."))
+    tokens_without_plugin: int = Field(0, description=(
+        "What ADK would have sent without the plugin: its request with offloaded tool results at full size."))
     calibration: float = Field(1.0, description="Correction applied to our token estimates (model count / estimate).")
     packed_for: int = Field(0, description="The window in our tokenizer's units after calibration.")
     recited: bool = Field(False, description="A goal recitation block closes this request.")

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from ..content import Message, ToolSpec, canonical_json
 from ..profile import BudgetProfile
 from ..retrieval import Document, RetrievalResult
+from ..retrieval.items import ScoredItem
 from .retrieve import Retriever
 from ..tokens import TokenCounting
 from .allocate import Signals
@@ -23,7 +24,6 @@ from .incremental import grouped_turns
 
 __all__ = ["Line", "Conversation", "Candidates", "select", "query_text", "words"]
 
-MAX_HISTORY_POOL = 200  # older turns offered to Memory (newest first past this)
 _WORD = re.compile(r"\w+", re.UNICODE)
 _STOP = frozenset("a an and are as at be by for from has have i in is it its of on or that the this to was were will with you your we".split())
 
@@ -115,7 +115,7 @@ def _split_conversation(inputs: PackInputs) -> Conversation:
 
 
 def _turn_text(turn: Turn) -> str:
-    """A history turn as a memory candidate: its text, calls and results, in brief."""
+    """A turn in brief: its text, calls and results (what a reader needs to recognise it)."""
     bits = []
     for m in turn.messages:
         if m.text:
@@ -125,6 +125,24 @@ def _turn_text(turn: Turn) -> str:
         for r in m.responses:
             bits.append(f"{r.name} returned {_clip(canonical_json(r.response), 600)}")
     return _clip(" | ".join(bits), 1500)
+
+
+def _turn_time(turn: Turn, times: "tuple[float | None, ...]") -> float | None:
+    return times[turn.start] if turn.start < len(times) else None
+
+
+def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None, ...]") -> list[Document]:
+    """Compacted turns as Memory candidates: indexed with their date and the turn before them
+    (a reply is found by the question it answers), shown as their own text with its date."""
+    docs = []
+    previous = ""
+    for turn in compacted:
+        text = _turn_text(turn)
+        ts = _turn_time(turn, times)
+        context = f"{_date(ts)} | {_clip(previous, 300)} | {text}" if previous else f"{_date(ts)} | {text}"
+        docs.append(Document(f"turn-{turn.start}", context, "history", ts, {"display": text}))
+        previous = text
+    return docs
 
 
 def _lines(result: RetrievalResult, render: Callable[[Document], str], counter: TokenCounting) -> tuple[Line, ...]:
@@ -146,14 +164,28 @@ def _render_evidence(doc: Document) -> str:
     return f"- [{doc.id}] {_block(doc.text, 6000)}" + (f" ({uri})" if uri else "")
 
 
+def _relevant(result: RetrievalResult, threshold: float) -> RetrievalResult:
+    """Items worth sending: a lexical match, or a dense similarity at the hit threshold."""
+    items = tuple(i for i in result.items if i.bm25 > 0 or i.dense >= threshold)
+    return RetrievalResult(result.query, items, result.signals) if len(items) != len(result.items) else result
+
+
 def _render_memory(doc: Document) -> str:
-    if doc.source == "history":
-        return f"- (earlier, {doc.id}) {doc.text}"
-    return f"- ({_date(doc.timestamp)}) {_clip(doc.text, 2000)}"
+    text = doc.metadata.get("display", doc.text)
+    return f"- ({_date(doc.timestamp)}) {_block(text, 2000)}"
 
 
-def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting, retriever: Retriever) -> Candidates:
-    """Rank the candidates of every layer (hybrid retrieval) and compute the allocator's signals."""
+MAX_RANKED = 400  # most items one layer ranks per call; the budget then decides how many go in
+
+
+def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting, retriever: Retriever,
+           conversation: Conversation, compacted: "tuple[Turn, ...]", kept: "tuple[Turn, ...]") -> Candidates:
+    """Rank the candidates of every layer (hybrid retrieval) and compute the allocator's signals.
+
+    Memory candidates are remembered facts plus every compacted turn (the whole history stays
+    searchable); what the model sees verbatim (`kept`) is never repeated in Memory or Evidence.
+    Ranking keeps order only: the budget, not a count, decides how many items go in.
+    """
     task = inputs.task
     flags: list[str] = []
     if not task.goal:
@@ -171,31 +203,32 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
         flags.extend(f"unknown_step_tool:{n}" for n in sorted(wanted - known))
         tools = tuple(t for t in tools if t.name in wanted)
 
-    conv = _split_conversation(inputs)
-    tail = profile.conversation.tail_turns
-    older = conv.history[:-tail] if len(conv.history) > tail else ()
-    # What the model sees verbatim is not repeated in Memory or Evidence.
+    conv = conversation
     query = query_text(inputs)
     namespace = f"{inputs.app_name}/{inputs.user_id}/{inputs.session_id}/{inputs.agent}"
     now = inputs.now or None
     ev_docs = [Document(e.id, e.summary, e.source, e.timestamp, {"uri": e.uri} if e.uri else {}) for e in inputs.evidence]
     mem_docs = [Document(m.id, m.text, m.source, m.timestamp) for m in inputs.memory]
-    mem_docs += [Document(f"turn-{t.start}", _turn_text(t), "history") for t in older[-MAX_HISTORY_POOL:]]
+    mem_docs += history_documents(compacted, inputs.message_times)
     verbatim: list[str] = []
     if ev_docs or mem_docs:  # only ranking reads it (a long tool loop has many messages)
-        verbatim = [m.text for t in conv.history[-tail:] + conv.loop for m in t.messages if m.text]
+        verbatim = [m.text for t in kept for m in t.messages if m.text]
         if conv.request is not None and conv.request.text:
             verbatim.append(conv.request.text)
-    ev_result = retriever.rank(namespace, "evidence", query, ev_docs, k=profile.evidence.top_k,
+    threshold = profile.retrieval.hit_threshold
+    # Evidence is what the app chose to show: ranked, never filtered by relevance.
+    ev_result = retriever.rank(namespace, "evidence", query, ev_docs, k=_k(profile.evidence.top_k, ev_docs),
                                count_tokens=counter.count_text, now=now, exclude=verbatim)
+    if ev_docs and not ev_result.items and not any(c.isalnum() for c in query):
+        ev_result = _in_given_order(ev_docs, query)
     evidence = _lines(ev_result, _render_evidence, counter)
-    # Memory: remembered facts plus the session's own older turns (mem_docs), which an old question can pull back.
-    mem_result = retriever.rank(namespace, "memory", query, mem_docs, k=profile.memory.top_k,
-                                count_tokens=counter.count_text, now=now,
-                                exclude=verbatim + [e.summary for e in inputs.evidence])
+    mem_result = _relevant(retriever.rank(namespace, "memory", query, mem_docs, k=_k(profile.memory.top_k, mem_docs),
+                                          count_tokens=counter.count_text, now=now,
+                                          exclude=verbatim + [e.summary for e in inputs.evidence]), threshold)
     memory = _lines(mem_result, _render_memory, counter)
 
-    recent_text = " ".join(m.text for t in (conv.history[-4:] + conv.loop[-4:]) for m in t.messages)
+    recent = (conv.history[-4:] + conv.loop[-4:])
+    recent_text = " ".join(m.text for t in recent for m in t.messages)
     acceptance = max(1, len(task.acceptance))
     sig = mem_result.signals
     signals = Signals(
@@ -214,3 +247,20 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     }
     return Candidates(tools=tools, evidence=evidence, memory=memory, conversation=conv, signals=signals,
                       flags=tuple(flags), unselected=unselected)
+
+
+def _k(cap: "int | None", docs: list) -> int:
+    """How many to rank: the optional profile cap, else as many as one call may rank."""
+    return max(1, min(cap if cap else MAX_RANKED, MAX_RANKED, len(docs) or 1))
+
+
+def _in_given_order(docs: "list[Document]", query: str) -> RetrievalResult:
+    """No query to rank by (a turn without a user request): every item, in the order given."""
+    items = tuple(ScoredItem(document=d, rank=i, bm25=0.0, dense=0.0, fused=0.0, freshness=1.0, score=0.0, mmr=0.0)
+                  for i, d in enumerate(docs))
+    return RetrievalResult(query, items, {})
+
+
+def split_conversation(inputs: PackInputs) -> Conversation:
+    """History before the invocation's user request, the request, and this invocation's turns after it."""
+    return _split_conversation(inputs)

@@ -50,9 +50,12 @@ def recitation_reserve(profile: BudgetProfile) -> int:
 
 
 def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tuple[Turn, ...]", context_tokens: int,
-                       counter: TokenCounting, *, failures_stale: bool = False) -> tuple[Message | None, int, int]:
+                       counter: TokenCounting, *, failures_stale: bool = False,
+                       compacted: bool = False) -> tuple[Message | None, int, int]:
     """The status block to append as the last message, if one is due; with the new call index and last recital.
 
+    Without a goal the opening request stands in, but only once history was compacted (`compacted`):
+    before that the model still reads it verbatim, and a status would only cost tokens.
     `failures_stale`: the payload this call sends is frozen (cache stability) and its FAILURES SO FAR
     section predates the latest failures. The block is then due on every call and lists more recent
     errors, so a new failure reaches the model at once without rewriting the cached prefix.
@@ -63,7 +66,7 @@ def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tupl
     settings = profile.recitation
     task = inputs.task
     goal = task.goal or task.step
-    if not goal and inputs.request_index != len(inputs.request.messages) - 1:
+    if not goal and compacted and inputs.request_index != len(inputs.request.messages) - 1:
         # No goal was set: the opening request stands in, once the user's message is no longer the last word.
         goal = _first_line(task.opening_request)
     if failures_stale and not goal:

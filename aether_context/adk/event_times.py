@@ -1,0 +1,51 @@
+"""When each request message was said: the timestamps of the session events behind it.
+
+ADK builds the request's contents from session events; a message whose content equals an event's
+content takes that event's time, and a message with no such event (parallel responses ADK
+merged, a rewritten sub-agent turn) takes the time of the message before it. The session's own
+clock, never the wall clock, is what a pack reads: the same session packs the same on any day.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Sequence
+
+from ..content import ModelRequest
+from .convert import to_message
+
+__all__ = ["EventTimes", "session_now"]
+
+
+class EventTimes:
+    """Per-session memo of event content digests, so a call converts only the events it has not seen."""
+
+    def __init__(self, max_events: int = 200_000):
+        self._digests: OrderedDict[str, tuple[str, float]] = OrderedDict()  # event id -> (digest, timestamp)
+        self._max = max_events
+
+    def message_times(self, events: Sequence[Any], request: ModelRequest) -> tuple[float | None, ...]:
+        by_digest: dict[str, float] = {}
+        for event in events:
+            if event.content is None or not event.content.parts:
+                continue
+            key = event.id or f"{event.invocation_id}/{event.timestamp}"
+            hit = self._digests.get(key)
+            if hit is None:
+                hit = (to_message(event.content).digest, float(event.timestamp or 0.0))
+                self._digests[key] = hit
+                while len(self._digests) > self._max:
+                    self._digests.popitem(last=False)
+            by_digest.setdefault(hit[0], hit[1])
+        times: list[float | None] = []
+        last: float | None = None
+        for message in request.messages:
+            ts = by_digest.get(message.digest, last)
+            times.append(ts)
+            last = ts
+        return tuple(times)
+
+
+def session_now(events: Sequence[Any]) -> float:
+    """The session's latest event time: what freshness and dates are measured against."""
+    return max((float(e.timestamp or 0.0) for e in events[-8:]), default=0.0)

@@ -1,0 +1,162 @@
+"""The conversation policy end to end (real Runner): verbatim while it fits, by need not by count,
+cache-stable across invocations, repeatable, and no cost when there is nothing to add."""
+
+from __future__ import annotations
+
+import pytest
+from google.adk.events import Event
+from google.genai import types
+
+from aether_context import ContextPackPlugin
+from aether_context.adk import request_from_llm
+from aether_context.retrieval import HashingEmbedder
+
+from conftest import filler, make_runner, new_session, run_turn, scripted_agent, strip_continue
+
+DAY = 86_400.0
+T0 = 1_700_000_000.0
+
+
+async def seed_chat(runner, session_id: str, turns: "list[tuple[str, str]]", *, start: float = T0, user_id: str = "u") -> None:
+    """Append a past conversation to the session as real ADK events (user and agent alternating)."""
+    session = await runner.session_service.get_session(app_name=runner.app_name, user_id=user_id, session_id=session_id)
+    for i, (author, text) in enumerate(turns):
+        event = Event(author=author, invocation_id=f"past-{i // 2}", timestamp=start + 60 * i,
+                      content=types.Content(role="user" if author == "user" else "model", parts=[types.Part(text=text)]))
+        await runner.session_service.append_event(session, event)
+
+
+def chat(n: int, seed: int = 0, words: int = 20) -> "list[tuple[str, str]]":
+    return [("user" if i % 2 == 0 else "agent", f"turn {i}: " + filler(words, seed=seed + i)) for i in range(n)]
+
+
+def plugin(store: str, window: int, **kw) -> ContextPackPlugin:
+    return ContextPackPlugin(store=store, window_tokens=window, embedder=HashingEmbedder(), **kw)
+
+
+def scripted(turns):
+    """A scripted agent whose model counts prompts with our own tokenizer (no calibration drift)."""
+    from aether_context.pipeline import request_tokens
+    from aether_context.tokens import TokenCounter
+
+    agent, llm = scripted_agent(turns, tools=())
+    counter = TokenCounter()
+    llm.prompt_token_counter = lambda req: request_tokens(request_from_llm(req), counter)
+    return agent, llm
+
+
+@pytest.fixture(autouse=True)
+def _flush_stores(monkeypatch, memory_store_url):
+    """Writes finish before the store fixture removes the folder."""
+    made: list = []
+    original = ContextPackPlugin.__init__
+
+    def init(self, *a, **kw):
+        original(self, *a, **kw)
+        made.append(self)
+
+    monkeypatch.setattr(ContextPackPlugin, "__init__", init)
+    yield
+    for p in made:
+        p.packer.store.flush()
+
+
+def sent(llm, i: int = -1):
+    return request_from_llm(strip_continue(llm.requests[i]))
+
+
+async def test_a_conversation_that_fits_goes_out_verbatim(memory_store_url):
+    agent, llm = scripted_agent(["fine"], tools=())
+    base_agent, base_llm = scripted_agent(["fine"], tools=())
+    p = plugin(memory_store_url, 32_000)
+    runs = []
+    for a, plugins in ((agent, [p]), (base_agent, [])):
+        runner = make_runner(a, plugins=plugins)
+        sid = await new_session(runner)
+        await seed_chat(runner, sid, chat(400, words=35))  # about 20K tokens
+        await run_turn(runner, sid, "What did we say in turn 3?")
+        runs.append(runner)
+    assert sent(llm).to_json() == sent(base_llm).to_json()  # ADK's request, untouched
+    m = p.packer.recent[-1].manifest
+    assert m.tokens_after > 15_000 and m.compaction is None and m.truncation_events == []
+
+
+async def test_a_fact_from_turn_5_of_2000_comes_back_when_asked(memory_store_url):
+    agent, llm = scripted(["ok"])
+    p = plugin(memory_store_url, 8_000)
+    runner = make_runner(agent, plugins=[p])
+    sid = await new_session(runner)
+    turns = chat(2000, words=12)
+    turns[5] = ("agent", "turn 5: the spare key is hidden under the blue flowerpot by the garage door")
+    await seed_chat(runner, sid, turns)
+    await run_turn(runner, sid, "Where is the spare key hidden?")
+    request = sent(llm)
+    text = "\n".join(m.text for m in request.messages)
+    assert "blue flowerpot" in text
+    m = p.packer.recent[-1].manifest
+    assert m.compaction is not None and m.layer_budgets["memory"].used > 0
+    # dated: the turn's own event time is shown with it
+    line = next(ln for ln in text.splitlines() if "blue flowerpot" in ln)
+    assert "(2023-11-14" in line
+
+
+async def test_same_session_packs_the_same_a_day_apart(memory_store_url, monkeypatch):
+    import time as time_module
+
+    checksums = []
+    for shift in (0.0, DAY):
+        monkeypatch.setattr(time_module, "time", lambda s=shift: T0 + 10 * DAY + s)
+        agent, llm = scripted(["ok"])
+        p = plugin(memory_store_url, 4_000)
+        runner = make_runner(agent, plugins=[p])
+        sid = "fixed-session"
+        await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id=sid)
+        await seed_chat(runner, sid, chat(300, words=15))
+        await run_turn(runner, sid, "What was said about the weather?")
+        checksums.append(p.packer.recent[-1].manifest.checksum)
+    assert checksums[0] == checksums[1]
+
+
+async def test_short_session_without_a_task_goes_out_unchanged(memory_store_url):
+    agent, llm = scripted_agent(["hello!"], tools=())
+    base, base_llm = scripted_agent(["hello!"], tools=())
+    for a, plugins in ((agent, [plugin(memory_store_url, 32_000)]), (base, [])):
+        runner = make_runner(a, plugins=plugins)
+        sid = await new_session(runner)
+        await run_turn(runner, sid, "hi")
+        await run_turn(runner, sid, "how are you?")
+    for ours, theirs in zip(llm.requests, base_llm.requests):
+        assert request_from_llm(ours).to_json() == request_from_llm(theirs).to_json()
+
+
+async def test_a_second_user_turn_appends_to_the_first_turns_request(memory_store_url):
+    agent, llm = scripted(["first answer", "second answer"])
+    p = plugin(memory_store_url, 4_000)
+    runner = make_runner(agent, plugins=[p])
+    sid = await new_session(runner)
+    await seed_chat(runner, sid, chat(200, words=15))  # forces a compaction at the first call
+    await run_turn(runner, sid, "Tell me about turn 7.")
+    await run_turn(runner, sid, "And turn 9?")
+    first, second = sent(llm, 0), sent(llm, 1)
+    m1, m2 = (r.manifest for r in list(p.packer.recent)[-2:])
+    assert m1.compaction is not None and m2.compaction is None
+    # everything before the first turn's payload is sent again unchanged
+    k = next(i for i, m in enumerate(first.messages) if m.text.startswith("CONTEXT PACK"))
+    assert k >= 1 and first.messages[0].text.startswith("CONVERSATION SO FAR")
+    assert second.messages[:k] == first.messages[:k]
+    assert second.system_instruction == first.system_instruction and second.tools == first.tools
+
+
+async def test_the_same_session_replayed_twice_gives_the_same_requests(memory_store_url):
+    checksums = []
+    for _ in range(2):
+        agent, llm = scripted(["a", "b", "c"])
+        p = plugin(memory_store_url, 3_000)
+        runner = make_runner(agent, plugins=[p])
+        sid = "replayed"
+        await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id=sid)
+        await seed_chat(runner, sid, chat(150, words=15))
+        for q in ("first question about turn 3", "second about turn 40", "third about turn 90"):
+            await run_turn(runner, sid, q)
+        checksums.append([r.manifest.checksum for r in p.packer.recent])
+    assert checksums[0] == checksums[1]
