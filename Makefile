@@ -35,7 +35,7 @@ report: $(STAMP)
 	$(BIN)/python scripts/check_report.py .aether/demo-report.html --screenshot docs/report.png
 
 # Each benchmark writes its own section of docs/benchmarks.md (the rest of the file is kept). `make bench` runs the
-# pack overhead (4-10 min); the trajectory replay (6-20 min) and the retrieval eval (~25 min) have their commands there.
+# pack overhead (4-10 min); the context eval (about 1.5 h) and the retrieval eval (~25 min) have their commands there.
 bench: $(STAMP)
 	$(BIN)/python bench/pack_overhead.py --data ../shared/datasets
 

@@ -10,6 +10,8 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
+from google.adk.memory import InMemoryMemoryService  # noqa: E402
+
 from aether_context import TokenCounter  # noqa: E402
 from context_eval.capture import CallRecord, RunRecord  # noqa: E402
 from context_eval.cost import cost_figures, determinism  # noqa: E402
@@ -18,7 +20,7 @@ from context_eval.identifiers import identifier_uses  # noqa: E402
 from context_eval.locomo import Conversation, Question, Turn, evidence_share, normalize, question_trajectory  # noqa: E402
 from context_eval.run import Job, Services, run_pass  # noqa: E402
 from context_eval.systems import by_key  # noqa: E402
-from context_eval.locomo import seed_session_mode  # noqa: E402
+from context_eval.locomo import seed_memory_mode, seed_session_mode  # noqa: E402
 from trajectories import Invocation, ModelTurn, ToolCall, ToolDecl, Trajectory  # noqa: E402
 
 LOOKUP = ToolDecl("lookup", "Look up a record.", {"type": "object", "properties": {"id": {"type": "string"}}})
@@ -90,3 +92,22 @@ def test_cost_counts_breaks_and_larger_calls():
     other = RunRecord("r", [rec(0, 120, 0, 0), rec(1, 130, 50, 120)])
     f = cost_figures([other], [base])
     assert f.larger_than_none == 0.5 and f.breaks_per_run == 1 and f.reprocessed_per_run == 120 + 80
+
+
+def test_memory_mode_questions_reach_memory_through_preload():
+    conv = _conversation(turns=20)
+    sessions = (conv.sessions[0][0], conv.sessions[0][1][:10]), (conv.sessions[0][0] + 86_400, conv.sessions[0][1][10:])
+    conv = Conversation("c2", "Ann", "Bob", sessions, (Question("What was topic1?", "topic1", ("D1:2",), 4),))
+
+    async def prepare() -> Services:
+        memory = InMemoryMemoryService()
+        service = await seed_memory_mode(conv, memory, app_name="bench", user_id="bench-user")
+        return Services(service, None, memory)
+
+    job = Job(question_trajectory(conv, "memory"), want_text=lambda i: True, prepare=prepare)
+    counter = TokenCounter()
+    none = asyncio.run(run_pass(by_key("none"), "default", None, [job], counter))[0]
+    preload = asyncio.run(run_pass(by_key("preload"), "default", None, [job], counter))[0]
+    question = conv.questions[0]
+    assert evidence_share(conv, question, normalize(none.texts[0])) == (0, 1)
+    assert evidence_share(conv, question, normalize(preload.texts[0])) == (1, 1)

@@ -46,6 +46,7 @@ class Cell:
     cost: CostFigures
     errors: list[str] = field(default_factory=list)
     misses: list[dict] = field(default_factory=list)  # what aether-context missed (run, call, item)
+    over_window: int = 0  # calls whose request exceeds the window
 
 
 @dataclass
@@ -85,7 +86,8 @@ async def evaluate(workloads: list[Workload], *, systems: Optional[set[str]] = N
                     results.cells[(w.name, key, scored)] = Cell(
                         w.name, key, scored, retention(w, records, scored, misses),
                         cost_figures(records, None if key == "none" else none),
-                        [f"{r.run_id}: {r.error}" for r in records if r.error], misses if system.packs else [])
+                        [f"{r.run_id}: {r.error}" for r in records if r.error], misses if system.packs else [],
+                        sum(c.tokens > scored for r in records for c in r.calls))
                 for r in records:
                     r.texts.clear()
                     r.final_text = ""

@@ -1,7 +1,9 @@
 """The real failure lines of a tool output, as issue 10 defines them (one name, swapped when the package has it).
 
 Until `aether_context` exports its own `failure_lines(text)`, this small local reading stands in; the
-benchmarks import only `failure_lines` from here, so the swap is one line.
+benchmarks import only `failure_lines` from here, so the swap is one line: once the package's version
+(branch hfail: `aether_context.compress.failure_lines`) is on main, this module's body becomes
+`from aether_context.compress import failure_lines  # noqa: F401`.
 """
 
 from __future__ import annotations

@@ -115,6 +115,9 @@ compared call by call (the second pass with fresh packers and `time.time` a day 
     det = [f"- {w} @ {win:,}: {d.identical_runs}/{d.runs} runs identical; {d.differing_calls} of {d.calls} calls differ"
            + (f" (first: {d.first_difference})" if d.first_difference else "") for (w, win), d in sorted(r.determinism.items())]
     out.append("## Determinism (aether-context, two identical passes)\n\n" + ("\n".join(det) or "not run"))
-    out.append("## Targets\n\n" + "\n".join(f"- **{c.verdict}** (issue {c.issue}) {c.name}: {c.detail}" for c in checks))
+    out.append("## Targets\n\nAs issues 10 and 11 state them, with two readings made explicit: the best baseline is the best "
+               "one whose requests fit the window (a request over W is not one a model of that window accepts), and "
+               "re-processed tokens may equal ADK EventsCompaction's (both send the whole session verbatim when it fits)."
+               "\n\n" + "\n".join(f"- **{c.verdict}** (issue {c.issue}) {c.name}: {c.detail}" for c in checks))
     out.append(f"Runs that failed: {_errors(r)}")
     return "\n\n".join(out) + "\n"

@@ -7,6 +7,7 @@ aether-context packer is shared by the runs of one pass (one app serving many se
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Optional
@@ -68,5 +69,6 @@ async def run_pass(system: System, profile: str, window: Optional[int], jobs: li
     out = [await run_job(system, profile, window, job, packers, counter, deadline_s=deadline_s) for job in jobs]
     for packer in packers.values():  # the pass's store goes with it: the next pass starts empty, memory is freed
         packer.store.flush()
-        packer.store.fs.rm(packer.store.root, recursive=True)
+        with contextlib.suppress(FileNotFoundError):  # nothing was stored
+            packer.store.fs.rm(packer.store.root, recursive=True)
     return out
