@@ -103,9 +103,13 @@ def orphans(messages: "tuple[Message, ...]") -> list[str]:
     return problems
 
 
+def _is_request(m: Message) -> bool:
+    return m.role == "user" and bool(m.text) and not m.responses and not m.text.startswith("For context:")
+
+
 def _unsent_problems(orig: ModelRequest, matched: "set[int]", payload: "Message | None") -> list[str]:
     """ADK messages the pack did not send must be folded history or loop turns (the oldest of each,
-    summarised in the payload; the opening request may stay pinned before them), or the user's
+    summarised in the compaction block; a user's request may stay pinned before them), or the user's
     request (carried in the payload): never a hole between kept messages."""
     n = len(orig.messages)
     carried = [k for k in range(n) if k not in matched and payload is not None and orig.messages[k].role == "user"
@@ -113,11 +117,11 @@ def _unsent_problems(orig: ModelRequest, matched: "set[int]", payload: "Message 
                and [p for p in orig.messages[k].parts if not isinstance(p, TextPart)]
                == [p for p in payload.parts if not isinstance(p, TextPart)]]
     r = carried[-1] if carried else n
-    opening = next((k for k, m in enumerate(orig.messages) if m.role == "user" and m.text and not m.responses), None)
     problems = []
     for lo, hi in ((0, r), (r + 1, n)):
-        # the session's opening request may stay pinned verbatim while the turns after it are folded
-        kept = [k for k in range(lo, hi) if k in matched and k != opening]
+        # a user's request may stay pinned verbatim while the turns after it are compacted: the request
+        # of an invocation compacted inside its own tool loop stays where it was sent (cache prefix)
+        kept = [k for k in range(lo, hi) if k in matched and not _is_request(orig.messages[k])]
         holes = [k for k in range(lo, hi) if k not in matched and kept and k > kept[0]]
         if holes:
             m = orig.messages[holes[0]]
