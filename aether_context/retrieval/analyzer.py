@@ -137,7 +137,11 @@ def stem(word: str) -> str:
         return cached
     with _STEM_LOCK:  # a snowballstemmer instance keeps state while it stems: one caller at a time
         if not _STEMMER:
-            import snowballstemmer
+            try:
+                import snowballstemmer
+            except ImportError as e:
+                raise ImportError("stemming needs the snowballstemmer package: pip install snowballstemmer "
+                                  "(or set the retrieval setting stem: false)") from e
 
             _STEMMER.append(snowballstemmer.stemmer("english"))
         result = _STEMMER[0].stemWord(word)
