@@ -218,12 +218,12 @@ def memory_store_url():
     yield url
     fs = fsspec.filesystem("memory")
     path = url[len("memory://"):]
-    for _ in range(5):  # a store's background writer may still be moving a file into place
+    for _ in range(40):  # a store's background writer may still be moving files into place
         try:
             if fs.exists(path):
                 fs.rm(path, recursive=True)
             break
-        except FileNotFoundError:
+        except OSError:  # FileNotFoundError, or "Directory not empty" while a write lands
             time.sleep(0.05)
 
 

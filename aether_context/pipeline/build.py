@@ -284,17 +284,21 @@ def _compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zon
              reason: str, tokens_before: int, window: int, counter: TokenCounting) -> Compaction:
     """One compaction: the oldest turns leave the verbatim zone, in one step, down to `target`."""
     decay = profile.decay
-    # Known values first: an id read long ago is what a later call types back; then turns, then the summary.
-    values_cap = min(decay.values_max_tokens, int(target * 0.5))
-    fold_cap = min(decay.fold_max_tokens, int(target * 0.2))
-    summary_cap = min(decay.summary_max_tokens, int(target * 0.1))
+    # The block gets at most 60 % of the target, so the verbatim turns keep the rest. Known values
+    # first: an id read long ago is what a later call types back; then the pinned opening request,
+    # one line per turn, and the summary.
+    room = int(target * 0.6)
+    values_cap = min(decay.values_max_tokens, int(room * 0.4))
+    fold_cap = min(decay.fold_max_tokens, int(room * 0.2))
+    summary_cap = min(decay.summary_max_tokens, int(room * 0.1))
+    opening_cap = int(room * 0.3)
     turns = prepared.turns
-    through, pinned = plan_compaction(turns, target=max(0, target - fold_cap - summary_cap - values_cap), min_tail=profile.conversation.tail_turns,
+    through, pinned = plan_compaction(turns, target=max(0, target - room), min_tail=profile.conversation.tail_turns,
                                       counter=counter, request_index=inputs.request_index, current=zone, ceiling=ceiling,
                                       max_turns=profile.conversation.max_verbatim_turns)
     new = Verbatim(through, pinned, "", zone.compactions + 1)
     compacted = tuple(prepared.originals.get(t.start, t) for t in turns if not new.keeps(t))
-    opening = _opening(inputs, prepared, new, profile, window, counter)
+    opening = _opening(inputs, prepared, new, profile, window, opening_cap, counter)
     block, summary, merged, merged_lines = compaction_block(
         compacted, RunningSummary.from_json(inputs.summary), opening=opening, goal=inputs.task.goal or query_text(inputs)[:300],
         fold_max_tokens=fold_cap, summary_max_tokens=summary_cap, uris=inputs.uris,
@@ -306,7 +310,7 @@ def _compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zon
 
 
 def _opening(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: BudgetProfile, window: int,
-             counter: TokenCounting) -> str:
+             cap: int, counter: TokenCounting) -> str:
     """The session's opening request, pinned in the block once it left the verbatim zone (capped)."""
     text = inputs.task.opening_request
     if not profile.task.pin_opening_request or inputs.task.goal or not text.strip():
@@ -316,7 +320,7 @@ def _opening(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: Bu
         return ""
     if any(zone.keeps(t) and any(m.role == "user" and m.text == text for m in t.messages) for t in prepared.turns):
         return ""
-    return middle_out(text, min(profile.task.opening_max_tokens, int(window * profile.task.opening_max_share)), counter)
+    return middle_out(text, min(profile.task.opening_max_tokens, int(window * profile.task.opening_max_share), cap), counter)
 
 
 def _selection_events(cands: Candidates) -> tuple[TruncationEvent, ...]:
@@ -423,6 +427,8 @@ def _state(inputs: PackInputs, profile: BudgetProfile, model_window: int, stable
            counter: TokenCounting) -> PackState:
     boundary = inputs.request.messages[fit.zone.through].digest if 0 < fit.zone.through < len(inputs.request.messages) else ""
     payload_index = (1 if fit.zone.block else 0) + sum(len(t.messages) for t in fit.history)
+    # the payload, or the user's message sent as it is: a frozen call counts it in its frame
+    sends_payload = bool(fit.payload_text or inputs.request_index is not None) and payload_index < len(stable.messages)
     return PackState(
         invocation_id=inputs.invocation_id, agent=inputs.agent, payload_text=fit.payload_text,
         kept_history_turns=len(fit.history),
@@ -439,7 +445,7 @@ def _state(inputs: PackInputs, profile: BudgetProfile, model_window: int, stable
         block_text=fit.zone.block, boundary_digest=boundary, compactions=fit.zone.compactions,
         pins_opening=fit.zone.pins_opening,
         evidence_ids=tuple(ln.id for ln in fit.evidence), memory_ids=tuple(ln.id for ln in fit.memory),
-        payload_tokens=counter.count_message(stable.messages[payload_index]) if fit.payload_text else 0,
+        payload_tokens=counter.count_message(stable.messages[payload_index]) if sends_payload else 0,
     )
 
 

@@ -16,6 +16,8 @@ from ..content import Message, ToolSpec, canonical_json
 from ..profile import BudgetProfile
 from ..retrieval import Document, RetrievalResult
 from ..retrieval.items import ScoredItem
+from ..retrieval.turns import neighbours, turn_context
+from functools import lru_cache
 from .retrieve import Retriever
 from ..tokens import TokenCounting
 from .allocate import Signals
@@ -131,18 +133,24 @@ def _turn_time(turn: Turn, times: "tuple[float | None, ...]") -> float | None:
     return times[turn.start] if turn.start < len(times) else None
 
 
-def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None, ...]") -> list[Document]:
-    """Compacted turns as Memory candidates: indexed with their date and the turn before them
-    (a reply is found by the question it answers), shown as their own text with its date."""
+def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None, ...]",
+                      count_tokens: Callable[[str], int]) -> list[Document]:
+    """Compacted turns as Memory candidates, indexed with the context a reader needs to place them:
+    their date and the neighbouring turns (a reply is found by the question it answers). Only the
+    turn's own text is shown, with its date."""
+    texts = [_turn_text(t) for t in compacted]
     docs = []
-    previous = ""
-    for turn in compacted:
-        text = _turn_text(turn)
+    for i, turn in enumerate(compacted):
         ts = _turn_time(turn, times)
-        context = f"{_date(ts)} | {_clip(previous, 300)} | {text}" if previous else f"{_date(ts)} | {text}"
-        docs.append(Document(f"turn-{turn.start}", context, "history", ts, {"display": text}))
-        previous = text
+        previous, following = neighbours(texts, i)
+        docs.append(Document(f"turn-{turn.start}", texts[i], "history", ts,
+                             context=_context(_date(ts), previous, following, count_tokens)))
     return docs
+
+
+@lru_cache(maxsize=65_536)
+def _context(date: str, previous: str, following: str, count_tokens: Callable[[str], int]) -> str:
+    return turn_context(date=date, previous=previous, next=following, count_tokens=count_tokens)
 
 
 def _lines(result: RetrievalResult, render: Callable[[Document], str], counter: TokenCounting) -> tuple[Line, ...]:
@@ -171,8 +179,7 @@ def _relevant(result: RetrievalResult, threshold: float) -> RetrievalResult:
 
 
 def _render_memory(doc: Document) -> str:
-    text = doc.metadata.get("display", doc.text)
-    return f"- ({_date(doc.timestamp)}) {_block(text, 2000)}"
+    return f"- ({_date(doc.timestamp)}) {_block(doc.text, 2000)}"
 
 
 MAX_RANKED = 400  # most items one layer ranks per call; the budget then decides how many go in
@@ -209,7 +216,7 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     now = inputs.now or None
     ev_docs = [Document(e.id, e.summary, e.source, e.timestamp, {"uri": e.uri} if e.uri else {}) for e in inputs.evidence]
     mem_docs = [Document(m.id, m.text, m.source, m.timestamp) for m in inputs.memory]
-    mem_docs += history_documents(compacted, inputs.message_times)
+    mem_docs += history_documents(compacted, inputs.message_times, counter.count_text)
     verbatim: list[str] = []
     if ev_docs or mem_docs:  # only ranking reads it (a long tool loop has many messages)
         verbatim = [m.text for t in kept for m in t.messages if m.text]
