@@ -136,8 +136,7 @@ class ContextPacker:
         slot = self.slot(callback_context)
         slot.last = None  # only this call's pack may be recovered or calibrated
         try:
-            # The recall tool is declared once the session has an original to recall, not before.
-            recall = self.profile.offload.enabled and bool(callback_context.state.get(URIS_STATE_KEY))
+            recall = self._offers_recall(callback_context, llm_request, slot)
             flags, slot.edge_flags = tuple(slot.edge_flags or ()), None
             inputs = await collect_inputs(
                 callback_context, llm_request, keys=self.keys, previous=slot.state,
@@ -278,12 +277,20 @@ class ContextPacker:
             callback_context, llm_request, keys=self.keys, previous=None, memory_limit=self.memory_pool,
             artifact_cache=self._artifact_cache, now=session_now(callback_context.session.events),
             use_memory=self.use_memory, use_artifacts=self.use_artifacts, providers=self.evidence_providers,
-            extra_tools=(self.recall_tool,) if self._offers_recall(callback_context) else ())
+            extra_tools=(self.recall_tool,) if self._offers_recall(callback_context, llm_request, self.slot(callback_context)) else ())
         return replace(inputs, calibration=self.calibration.get(inputs.request.model, 1.0))
 
-    def _offers_recall(self, ctx: CallbackContext) -> bool:
-        """As in `pack`: the recall tool once the session has an original to recall."""
-        return self.profile.offload.enabled and bool(ctx.state.get(URIS_STATE_KEY))
+    def _offers_recall(self, ctx: CallbackContext, llm_request: LlmRequest, slot: "SessionSlot | None" = None) -> bool:
+        """The recall tool is declared once the request cites an original it can read back (a compacted
+        tool result, or a compaction block with URIs), and stays declared (no flapping of the tools)."""
+        if not self.profile.offload.enabled or not ctx.state.get(URIS_STATE_KEY):
+            return False
+        if slot is not None and slot.state is not None and (RECALL_TOOL_NAME in slot.state.tool_names
+                                                            or "artifact://" in slot.state.block_text):
+            return True
+        return any("artifact_uri" in (part.function_response.response or {})
+                   for content in llm_request.contents or () for part in content.parts or ()
+                   if part.function_response is not None)
 
     async def _save_images(self, ctx: CallbackContext, inputs: PackInputs) -> PackInputs:
         """Save inline images to the artifact store once, so their decayed form can cite a URI."""

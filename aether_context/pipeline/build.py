@@ -446,6 +446,7 @@ def _state(inputs: PackInputs, profile: BudgetProfile, model_window: int, stable
         pins_opening=fit.zone.pins_opening,
         evidence_ids=tuple(ln.id for ln in fit.evidence), memory_ids=tuple(ln.id for ln in fit.memory),
         payload_tokens=counter.count_message(stable.messages[payload_index]) if sends_payload else 0,
+        tool_names=tuple(t.name for t in stable.tools),
     )
 
 

@@ -124,6 +124,7 @@ class PackState:
     evidence_ids: tuple[str, ...] = ()  # Evidence items in the payload as sent
     memory_ids: tuple[str, ...] = ()  # Memory items in the payload as sent
     payload_tokens: int = 0  # tokens of the payload message as sent (0: the user's message went as it is)
+    tool_names: tuple[str, ...] = ()  # the tools this call declared
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -137,7 +138,7 @@ class PackState:
             "pinned": list(self.pinned), "block_text": self.block_text, "boundary_digest": self.boundary_digest,
             "compactions": self.compactions, "pins_opening": self.pins_opening,
             "evidence_ids": list(self.evidence_ids), "memory_ids": list(self.memory_ids),
-            "payload_tokens": self.payload_tokens,
+            "payload_tokens": self.payload_tokens, "tool_names": list(self.tool_names),
         }
 
     @classmethod
@@ -155,7 +156,7 @@ class PackState:
             block_text=d.get("block_text", ""), boundary_digest=d.get("boundary_digest", ""),
             compactions=d.get("compactions", 0), pins_opening=d.get("pins_opening", False),
             evidence_ids=tuple(d.get("evidence_ids", ())), memory_ids=tuple(d.get("memory_ids", ())),
-            payload_tokens=d.get("payload_tokens", 0),
+            payload_tokens=d.get("payload_tokens", 0), tool_names=tuple(d.get("tool_names", ())),
         )
 
 
