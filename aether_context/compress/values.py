@@ -252,8 +252,8 @@ def _parse(result: Any) -> Any:
 def _walk(value: Any, path: str, out: dict[str, list[str]], budget: list[int]) -> None:
     if budget[0] <= 0:
         return
-    if isinstance(value, Mapping):
-        for key, item in value.items():
+    if isinstance(value, Mapping):  # keys in sorted order: a stored (key-sorted) result renders the same
+        for key, item in sorted(value.items(), key=lambda kv: str(kv[0])):
             key = str(key)
             if _ID_KEY.match(key):  # an id used as a key (`credit_card_4421486`): list it, walk its value as `*`
                 _add(out, path or "keys", key, budget)
