@@ -38,7 +38,7 @@ def test_a_tool_result_keeps_its_ids_values_and_id_keys():
     assert vs.source == "get_user_details(user_id=mia_li_3668)"
     got = fields(vs)
     assert got["payment_methods"] == ("certificate_7504069", "credit_card_4421486")  # ids used as dict keys, sorted
-    assert got["payment_methods.*.id"] == ("credit_card_4421486", "certificate_7504069")
+    assert got["payment_methods.*.id"] == ("certificate_7504069", "credit_card_4421486")
     assert got["reservations"] == ("NO6JO3", "AIXC49") and got["email"] == ("mia.li3818@example.com",)
     assert got["address.address1"] == ("975 Sunset Drive",)  # `address1` is a field, not an id
     assert got["payment_methods.*.amount"] == ("250",)
