@@ -249,7 +249,7 @@ class ContextPacker:
                                         else self.profile.window_tokens)
             pack = recovery_pack(inputs, self.profile, window, error, counter=self.counter)
             apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
-                          added={RECALL_TOOL_NAME: self.recall_tool} if self._offers_recall(callback_context) else {})
+                          added={RECALL_TOOL_NAME: self.recall_tool} if self._offers_recall(callback_context, llm_request, self.slot(callback_context)) else {})
         except Exception:
             logger.error("aether-context: recovery repack failed; the model's error stands", exc_info=True)
             return None
