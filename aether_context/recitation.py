@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import logging
 import re
+
+from .retrieval.analyzer import STOP_WORDS, stem
 from typing import Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -62,34 +64,13 @@ class RecitationSettings(BaseModel):
 
 # --- drift --------------------------------------------------------------------------------------------
 
-_STOP_WORDS = frozenset("""
-a about above after again against all also am an and any are as at be because been before being below
-between both but by can could did do does doing done down during each else few for from further get got
-had has have having he her here hers him his how i if in into is it its itself just let like make made may
-me might more most must my need no nor not now of off on once only or other our out over own please same
-shall she should so some such than that the their them then there these they this those through to too
-under until up upon us use used using very via was we were what when where which while who whom why will
-with would you your yours able sure want try new one two first
-""".split())
 _WORD = re.compile(r"[a-z0-9]+")
 
 
 def content_words(text: str) -> frozenset[str]:
-    """Lower-cased words of 3+ characters minus stop words, crudely stemmed (failing, fails → fail)."""
-    words = set()
-    for word in _WORD.findall(text.lower()):
-        if len(word) < 3 or word in _STOP_WORDS or word.isdigit():
-            continue
-        words.add(_stem(word))
-    return frozenset(words)
-
-
-def _stem(word: str) -> str:
-    """Strip one common suffix, keeping at least three letters: enough to match goal and tool vocabulary."""
-    for suffix in ("ing", "ed", "es", "s", "e"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not (suffix == "s" and word.endswith("ss")):
-            return word[: -len(suffix)]
-    return word
+    """Lower-cased words of 3+ characters minus the shared stop words, stemmed (failing, fails → fail)."""
+    return frozenset(stem(w) for w in _WORD.findall(text.lower())
+                     if len(w) >= 3 and w not in STOP_WORDS and not w.isdigit())
 
 
 def drift_score(goal_text: str, recent_texts: Sequence[str]) -> float:

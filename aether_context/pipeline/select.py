@@ -6,8 +6,6 @@ compress stage only has to walk those orders when the budget is short.
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, field
 from typing import Callable
 from datetime import datetime, timezone
@@ -24,14 +22,9 @@ from .allocate import Signals
 from .collect import PackInputs, Turn
 from .incremental import grouped_turns
 
-__all__ = ["Line", "Conversation", "Candidates", "select", "query_text", "words"]
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-_STOP = frozenset("a an and are as at be by for from has have i in is it its of on or that the this to was were will with you your we".split())
+__all__ = ["Line", "Conversation", "Candidates", "select", "query_text", "split_conversation", "history_documents"]
 
 
-def words(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1}
 
 
 @dataclass(frozen=True)
