@@ -197,3 +197,20 @@ async def test_an_identifier_from_an_early_tool_result_reaches_the_call_that_use
     await run_turn(runner, sid, "Please rebook my reservation YAX4DR onto a later flight and pay with my card.")
     assert any(r.manifest.compaction for r in p.packer.recent)  # the first result left the verbatim zone
     assert uses and "credit_card_4421486" in uses[0] and "mia_li_3668" in uses[0]
+
+
+def test_a_request_without_content_words_retrieves_nothing_and_the_manifest_says_so(counter):
+    from aether_context.pipeline import MemoryItem, build_pack
+    from aether_context.profile import load_profile
+
+    from conftest import make_inputs
+
+    memory = [MemoryItem(f"m{i}", f"note {i}: the deploy failed on node {i}", 1_699_000_000.0 + i) for i in range(5)]
+    profile = load_profile("default")
+    empty = build_pack(make_inputs((), "?? !!", memory=memory), profile, counter=counter, window=8_000)
+    assert empty.manifest.layer_budgets["memory"].items == 0
+    assert any(f.startswith("empty_query") for f in empty.manifest.flags)
+    asked = build_pack(make_inputs((), "which node failed the deploy?", memory=memory), profile, counter=counter,
+                       window=8_000)
+    assert asked.manifest.layer_budgets["memory"].items > 0
+    assert not any(f.startswith("empty_query") for f in asked.manifest.flags)
