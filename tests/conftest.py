@@ -124,6 +124,15 @@ async def run_turn(runner: Any, session_id: str, text: str, user_id: str = "u") 
     return events
 
 
+def offloaded_uri(llm_request: Any) -> str:
+    """The artifact URI of the offloaded result in the request the model is answering."""
+    for content in llm_request.contents:
+        for part in content.parts or []:
+            if part.function_response and "artifact_uri" in (part.function_response.response or {}):
+                return part.function_response.response["artifact_uri"]
+    raise AssertionError("no offloaded result reached the model")
+
+
 def strip_continue(llm_request: Any) -> Any:
     """ADK's Gemini wrapper may append a "Continue processing" user turn after the callbacks ran;
     a copy without it is what the pack produced."""

@@ -30,8 +30,21 @@ def chat(n: int, seed: int = 0, words: int = 20) -> "list[tuple[str, str]]":
     return [("user" if i % 2 == 0 else "agent", f"turn {i}: " + filler(words, seed=seed + i)) for i in range(n)]
 
 
+_MADE: list[ContextPackPlugin] = []
+
+
 def plugin(store: str, window: int, **kw) -> ContextPackPlugin:
-    return ContextPackPlugin(store=store, window_tokens=window, embedder=HashingEmbedder(), **kw)
+    made = ContextPackPlugin(store=store, window_tokens=window, embedder=HashingEmbedder(), **kw)
+    _MADE.append(made)
+    return made
+
+
+@pytest.fixture(autouse=True)
+def _flush_stores(memory_store_url):
+    """Writes finish before the store fixture removes the folder."""
+    yield
+    while _MADE:
+        _MADE.pop().packer.store.flush()
 
 
 def scripted(turns):

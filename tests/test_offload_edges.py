@@ -15,6 +15,8 @@ from aether_context.adk.offload import _read
 from aether_context.store import PackStore
 from aether_context.testing import ScriptedLlm, call
 
+from conftest import offloaded_uri
+
 ODD = "".join(f"row {i}\tsep\u2028x\u2029y\x1c{{\"k\": [1, 2.50, \"\\u00e9\"]}}\x85end\r\n" for i in range(300))
 LONG_LINE = "z" * 50_000
 
@@ -28,13 +30,6 @@ def long_line() -> str:
     """Return one very long line."""
     return LONG_LINE
 
-
-def _uri_from(req) -> str:
-    for c in req.contents:
-        for p in c.parts or []:
-            if p.function_response and "artifact_uri" in (p.function_response.response or {}):
-                return p.function_response.response["artifact_uri"]
-    raise AssertionError("no offloaded result reached the model")
 
 
 def _runner(turns, store, *, tool=odd_text, session_service=None, artifact_service=None, originals=None):
@@ -75,7 +70,7 @@ BAD = [
 async def test_every_bad_argument_gets_an_error_result(tmp_path):
     def script(i, args):
         def turn(req):
-            good = _uri_from(req)
+            good = offloaded_uri(req)
             full = {"uri": good, **args}
             if isinstance(full["uri"], str) and "SESSION" in full["uri"]:
                 full["uri"] = full["uri"].replace("SESSION", good.split("/")[4])
@@ -98,7 +93,7 @@ class FailingStore(PackStore):
 
 async def test_a_failing_store_gives_an_error_result(tmp_path):
     store = FailingStore(str(tmp_path / "packs"))
-    turns = [call("odd_text"), lambda req: call("read_artifact", uri=_uri_from(req)), "done"]
+    turns = [call("odd_text"), lambda req: call("read_artifact", uri=offloaded_uri(req)), "done"]
     llm, plugin, runner = _runner(turns, store, originals="store")
     session = await runner.session_service.create_session(app_name="app", user_id="u")
     got = _recalls(await _turn(runner, session.id))
@@ -106,7 +101,7 @@ async def test_a_failing_store_gives_an_error_result(tmp_path):
 
 
 async def test_the_original_reads_back_exactly(tmp_path):
-    turns = [call("odd_text"), lambda req: call("read_artifact", uri=_uri_from(req), max_lines=400), "done"]
+    turns = [call("odd_text"), lambda req: call("read_artifact", uri=offloaded_uri(req), max_lines=400), "done"]
     llm, plugin, runner = _runner(turns, str(tmp_path / "packs"))
     session = await runner.session_service.create_session(app_name="app", user_id="u")
     got = _recalls(await _turn(runner, session.id))[0]
@@ -115,9 +110,9 @@ async def test_the_original_reads_back_exactly(tmp_path):
 
 async def test_a_reply_is_bounded_by_size_and_continues(tmp_path):
     def next_piece(req):
-        return call("read_artifact", uri=_uri_from(req), start_line=1, start_char=16_000)
+        return call("read_artifact", uri=offloaded_uri(req), start_line=1, start_char=16_000)
 
-    turns = [call("long_line"), lambda req: call("read_artifact", uri=_uri_from(req)), next_piece, "done"]
+    turns = [call("long_line"), lambda req: call("read_artifact", uri=offloaded_uri(req)), next_piece, "done"]
     llm, plugin, runner = _runner(turns, str(tmp_path / "packs"), tool=long_line)
     session = await runner.session_service.create_session(app_name="app", user_id="u")
     first, second = _recalls(await _turn(runner, session.id))
@@ -143,7 +138,7 @@ async def test_a_second_replica_recalls_an_original(tmp_path, originals, recalle
     session = await runner_a.session_service.create_session(app_name="app", user_id="u")
     await _turn(runner_a, session.id, "read the data")
     await runner_a.close()
-    turns = [lambda req: call("read_artifact", uri=_uri_from(req), search="row 299"), "done"]
+    turns = [lambda req: call("read_artifact", uri=offloaded_uri(req), search="row 299"), "done"]
     _, two, runner_b = _runner(turns, store, session_service=DatabaseSessionService(db_url=db))  # a new process
     got = _recalls(await _turn(runner_b, session.id, "what was in row 299?"))[0]
     await runner_b.close()
@@ -162,7 +157,7 @@ def env_dump() -> str:
 
 
 async def test_offloaded_originals_are_masked(tmp_path):
-    turns = [call("env_dump"), lambda req: call("read_artifact", uri=_uri_from(req), search="AWS_ACCESS"), "done"]
+    turns = [call("env_dump"), lambda req: call("read_artifact", uri=offloaded_uri(req), search="AWS_ACCESS"), "done"]
     llm, plugin, runner = _runner(turns, str(tmp_path / "packs"), tool=env_dump, originals="store")
     session = await runner.session_service.create_session(app_name="app", user_id="u")
     got = _recalls(await _turn(runner, session.id))[0]

@@ -16,6 +16,8 @@ from aether_context import ContextPackPlugin
 from aether_context.adk import request_from_llm
 from aether_context.testing import ScriptedLlm, call
 
+from conftest import offloaded_uri
+
 BIG = "\n".join(f"line {i}: value={i * 7} status={'ERROR disk full' if i == 777 else 'ok'}" for i in range(1, 3001))
 
 
@@ -23,14 +25,6 @@ def big_log() -> str:
     """Return a long log."""
     return BIG
 
-
-def _uri_from(req) -> str:
-    """The artifact URI of the offloaded result in the request the model is answering."""
-    for c in req.contents:
-        for p in c.parts or []:
-            if p.function_response and "artifact_uri" in (p.function_response.response or {}):
-                return p.function_response.response["artifact_uri"]
-    raise AssertionError("no offloaded result reached the model")
 
 
 async def _run(turns, *, artifact_service=True, store="memory://offload-test"):
@@ -58,7 +52,7 @@ def _recall_response(events) -> dict:
 
 
 async def test_large_result_is_offloaded_and_read_back_byte_identical():
-    turns = [call("big_log"), lambda req: call("read_artifact", uri=_uri_from(req), max_lines=400), "done"]
+    turns = [call("big_log"), lambda req: call("read_artifact", uri=offloaded_uri(req), max_lines=400), "done"]
     llm, plugin, runner, session, events = await _run(turns)
     # what the model saw of the tool result is small and names the URI
     second = request_from_llm(llm.requests[1])
@@ -77,7 +71,7 @@ async def test_large_result_is_offloaded_and_read_back_byte_identical():
 
 
 async def test_recall_search_finds_the_error_line():
-    turns = [call("big_log"), lambda req: call("read_artifact", uri=_uri_from(req), search="disk full"), "done"]
+    turns = [call("big_log"), lambda req: call("read_artifact", uri=offloaded_uri(req), search="disk full"), "done"]
     llm, plugin, runner, session, events = await _run(turns)
     got = _recall_response(events)
     assert got["matches"] == 1 and "line 777" in got["lines"]
@@ -113,7 +107,7 @@ async def test_recall_refuses_a_uri_outside_the_store():
 
 
 async def test_offload_without_an_artifact_service_uses_the_pack_store(tmp_path):
-    turns = [call("big_log"), lambda req: call("read_artifact", uri=_uri_from(req), start_line=2999, max_lines=5), "done"]
+    turns = [call("big_log"), lambda req: call("read_artifact", uri=offloaded_uri(req), start_line=2999, max_lines=5), "done"]
     llm, plugin, runner, session, events = await _run(turns, artifact_service=False, store=str(tmp_path / "packs"))
     got = _recall_response(events)
     assert "line 3000" in got["lines"]

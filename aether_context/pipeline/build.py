@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..compress.middle_out import middle_out
-from ..content import Message, ModelRequest, TextPart, canonical_json, sha256_hex
+from ..content import Message, ModelRequest, canonical_json, sha256_hex
 from ..errors import BudgetError
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
@@ -227,7 +227,7 @@ def _frame_tokens(inputs: PackInputs, cands: Candidates, frozen: PackState | Non
     if frozen is not None:
         return frozen.payload_tokens
     request = cands.conversation.request
-    message = payload_message(render_payload(inputs.task, request, (), (), failures), request)
+    message = payload_message(render_payload(inputs.task, request, (), (), failures).sent_text(), request)
     return counter.count_message(message) if message is not None else 0
 
 
@@ -240,9 +240,8 @@ def _room(inputs: PackInputs, profile: BudgetProfile, window: int, cands: Candid
     only when they have something to send: a chat that fits goes out whole.
     """
     limit = window - int(window * profile.floors.slack)
-    tools = _tools(cands, inputs)
     head = counter.count_text(inputs.request.system_instruction) \
-        + sum(counter.count_text(canonical_json(t.declaration)) for t in tools) \
+        + sum(counter.count_text(canonical_json(t.declaration)) for t in cands.tools) \
         + sum(counter.count_text(canonical_json(t)) for t in inputs.request.other_tools) \
         + sum(counter.count_message(m) for m in cands.conversation.instructions)
     reserve = _reserve(inputs, profile, zone, failures)
@@ -354,30 +353,20 @@ def _fit(inputs: PackInputs, profile: BudgetProfile, cands: Candidates, prepared
     mem, e2 = fit_lines("memory", cands.memory, max(0, alloc.budgets["memory"] - 12),
                         profile.memory.item_max_tokens, counter)
     request = cands.conversation.request
-    sections = render_payload(inputs.task, request, ev, mem, failures)
-    text = sections.text() if sections.adds_anything else ""
-    return Fit(zone, history, loop, ev, mem, text), [*e1, *e2]
+    return Fit(zone, history, loop, ev, mem, render_payload(inputs.task, request, ev, mem, failures).sent_text()), [*e1, *e2]
 
 
 def _render(inputs: PackInputs, cands: Candidates, fit: Fit) -> ModelRequest:
-    request = cands.conversation.request
-    payload = Message("user", (TextPart(fit.payload_text),) + tuple(p for p in request.parts if not isinstance(p, TextPart))
-                      ) if fit.payload_text and request is not None else (
-        Message("user", (TextPart(fit.payload_text),)) if fit.payload_text else request)
     return render_request(model=inputs.request.model, system_instruction=inputs.request.system_instruction,
-                          tools=_tools(cands, inputs), other_tools=inputs.request.other_tools, block=fit.zone.block,
-                          history=fit.history, payload=payload, loop=fit.loop,
-                          instructions=cands.conversation.instructions)
-
-
-def _tools(cands: Candidates, inputs: PackInputs):
-    return cands.tools
+                          tools=cands.tools, other_tools=inputs.request.other_tools, block=fit.zone.block,
+                          history=fit.history, payload=payload_message(fit.payload_text, cands.conversation.request),
+                          loop=fit.loop, instructions=cands.conversation.instructions)
 
 
 def _ensure_fits(inputs: PackInputs, profile: BudgetProfile, cands: Candidates, prepared: Prepared, fit: Fit,
                  failures: str, alloc: Allocation, request: ModelRequest,
                  counter: TokenCounting) -> tuple[ModelRequest, Fit, list[TruncationEvent]]:
-    """The final count is exact: drop Memory, then Evidence, then cut the oldest kept turns."""
+    """The final count is exact: drop Memory, then Evidence, then cut the largest kept turn."""
     events: list[TruncationEvent] = []
     reserve = _reserve(inputs, profile, fit.zone, failures)
     for _ in range(8):
@@ -394,8 +383,8 @@ def _ensure_fits(inputs: PackInputs, profile: BudgetProfile, cands: Candidates, 
                 freed += gone.tokens + 1
             events.append(TruncationEvent(layer, "drop", "window still exceeded", tuple(dropped)))
             fit = replace(fit, **{layer: tuple(kept)})
-            sections = render_payload(inputs.task, cands.conversation.request, fit.evidence, fit.memory, failures)
-            fit = replace(fit, payload_text=sections.text() if sections.adds_anything else "")
+            fit = replace(fit, payload_text=render_payload(inputs.task, cands.conversation.request, fit.evidence,
+                                                           fit.memory, failures).sent_text())
         else:
             turns = fit.history + fit.loop
             if not turns:

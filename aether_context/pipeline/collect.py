@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..content import Message, ModelRequest, ToolSpec, canonical_json, sha256_hex
+from ..content import Message, ModelRequest, canonical_json, sha256_hex
 
 __all__ = ["TaskSpec", "EvidenceItem", "MemoryItem", "PackInputs", "PackState", "Turn", "group_turns"]
 

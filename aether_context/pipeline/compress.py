@@ -5,7 +5,6 @@ Every action is a `TruncationEvent` naming what it touched, so nothing disappear
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..compress import ExtractiveSummarizer, fold_message, fold_tool_pair
-from ..content import Blob, FunctionCall, FunctionResponse, Message, TextPart, canonical_json, response_digest, sha256_hex
+from ..content import Blob, FunctionCall, FunctionResponse, Message, TextPart, sha256_hex
 from ..tokens import TokenCounting
 from .collect import Turn
 

@@ -50,6 +50,10 @@ class PayloadSections:
         return "\n".join(s for s in (PAYLOAD_HEADER, self.task, self.evidence, self.memory, self.failures,
                                      self.acceptance, self.request) if s)
 
+    def sent_text(self) -> str:
+        """The payload text, or "" when it would add nothing (the user's message then goes as it is)."""
+        return self.text() if self.adds_anything else ""
+
 
 def _section(header: str, lines: "list[str] | tuple[str, ...]") -> str:
     return f"{header}\n" + "\n".join(quote(line) for line in lines) if lines else ""
@@ -88,13 +92,13 @@ def render_payload(task: TaskSpec, request: Message | None, evidence: "tuple[Lin
     )
 
 
-def payload_message(sections: PayloadSections, request: Message | None) -> Message | None:
+def payload_message(payload_text: str, request: Message | None) -> Message | None:
     """The payload as a user message (non-text parts of the request kept), or the request itself
-    when the payload adds nothing; None when there is neither."""
-    if not sections.adds_anything:
+    when there is no payload text; None when there is neither."""
+    if not payload_text:
         return request
     extra = tuple(p for p in request.parts if not isinstance(p, TextPart)) if request is not None else ()
-    return Message("user", (TextPart(sections.text()),) + extra)
+    return Message("user", (TextPart(payload_text),) + extra)
 
 
 def render_request(*, model: str, system_instruction: str, tools: "tuple[ToolSpec, ...]",

@@ -87,7 +87,8 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _split_conversation(inputs: PackInputs) -> Conversation:
+def split_conversation(inputs: PackInputs) -> Conversation:
+    """History before the invocation's user request, the request, and this invocation's turns after it."""
     msgs = inputs.request.messages
     skip = sorted(set(inputs.instruction_indices))
     r = inputs.request_index
@@ -219,7 +220,7 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     # Evidence is what the app chose to show: ranked, never filtered by relevance.
     ev_result = retriever.rank(namespace, "evidence", query, ev_docs, k=_k(profile.evidence.top_k, ev_docs),
                                count_tokens=counter.count_text, now=now, exclude=verbatim)
-    if ev_docs and not ev_result.items and not any(c.isalnum() for c in query):
+    if ev_docs and ev_result.signals.get("empty_query"):  # nothing to rank by: the app's order
         ev_result = _in_given_order(ev_docs, query)
     evidence = _lines(ev_result, _render_evidence, counter)
     mem_result = _relevant(retriever.rank(namespace, "memory", query, mem_docs, k=_k(profile.memory.top_k, mem_docs),
@@ -274,7 +275,3 @@ def _in_given_order(docs: "list[Document]", query: str) -> RetrievalResult:
                   for i, d in enumerate(docs))
     return RetrievalResult(query, items, {})
 
-
-def split_conversation(inputs: PackInputs) -> Conversation:
-    """History before the invocation's user request, the request, and this invocation's turns after it."""
-    return _split_conversation(inputs)

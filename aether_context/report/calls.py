@@ -6,7 +6,6 @@ rest still shows) and strict where a typo would mislead (a store that does not e
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
