@@ -25,8 +25,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ProfileError
-from .failures import FailureSettings
-from .recitation import RecitationSettings
+from .loop.failures import FailureSettings
+from .loop.recitation import RecitationSettings
 from .redact import RedactionSettings
 from .retrieval import RetrievalSettings
 

@@ -145,7 +145,7 @@ FIXTURE_REPO = __import__("pathlib").Path(__file__).parent / "fixtures" / "coder
 
 async def test_code_context_provider_offers_imported_files_within_limits():
     from aether_context import CodeContextProvider
-    from aether_context.codecontext import CodeContextSettings
+    from aether_context.providers.code import CodeContextSettings
 
     provider = CodeContextProvider(FIXTURE_REPO, CodeContextSettings(max_depth=1, max_files=3, max_tokens=2000))
     llm = ScriptedLlm(turns=["looked"])
@@ -165,7 +165,7 @@ async def test_code_context_provider_offers_imported_files_within_limits():
 
 async def test_compact_json_tool_results_are_faithful_and_shorter():
     from aether_context import load_profile
-    from aether_context.variation import expand_compact_json
+    from aether_context.compress.compact_json import expand_compact_json
 
     rows = [{"flight": f"HAT{i:03d}", "origin": "JFK", "destination": "SFO", "status": "available", "price": 100 + i}
             for i in range(30)]

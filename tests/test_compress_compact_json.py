@@ -67,9 +67,3 @@ def test_expand_rejects_garbage():
 def test_non_json_values_are_rejected():
     with pytest.raises(ValueError):
         compact_json({"x": float("nan")})
-
-
-def test_the_variation_module_re_exports_the_same_functions():
-    from aether_context import variation
-
-    assert variation.compact_json is compact_json and variation.expand_compact_json is expand_compact_json

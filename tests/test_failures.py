@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from aether_context.failures import (
+from aether_context.loop.failures import (
     CATEGORIES, FailureLog, FailureRecord, FailureSettings, categorize_failure, digest_args, error_text, exception_lines,
     first_error_line,
     is_error_result, mentioned_file, render_failures,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aether_context.errors import AetherContextError
-from aether_context.jsonparse import JSONNotFoundError, json_candidates, parse_json_loose
+from aether_context.compress.jsonparse import JSONNotFoundError, json_candidates, parse_json_loose
 
 
 @pytest.mark.parametrize("text,expected", [

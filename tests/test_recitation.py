@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from aether_context.recitation import (
+from aether_context.loop.recitation import (
     RecitationSettings, build_recitation, content_words, drift_score, recitation_interval, should_recite,
 )
 from aether_context.tokens import TokenCounter
-from aether_context.variation import StructuralVariation
+from aether_context.loop.variation import StructuralVariation
 
 COUNTER = TokenCounter()
 GOAL = "Fix the failing date parsing in shop/util/helpers.py so that tests in tests/test_helpers.py pass"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aether_context.variation import (
+from aether_context.loop.variation import (
     CANONICAL_STYLE, LIST_STYLES, PROGRESS_STYLES, SEPARATORS, STATUS_LABELS, StructuralVariation, format_list,
     format_progress,
 )

@@ -21,7 +21,7 @@ from google.adk.tools.tool_context import ToolContext
 
 from ..compress import SummarizeFn, Summarizer, render_payload, run_summarizer, validate_summary
 from ..content import response_digest, sha256_hex
-from ..failures import FailureLog, FailureRecord, error_text, is_error_result
+from ..loop.failures import FailureLog, FailureRecord, error_text, is_error_result
 from ..pipeline.build import ContextPack, build_pack, request_tokens
 from ..pipeline.collect import PackInputs, PackState
 from ..pipeline.decay import RunningSummary, blob_key
@@ -345,7 +345,7 @@ class ContextPacker:
         if self.profile.variation.compact_json and isinstance(result, (dict, list)) and not own:
             compact = compact_json(result, self.counter)
             if self.counter.count_text(compact) < self.counter.count_text(render_payload(result)):
-                compacted = {"result_compact_json": compact}  # faithful: aether_context.variation.expand_compact_json
+                compacted = {"result_compact_json": compact}  # faithful: aether_context.compress.compact_json.expand_compact_json
         sent = compacted or result  # what the session will hold unless offload compacts it further
         offloaded = None
         if self.profile.offload.enabled and not own:

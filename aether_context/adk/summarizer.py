@@ -16,7 +16,7 @@ from google.adk.models.registry import LLMRegistry
 from google.genai import types
 
 from ..compress import HANDOFF_PROMPT, build_handoff_request
-from ..jsonparse import parse_json_loose
+from ..compress.jsonparse import parse_json_loose
 
 __all__ = ["LlmSummarizer"]
 

@@ -5,11 +5,11 @@ block (the very last message, never in the cached prefix).
 from __future__ import annotations
 
 from ..content import Message, TextPart
-from ..failures import FailureLog, FailureRecord, render_failures
+from ..loop.failures import FailureLog, FailureRecord, render_failures
 from ..profile import BudgetProfile
-from ..recitation import build_recitation, drift_score, should_recite
+from ..loop.recitation import build_recitation, drift_score, should_recite
 from ..tokens import MESSAGE_OVERHEAD, TokenCounting
-from ..variation import StructuralVariation
+from ..loop.variation import StructuralVariation
 from .collect import PackInputs, Turn
 
 __all__ = ["failure_count", "failures_section", "recitation_reserve", "recitation_message"]

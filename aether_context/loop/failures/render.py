@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from ..tokens import TokenCounting
+from ...tokens import TokenCounting
 from .log import FailureAnalysis, FailureRecord
 
 __all__ = ["render_failures"]

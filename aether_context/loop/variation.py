@@ -6,9 +6,6 @@ the same inputs always give the same bytes (replayable, testable) while consecut
 It is off by default: disabled, it always returns the canonical layout, which keeps prompts
 cache-friendly.
 
-Compact JSON lives with the other tool-result compressors (`aether_context.compress.compact_json`);
-its names are re-exported here for existing imports.
-
 Usage::
 
     v = StructuralVariation(seed=7, enabled=True)
@@ -22,11 +19,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
-from .compress.compact_json import columnarize, compact_json, decolumnarize, expand_compact_json
-
 __all__ = [
-    "ProgressStyle", "ListStyle", "VariationStyle", "CANONICAL_STYLE", "StructuralVariation", "compact_json",
-    "expand_compact_json", "columnarize", "decolumnarize", "format_progress", "format_list",
+    "ProgressStyle", "ListStyle", "VariationStyle", "CANONICAL_STYLE", "StructuralVariation", "format_progress",
+    "format_list",
 ]
 
 ProgressStyle = Literal["fraction", "percentage", "bar", "steps"]

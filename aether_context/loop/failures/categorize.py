@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Literal, get_args
 
-from ..compress.error_lines import decisive_exception, noise_indices, strip_ansi
+from ...compress.error_lines import decisive_exception, noise_indices, strip_ansi
 
 __all__ = ["Category", "CATEGORIES", "categorize_failure", "match_patterns"]
 

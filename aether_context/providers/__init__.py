@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable, Sequence, Union
 
-from .codecontext import CodeContextSettings, collect_code_context, find_seed_files
-from .pipeline.collect import EvidenceItem, TaskSpec
-from .tokens import TokenCounter, TokenCounting
+from .code import CodeContextSettings, collect_code_context, find_seed_files
+from ..pipeline.collect import EvidenceItem, TaskSpec
+from ..tokens import TokenCounter, TokenCounting
 
 __all__ = ["EvidenceRequest", "EvidenceProvider", "CodeContextProvider"]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import json_repair
 
-from .errors import AetherContextError
+from ..errors import AetherContextError
 
 __all__ = ["JSONNotFoundError", "parse_json_loose", "json_candidates"]
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 import logging
 import re
 
-from .retrieval.analyzer import STOP_WORDS, stem
+from ..retrieval.analyzer import STOP_WORDS, stem
 from typing import Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .tokens import TokenCounting
+from ..tokens import TokenCounting
 from .variation import StructuralVariation, format_progress
 
 __all__ = ["RecitationSettings", "build_recitation", "drift_score", "recitation_interval", "should_recite",

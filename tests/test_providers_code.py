@@ -7,7 +7,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from aether_context.codecontext import (
+from aether_context.providers.code import (
     CodeContextSettings, approx_tokens, collect_code_context, find_seed_files, import_targets, summarize_source,
 )
 from aether_context.tokens import TokenCounter

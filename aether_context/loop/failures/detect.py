@@ -12,11 +12,11 @@ import json
 import re
 from typing import Any, Mapping
 
-from ..compress.error_lines import (
+from ...compress.error_lines import (
     EXCEPTION_LINE, FRAME_FILE, decisive_exception, failure_line_indices, mentions_error, noise_indices,
     opens_with_error, run_counts, strip_ansi, traceback_ends,
 )
-from ..content import canonical_json, sha256_hex
+from ...content import canonical_json, sha256_hex
 from .categorize import categorize_failure, match_patterns
 
 __all__ = ["is_error_result", "error_text", "exception_lines", "evidence_lines", "first_error_line", "mentioned_file",
