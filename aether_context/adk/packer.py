@@ -89,7 +89,8 @@ class ContextPacker:
                  window_tokens: int | None = None, counter: TokenCounting | None = None,
                  state_keys: StateKeys | None = None, use_memory: bool = True, use_artifacts: bool = True,
                  memory_pool: int = 1000, keep_recent: int = 1000, summarizer: "Summarizer | SummarizeFn | None" = None,
-                 evidence_providers: "Sequence[EvidenceProvider]" = (), embedder: "Embedder | None" = None):
+                 evidence_providers: "Sequence[EvidenceProvider]" = (), embedder: "Embedder | None" = None,
+                 originals: str = "auto"):
         self.profile = load_profile(profile)
         self.store = store if isinstance(store, PackStore) else PackStore(store or DEFAULT_STORE_URL)
         self.window_tokens = window_tokens
@@ -109,7 +110,8 @@ class ContextPacker:
         # One slot per (app, user, session, agent), least recently used released first.
         self._slots: collections.OrderedDict[tuple[str, str, str, str], SessionSlot] = collections.OrderedDict()
         self._artifact_cache: dict = {}
-        self.gateway = ArtifactGateway(self.store)
+        # Where offloaded originals go: "auto" (as durable as the session), "adk" or "store" (see adk.offload)
+        self.gateway = ArtifactGateway(self.store, originals=originals)
         self.recall_tool = make_recall_tool(self.gateway)
 
     def slot(self, ctx: "CallbackContext | ToolContext") -> SessionSlot:
