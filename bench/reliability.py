@@ -55,12 +55,12 @@ CONTINUE = "Continue with the task."
 RECALLS_PER_SESSION = 8
 
 
-def _sessions(data: str, tau: int, swe: int, offset: int) -> list:
+def _sessions(data: str, tau: int, swe: int, offset: int, swe_offset: int) -> list:
     """The recorded sessions, mini-swe runs cut into invocations (so replicas can take turns in them)."""
     from trajectories import Invocation, ModelTurn, Trajectory, load_mini_swe, load_tau_airline
 
     out = list(load_tau_airline(data)[offset:offset + tau])
-    for run in load_mini_swe(data)[offset:offset + swe]:
+    for run in load_mini_swe(data)[swe_offset:swe_offset + swe]:
         invocations = []
         for inv in run.invocations:
             tools = [t for t in inv.turns if t.calls]
@@ -74,17 +74,17 @@ def _sessions(data: str, tau: int, swe: int, offset: int) -> list:
 
 
 # --------------------------------------------------------------------------- replicas: the worker process
-def _worker(db: str, store: str, data: str, tau: int, swe: int, offset: int, window: int) -> None:
+def _worker(db: str, store: str, data: str, tau: int, swe: int, offset: int, swe_offset: int, window: int) -> None:
     """One replica: reads {"op", "session", "invocation"} lines on stdin, answers one JSON line each."""
-    asyncio.run(_serve(db, store, data, tau, swe, offset, window))
+    asyncio.run(_serve(db, store, data, tau, swe, offset, swe_offset, window))
 
 
-async def _serve(db: str, store: str, data: str, tau: int, swe: int, offset: int, window: int) -> None:
+async def _serve(db: str, store: str, data: str, tau: int, swe: int, offset: int, swe_offset: int, window: int) -> None:
     from aether_context import ContextPacker
     from aether_context.retrieval import HashingEmbedder
 
     packer = ContextPacker(store=store, window_tokens=window, embedder=HashingEmbedder())
-    sessions = {t.id: t for t in _sessions(data, tau, swe, offset)}
+    sessions = {t.id: t for t in _sessions(data, tau, swe, offset, swe_offset)}
     replicas: dict[str, Any] = {}
     loop = asyncio.get_running_loop()
     while True:
@@ -189,7 +189,7 @@ def _recalling_llm_class() -> type:
             if self._cursor == self.recall_at:
                 self._cursor += 1
                 text = "\n".join(str(c.model_dump(mode="json", exclude_none=True)) for c in llm_request.contents)
-                self.recalled = sorted(set(re.findall(r"artifact://[^\s'\"\\,)\]]+", text)))[:RECALLS_PER_SESSION]
+                self.recalled = sorted(set(re.findall(r"artifact://[^\s'\"\\,)\]<>]+", text)))[:RECALLS_PER_SESSION]
                 if self.recalled:
                     return [types.Part(function_call=types.FunctionCall(name="read_artifact", args={"uri": u}))
                             for u in self.recalled]
@@ -209,7 +209,8 @@ class _Process:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (code or str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")) if p)}
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "--worker", str(db), str(store), "--data", args.data,
-             "--tau", str(args.tau), "--swe", str(args.swe), "--offset", str(args.offset), "--window", str(args.window)],
+             "--tau", str(args.tau), "--swe", str(args.swe), "--offset", str(args.offset), "--swe-offset",
+             str(args.swe_offset), "--window", str(args.window)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=code or str(ROOT), env=env)
 
     def ask(self, **message: Any) -> dict:
@@ -281,7 +282,7 @@ def replicas(args: argparse.Namespace) -> str:
     """Two replica processes alternating the invocations of recorded sessions against one process."""
     from report_sections import machine, pct
 
-    sessions = _sessions(args.data, args.tau, args.swe, args.offset)
+    sessions = _sessions(args.data, args.tau, args.swe, args.offset, args.swe_offset)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="aether-replicas-") as tmp:
         runs = {mode: _drive(args, sessions, Path(tmp) / mode, n, args.code) for mode, n in (("one", 1), ("two", 2))}
@@ -300,11 +301,11 @@ def replicas(args: argparse.Namespace) -> str:
         "# Reliability: replicas",
         "",
         f"`python bench/reliability.py --scenarios replicas --tau {args.tau} --swe {args.swe} --offset {args.offset} "
-        f"--window {args.window}`{' (code: ' + args.code + ')' if args.code else ''}; {machine()}; "
+        f"--swe-offset {args.swe_offset} --window {args.window}`{' (code: ' + args.code + ')' if args.code else ''}; {machine()}; "
         f"{time.perf_counter() - start:.0f} s.",
         "",
         f"{len(sessions)} recorded sessions ({args.tau} tau-bench airline episodes, {args.swe} mini-swe-agent runs cut "
-        f"into invocations of {SPLIT_EVERY} model calls; from index {args.offset}), window {args.window:,} tokens, the "
+        f"into invocations of {SPLIT_EVERY} model calls; from index {args.offset} / {args.swe_offset}), window {args.window:,} tokens, the "
         "model reporting 10 % more prompt tokens than our estimate (calibration on). Two replica processes (each its "
         "own Runner, plugin and in-memory artifact service) over one sqlite `DatabaseSessionService` and one store "
         "folder take turns by invocation; the same sessions run in one process over their own database.",
@@ -325,6 +326,7 @@ def replicas(args: argparse.Namespace) -> str:
         f"| calibration writes | {sizes['calibration_writes']:,} |",
     ]
     failed = [f"{t.id}: {e}" for t in sessions for e in one[t.id]["errors"] + two[t.id]["errors"]]
+    failed += [f"recall of `{r['uri']}`: {r['error']}" for r in recalls if not r["answered"]]
     if failed:
         lines += ["", "Errors:", *[f"- {e}" for e in failed[:10]]]
     return "\n".join(lines) + "\n"
@@ -337,14 +339,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default=str(ROOT.parent / "shared" / "datasets"))
     parser.add_argument("--tau", type=int, default=10, help="tau-bench airline episodes (replicas)")
     parser.add_argument("--swe", type=int, default=3, help="mini-swe-agent runs (replicas)")
-    parser.add_argument("--offset", type=int, default=0, help="first recording used (a held-out slice: e.g. 40)")
+    parser.add_argument("--offset", type=int, default=0, help="first tau-bench episode used (held out: e.g. 50)")
+    parser.add_argument("--swe-offset", type=int, default=0, help="first mini-swe-agent run used (held out: e.g. 20)")
     parser.add_argument("--window", type=int, default=8_000, help="context window of the replayed model (replicas)")
     parser.add_argument("--code", default="", help="run the replicas on another checkout's aether_context (a baseline)")
     parser.add_argument("--write", action="store_true", help="write the reports into docs/benchmarks.md")
     parser.add_argument("--worker", nargs=2, metavar=("DB", "STORE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        _worker(args.worker[0], args.worker[1], args.data, args.tau, args.swe, args.offset, args.window)
+        _worker(args.worker[0], args.worker[1], args.data, args.tau, args.swe, args.offset, args.swe_offset, args.window)
         return 0
     sys.path.insert(1, str(ROOT))  # this checkout's package (the workers get theirs, or --code's, on PYTHONPATH)
     reports = []
