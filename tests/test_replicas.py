@@ -133,3 +133,25 @@ async def test_pack_texts_are_written_only_when_they_change(tmp_path):
     assert len(deltas) == 3 and all(pack_state_key("auditor") in d for d in deltas)
     assert sum(pack_text_key("auditor") in d for d in deltas) == 1  # the payload is frozen within the invocation
     await runner.close()
+
+
+def test_a_written_pack_reads_back_as_the_state_the_next_call_sees():
+    from aether_context.adk.session_state import carried_state, write_pack
+    from aether_context.pipeline.collect import PackState
+
+    full = PackState(invocation_id="e-1", agent="a", payload_text="TASK\nGOAL: x", summary={"text": "s"},
+                     message_digests=("a" * 64, "b" * 64), message_tokens=(5, 7), head_tokens=3, sent_tokens=15,
+                     merged_lines=("l",), call_index=4, last_recited=2, compacted_through=3, pinned=(0,),
+                     block_text="CONVERSATION SO FAR", evidence_ids=("e",), tool_names=("read_artifact",))
+    state: dict = {}
+    write_pack(state, "a", carried_state(full), 120)
+    stored = read_pack(state, "a")
+    assert stored.state == carried_state(full) and stored.free_conversation == 120 and not stored.flags
+    assert len(state[pack_state_key("a")]["state"]["message_digests"][0]) == 16
+    state[pack_text_key("a")] = {"v": 1, "payload_text": "edited", "block_text": ""}  # texts out of step: ignored
+    assert read_pack(state, "a").state is None and read_pack(state, "a").flags
+
+
+def test_originals_choice_reaches_the_gateway(tmp_path):
+    plugin = ContextPackPlugin(store=str(tmp_path / "p"), originals="adk")
+    assert plugin.packer.gateway.originals == "adk"
