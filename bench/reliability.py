@@ -53,6 +53,7 @@ SPLIT_EVERY = 8  # a long single-invocation run is cut into invocations of this 
 CLOCK_START, CLOCK_STEP = 1_700_000_000.0, 30.0
 CONTINUE = "Continue with the task."
 RECALLS_PER_SESSION = 8
+_WHOLE_URI = re.compile(r"^artifact://[^/…]+/[^/…]+/[^/…]+/[^…]+$")
 
 
 def _sessions(data: str, tau: int, swe: int, offset: int, swe_offset: int) -> list:
@@ -157,7 +158,8 @@ class _Replica:
         session = await service.get_session(app_name="replicas", user_id="bench", session_id=self.trajectory.id)
         return {"checksums": self.checksums, "uris": sorted(set((session.state.get("aether:uris") or {}).values())),
                 "recalls": [{"uri": u, "answered": "error" not in r, "error": r.get("error", "")}
-                            for u, r in zip(self.llm.recalled, responses)] if op == "recall" else []}
+                            for u, r in zip(self.llm.recalled, responses)] if op == "recall" else [],
+                "cut_short": self.llm.cut_short if op == "recall" else 0}
 
 
 def _clocked_db(db: str) -> Any:
@@ -184,12 +186,16 @@ def _recalling_llm_class() -> type:
 
         recall_at: int = -1
         recalled: list = []
+        cut_short: int = 0
 
         def _next_turn(self, llm_request: Any) -> Any:
             if self._cursor == self.recall_at:
                 self._cursor += 1
                 text = "\n".join(str(c.model_dump(mode="json", exclude_none=True)) for c in llm_request.contents)
-                self.recalled = sorted(set(re.findall(r"artifact://[^\s'\"\\,)\]<>]+", text)))[:RECALLS_PER_SESSION]
+                cited = set(re.findall(r"artifact://[^\s'\"\\,)\]<>]+", text))
+                whole = sorted(u for u in cited if _WHOLE_URI.match(u))
+                self.cut_short = len(cited) - len(whole)  # cited with an ellipsis or without its file name
+                self.recalled = whole[:RECALLS_PER_SESSION]
                 if self.recalled:
                     return [types.Part(function_call=types.FunctionCall(name="read_artifact", args={"uri": u}))
                             for u in self.recalled]
@@ -238,7 +244,7 @@ def _drive(args: argparse.Namespace, sessions: list, folder: Path, replicas: int
     saved_by: dict[str, int] = {}
     try:
         for t in sessions:
-            got = {"checksums": [], "errors": [], "recalls": []}
+            got = {"checksums": [], "errors": [], "recalls": [], "cut_short": 0}
             for i in range(len(t.invocations) + 1):
                 k = i % replicas
                 answer = procs[k].ask(op="run" if i < len(t.invocations) else "recall", session=t.id, invocation=i)
@@ -246,6 +252,7 @@ def _drive(args: argparse.Namespace, sessions: list, folder: Path, replicas: int
                     got["errors"].append(answer["error"])
                     continue
                 got["checksums"] += answer["checksums"]
+                got["cut_short"] += answer.get("cut_short", 0)
                 for uri in answer["uris"]:
                     saved_by.setdefault(uri, k)
                 got["recalls"] += [{**r, "other_replica": saved_by.get(r["uri"], k) != k} for r in answer["recalls"]]
@@ -318,6 +325,7 @@ def replicas(args: argparse.Namespace) -> str:
         f"| recalls of a cited original (served by the replica that did not serve the previous call) | {len(recalls)} |",
         f"| of them, originals saved by the other replica | {len(other)} |",
         f"| recalls answered | {sum(r['answered'] for r in recalls)} of {len(recalls)} |",
+        f"| cited URIs cut short in the last request (not recalled) | {sum(two[t.id]['cut_short'] for t in sessions)} |",
         f"| events in the sessions / carrying a pack record | {sizes['events']:,} / {len(record):,} |",
         f"| pack record bytes per carrying event: median, p95, max | {pct(record, 50):,.0f}, {pct(record, 95):,.0f}, "
         f"{max(record, default=0):,} |",
