@@ -84,7 +84,8 @@ async def _serve(db: str, store: str, data: str, tau: int, swe: int, offset: int
     from aether_context import ContextPacker
     from aether_context.retrieval import HashingEmbedder
 
-    packer = ContextPacker(store=store, window_tokens=window, embedder=HashingEmbedder())
+    embedder = HashingEmbedder() if os.environ.get("AETHER_BENCH_EMBEDDER", "hashing") == "hashing" else None
+    packer = ContextPacker(store=store, window_tokens=window, embedder=embedder)  # None: the profile's model
     sessions = {t.id: t for t in _sessions(data, tau, swe, offset, swe_offset)}
     replicas: dict[str, Any] = {}
     loop = asyncio.get_running_loop()
@@ -308,7 +309,7 @@ def replicas(args: argparse.Namespace) -> str:
         "# Reliability: replicas",
         "",
         f"`python bench/reliability.py --scenarios replicas --tau {args.tau} --swe {args.swe} --offset {args.offset} "
-        f"--swe-offset {args.swe_offset} --window {args.window}`{' (code: ' + args.code + ')' if args.code else ''}; {machine()}; "
+        f"--swe-offset {args.swe_offset} --window {args.window} --embedder {args.embedder}`{' (code: ' + args.code + ')' if args.code else ''}; {machine()}; "
         f"{time.perf_counter() - start:.0f} s.",
         "",
         f"{len(sessions)} recorded sessions ({args.tau} tau-bench airline episodes, {args.swe} mini-swe-agent runs cut "
@@ -353,7 +354,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--code", default="", help="run the replicas on another checkout's aether_context (a baseline)")
     parser.add_argument("--write", action="store_true", help="write the reports into docs/benchmarks.md")
     parser.add_argument("--worker", nargs=2, metavar=("DB", "STORE"), help=argparse.SUPPRESS)
+    parser.add_argument("--embedder", choices=("hashing", "profile"), default="hashing",
+                        help="replicas: the hashing embedder (fast) or the profile's model (MiniLM) in every replica")
     args = parser.parse_args(argv)
+    os.environ["AETHER_BENCH_EMBEDDER"] = args.embedder  # the replica processes inherit it
     if args.worker:
         _worker(args.worker[0], args.worker[1], args.data, args.tau, args.swe, args.offset, args.swe_offset, args.window)
         return 0
