@@ -109,7 +109,7 @@ async def test_calibration_converges_and_no_call_overflows(tmp_path):
     usage = list(plugin.packer.usage)
     assert len(usage) == len(llm.requests) == 17
     assert all(u["reported"] <= window for u in usage)  # the model never rejected a request
-    assert 1.15 <= plugin.packer.calibration["scripted-model"] <= 1.25
+    assert 1.15 <= usage[-1]["calibration"] <= 1.25  # kept in session state (aether:calibration)
     last = plugin.packer.recent[-1].manifest
     assert last.calibration > 1.1 and last.packed_for < window
     # the timeline reads manifests and usage back from the store

@@ -64,11 +64,14 @@ async def test_calibration_is_not_moved_by_a_recovery():
     plugin = ContextPackPlugin(store="memory://recovery-calibration", window_tokens=16_000,
                                profile=load_profile("default").override(offload={"enabled": False}))
     runner = make_runner(agent, plugins=[plugin])
-    await run_turn(runner, await new_session(runner), "read the manual")
+    session_id = await new_session(runner)
+    await run_turn(runner, session_id, "read the manual")
     packer = plugin.packer
     assert any(any(f.startswith("recovery_after") for f in r.manifest.flags) for r in packer.recent)
     assert not any(r.manifest.error for r in packer.recent)
-    assert 0.9 <= packer.calibration["gemini-2.5-flash"] <= 1.1, packer.calibration
+    session = await runner.session_service.get_session(app_name=runner.app_name, user_id="u", session_id=session_id)
+    calibration = session.state["aether:calibration"]  # kept per session (every replica reads it)
+    assert 0.9 <= calibration["gemini-2.5-flash"] <= 1.1, calibration
     assert all(0.9 <= u["reported"] / u["estimate"] <= 1.1 for u in packer.usage), list(packer.usage)
 
 

@@ -20,6 +20,7 @@ from ..content import ModelRequest, ToolSpec, sha256_hex
 from ..pipeline.collect import EvidenceItem, MemoryItem, PackInputs, PackState
 from ..providers import EvidenceProvider, EvidenceRequest
 from .convert import request_from_llm
+from .session_state import FAILURES_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY  # noqa: F401 (imported from here too)
 from .task import StateKeys, evidence_from_state, notes_from_state, task_from_state
 
 logger = logging.getLogger(__name__)
@@ -28,9 +29,6 @@ __all__ = ["collect_inputs", "framework_tools", "FRAMEWORK_TOOL_NAMES", "find_re
 
 INSTRUCTION_MARKER = "<<<BEGIN_SYSTEM_INSTRUCTION>>>"
 _OTHER_AGENT_PREFIX = "For context:"
-URIS_STATE_KEY = "aether:uris"  # response digest -> artifact URI of the saved original
-SUMMARY_STATE_KEY = "aether:summary"  # the running summary of folded history, per agent
-FAILURES_STATE_KEY = "aether:failures"  # the session's FailureLog
 OFFLOAD_PREFIX = "tool-output/"
 OFFLOAD_PREFIXES = (OFFLOAD_PREFIX, "attachment/")
 

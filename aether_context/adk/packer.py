@@ -1,7 +1,10 @@
 """The engine shared by the plugin and the agent callback: pack one ADK request, fail open.
 
-Holds what must live across calls of a process: the profile, the token counter (its cache), the
-store, and the previous call's `PackState` per session and agent (for cache-stable packing).
+Holds what lives across calls of a process: the profile, the token counter (its cache), the store,
+and per (app, user, session, agent) a slot with this call's pack and memos. Everything that changes
+the next request (the previous call's `PackState`, the calibration, the failure log, the running
+summary) is read from and written to session state (`session_state`): a replica that never saw the
+session packs the same request, and an empty slot gives the same result.
 """
 
 from __future__ import annotations
@@ -34,11 +37,14 @@ from ..store import DEFAULT_STORE_URL, PackStore
 from ..tokens import TokenCounter, TokenCounting
 from ..compress.compact_json import compact_json
 from ..windows import context_window, window_flag
-from .collect import FAILURES_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY, collect_inputs
+from .collect import collect_inputs
 from .event_times import EventTimes, session_now
 from .convert import apply_request, request_from_llm
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool, offload_tool_result
 from .recovery import is_token_limit_error, recovery_pack
+from .session_state import (CALIBRATION_STATE_KEY, COMPACT_STATE_KEY, FAILURES_STATE_KEY, SAVED_STATE_KEY, SUMMARY_STATE_KEY,  # noqa: F401
+                            URIS_STATE_KEY, add_note, carried_state, read_calibration, read_pack, write_calibration,
+                            write_pack)
 from .summarizer import LlmSummarizer
 from .task import StateKeys
 
@@ -49,21 +55,19 @@ CALIBRATION_ALPHA = 0.5  # weight of the newest observation in the smoothed corr
 __all__ = ["ContextPacker", "CallRecord"]
 
 
-COMPACT_STATE_KEY = "aether:compact"  # set (by `ContextPacker.compact` or the CLI) to compact at the next call
-SAVED_STATE_KEY = "aether:saved_tokens"  # response digest -> tokens an offload saved (for "without the plugin")
 MAX_SESSIONS = 4096  # session slots kept in memory; the least recently used is released first
 
 
 @dataclass
 class SessionSlot:
-    """Everything the packer keeps between calls of one (app, user, session, agent)."""
+    """What the packer keeps in process for one (app, user, session, agent): this call's pack and memos.
 
-    state: PackState | None = None  # the previous call's pack state (cache-stable packing)
-    last: ContextPack | None = None  # the previous pack (usage, summary refresh)
+    Nothing here changes a request: the previous call's state is read from the session each call.
+    """
+
+    last: ContextPack | None = None  # this call's pack, until the model answers (usage, summary refresh)
     replaced: list | None = None  # ADK's contents the pack replaced, released when the model answers
-    free_conversation: int | None = None  # conversation room left by the last pack (offload threshold)
-    edge_flags: list[str] | None = None  # notes for the next manifest (a failed LLM summary)
-    times: EventTimes | None = None
+    times: EventTimes | None = None  # memo of event digests (derived from the session)
 
 
 def slot_key(app: str, user: str, session: str, agent: str) -> tuple[str, str, str, str]:
@@ -85,7 +89,8 @@ class ContextPacker:
                  window_tokens: int | None = None, counter: TokenCounting | None = None,
                  state_keys: StateKeys | None = None, use_memory: bool = True, use_artifacts: bool = True,
                  memory_pool: int = 1000, keep_recent: int = 1000, summarizer: "Summarizer | SummarizeFn | None" = None,
-                 evidence_providers: "Sequence[EvidenceProvider]" = (), embedder: "Embedder | None" = None):
+                 evidence_providers: "Sequence[EvidenceProvider]" = (), embedder: "Embedder | None" = None,
+                 originals: str = "auto"):
         self.profile = load_profile(profile)
         self.store = store if isinstance(store, PackStore) else PackStore(store or DEFAULT_STORE_URL)
         self.window_tokens = window_tokens
@@ -101,12 +106,12 @@ class ContextPacker:
         # Hybrid retrieval for Memory and Evidence; `embedder` replaces the profile's model (tests, no torch).
         self.retriever = Retriever(self.profile.retrieval, embedder=embedder) if embedder else default_retriever(self.profile)
         self.retriever.warm_up()  # load the embedding model now, off the first model call's path
-        self.calibration: dict[str, float] = {}  # per model: reported prompt tokens / our estimate, smoothed
         self.usage: collections.deque[dict] = collections.deque(maxlen=keep_recent)
         # One slot per (app, user, session, agent), least recently used released first.
         self._slots: collections.OrderedDict[tuple[str, str, str, str], SessionSlot] = collections.OrderedDict()
         self._artifact_cache: dict = {}
-        self.gateway = ArtifactGateway(self.store)
+        # Where offloaded originals go: "auto" (as durable as the session), "adk" or "store" (see adk.offload)
+        self.gateway = ArtifactGateway(self.store, originals=originals)
         self.recall_tool = make_recall_tool(self.gateway)
 
     def slot(self, ctx: "CallbackContext | ToolContext") -> SessionSlot:
@@ -136,10 +141,11 @@ class ContextPacker:
         slot = self.slot(callback_context)
         slot.last = None  # only this call's pack may be recovered or calibrated
         try:
-            recall = self._offers_recall(callback_context, llm_request, slot)
-            flags, slot.edge_flags = tuple(slot.edge_flags or ()), None
+            stored = read_pack(callback_context.state, callback_context.agent_name)
+            recall = self._offers_recall(callback_context, llm_request, stored.state)
+            flags = stored.notes + stored.flags
             inputs = await collect_inputs(
-                callback_context, llm_request, keys=self.keys, previous=slot.state,
+                callback_context, llm_request, keys=self.keys, previous=stored.state,
                 memory_limit=self.memory_pool, artifact_cache=self._artifact_cache, now=session_now(session.events),
                 use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags + self._window_flags(llm_request),
                 providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else ())
@@ -147,7 +153,7 @@ class ContextPacker:
             inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
                              compact=bool(callback_context.state.get(COMPACT_STATE_KEY)))
             inputs = await self._save_images(callback_context, inputs)
-            inputs = replace(inputs, calibration=self.calibration.get(inputs.request.model, 1.0))
+            inputs = replace(inputs, calibration=read_calibration(callback_context.state, inputs.request.model))
             pack = build_pack(inputs, self.profile, counter=self.counter, window=self.window_tokens, retriever=self.retriever)
             saved = callback_context.state.get(SAVED_STATE_KEY) or {}
             without = pack.manifest.tokens_before + sum(saved.get(r.key, 0) for m in inputs.request.messages
@@ -160,7 +166,7 @@ class ContextPacker:
             logger.error("aether-context: packing failed for agent %s; sending the original request",
                          callback_context.agent_name, exc_info=True)
             return self._record_failure(callback_context, llm_request, e)
-        slot.state, slot.last = pack.state, pack
+        slot.last = pack
         uri = ""
         try:  # the request is rewritten; what follows is bookkeeping, and must not end the agent's run
             if inputs.compact:
@@ -168,7 +174,8 @@ class ContextPacker:
             if pack.state.merged_lines:  # this pack advanced the running summary
                 _persist_summary(callback_context, inputs.summary, pack.state.summary)
             conv = pack.manifest.layer_budgets["conversation"]
-            slot.free_conversation = max(0, conv.budget - conv.used)
+            write_pack(callback_context.state, callback_context.agent_name, carried_state(pack.state),
+                       max(0, conv.budget - conv.used))
             uri = self.store.save(pack)
             _log_pack(pack)
         except Exception:
@@ -191,20 +198,24 @@ class ContextPacker:
         slot.replaced = None
         last, slot.last = slot.last, None  # one model response per pack: a second one is not this pack's
         if last is not None and llm_response is not None and llm_response.usage_metadata is not None:
-            self._record_usage(last, llm_response.usage_metadata)
+            self._record_usage(callback_context, last, llm_response.usage_metadata)
         await self._refresh_summary(callback_context, slot, last)
 
-    def _record_usage(self, pack: ContextPack, usage) -> None:
-        """Calibrate token estimates per model (bounded, smoothed) and keep the call's usage."""
+    def _record_usage(self, ctx: CallbackContext, pack: ContextPack, usage) -> None:
+        """Calibrate token estimates per model (bounded, smoothed; kept in session state, so every
+        replica packs the session's next call for the same window) and keep the call's usage."""
         reported = usage.prompt_token_count
         estimate = pack.manifest.tokens_after
         model = pack.manifest.model
+        calibration = read_calibration(ctx.state, model)
         if reported and estimate:
             ratio = min(3.0, max(0.5, reported / estimate))
-            old = self.calibration.get(model)
-            self.calibration[model] = round(ratio if old is None else old + CALIBRATION_ALPHA * (ratio - old), 4)
+            seen = ctx.state.get(CALIBRATION_STATE_KEY)
+            fresh = not isinstance(seen, dict) or model not in seen
+            calibration = round(ratio if fresh else calibration + CALIBRATION_ALPHA * (ratio - calibration), 4)
+            write_calibration(ctx.state, model, calibration)
         record = {"pack_id": pack.manifest.pack_id, "model": model, "estimate": estimate, "reported": reported,
-                  "cached": usage.cached_content_token_count or 0, "calibration": self.calibration.get(model, 1.0)}
+                  "cached": usage.cached_content_token_count or 0, "calibration": calibration}
         self.usage.append(record)
         self.store.save_usage(pack.manifest, record)
 
@@ -223,7 +234,7 @@ class ContextPacker:
                 raise ValueError("the summarizer returned an empty or unusable summary")
         except Exception as e:  # the extractive summary stays; the next manifest says why
             logger.warning("aether-context: LLM summary failed (%s); keeping the extractive summary", e, exc_info=True)
-            slot.edge_flags = [*(slot.edge_flags or ()), f"summary_failed: {type(e).__name__}: {e}"[:300]]
+            add_note(callback_context.state, callback_context.agent_name, f"summary_failed: {type(e).__name__}: {e}")
             return
         _persist_summary(callback_context, last.state.summary,
                          RunningSummary(text=text, covered_until=extractive.covered_until).to_json())
@@ -249,7 +260,7 @@ class ContextPacker:
                                         else self.profile.window_tokens)
             pack = recovery_pack(inputs, self.profile, window, error, counter=self.counter)
             apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
-                          added={RECALL_TOOL_NAME: self.recall_tool} if self._offers_recall(callback_context, llm_request, self.slot(callback_context)) else {})
+                          added={RECALL_TOOL_NAME: self.recall_tool} if self._recall_now(callback_context, llm_request) else {})
         except Exception:
             logger.error("aether-context: recovery repack failed; the model's error stands", exc_info=True)
             return None
@@ -277,16 +288,18 @@ class ContextPacker:
             callback_context, llm_request, keys=self.keys, previous=None, memory_limit=self.memory_pool,
             artifact_cache=self._artifact_cache, now=session_now(callback_context.session.events),
             use_memory=self.use_memory, use_artifacts=self.use_artifacts, providers=self.evidence_providers,
-            extra_tools=(self.recall_tool,) if self._offers_recall(callback_context, llm_request, self.slot(callback_context)) else ())
-        return replace(inputs, calibration=self.calibration.get(inputs.request.model, 1.0))
+            extra_tools=(self.recall_tool,) if self._recall_now(callback_context, llm_request) else ())
+        return replace(inputs, calibration=read_calibration(callback_context.state, inputs.request.model))
 
-    def _offers_recall(self, ctx: CallbackContext, llm_request: LlmRequest, slot: "SessionSlot | None" = None) -> bool:
+    def _recall_now(self, ctx: CallbackContext, llm_request: LlmRequest) -> bool:
+        return self._offers_recall(ctx, llm_request, read_pack(ctx.state, ctx.agent_name).state)
+
+    def _offers_recall(self, ctx: CallbackContext, llm_request: LlmRequest, previous: PackState | None) -> bool:
         """The recall tool is declared once the request cites an original it can read back (a compacted
         tool result, or a compaction block with URIs), and stays declared (no flapping of the tools)."""
         if not self.profile.offload.enabled or not ctx.state.get(URIS_STATE_KEY):
             return False
-        if slot is not None and slot.state is not None and (RECALL_TOOL_NAME in slot.state.tool_names
-                                                            or "artifact://" in slot.state.block_text):
+        if previous is not None and (RECALL_TOOL_NAME in previous.tool_names or "artifact://" in previous.block_text):
             return True
         return any("artifact_uri" in (part.function_response.response or {})
                    for content in llm_request.contents or () for part in content.parts or ()
@@ -353,7 +366,7 @@ class ContextPacker:
                 offloaded = await offload_tool_result(
                     tool_name=tool.name, args=tool_args, result=sent, ctx=tool_context,
                     gateway=self.gateway, settings=self.profile.offload, counter=self.counter,
-                    free_conversation_tokens=self.slot(tool_context).free_conversation)
+                    free_conversation_tokens=read_pack(tool_context.state, tool_context.agent_name).free_conversation)
                 if offloaded is not None:
                     self._note_saving(tool_context, sent, offloaded)
             except Exception:  # fail open: the result goes on as it is

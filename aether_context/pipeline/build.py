@@ -424,6 +424,7 @@ def _state(inputs: PackInputs, profile: BudgetProfile, model_window: int, stable
         summary=compaction.summary.to_json() if compaction else dict(inputs.summary),
         message_digests=tuple(m.digest for m in stable.messages),
         message_tokens=tuple(counter.count_message(m) for m in stable.messages),
+        sent_tokens=request_tokens(stable, counter),
         head_digest=_head_digest(stable), head_tokens=_head_tokens(stable, counter), pruned=tuple(sorted(prepared.pruned)),
         call_index=call_index, last_recited=last_recited, failures_shown=shown,
         merged_lines=compaction.merged_lines if compaction else (),
@@ -447,13 +448,13 @@ def _cache_break(state: PackState, prev: PackState | None, prefix_tokens: int, c
     """
     if prev is None or not prev.message_digests:
         return None
-    lost = prev.head_tokens + sum(prev.message_tokens) - prefix_tokens
+    lost = prev.sent_tokens - prefix_tokens
     if state.system_digest != prev.system_digest:
         return {"block": "system_instruction", "index": None, "tokens": lost, "cause": "system instruction changed"}
     if state.tools_digest != prev.tools_digest:
         return {"block": "tools", "index": None, "tokens": lost, "cause": "tool declarations changed"}
     for i, (old, new) in enumerate(zip(prev.message_digests, state.message_digests)):
-        if old != new:
+        if not new.startswith(old):  # the previous call's digests may be shortened (kept in session state)
             if compaction is not None:
                 cause = f"compaction ({compaction.reason})"
             elif i == prev.payload_index and prev.invocation_id != state.invocation_id:
@@ -470,13 +471,14 @@ def _cache_break(state: PackState, prev: PackState | None, prefix_tokens: int, c
 
 
 def _prefix_tokens(request: ModelRequest, prev: PackState | None, counter: TokenCounting) -> int:
+    """Tokens of the request's start that the previous call sent as they are (what a prompt cache can reuse)."""
     if prev is None or not prev.message_digests or prev.head_digest != _head_digest(request):
         return 0
     total = prev.head_tokens
-    for digest, m, tokens in zip(prev.message_digests, request.messages, prev.message_tokens):
-        if m.digest != digest:
+    for digest, m in zip(prev.message_digests, request.messages):
+        if not m.digest.startswith(digest):
             break
-        total += tokens
+        total += counter.count_message(m)
     return total
 
 
@@ -538,7 +540,7 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, window: int, alloc: Al
         compaction=compaction.to_json() if compaction else None,
         calibration=round(inputs.calibration, 4), packed_for=alloc.window, recited=recital is not None,
         failures=failure_count(inputs),
-        previous_tokens=(inputs.previous.head_tokens + sum(inputs.previous.message_tokens)) if inputs.previous else 0,
+        previous_tokens=inputs.previous.sent_tokens if inputs.previous else 0,
         previous_pack_id=inputs.previous.pack_id if inputs.previous else "",
         reused_payload=reused, tools=[t.name for t in request.tools], checksum=request.checksum,
     )

@@ -125,6 +125,7 @@ class PackState:
     memory_ids: tuple[str, ...] = ()  # Memory items in the payload as sent
     payload_tokens: int = 0  # tokens of the payload message as sent (0: the user's message went as it is)
     tool_names: tuple[str, ...] = ()  # the tools this call declared
+    sent_tokens: int = 0  # tokens of the request as sent (head and messages)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -139,17 +140,22 @@ class PackState:
             "compactions": self.compactions, "pins_opening": self.pins_opening,
             "evidence_ids": list(self.evidence_ids), "memory_ids": list(self.memory_ids),
             "payload_tokens": self.payload_tokens, "tool_names": list(self.tool_names),
+            "sent_tokens": self.sent_tokens,
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "PackState":
+        """Reads every version written so far (manifests of older releases lack the newer fields)."""
+        message_tokens = tuple(int(t) for t in d.get("message_tokens", ()))
+        head_tokens = int(d.get("head_tokens", 0))
         return cls(
-            invocation_id=d["invocation_id"], agent=d["agent"], payload_text=d["payload_text"],
-            kept_history_turns=d.get("kept_history_turns", 0), summary=d.get("summary") or {}, message_digests=tuple(d["message_digests"]),
-            message_tokens=tuple(d["message_tokens"]), head_digest=d["head_digest"],
+            invocation_id=str(d["invocation_id"]), agent=str(d["agent"]), payload_text=str(d.get("payload_text", "")),
+            kept_history_turns=d.get("kept_history_turns", 0), summary=d.get("summary") or {},
+            message_digests=tuple(str(x) for x in d.get("message_digests", ())),
+            message_tokens=message_tokens, head_digest=d.get("head_digest", ""),
             system_digest=d.get("system_digest", ""), tools_digest=d.get("tools_digest", ""),
             payload_index=d.get("payload_index", -1),
-            head_tokens=d["head_tokens"], pack_id=d["pack_id"], pruned=tuple(d.get("pruned", ())),
+            head_tokens=head_tokens, pack_id=d.get("pack_id", ""), pruned=tuple(d.get("pruned", ())),
             merged_lines=tuple(d.get("merged_lines", ())), call_index=d.get("call_index", 0),
             last_recited=d.get("last_recited", -1), failures_shown=d.get("failures_shown", 0),
             compacted_through=d.get("compacted_through", 0), pinned=tuple(d.get("pinned", ())),
@@ -157,6 +163,7 @@ class PackState:
             compactions=d.get("compactions", 0), pins_opening=d.get("pins_opening", False),
             evidence_ids=tuple(d.get("evidence_ids", ())), memory_ids=tuple(d.get("memory_ids", ())),
             payload_tokens=d.get("payload_tokens", 0), tool_names=tuple(d.get("tool_names", ())),
+            sent_tokens=int(d.get("sent_tokens", head_tokens + sum(message_tokens))),
         )
 
 

@@ -1,0 +1,157 @@
+"""Two replicas over one sqlite session database build the requests one process would, byte for byte.
+
+Each replica is its own Runner, plugin and in-memory artifact service (as two `adk api_server`
+processes would be); they share a `DatabaseSessionService` file and the pack store folder, and
+take turns serving the invocations of one session: a tool loop, an error result, compactions, a
+recitation, calibration from reported usage and a recall of an offloaded original.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from google.adk.agents import LlmAgent
+from google.adk.apps.app import App
+from google.adk.artifacts import InMemoryArtifactService
+from google.adk.memory import InMemoryMemoryService
+from google.adk.runners import Runner
+from google.adk.sessions import DatabaseSessionService
+
+from aether_context import ContextPackPlugin
+from aether_context.adk.convert import request_from_llm
+from aether_context.adk.session_state import CALIBRATION_STATE_KEY, pack_state_key, pack_text_key, read_pack
+from aether_context.pipeline.build import request_tokens
+from aether_context.testing import ScriptedLlm, call
+from aether_context.tokens import TokenCounter
+
+from conftest import fetch_page, grep_logs, lookup, run_turn
+
+COUNTER = TokenCounter()
+USER_TURNS = ["Audit the billing service pages and logs.", "Check the config key for retries.",
+              "Fetch the status and incident pages.", "What did the first page say about refunds?",
+              "Fetch the archive pages too.", "Summarise what you found."]
+
+
+def open_file(path: str) -> dict:
+    """Open a file of the project."""
+    return {"error": f"FileNotFoundError: [Errno 2] No such file or directory: '{path}'"}
+
+
+def _recall_or_answer(req):
+    """Read back an original the request cites, else answer."""
+    for content in req.contents:
+        for part in content.parts or []:
+            response = part.function_response.response if part.function_response else None
+            if response and "artifact_uri" in response:
+                return call("read_artifact", uri=response["artifact_uri"])
+    return "Nothing to recall."
+
+
+def _script() -> list:
+    return [
+        call("fetch_page", url="https://billing/a"), call("fetch_page", url="https://billing/b"),
+        call("grep_logs", pattern="refund"), "Pages a and b read; logs grepped.",
+        call("open_file", path="conf/retries.yaml"), call("lookup", key="retries"), "Retries: see lookup.",
+        call("fetch_page", url="https://billing/status"), call("fetch_page", url="https://billing/incidents"),
+        "Status and incidents read.",
+        _recall_or_answer, "Refunds are covered above.",
+        call("fetch_page", url="https://billing/archive1"), call("fetch_page", url="https://billing/archive2"),
+        "Archive read.",
+        "Summary: pages, logs, config and archive reviewed.",
+    ]
+
+
+def _replica(llm: ScriptedLlm, db_url: str, store: str) -> tuple[Runner, ContextPackPlugin]:
+    agent = LlmAgent(name="auditor", model=llm, instruction="Audit carefully.",
+                     tools=[fetch_page, grep_logs, lookup, open_file])
+    plugin = ContextPackPlugin(store=store, window_tokens=3_000)
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]),
+                    session_service=DatabaseSessionService(db_url=db_url),
+                    artifact_service=InMemoryArtifactService(), memory_service=InMemoryMemoryService())
+    return runner, plugin
+
+
+async def _run(tmp_path, name: str, replicas: int) -> tuple[list[str], list, list, dict]:
+    """Run the session's user turns, invocation i on replica i % replicas; the requests' checksums."""
+    llm = ScriptedLlm(turns=_script(),
+                      prompt_token_counter=lambda r: int(1.15 * request_tokens(request_from_llm(r), COUNTER)))
+    db_url = f"sqlite+aiosqlite:///{tmp_path / (name + '.db')}"
+    pairs = [_replica(llm, db_url, str(tmp_path / (name + "-packs"))) for _ in range(replicas)]
+    await pairs[0][0].session_service.create_session(app_name="app", user_id="u", session_id="s1",
+                                                     state={"aether:goal": "Audit the billing service"})
+    events = []
+    for i, text in enumerate(USER_TURNS):
+        events += await run_turn(pairs[i % replicas][0], "s1", text)
+    session = await pairs[0][0].session_service.get_session(app_name="app", user_id="u", session_id="s1")
+    manifests = [r.manifest for _, plugin in pairs for r in plugin.packer.recent]
+    for runner, plugin in pairs:
+        plugin.packer.store.flush()
+        await runner.close()
+    return [request_from_llm(r).checksum for r in llm.requests], manifests, events, session.state
+
+
+async def test_alternating_replicas_send_the_requests_one_process_sends(tmp_path):
+    one, one_manifests, _, one_state = await _run(tmp_path, "one", replicas=1)
+    two, two_manifests, events, two_state = await _run(tmp_path, "two", replicas=2)
+    assert len(one) == len(two) == len(_script())
+    assert two == one  # every request byte-identical
+    # the session exercised what moves a request: compaction, recitation, a failure, calibration, a recall
+    assert any(m.compaction for m in one_manifests) and any(m.recited for m in one_manifests)
+    assert any(m.failures for m in one_manifests) and max(m.calibration for m in one_manifests) > 1.1
+    recalls = [r.response for ev in events for r in ev.get_function_responses() if r.name == "read_artifact"]
+    assert recalls and all("error" not in r and r["lines"] for r in recalls)
+    # the same receipts too: what the previous call left (prefix reuse, cache breaks) and the calibration
+    receipts = lambda ms: sorted((m.checksum, m.prefix_tokens, m.previous_tokens, str(m.cache_break),  # noqa: E731
+                                  m.calibration, m.recited, m.failures, m.reused_payload) for m in ms)
+    assert receipts(two_manifests) == receipts(one_manifests)
+    assert two_state[CALIBRATION_STATE_KEY] == one_state[CALIBRATION_STATE_KEY]
+    same = lambda state: replace(read_pack(state, "auditor").state, invocation_id="", pack_id="")  # noqa: E731
+    assert same(two_state) == same(one_state)  # ids aside (ADK draws invocation ids at random)
+
+
+async def test_a_corrupt_or_unknown_pack_record_is_ignored_with_a_flag(tmp_path):
+    for bad in ({"v": 99, "state": {}}, {"v": 1, "state": {"agent": 3}, "texts": "x"}, "garbage"):
+        llm = ScriptedLlm(turns=["ok"])
+        runner, plugin = _replica(llm, f"sqlite+aiosqlite:///{tmp_path / 'bad.db'}", str(tmp_path / "packs"))
+        sid = f"s{abs(hash(str(bad)))}"
+        await runner.session_service.create_session(app_name="app", user_id="u", session_id=sid,
+                                                    state={pack_state_key("auditor"): bad})
+        await run_turn(runner, sid, "hello")
+        manifest = plugin.packer.recent[-1].manifest
+        assert manifest.error is None and any(f.startswith("pack_state_ignored") for f in manifest.flags)
+        session = await runner.session_service.get_session(app_name="app", user_id="u", session_id=sid)
+        assert read_pack(session.state, "auditor").state is not None  # replaced by this call's state
+        await runner.close()
+
+
+async def test_pack_texts_are_written_only_when_they_change(tmp_path):
+    llm = ScriptedLlm(turns=[call("lookup", key="a"), call("lookup", key="b"), "done"])
+    runner, plugin = _replica(llm, f"sqlite+aiosqlite:///{tmp_path / 'w.db'}", str(tmp_path / "packs"))
+    await runner.session_service.create_session(app_name="app", user_id="u", session_id="s")
+    events = await run_turn(runner, "s", "look things up")
+    deltas = [ev.actions.state_delta for ev in events if ev.author == "auditor" and ev.content and ev.content.role == "model"]
+    assert len(deltas) == 3 and all(pack_state_key("auditor") in d for d in deltas)
+    assert sum(pack_text_key("auditor") in d for d in deltas) == 1  # the payload is frozen within the invocation
+    await runner.close()
+
+
+def test_a_written_pack_reads_back_as_the_state_the_next_call_sees():
+    from aether_context.adk.session_state import carried_state, write_pack
+    from aether_context.pipeline.collect import PackState
+
+    full = PackState(invocation_id="e-1", agent="a", payload_text="TASK\nGOAL: x", summary={"text": "s"},
+                     message_digests=("a" * 64, "b" * 64), message_tokens=(5, 7), head_tokens=3, sent_tokens=15,
+                     merged_lines=("l",), call_index=4, last_recited=2, compacted_through=3, pinned=(0,),
+                     block_text="CONVERSATION SO FAR", evidence_ids=("e",), tool_names=("read_artifact",))
+    state: dict = {}
+    write_pack(state, "a", carried_state(full), 120)
+    stored = read_pack(state, "a")
+    assert stored.state == carried_state(full) and stored.free_conversation == 120 and not stored.flags
+    assert len(state[pack_state_key("a")]["state"]["message_digests"][0]) == 16
+    state[pack_text_key("a")] = {"v": 1, "payload_text": "edited", "block_text": ""}  # texts out of step: ignored
+    assert read_pack(state, "a").state is None and read_pack(state, "a").flags
+
+
+def test_originals_choice_reaches_the_gateway(tmp_path):
+    plugin = ContextPackPlugin(store=str(tmp_path / "p"), originals="adk")
+    assert plugin.packer.gateway.originals == "adk"
