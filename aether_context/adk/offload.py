@@ -39,7 +39,7 @@ from ..compress import compress_tool_output, render_payload
 from ..content import response_digest, sha256_hex
 from ..errors import AetherContextError, StoreError
 from ..profile import OffloadSettings
-from ..redact import redact
+from ..redact import RedactionSettings, redact
 from ..store import PackStore
 from ..tokens import TokenCounting
 from .collect import OFFLOAD_PREFIX, URIS_STATE_KEY, artifact_uri
@@ -157,8 +157,12 @@ def effective_threshold(settings: OffloadSettings, free_conversation_tokens: int
 
 async def offload_tool_result(*, tool_name: str, args: dict, result: Any, ctx: ToolContext, gateway: ArtifactGateway,
                               settings: OffloadSettings, counter: TokenCounting,
-                              free_conversation_tokens: int | None) -> dict | None:
-    """Save a tool result and, when it is large, return the compact replacement (else None)."""
+                              free_conversation_tokens: int | None,
+                              redaction: RedactionSettings | None = None) -> dict | None:
+    """Save a tool result and, when it is large, return the compact replacement (else None).
+
+    The compact form is the pack's own rendering of the result: its secrets are masked per
+    `redaction` (the profile's; default: the store's settings), like everything the pack quotes."""
     text = render_payload(result)
     tokens = counter.count_text(text)
     if tokens < settings.save_min_tokens:
@@ -176,7 +180,8 @@ async def offload_tool_result(*, tool_name: str, args: dict, result: Any, ctx: T
     if tokens > threshold:
         compact = compress_tool_output(tool_name, result, max_tokens=settings.compact_max_tokens, counter=counter,
                                        uri=uri, args=args)
-        replacement = {"summary": compact.text, "artifact_uri": uri, "original_tokens": tokens,
+        summary, _ = redact(compact.text, redaction or gateway.store.redaction)
+        replacement = {"summary": summary, "artifact_uri": uri, "original_tokens": tokens,
                        "note": f"Output offloaded ({compact.kind}); call {RECALL_TOOL_NAME}(uri=...) to read lines or search it."}
         uris[response_digest(replacement)] = uri
     ctx.state[URIS_STATE_KEY] = uris

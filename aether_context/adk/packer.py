@@ -2,14 +2,23 @@
 
 Holds what must live across calls of a process: the profile, the token counter (its cache), the
 store, and the previous call's `PackState` per session and agent (for cache-stable packing).
+
+The event loop stays free: the pure build (selection, embedding, fitting) runs on one worker
+thread of the packer, so builds of concurrent sessions run one at a time in call order and share
+the retriever's indexes and caches without races; each slot's calls are serialised by its own
+lock. An LLM summary has `decay.summary_timeout_seconds`: past it the extractive summary stays.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import functools
+import inspect
 import logging
 import time
-from dataclasses import dataclass, replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -19,16 +28,18 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
 
-from ..compress import SummarizeFn, Summarizer, render_payload, run_summarizer, validate_summary
+from ..compress import SummarizeFn, Summarizer, render_payload, validate_summary
 from ..content import response_digest, sha256_hex
 from ..failures import FailureLog, FailureRecord, error_text, is_error_result
 from ..pipeline.build import ContextPack, build_pack, request_tokens
 from ..pipeline.collect import PackInputs, PackState
 from ..pipeline.decay import RunningSummary, blob_key
 from ..pipeline.record import Manifest
+from ..pipeline.render import masked_count
 from ..pipeline.retrieve import Retriever, default_retriever
 from ..retrieval.embeddings import Embedder
 from ..profile import BudgetProfile, load_profile
+from ..redact import redact
 from ..providers import EvidenceProvider
 from ..store import DEFAULT_STORE_URL, PackStore
 from ..tokens import TokenCounter, TokenCounting
@@ -64,6 +75,17 @@ class SessionSlot:
     free_conversation: int | None = None  # conversation room left by the last pack (offload threshold)
     edge_flags: list[str] | None = None  # notes for the next manifest (a failed LLM summary)
     times: EventTimes | None = None
+    artifacts: dict = field(default_factory=dict)  # artifact descriptions by (session, file), with their version
+    locks: dict = field(default_factory=dict)  # event loop -> the asyncio.Lock serialising this slot's packs
+
+    def lock(self) -> asyncio.Lock:
+        """This slot's lock on the running loop (an asyncio.Lock belongs to one loop)."""
+        loop = asyncio.get_running_loop()
+        found = self.locks.get(loop)
+        if found is None:
+            self.locks.clear()  # a slot lives on one loop at a time; an old loop's lock is dead
+            found = self.locks[loop] = asyncio.Lock()
+        return found
 
 
 def slot_key(app: str, user: str, session: str, agent: str) -> tuple[str, str, str, str]:
@@ -87,7 +109,9 @@ class ContextPacker:
                  memory_pool: int = 1000, keep_recent: int = 1000, summarizer: "Summarizer | SummarizeFn | None" = None,
                  evidence_providers: "Sequence[EvidenceProvider]" = (), embedder: "Embedder | None" = None):
         self.profile = load_profile(profile)
-        self.store = store if isinstance(store, PackStore) else PackStore(store or DEFAULT_STORE_URL)
+        # a store built here masks what the profile says; a given PackStore keeps its own `redaction`
+        self.store = store if isinstance(store, PackStore) else PackStore(store or DEFAULT_STORE_URL,
+                                                                          redaction=self.profile.redaction)
         self.window_tokens = window_tokens
         self.counter = counter or TokenCounter()
         self.keys = state_keys or StateKeys()
@@ -105,9 +129,13 @@ class ContextPacker:
         self.usage: collections.deque[dict] = collections.deque(maxlen=keep_recent)
         # One slot per (app, user, session, agent), least recently used released first.
         self._slots: collections.OrderedDict[tuple[str, str, str, str], SessionSlot] = collections.OrderedDict()
-        self._artifact_cache: dict = {}
         self.gateway = ArtifactGateway(self.store)
         self.recall_tool = make_recall_tool(self.gateway)
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aether-pack")
+
+    async def _off_loop(self, fn, /, *args, **kwargs):
+        """`fn(*args, **kwargs)` on the packer's worker thread: CPU work never stalls the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self._worker, functools.partial(fn, *args, **kwargs))
 
     def slot(self, ctx: "CallbackContext | ToolContext") -> SessionSlot:
         """The caller's slot, keyed by app, user, session and agent (never by session id alone)."""
@@ -132,15 +160,19 @@ class ContextPacker:
 
     async def pack(self, callback_context: CallbackContext, llm_request: LlmRequest) -> CallRecord:
         """Rewrite `llm_request` into its Context Pack. Never raises: on failure the request is untouched."""
-        session = callback_context.session
         slot = self.slot(callback_context)
+        async with slot.lock():  # one call of a slot at a time: each reads the state the previous one left
+            return await self._pack(callback_context, llm_request, slot)
+
+    async def _pack(self, callback_context: CallbackContext, llm_request: LlmRequest, slot: SessionSlot) -> CallRecord:
+        session = callback_context.session
         slot.last = None  # only this call's pack may be recovered or calibrated
         try:
             recall = self._offers_recall(callback_context, llm_request, slot)
             flags, slot.edge_flags = tuple(slot.edge_flags or ()), None
             inputs = await collect_inputs(
                 callback_context, llm_request, keys=self.keys, previous=slot.state,
-                memory_limit=self.memory_pool, artifact_cache=self._artifact_cache, now=session_now(session.events),
+                memory_limit=self.memory_pool, artifact_cache=slot.artifacts, now=session_now(session.events),
                 use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags + self._window_flags(llm_request),
                 providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else ())
             slot.times = slot.times or EventTimes()
@@ -148,7 +180,8 @@ class ContextPacker:
                              compact=bool(callback_context.state.get(COMPACT_STATE_KEY)))
             inputs = await self._save_images(callback_context, inputs)
             inputs = replace(inputs, calibration=self.calibration.get(inputs.request.model, 1.0))
-            pack = build_pack(inputs, self.profile, counter=self.counter, window=self.window_tokens, retriever=self.retriever)
+            pack = await self._off_loop(build_pack, inputs, self.profile, counter=self.counter, window=self.window_tokens,
+                                        retriever=self.retriever)
             saved = callback_context.state.get(SAVED_STATE_KEY) or {}
             without = pack.manifest.tokens_before + sum(saved.get(r.key, 0) for m in inputs.request.messages
                                                         for r in m.responses)
@@ -215,12 +248,18 @@ class ContextPacker:
         previous = RunningSummary.from_json(last.inputs.summary)
         extractive = RunningSummary.from_json(last.state.summary)
         summarizer = self.summarizer or LlmSummarizer(callback_context.get_invocation_context().agent.canonical_model)
+        timeout = self.profile.decay.summary_timeout_seconds
         try:
-            text = await run_summarizer(summarizer, previous.text or None, last.state.merged_lines,
-                                        goal=last.inputs.task.goal, max_tokens=self.profile.decay.summary_max_tokens)
+            text = await asyncio.wait_for(_summarize(summarizer, previous.text or None, last.state.merged_lines,
+                                                     goal=last.inputs.task.goal,
+                                                     max_tokens=self.profile.decay.summary_max_tokens), timeout)
             text = validate_summary(text, self.profile.decay.summary_max_tokens, self.counter)
             if text is None:
                 raise ValueError("the summarizer returned an empty or unusable summary")
+        except asyncio.TimeoutError:  # the run goes on with the extractive summary
+            logger.warning("aether-context: LLM summary gave no answer within %ss; keeping the extractive summary", timeout)
+            slot.edge_flags = [*(slot.edge_flags or ()), f"summary_timeout: no answer within {timeout}s"]
+            return
         except Exception as e:  # the extractive summary stays; the next manifest says why
             logger.warning("aether-context: LLM summary failed (%s); keeping the extractive summary", e, exc_info=True)
             slot.edge_flags = [*(slot.edge_flags or ()), f"summary_failed: {type(e).__name__}: {e}"[:300]]
@@ -247,7 +286,7 @@ class ContextPacker:
                 inputs = await self._current_inputs(callback_context, llm_request)
                 window = context_window(inputs.request.model, self.window_tokens if self.window_tokens is not None
                                         else self.profile.window_tokens)
-            pack = recovery_pack(inputs, self.profile, window, error, counter=self.counter)
+            pack = await self._off_loop(recovery_pack, inputs, self.profile, window, error, counter=self.counter)
             apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
                           added={RECALL_TOOL_NAME: self.recall_tool} if self._offers_recall(callback_context, llm_request, self.slot(callback_context)) else {})
         except Exception:
@@ -275,7 +314,7 @@ class ContextPacker:
         """This call's inputs read from ADK's own request (when packing failed open and left it as is)."""
         inputs = await collect_inputs(
             callback_context, llm_request, keys=self.keys, previous=None, memory_limit=self.memory_pool,
-            artifact_cache=self._artifact_cache, now=session_now(callback_context.session.events),
+            artifact_cache=self.slot(callback_context).artifacts, now=session_now(callback_context.session.events),
             use_memory=self.use_memory, use_artifacts=self.use_artifacts, providers=self.evidence_providers,
             extra_tools=(self.recall_tool,) if self._offers_recall(callback_context, llm_request, self.slot(callback_context)) else ())
         return replace(inputs, calibration=self.calibration.get(inputs.request.model, 1.0))
@@ -316,6 +355,7 @@ class ContextPacker:
             records = [FailureRecord.from_json(r) for r in data.get("records", ())]
             log = FailureLog(self.profile.failures.log, records, int(data.get("evicted", 0)))
             turn = len(tool_context.session.events)
+            error_text = redact(error_text, self.profile.redaction)[0]  # it is recited in later packs
             record = log.add(turn=turn, tool=tool.name, args=tool_args, error_text=error_text, uri=uri,
                              timestamp=time.time())
             same = [(r.turn, r.tool, r.args_digest, r.message) for r in records[-1:]]
@@ -353,9 +393,10 @@ class ContextPacker:
                 offloaded = await offload_tool_result(
                     tool_name=tool.name, args=tool_args, result=sent, ctx=tool_context,
                     gateway=self.gateway, settings=self.profile.offload, counter=self.counter,
-                    free_conversation_tokens=self.slot(tool_context).free_conversation)
+                    free_conversation_tokens=self.slot(tool_context).free_conversation, redaction=self.profile.redaction)
                 if offloaded is not None:
                     self._note_saving(tool_context, sent, offloaded)
+                    self._note_masked(tool_context, tool.name, offloaded["summary"])
             except Exception:  # fail open: the result goes on as it is
                 logger.error("aether-context: offloading the result of %s failed; keeping it inline", tool.name, exc_info=True)
         if failed:
@@ -363,6 +404,13 @@ class ContextPacker:
             self.record_failure(tool, tool_args, tool_context, error_text(result),  # type: ignore[arg-type]
                                 uri=uris.get(response_digest(sent)))
         return offloaded or compacted
+
+    def _note_masked(self, ctx: ToolContext, tool_name: str, compact_text: str) -> None:
+        """Secrets masked in an offloaded result's compact form: noted in the next manifest's flags."""
+        n = masked_count(compact_text)
+        if n:
+            slot = self.slot(ctx)
+            slot.edge_flags = [*(slot.edge_flags or ()), f"redacted_in_offload: {tool_name}: {n}"]
 
     def _note_saving(self, ctx: ToolContext, original: object, compact: object) -> None:
         """Remember what an offload saved, so manifests can say what ADK would have sent without us."""
@@ -394,6 +442,16 @@ class ContextPacker:
         record = CallRecord(manifest, uri)
         self.recent.append(record)
         return record
+
+
+async def _summarize(summarizer: "Summarizer | SummarizeFn", previous: str | None, items: "Sequence[str]", *,
+                     goal: str, max_tokens: int) -> str:
+    """Call a sync or async summarizer; a sync one runs on a thread, so a timeout can leave it behind."""
+    call = summarizer.summarize if isinstance(summarizer, Summarizer) else summarizer
+    if inspect.iscoroutinefunction(call):
+        return await call(previous, list(items), goal=goal, max_tokens=max_tokens)
+    result = await asyncio.to_thread(call, previous, list(items), goal=goal, max_tokens=max_tokens)
+    return await result if inspect.isawaitable(result) else result
 
 
 def _persist_summary(ctx: CallbackContext, before: dict, after: dict) -> None:
