@@ -24,7 +24,7 @@ from .conversation import Compaction, Verbatim, compaction_block, known_values, 
 from .decay import RunningSummary, decay_images, prune_tool_outputs
 from .incremental import turns_tokens
 from .record import LayerUsage, Manifest
-from .render import masked_count, masking, payload_message, render_payload, render_request
+from .render import masked_count, masked_turns, masking, payload_message, render_payload, render_request
 from .retrieve import Retriever, default_retriever
 from .select import Candidates, Conversation, Line, query_text, select, split_conversation
 from .status import failure_count, failures_section, recitation_message, recitation_reserve
@@ -303,11 +303,11 @@ def _compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zon
                                       counter=counter, request_index=inputs.request_index, current=zone, ceiling=ceiling,
                                       max_turns=profile.conversation.max_verbatim_turns)
     new = Verbatim(through, pinned, "", zone.compactions + 1)
-    compacted = tuple(prepared.originals.get(t.start, t) for t in turns if not new.keeps(t))
+    compacted, uris = masked_turns(tuple(prepared.originals.get(t.start, t) for t in turns if not new.keeps(t)), inputs.uris)
     opening = _opening(inputs, prepared, new, profile, window, opening_cap, counter)
     block, summary, merged, merged_lines = compaction_block(
         compacted, RunningSummary.from_json(inputs.summary), opening=opening, goal=inputs.task.goal or query_text(inputs)[:300],
-        fold_max_tokens=fold_cap, summary_max_tokens=summary_cap, uris=inputs.uris,
+        fold_max_tokens=fold_cap, summary_max_tokens=summary_cap, uris=uris,
         values=known_values(compacted, values_cap, counter), counter=counter)
     new = replace(new, block=block, pins_opening=bool(opening))
     folded = tuple(t.start for t in turns if zone.keeps(t) and not new.keeps(t))
