@@ -50,6 +50,7 @@ __all__ = ["ArtifactGateway", "ParsedUri", "parse_artifact_uri", "offload_tool_r
            "RECALL_TOOL_NAME", "URIS_STATE_KEY", "effective_threshold"]
 
 RECALL_TOOL_NAME = "read_artifact"
+MAX_URI_CHARS = 2048  # a longer uri argument is refused (error results stay small)
 _URI = re.compile(r"^artifact://([^/]+)/([^/]+)/([^/]+)/(.+?)(?:#v(\d+))?$")
 
 
@@ -267,8 +268,9 @@ def make_recall_tool(gateway: ArtifactGateway, *, max_lines_cap: int = 400, max_
           start_char: for a very long line, the character to continue from (see next_start_char).
         """
         try:
-            if not isinstance(uri, str) or not uri.strip():
-                raise ValueError(f"uri must be the artifact:// URI shown in the context, got {str(uri)[:80]!r}")
+            if not isinstance(uri, str) or not uri.strip() or len(uri) > MAX_URI_CHARS:
+                raise ValueError(f"uri must be the artifact:// URI shown in the context, got {str(uri)[:80]!r}"
+                                 + (f" ({len(uri)} characters)" if isinstance(uri, str) and len(uri) > MAX_URI_CHARS else ""))
             first = _int_arg("start_line", start_line, 1)
             count = min(_int_arg("max_lines", max_lines, 1), max_lines_cap)
             offset = _int_arg("start_char", start_char, 0)

@@ -16,6 +16,7 @@ import collections
 import functools
 import inspect
 import logging
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -76,6 +77,7 @@ class SessionSlot:
     edge_flags: list[str] | None = None  # notes for the next manifest (a failed LLM summary)
     times: EventTimes | None = None
     artifacts: dict = field(default_factory=dict)  # artifact descriptions by (session, file), with their version
+    shown: dict | None = None  # the last pack's metadata, shown on the model's response (plugin.py)
     locks: dict = field(default_factory=dict)  # event loop -> the asyncio.Lock serialising this slot's packs
 
     def lock(self) -> asyncio.Lock:
@@ -129,6 +131,7 @@ class ContextPacker:
         self.usage: collections.deque[dict] = collections.deque(maxlen=keep_recent)
         # One slot per (app, user, session, agent), least recently used released first.
         self._slots: collections.OrderedDict[tuple[str, str, str, str], SessionSlot] = collections.OrderedDict()
+        self.max_sessions = MAX_SESSIONS
         self.gateway = ArtifactGateway(self.store)
         self.recall_tool = make_recall_tool(self.gateway)
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aether-pack")
@@ -144,15 +147,21 @@ class ContextPacker:
         slot = self._slots.get(key)
         if slot is None:
             slot = self._slots[key] = SessionSlot()
-            while len(self._slots) > MAX_SESSIONS:
-                self._slots.popitem(last=False)
+            while len(self._slots) > self.max_sessions:
+                self._forget(self._slots.popitem(last=False)[0])
         self._slots.move_to_end(key)
         return slot
 
     def release(self, app: str, user: str, session: str) -> None:
-        """Forget everything kept for a session (all its agents): call when a session ends."""
+        """Forget everything kept for a session (all its agents): call when a session ends.
+        Sessions that are never released age out: the least recently used slot goes first."""
         for key in [k for k in self._slots if k[:3] == (app, user, session)]:
             del self._slots[key]
+            self._forget(key)
+
+    def _forget(self, key: tuple[str, str, str, str]) -> None:
+        """A released slot takes its retrieval indexes with it (the slots own per-session state)."""
+        self.retriever.forget("/".join(key))
 
     def compact(self, ctx: "CallbackContext | ToolContext") -> None:
         """Compact the conversation at the next model call of this session (recorded as asked for)."""
@@ -373,8 +382,13 @@ class ContextPacker:
 
     async def after_tool(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, result: object) -> dict | None:
         """Save a result whole and return its compact form when it is large; record error-shaped
-        results as failures, citing the saved original. Never raises."""
+        results as failures, citing the saved original. A result with invalid Unicode (a lone
+        surrogate) is repaired first and the repaired one replaces it. Never raises."""
         own = tool.name == RECALL_TOOL_NAME
+        result, repaired = _repair_unicode(result)
+        if repaired:
+            slot = self.slot(tool_context)
+            slot.edge_flags = [*(slot.edge_flags or ()), f"unicode_repaired: {tool.name}: {repaired}"]
         failed = False
         if not own and self.profile.failures.enabled and isinstance(result, (dict, str)):
             try:
@@ -403,7 +417,9 @@ class ContextPacker:
             uris = tool_context.state.get(URIS_STATE_KEY) or {}
             self.record_failure(tool, tool_args, tool_context, error_text(result),  # type: ignore[arg-type]
                                 uri=uris.get(response_digest(sent)))
-        return offloaded or compacted
+        if offloaded or compacted or not repaired:
+            return offloaded or compacted
+        return result if isinstance(result, dict) else {"result": result}  # the repaired result, as ADK wraps it
 
     def _note_masked(self, ctx: ToolContext, tool_name: str, compact_text: str) -> None:
         """Secrets masked in an offloaded result's compact form: noted in the next manifest's flags."""
@@ -452,6 +468,28 @@ async def _summarize(summarizer: "Summarizer | SummarizeFn", previous: str | Non
         return await call(previous, list(items), goal=goal, max_tokens=max_tokens)
     result = await asyncio.to_thread(call, previous, list(items), goal=goal, max_tokens=max_tokens)
     return await result if inspect.isawaitable(result) else result
+
+
+def _repair_unicode(value: object) -> tuple[object, int]:
+    """`value` with lone surrogates (invalid Unicode, unencodable as UTF-8) replaced by U+FFFD and
+    surrogate pairs joined, and how many characters were replaced; unchanged (same object) if none."""
+    if isinstance(value, str):
+        if not _SURROGATE.search(value):
+            return value, 0
+        fixed = value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return fixed, fixed.count("\ufffd") - value.count("\ufffd")
+    if isinstance(value, (list, tuple)):
+        items = [_repair_unicode(v) for v in value]
+        n = sum(c for _, c in items)
+        return ([v for v, _ in items] if n else value), n
+    if isinstance(value, dict):
+        pairs = [(_repair_unicode(k), _repair_unicode(v)) for k, v in value.items()]
+        n = sum(kc + vc for (_, kc), (_, vc) in pairs)
+        return ({k: v for (k, _), (v, _) in pairs} if n else value), n
+    return value, 0
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _persist_summary(ctx: CallbackContext, before: dict, after: dict) -> None:
