@@ -279,11 +279,12 @@ async def _stall_run(with_plugin: bool, sessions: int, turns: int) -> dict:
             now = time.perf_counter()
             lags.append((now, now - t0 - 0.002))
 
+    # built at start-up, before serving (the embedding model then loads on its own thread)
+    plugin = ContextPackPlugin(store="memory://reliability-stall", window_tokens=16_000) if with_plugin else None
+    runner = _runner(agent, [plugin] if plugin else [])
     probing = asyncio.create_task(probe())
     await asyncio.sleep(0.05)
     start = time.perf_counter()
-    plugin = ContextPackPlugin(store="memory://reliability-stall", window_tokens=16_000) if with_plugin else None
-    runner = _runner(agent, [plugin] if plugin else [])
 
     async def session(i: int, phase: int, n: int) -> None:
         uid, sid = f"user-{i:02d}", f"s-{i:02d}"
