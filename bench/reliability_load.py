@@ -154,22 +154,45 @@ async def _users_run(users: int, turns: int, store_url: str) -> dict:
             "wrong_previous": wrong_previous, "seconds": round(seconds, 1), "model_calls": len(llm.requests)}
 
 
-def users(args: argparse.Namespace) -> str:
+def _users_in(code: str, users: int, turns: int) -> dict:
+    """The users run in a child process importing `aether_context` from the checkout at `code`."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--users-child", str(users), str(turns)]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=code, timeout=290,
+                         env={**os.environ, "PYTHONPATH": str(Path(code).resolve())})
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if not line:
+        raise RuntimeError(f"users child failed on {code}: {out.stderr[-2000:]}")
+    return json.loads(line[-1])
+
+
+def _users_child(users: int, turns: int) -> dict:
     with tempfile.TemporaryDirectory() as folder:
-        r = asyncio.run(_users_run(args.users, args.turns, f"file://{folder}/packs"))
+        return asyncio.run(_users_run(users, turns, f"file://{folder}/packs"))
+
+
+def _users_row(label: str, r: dict) -> str:
+    return (f"| {label} | {r['packs']} | {r['checked']} | {r['own_seen']} | {r['fail_open']} | {r['foreign_markers']} | "
+            f"{r['packs_with_foreign']} | {r['wrong_previous']} | {r['seconds']} |")
+
+
+def users(args: argparse.Namespace) -> str:
+    rows = [_users_row("this checkout", _users_in(str(ROOT), args.users, args.turns))]
+    if args.users_baseline:
+        base = _users_in(args.users_baseline, args.users, args.turns)
+        rows.append(_users_row(f"baseline `{args.users_baseline}`", base))
     return "\n".join([
         "## Many users through one plugin",
         "",
-        f"{r['users']} concurrent users, one Runner and one plugin; {r['shared_session_users']} of them use the session "
-        f"id \"main\"; {r['turns']} invocations each (a tool saving `notes.txt`, a 1.5K-token fetch that is offloaded, "
+        f"{args.users} concurrent users, one Runner and one plugin; {args.users // 2} of them use the session "
+        f"id \"main\"; {args.turns} invocations each (a tool saving `notes.txt`, a 1.5K-token fetch that is offloaded, "
         "the user's own memory), every text carrying the user's marker. Each stored request was replayed and searched "
-        "for other users' markers.",
+        "for other users' markers; each manifest's `previous_pack_id` was checked against the previous pack of the "
+        "same (app, user, session, agent). A baseline checkout (`--users-baseline DIR`) runs the same users.",
         "",
-        "| packs | checked | with the user's own marker | fail-open | foreign markers | packs with foreign content "
-        "| wrong previous pack | seconds |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-        f"| {r['packs']} | {r['checked']} | {r['own_seen']} | {r['fail_open']} | {r['foreign_markers']} | {r['packs_with_foreign']} | "
-        f"{r['wrong_previous']} | {r['seconds']} |",
+        "| code | packs | checked | with the user's own marker | fail-open | foreign markers | packs with foreign "
+        "content | wrong previous pack | seconds |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        *rows,
     ])
 
 
@@ -377,6 +400,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """This module's options, on the shared `bench/reliability.py` parser."""
     parser.add_argument("--users", type=int, default=64, help="concurrent users (users)")
     parser.add_argument("--turns", type=int, default=3, help="invocations per user (users)")
+    parser.add_argument("--users-baseline", default="", help="another checkout to run the users scenario on (users)")
     parser.add_argument("--kill-after", type=int, default=40, help="completed calls before SIGKILL (kill)")
     parser.add_argument("--normal-calls", type=int, default=60, help="calls of the normally exiting run (kill)")
     parser.add_argument("--sessions", type=int, default=64, help="concurrent sessions (stall)")
@@ -386,5 +410,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 if __name__ == "__main__":  # child processes of the kill and stall scenarios
     if sys.argv[1] == "--child":
         asyncio.run(_child_run(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
+    elif sys.argv[1] == "--users-child":
+        print(json.dumps(_users_child(int(sys.argv[2]), int(sys.argv[3]))))
     elif sys.argv[1] == "--stall-child":
         print(json.dumps(asyncio.run(_stall_run(sys.argv[2] == "with", int(sys.argv[3]), int(sys.argv[4])))))

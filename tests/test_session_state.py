@@ -9,8 +9,9 @@ from aether_context import ContextPackPlugin
 from conftest import make_runner, new_session, run_turn, scripted_agent
 
 
-def _namespaces(packer) -> set[str]:
-    return {key[0] for key in packer.retriever._indexes}
+def _namespaces(packer, app: str) -> set[str]:
+    """This app's sessions with a retrieval index (the default retriever is shared by the process)."""
+    return {key[0] for key in packer.retriever._indexes if key[0].startswith(app + "/")}
 
 
 async def test_slots_age_out_with_their_indexes(memory_store_url):
@@ -18,7 +19,7 @@ async def test_slots_age_out_with_their_indexes(memory_store_url):
     plugin = ContextPackPlugin(store=memory_store_url, window_tokens=16_000)
     packer = plugin.packer
     packer.max_sessions = 3
-    runner = make_runner(agent, plugins=[plugin])
+    runner = make_runner(agent, plugins=[plugin], app_name="slots-app")
     ids = []
     for i in range(5):
         sid = await new_session(runner, user_id=f"user-{i}")
@@ -27,10 +28,10 @@ async def test_slots_age_out_with_their_indexes(memory_store_url):
     keys = list(packer._slots)
     assert len(keys) == 3 and [k[1] for k in keys] == ["user-2", "user-3", "user-4"]
     assert all(packer._slots[k].shown is not None for k in keys)  # the shown pack lives in the slot
-    assert _namespaces(packer) <= {"/".join(k) for k in keys}  # evicted sessions' indexes went with them
+    assert _namespaces(packer, "slots-app") and _namespaces(packer, "slots-app") <= {"/".join(k) for k in keys}  # evicted sessions' indexes went with them
     app = runner.app_name
     packer.release(app, "user-4", ids[4])
-    assert len(packer._slots) == 2 and not any(ns.startswith(f"{app}/user-4/") for ns in _namespaces(packer))
+    assert len(packer._slots) == 2 and not any(ns.startswith(f"{app}/user-4/") for ns in _namespaces(packer, app))
 
 
 async def test_a_lone_surrogate_in_a_tool_output_packs(memory_store_url):

@@ -385,21 +385,11 @@ class ContextPacker:
         results as failures, citing the saved original. A result with invalid Unicode (a lone
         surrogate) is repaired first and the repaired one replaces it. Never raises."""
         own = tool.name == RECALL_TOOL_NAME
-        result, repaired = _repair_unicode(result)
+        result, repaired = await self._off_loop(_repair_unicode, result)
         if repaired:
             slot = self.slot(tool_context)
             slot.edge_flags = [*(slot.edge_flags or ()), f"unicode_repaired: {tool.name}: {repaired}"]
-        failed = False
-        if not own and self.profile.failures.enabled and isinstance(result, (dict, str)):
-            try:
-                failed = is_error_result(result)
-            except Exception:  # fail open: a result we cannot classify is simply not a recorded failure
-                logger.error("aether-context: could not classify the result of %s", tool.name, exc_info=True)
-        compacted = None
-        if self.profile.variation.compact_json and isinstance(result, (dict, list)) and not own:
-            compact = compact_json(result, self.counter)
-            if self.counter.count_text(compact) < self.counter.count_text(render_payload(result)):
-                compacted = {"result_compact_json": compact}  # faithful: aether_context.variation.expand_compact_json
+        failed, compacted = await self._off_loop(self._classify, tool.name, result, own)
         sent = compacted or result  # what the session will hold unless offload compacts it further
         offloaded = None
         if self.profile.offload.enabled and not own:
@@ -407,9 +397,10 @@ class ContextPacker:
                 offloaded = await offload_tool_result(
                     tool_name=tool.name, args=tool_args, result=sent, ctx=tool_context,
                     gateway=self.gateway, settings=self.profile.offload, counter=self.counter,
-                    free_conversation_tokens=self.slot(tool_context).free_conversation, redaction=self.profile.redaction)
+                    free_conversation_tokens=self.slot(tool_context).free_conversation, redaction=self.profile.redaction,
+                    run=self._off_loop)
                 if offloaded is not None:
-                    self._note_saving(tool_context, sent, offloaded)
+                    await self._note_saving(tool_context, sent, offloaded)
                     self._note_masked(tool_context, tool.name, offloaded["summary"])
             except Exception:  # fail open: the result goes on as it is
                 logger.error("aether-context: offloading the result of %s failed; keeping it inline", tool.name, exc_info=True)
@@ -421,6 +412,22 @@ class ContextPacker:
             return offloaded or compacted
         return result if isinstance(result, dict) else {"result": result}  # the repaired result, as ADK wraps it
 
+    def _classify(self, tool_name: str, result: object, own: bool) -> tuple[bool, dict | None]:
+        """Whether `result` is an error (a failure to record) and its compact JSON form when shorter
+        (CPU work: run on the worker thread). Never raises."""
+        failed = False
+        if not own and self.profile.failures.enabled and isinstance(result, (dict, str)):
+            try:
+                failed = is_error_result(result)
+            except Exception:  # fail open: a result we cannot classify is simply not a recorded failure
+                logger.error("aether-context: could not classify the result of %s", tool_name, exc_info=True)
+        compacted = None
+        if self.profile.variation.compact_json and isinstance(result, (dict, list)) and not own:
+            compact = compact_json(result, self.counter)
+            if self.counter.count_text(compact) < self.counter.count_text(render_payload(result)):
+                compacted = {"result_compact_json": compact}  # faithful: aether_context.variation.expand_compact_json
+        return failed, compacted
+
     def _note_masked(self, ctx: ToolContext, tool_name: str, compact_text: str) -> None:
         """Secrets masked in an offloaded result's compact form: noted in the next manifest's flags."""
         n = masked_count(compact_text)
@@ -428,11 +435,15 @@ class ContextPacker:
             slot = self.slot(ctx)
             slot.edge_flags = [*(slot.edge_flags or ()), f"redacted_in_offload: {tool_name}: {n}"]
 
-    def _note_saving(self, ctx: ToolContext, original: object, compact: object) -> None:
+    async def _note_saving(self, ctx: ToolContext, original: object, compact: object) -> None:
         """Remember what an offload saved, so manifests can say what ADK would have sent without us."""
-        saved = self.counter.count_text(render_payload(original)) - self.counter.count_text(render_payload(compact))
+        saved, key = await self._off_loop(self._saving, original, compact)
         if saved > 0:
-            ctx.state[SAVED_STATE_KEY] = {**(ctx.state.get(SAVED_STATE_KEY) or {}), response_digest(compact): saved}
+            ctx.state[SAVED_STATE_KEY] = {**(ctx.state.get(SAVED_STATE_KEY) or {}), key: saved}
+
+    def _saving(self, original: object, compact: object) -> tuple[int, str]:
+        saved = self.counter.count_text(render_payload(original)) - self.counter.count_text(render_payload(compact))
+        return saved, response_digest(compact)
 
     def _record_failure(self, ctx: CallbackContext, llm_request: LlmRequest, error: Exception) -> CallRecord:
         session = ctx.session
