@@ -288,7 +288,10 @@ def kill(args: argparse.Namespace) -> str:
 
 
 # --------------------------------------------------------------------------- loop stalls
-async def _stall_run(with_plugin: bool, sessions: int, turns: int) -> dict:
+async def _stall_run(with_plugin: bool, sessions: int, turns: int, stagger: float = 0.0, think: float = 0.0) -> dict:
+    """Loop lag while `sessions` run: the first invocation of each (the model loading), then `turns`
+    more once the model is ready. Sessions start `stagger` s apart and wait `think` s between
+    invocations (0, 0: all at once, a burst)."""
     from aether_context import ContextPackPlugin
 
     agent, _ = _agent()
@@ -313,7 +316,10 @@ async def _stall_run(with_plugin: bool, sessions: int, turns: int) -> dict:
         uid, sid = f"user-{i:02d}", f"s-{i:02d}"
         if phase == 0:
             await runner.session_service.create_session(app_name="reliability", user_id=uid, session_id=sid)
+        await asyncio.sleep(i * stagger)
         for t in range(n):
+            if t:
+                await asyncio.sleep(think)
             await _turn(runner, uid, sid, f"MARK-u{i:02d}-t{phase}{t} " + _text(60, i * 10 + t))
 
     first_done = None
@@ -362,7 +368,8 @@ async def _stall_run(with_plugin: bool, sessions: int, turns: int) -> dict:
 def stall(args: argparse.Namespace) -> str:
     rows = {}
     for mode in ("without", "with"):
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--stall-child", mode, str(args.sessions), str(args.stall_turns)]
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--stall-child", mode, str(args.sessions), str(args.stall_turns),
+               str(args.stall_stagger / 1000), str(args.stall_think / 1000)]
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=290,
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
         line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
@@ -378,7 +385,8 @@ def stall(args: argparse.Namespace) -> str:
         "## Event-loop stalls",
         "",
         f"{args.sessions} concurrent sessions, each a save-notes tool, a 1.5K-token fetch (offloaded) and an answer per "
-        f"invocation; a probe task sleeps 2 ms in a loop and records how late it wakes (ms: p50 / p99 / max). First "
+        f"invocation, starting {args.stall_stagger} ms apart with {args.stall_think} ms between a session's invocations "
+        f"(0 and 0: a burst); a probe task sleeps 2 ms in a loop and records how late it wakes (ms: p50 / p99 / max). First "
         f"phase: one invocation per session from a fresh process (the plugin's MiniLM loads on its warm-up thread: "
         f"ready after {w['model_ready_s']} s; {w['lexical_packs']} of {w['packs']} packs ranked lexically). Ordinary "
         f"phase: {args.stall_turns} more invocations per session once the model is ready.",
@@ -405,6 +413,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--normal-calls", type=int, default=60, help="calls of the normally exiting run (kill)")
     parser.add_argument("--sessions", type=int, default=64, help="concurrent sessions (stall)")
     parser.add_argument("--stall-turns", type=int, default=3, help="ordinary invocations per session (stall)")
+    parser.add_argument("--stall-stagger", type=float, default=20.0, help="ms between session starts (stall)")
+    parser.add_argument("--stall-think", type=float, default=200.0, help="ms between a session's invocations (stall)")
 
 
 if __name__ == "__main__":  # child processes of the kill and stall scenarios
@@ -413,4 +423,5 @@ if __name__ == "__main__":  # child processes of the kill and stall scenarios
     elif sys.argv[1] == "--users-child":
         print(json.dumps(_users_child(int(sys.argv[2]), int(sys.argv[3]))))
     elif sys.argv[1] == "--stall-child":
-        print(json.dumps(asyncio.run(_stall_run(sys.argv[2] == "with", int(sys.argv[3]), int(sys.argv[4])))))
+        print(json.dumps(asyncio.run(_stall_run(sys.argv[2] == "with", int(sys.argv[3]), int(sys.argv[4]),
+                                                float(sys.argv[5]), float(sys.argv[6])))))
