@@ -138,3 +138,13 @@ def test_pack_and_store_through_adk(file_store_url, kind):
     flags = [f for r in plugin.packer.recent for f in r.manifest.flags]
     assert any(f.startswith("redacted_in_offload: read_config") for f in flags)
     assert CORE[kind] not in _store_text(store)
+
+
+def test_a_recovery_repack_is_masked_too(counter):
+    from aether_context.adk.recovery import recovery_pack
+    from aether_context.testing import TokenLimitError
+
+    secret = SECRETS["github_token"]
+    pack = recovery_pack(_inputs(secret), DEFAULT, 16_000, TokenLimitError(20_000, 16_000), counter=counter)
+    authored = _pack_authored(pack)
+    assert "EVIDENCE" in authored and CORE["github_token"] not in authored and pack.manifest.redacted_in_pack >= 1

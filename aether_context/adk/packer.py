@@ -3,9 +3,9 @@
 Holds what must live across calls of a process: the profile, the token counter (its cache), the
 store, and the previous call's `PackState` per session and agent (for cache-stable packing).
 
-The event loop stays free: the pure build (selection, embedding, fitting) runs on one worker
-thread of the packer, so builds of concurrent sessions run one at a time in call order and share
-the retriever's indexes and caches without races; each slot's calls are serialised by its own
+The event loop stays free: the pure build (selection, embedding, fitting) runs on the process's
+one pack thread, so builds of concurrent sessions (and of several packers, which share retrievers)
+run one at a time in call order and share the retriever's indexes and caches without races; each slot's calls are serialised by its own
 lock. An LLM summary has `decay.summary_timeout_seconds`: past it the extractive summary stays.
 """
 
@@ -17,6 +17,7 @@ import functools
 import inspect
 import logging
 import re
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -90,6 +91,19 @@ class SessionSlot:
         return found
 
 
+_WORKER: list[ThreadPoolExecutor] = []
+_WORKER_LOCK = threading.Lock()
+
+
+def _pack_worker() -> ThreadPoolExecutor:
+    """The process's one pack thread: packers share retrievers and embedding caches (one per retrieval
+    settings), so all builds run there, one at a time, on a thread that lives as long as the process."""
+    with _WORKER_LOCK:
+        if not _WORKER:
+            _WORKER.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="aether-pack"))
+        return _WORKER[0]
+
+
 def slot_key(app: str, user: str, session: str, agent: str) -> tuple[str, str, str, str]:
     return (app, user, session, agent)
 
@@ -134,11 +148,10 @@ class ContextPacker:
         self.max_sessions = MAX_SESSIONS
         self.gateway = ArtifactGateway(self.store)
         self.recall_tool = make_recall_tool(self.gateway)
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aether-pack")
 
     async def _off_loop(self, fn, /, *args, **kwargs):
-        """`fn(*args, **kwargs)` on the packer's worker thread: CPU work never stalls the event loop."""
-        return await asyncio.get_running_loop().run_in_executor(self._worker, functools.partial(fn, *args, **kwargs))
+        """`fn(*args, **kwargs)` on the pack worker thread: CPU work never stalls the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(_pack_worker(), functools.partial(fn, *args, **kwargs))
 
     def slot(self, ctx: "CallbackContext | ToolContext") -> SessionSlot:
         """The caller's slot, keyed by app, user, session and agent (never by session id alone)."""
