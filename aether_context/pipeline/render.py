@@ -49,7 +49,7 @@ def masking(settings: RedactionSettings) -> Iterator[None]:
         _MASKING.reset(token)
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=2048)  # quoted lines repeat call after call; a few MB at most
 def _masked(text: str, settings: RedactionSettings) -> str:
     return redact(text, settings)[0]
 
