@@ -13,13 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import functools
-import inspect
 import logging
-import re
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
@@ -54,6 +49,7 @@ from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool, offloa
 from .recovery import is_token_limit_error, recovery_pack
 from .summarizer import LlmSummarizer
 from .task import StateKeys
+from .worker import off_loop, repair_unicode, summarize
 
 logger = logging.getLogger("aether_context")
 
@@ -89,19 +85,6 @@ class SessionSlot:
             self.locks.clear()  # a slot lives on one loop at a time; an old loop's lock is dead
             found = self.locks[loop] = asyncio.Lock()
         return found
-
-
-_WORKER: list[ThreadPoolExecutor] = []
-_WORKER_LOCK = threading.Lock()
-
-
-def _pack_worker() -> ThreadPoolExecutor:
-    """The process's one pack thread: packers share retrievers and embedding caches (one per retrieval
-    settings), so all builds run there, one at a time, on a thread that lives as long as the process."""
-    with _WORKER_LOCK:
-        if not _WORKER:
-            _WORKER.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="aether-pack"))
-        return _WORKER[0]
 
 
 def slot_key(app: str, user: str, session: str, agent: str) -> tuple[str, str, str, str]:
@@ -150,8 +133,8 @@ class ContextPacker:
         self.recall_tool = make_recall_tool(self.gateway)
 
     async def _off_loop(self, fn, /, *args, **kwargs):
-        """`fn(*args, **kwargs)` on the pack worker thread: CPU work never stalls the event loop."""
-        return await asyncio.get_running_loop().run_in_executor(_pack_worker(), functools.partial(fn, *args, **kwargs))
+        """`fn(*args, **kwargs)` on the pack thread: CPU work never stalls the event loop."""
+        return await off_loop(fn, *args, **kwargs)
 
     def slot(self, ctx: "CallbackContext | ToolContext") -> SessionSlot:
         """The caller's slot, keyed by app, user, session and agent (never by session id alone)."""
@@ -272,7 +255,7 @@ class ContextPacker:
         summarizer = self.summarizer or LlmSummarizer(callback_context.get_invocation_context().agent.canonical_model)
         timeout = self.profile.decay.summary_timeout_seconds
         try:
-            text = await asyncio.wait_for(_summarize(summarizer, previous.text or None, last.state.merged_lines,
+            text = await asyncio.wait_for(summarize(summarizer, previous.text or None, last.state.merged_lines,
                                                      goal=last.inputs.task.goal,
                                                      max_tokens=self.profile.decay.summary_max_tokens), timeout)
             text = validate_summary(text, self.profile.decay.summary_max_tokens, self.counter)
@@ -398,7 +381,7 @@ class ContextPacker:
         results as failures, citing the saved original. A result with invalid Unicode (a lone
         surrogate) is repaired first and the repaired one replaces it. Never raises."""
         own = tool.name == RECALL_TOOL_NAME
-        result, repaired = await self._off_loop(_repair_unicode, result)
+        result, repaired = await self._off_loop(repair_unicode, result)
         if repaired:
             slot = self.slot(tool_context)
             slot.edge_flags = [*(slot.edge_flags or ()), f"unicode_repaired: {tool.name}: {repaired}"]
@@ -482,38 +465,6 @@ class ContextPacker:
         record = CallRecord(manifest, uri)
         self.recent.append(record)
         return record
-
-
-async def _summarize(summarizer: "Summarizer | SummarizeFn", previous: str | None, items: "Sequence[str]", *,
-                     goal: str, max_tokens: int) -> str:
-    """Call a sync or async summarizer; a sync one runs on a thread, so a timeout can leave it behind."""
-    call = summarizer.summarize if isinstance(summarizer, Summarizer) else summarizer
-    if inspect.iscoroutinefunction(call):
-        return await call(previous, list(items), goal=goal, max_tokens=max_tokens)
-    result = await asyncio.to_thread(call, previous, list(items), goal=goal, max_tokens=max_tokens)
-    return await result if inspect.isawaitable(result) else result
-
-
-def _repair_unicode(value: object) -> tuple[object, int]:
-    """`value` with lone surrogates (invalid Unicode, unencodable as UTF-8) replaced by U+FFFD and
-    surrogate pairs joined, and how many characters were replaced; unchanged (same object) if none."""
-    if isinstance(value, str):
-        if not _SURROGATE.search(value):
-            return value, 0
-        fixed = value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-        return fixed, fixed.count("\ufffd") - value.count("\ufffd")
-    if isinstance(value, (list, tuple)):
-        items = [_repair_unicode(v) for v in value]
-        n = sum(c for _, c in items)
-        return ([v for v, _ in items] if n else value), n
-    if isinstance(value, dict):
-        pairs = [(_repair_unicode(k), _repair_unicode(v)) for k, v in value.items()]
-        n = sum(kc + vc for (_, kc), (_, vc) in pairs)
-        return ({k: v for (k, _), (v, _) in pairs} if n else value), n
-    return value, 0
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _persist_summary(ctx: CallbackContext, before: dict, after: dict) -> None:
