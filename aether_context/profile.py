@@ -162,6 +162,9 @@ class DecaySettings(_Strict):
     image_keep_turns: int = Field(2, ge=0, description="Inline images older than this many turns become a one-line description + URI.")
     summarizer: Literal["extractive", "llm"] = Field("extractive", description=(
         "extractive: deterministic, no model; llm: the plugin's summarizer model with a handoff prompt."))
+    summary_timeout_seconds: float = Field(30.0, gt=0, le=3600, description=(
+        "Most seconds an LLM summary may take after a model call; past it the extractive summary stays "
+        "(flag summary_timeout in the next manifest) and the run goes on."))
 
 
 class RecoverySettings(_Strict):

@@ -28,6 +28,8 @@ __all__ = ["RedactionSettings", "redact", "redact_value", "MASK", "SECRET_KEYS"]
 
 MASK = "[REDACTED:{kind}]"
 _NOT_MASKED = r"(?!\[REDACTED)"
+# A token starts at a word boundary or right after a JSON escape ("...\\nsk-proj-..." in a dumped result).
+_START = r"(?:(?<=\\[nrt])|\b)"
 
 # Field names whose value is a secret (in JSON objects and in `name = value` / `"name": "value"` text).
 SECRET_KEYS = ("password", "passwd", "passphrase", "pwd", "secret", "client_secret", "api_key", "apikey",
@@ -47,16 +49,16 @@ def _rules() -> tuple[_Rule, ...]:
     return (
         _Rule("private_key", c(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
                                r"(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s]*)")),
-        _Rule("anthropic_key", c(r"\bsk-ant-[A-Za-z0-9]{2,8}\d*-[A-Za-z0-9_\-]{20,}")),
-        _Rule("openai_key", c(r"\bsk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,}")),
-        _Rule("google_api_key", c(r"\bAIza[0-9A-Za-z_\-]{35}")),
-        _Rule("aws_access_key", c(r"\b(?:AKIA|ASIA|ABIA|ACCA|AIDA|AROA)[0-9A-Z]{16}\b")),
+        _Rule("anthropic_key", c(_START + r"sk-ant-[A-Za-z0-9]{2,8}\d*-[A-Za-z0-9_\-]{20,}")),
+        _Rule("openai_key", c(_START + r"sk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,}")),
+        _Rule("google_api_key", c(_START + r"AIza[0-9A-Za-z_\-]{35}")),
+        _Rule("aws_access_key", c(_START + r"(?:AKIA|ASIA|ABIA|ACCA|AIDA|AROA)[0-9A-Z]{16}\b")),
         _Rule("aws_secret_key", c(r"(?i)aws.{0,24}?(?:secret|private).{0,24}?[\"']?\s*[:=]\s*[\"']?"
                                   r"([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])"), 1),
-        _Rule("github_token", c(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}\b|\bgithub_pat_[A-Za-z0-9_]{40,}")),
-        _Rule("slack_token", c(r"\bxox[abposre]-[A-Za-z0-9-]{10,}|https://hooks\.slack\.com/services/[A-Za-z0-9/_-]+")),
-        _Rule("jwt", c(r"\beyJ[A-Za-z0-9_-]{6,}\.eyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}")),
-        _Rule("bearer_token", c(r"(?i)\bbearer\s+" + _NOT_MASKED + r"([A-Za-z0-9._~+/=\-]{16,})"), 1),
+        _Rule("github_token", c(_START + r"(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}\b|" + _START + r"github_pat_[A-Za-z0-9_]{40,}")),
+        _Rule("slack_token", c(_START + r"xox[abposre]-[A-Za-z0-9-]{10,}|https://hooks\.slack\.com/services/[A-Za-z0-9/_-]+")),
+        _Rule("jwt", c(_START + r"eyJ[A-Za-z0-9_-]{6,}\.eyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}")),
+        _Rule("bearer_token", c(r"(?i)" + _START + r"bearer\s+" + _NOT_MASKED + r"([A-Za-z0-9._~+/=\-]{16,})"), 1),
         _Rule("basic_auth", c(r"(?i)\bauthorization[\"']?\s*[:=]\s*[\"']?basic\s+" + _NOT_MASKED
                               + r"([A-Za-z0-9+/=]{8,})"), 1),
         _Rule("url_password", c(r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@\"'<>]+:" + _NOT_MASKED
@@ -70,7 +72,7 @@ _RULES = _rules()
 def _field_rule(keys: tuple[str, ...]) -> re.Pattern[str]:
     """`name = value`, `name: value`, `"name": "value"`: group 2 is the name, 4/5/6 the value."""
     names = "|".join(sorted((re.escape(k).replace("_", "[_-]?") for k in keys), key=len, reverse=True))
-    return re.compile(r"(?i)([\"']?)\b(" + names + r")\b\1(\s*[:=]\s*)(?:\"" + _NOT_MASKED + r"([^\"\n]*)\"|'"
+    return re.compile(r"(?i)([\"']?)" + _START + r"(" + names + r")\b\1(\s*[:=]\s*)(?:\"" + _NOT_MASKED + r"([^\"\n]*)\"|'"
                       + _NOT_MASKED + r"([^'\n]*)'|" + _NOT_MASKED + r"([^\s\"',;&}\]]+))")
 
 

@@ -4,6 +4,10 @@ Each scenario is one function registered in `SCENARIOS` under its name; `--scena
 those (default: all), prints each report and, with `--write`, puts them in the
 `<!-- bench:reliability:start/end -->` section of docs/benchmarks.md.
 
+`users`, `kill`, `stall` (`bench/reliability_load.py`): 64 concurrent users through one plugin,
+some sharing session ids; kill -9 during writes, then a normal exit; event-loop stalls with and
+without the plugin.
+
 `replicas`: recorded sessions (tau-bench airline episodes, mini-swe-agent runs) are replayed
 through real ADK Runners in worker PROCESSES over one sqlite `DatabaseSessionService` and one
 store folder, each with its own in-memory artifact service, as two `adk api_server` replicas
@@ -37,7 +41,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-SCENARIOS: dict[str, Callable[[argparse.Namespace], str]] = {}
+import reliability_load  # noqa: E402  (users, kill, stall)
+
+SCENARIOS: dict[str, Callable[[argparse.Namespace], str]] = dict(reliability_load.SCENARIOS)
 
 
 def scenario(name: str) -> Callable[[Callable[[argparse.Namespace], str]], Callable[[argparse.Namespace], str]]:
@@ -356,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", nargs=2, metavar=("DB", "STORE"), help=argparse.SUPPRESS)
     parser.add_argument("--embedder", choices=("hashing", "profile"), default="hashing",
                         help="replicas: the hashing embedder (fast) or the profile's model (MiniLM) in every replica")
+    reliability_load.add_arguments(parser)
     args = parser.parse_args(argv)
     os.environ["AETHER_BENCH_EMBEDDER"] = args.embedder  # the replica processes inherit it
     if args.worker:
@@ -371,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         reports.append(report)
     if args.write:
         from report_sections import write_section
-        write_section(ROOT / "docs" / "benchmarks.md", "reliability", "\n".join(reports))
+        write_section(ROOT / "docs" / "benchmarks.md", "reliability", "\n\n".join(reports))
     return 0
 
 

@@ -64,6 +64,7 @@ BAD = [
     ({"search": 5}, "search must be text"), ({"uri": "s3://bucket/x"}, "not an artifact URI"),
     ({"uri": "artifact://app/u/SESSION/tool_output/missing.txt#v0"}, "not found"),
     ({"uri": "artifact://app/u/other-session/x.txt"}, "refused"),
+    ({"uri": "artifact://app/u/SESSION/" + "x" * 100_000}, "uri must be"),  # a huge argument: a short error
 ]
 
 
@@ -84,6 +85,7 @@ async def test_every_bad_argument_gets_an_error_result(tmp_path):
     assert len(got) == len(BAD)
     for (args, expected), response in zip(BAD, got):
         assert expected in response.get("error", ""), (args, response)
+        assert len(str(response)) < 1_000  # an error result stays small whatever the argument
 
 
 class FailingStore(PackStore):

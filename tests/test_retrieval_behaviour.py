@@ -183,6 +183,10 @@ def test_bounded_threads_limits_blas_and_restores_it():
     blas = [i for i in before if i["user_api"] == "blas"]
     if not blas:
         pytest.skip("no BLAS library visible to threadpoolctl")
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):
+        honoured = all(i["num_threads"] == 1 for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas")
+    if not honoured:  # seen with OpenBLAS 0.3.31 once the pack thread has driven it (test order)
+        pytest.skip("this BLAS ignores a thread count set on this thread (another thread drives it)")
     with bounded_threads(1):
         inside = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
         with bounded_threads(1):  # nested: one bound

@@ -28,7 +28,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.tools.function_tool import FunctionTool
@@ -39,7 +39,7 @@ from ..compress import compress_tool_output, render_payload
 from ..content import response_digest, sha256_hex
 from ..errors import AetherContextError, StoreError
 from ..profile import OffloadSettings
-from ..redact import redact
+from ..redact import RedactionSettings, redact
 from ..store import PackStore
 from ..tokens import TokenCounting
 from .collect import OFFLOAD_PREFIX, URIS_STATE_KEY, artifact_uri
@@ -50,6 +50,7 @@ __all__ = ["ArtifactGateway", "ParsedUri", "parse_artifact_uri", "offload_tool_r
            "RECALL_TOOL_NAME", "URIS_STATE_KEY", "effective_threshold"]
 
 RECALL_TOOL_NAME = "read_artifact"
+MAX_URI_CHARS = 2048  # a longer uri argument is refused (error results stay small)
 _URI = re.compile(r"^artifact://([^/]+)/([^/]+)/([^/]+)/(.+?)(?:#v(\d+))?$")
 
 
@@ -98,7 +99,8 @@ class ArtifactGateway:
         in_memory = type(artifacts).__name__.startswith("InMemory")
         return in_memory and not type(sessions).__name__.startswith("InMemory")
 
-    def _masked(self, data: bytes, mime_type: str) -> bytes:
+    def masked(self, data: bytes, mime_type: str) -> bytes:
+        """`data` as it is saved: a text original with its secrets masked (when redaction is on)."""
         if not self.store.redaction.enabled or not mime_type.startswith(_TEXT_MIME):
             return data
         try:
@@ -108,9 +110,11 @@ class ArtifactGateway:
         masked, n = redact(text, self.store.redaction)
         return masked.encode("utf-8") if n else data
 
-    async def save(self, ctx: CallbackContext, filename: str, data: bytes, mime_type: str) -> str:
+    async def save(self, ctx: CallbackContext, filename: str, data: bytes, mime_type: str, *,
+                   masked: bool = False) -> str:
+        """Save an original; `masked`: `data` already went through `masked` (e.g. off the event loop)."""
         session = ctx.session
-        data = self._masked(data, mime_type)
+        data = data if masked else self.masked(data, mime_type)
         version = None
         if not self._use_store(ctx):
             try:
@@ -155,32 +159,72 @@ def effective_threshold(settings: OffloadSettings, free_conversation_tokens: int
     return threshold
 
 
-async def offload_tool_result(*, tool_name: str, args: dict, result: Any, ctx: ToolContext, gateway: ArtifactGateway,
-                              settings: OffloadSettings, counter: TokenCounting,
-                              free_conversation_tokens: int | None) -> dict | None:
-    """Save a tool result and, when it is large, return the compact replacement (else None)."""
+async def _inline(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    return fn(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class _Original:
+    """A result ready to save: its text, size, saved bytes (masked) and name."""
+
+    tokens: int
+    data: bytes
+    filename: str
+    mime_type: str
+    digest: str
+
+
+def _original(tool_name: str, result: Any, counter: TokenCounting, save_min_tokens: int,
+              gateway: ArtifactGateway) -> _Original | None:
     text = render_payload(result)
     tokens = counter.count_text(text)
-    if tokens < settings.save_min_tokens:
+    if tokens < save_min_tokens:
         return None
     is_json = not isinstance(result, str)
     # JSON is saved indented, so the recall tool's line ranges and search mean something; it reads
     # back exactly this text.
     data = (json.dumps(result, indent=1, ensure_ascii=False, default=str) if is_json else text).encode("utf-8", "replace")
+    mime_type = "application/json" if is_json else "text/plain"
     filename = f"{OFFLOAD_PREFIX}{tool_name}-{sha256_hex(data)[:16]}.{'json' if is_json else 'txt'}"
-    uri = await gateway.save(ctx, filename, data, "application/json" if is_json else "text/plain")
+    return _Original(tokens, gateway.masked(data, mime_type), filename, mime_type, response_digest(result))
+
+
+def _compact_form(tool_name: str, result: Any, args: dict, uri: str, tokens: int, settings: OffloadSettings,
+                  counter: TokenCounting, redaction: RedactionSettings) -> dict:
+    compact = compress_tool_output(tool_name, result, max_tokens=settings.compact_max_tokens, counter=counter,
+                                   uri=uri, args=args)
+    summary, _ = redact(compact.text, redaction)
+    replacement = {"summary": summary, "artifact_uri": uri, "original_tokens": tokens,
+                   "note": f"Output offloaded ({compact.kind}); call {RECALL_TOOL_NAME}(uri=...) to read lines or search it."}
+    return {"replacement": replacement, "digest": response_digest(replacement)}
+
+
+async def offload_tool_result(*, tool_name: str, args: dict, result: Any, ctx: ToolContext, gateway: ArtifactGateway,
+                              settings: OffloadSettings, counter: TokenCounting,
+                              free_conversation_tokens: int | None,
+                              redaction: RedactionSettings | None = None,
+                              run: Callable[..., Awaitable[Any]] = _inline) -> dict | None:
+    """Save a tool result and, when it is large, return the compact replacement (else None).
+
+    The compact form is the pack's own rendering of the result: its secrets are masked per
+    `redaction` (the profile's; default: the store's settings), like everything the pack quotes.
+    `run(fn, *args)` runs the CPU work (counting, masking, compacting) -- the packer passes its
+    worker thread, so the event loop only waits for the save."""
+    original = await run(_original, tool_name, result, counter, settings.save_min_tokens, gateway)
+    if original is None:
+        return None
+    uri = await gateway.save(ctx, original.filename, original.data, original.mime_type, masked=True)
     uris = dict(ctx.state.get(URIS_STATE_KEY) or {})
-    uris[response_digest(result)] = uri
+    uris[original.digest] = uri
     threshold = effective_threshold(settings, free_conversation_tokens)
     replacement = None
-    if tokens > threshold:
-        compact = compress_tool_output(tool_name, result, max_tokens=settings.compact_max_tokens, counter=counter,
-                                       uri=uri, args=args)
-        replacement = {"summary": compact.text, "artifact_uri": uri, "original_tokens": tokens,
-                       "note": f"Output offloaded ({compact.kind}); call {RECALL_TOOL_NAME}(uri=...) to read lines or search it."}
-        uris[response_digest(replacement)] = uri
+    if original.tokens > threshold:
+        compact = await run(_compact_form, tool_name, result, args, uri, original.tokens, settings, counter,
+                            redaction or gateway.store.redaction)
+        replacement = compact["replacement"]
+        uris[compact["digest"]] = uri
     ctx.state[URIS_STATE_KEY] = uris
-    logger.debug("aether-context: saved %s output (%d tokens) as %s%s", tool_name, tokens, uri,
+    logger.debug("aether-context: saved %s output (%d tokens) as %s%s", tool_name, original.tokens, uri,
                  " and compacted it" if replacement else "")
     return replacement
 
@@ -262,8 +306,9 @@ def make_recall_tool(gateway: ArtifactGateway, *, max_lines_cap: int = 400, max_
           start_char: for a very long line, the character to continue from (see next_start_char).
         """
         try:
-            if not isinstance(uri, str) or not uri.strip():
-                raise ValueError(f"uri must be the artifact:// URI shown in the context, got {str(uri)[:80]!r}")
+            if not isinstance(uri, str) or not uri.strip() or len(uri) > MAX_URI_CHARS:
+                raise ValueError(f"uri must be the artifact:// URI shown in the context, got {str(uri)[:80]!r}"
+                                 + (f" ({len(uri)} characters)" if isinstance(uri, str) and len(uri) > MAX_URI_CHARS else ""))
             first = _int_arg("start_line", start_line, 1)
             count = min(_int_arg("max_lines", max_lines, 1), max_lines_cap)
             offset = _int_arg("start_char", start_char, 0)

@@ -5,14 +5,21 @@ and per (app, user, session, agent) a slot with this call's pack and memos. Ever
 the next request (the previous call's `PackState`, the calibration, the failure log, the running
 summary) is read from and written to session state (`session_state`): a replica that never saw the
 session packs the same request, and an empty slot gives the same result.
+
+The event loop stays free: the pure build (selection, embedding, fitting) runs on the process's
+one pack thread, so builds of concurrent sessions (and of several packers, which share retrievers)
+run one at a time in call order and share the retriever's indexes and caches without races; each
+slot's calls are serialised by its own lock. An LLM summary has `decay.summary_timeout_seconds`:
+past it the extractive summary stays.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -22,16 +29,18 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
 
-from ..compress import SummarizeFn, Summarizer, render_payload, run_summarizer, validate_summary
+from ..compress import SummarizeFn, Summarizer, render_payload, validate_summary
 from ..content import response_digest, sha256_hex
 from ..loop.failures import FailureLog, FailureRecord, error_text, is_error_result
 from ..pipeline.build import ContextPack, build_pack, request_tokens
 from ..pipeline.collect import PackInputs, PackState
 from ..pipeline.decay import RunningSummary, blob_key
 from ..pipeline.record import Manifest
+from ..pipeline.render import masked_count
 from ..pipeline.retrieve import Retriever, default_retriever
 from ..retrieval.embeddings import Embedder
 from ..profile import BudgetProfile, load_profile
+from ..redact import redact
 from ..providers import EvidenceProvider
 from ..store import DEFAULT_STORE_URL, PackStore
 from ..tokens import TokenCounter, TokenCounting
@@ -47,6 +56,7 @@ from .session_state import (CALIBRATION_STATE_KEY, COMPACT_STATE_KEY, FAILURES_S
                             write_pack)
 from .summarizer import LlmSummarizer
 from .task import StateKeys
+from .worker import off_loop, repair_unicode, summarize
 
 logger = logging.getLogger("aether_context")
 
@@ -68,6 +78,18 @@ class SessionSlot:
     last: ContextPack | None = None  # this call's pack, until the model answers (usage, summary refresh)
     replaced: list | None = None  # ADK's contents the pack replaced, released when the model answers
     times: EventTimes | None = None  # memo of event digests (derived from the session)
+    artifacts: dict = field(default_factory=dict)  # artifact descriptions by (session, file), with their version
+    shown: dict | None = None  # the last pack's metadata, shown on the model's response (plugin.py)
+    locks: dict = field(default_factory=dict)  # event loop -> the asyncio.Lock serialising this slot's packs
+
+    def lock(self) -> asyncio.Lock:
+        """This slot's lock on the running loop (an asyncio.Lock belongs to one loop)."""
+        loop = asyncio.get_running_loop()
+        found = self.locks.get(loop)
+        if found is None:
+            self.locks.clear()  # a slot lives on one loop at a time; an old loop's lock is dead
+            found = self.locks[loop] = asyncio.Lock()
+        return found
 
 
 def slot_key(app: str, user: str, session: str, agent: str) -> tuple[str, str, str, str]:
@@ -92,7 +114,9 @@ class ContextPacker:
                  evidence_providers: "Sequence[EvidenceProvider]" = (), embedder: "Embedder | None" = None,
                  originals: str = "auto"):
         self.profile = load_profile(profile)
-        self.store = store if isinstance(store, PackStore) else PackStore(store or DEFAULT_STORE_URL)
+        # a store built here masks what the profile says; a given PackStore keeps its own `redaction`
+        self.store = store if isinstance(store, PackStore) else PackStore(store or DEFAULT_STORE_URL,
+                                                                          redaction=self.profile.redaction)
         self.window_tokens = window_tokens
         self.counter = counter or TokenCounter()
         self.keys = state_keys or StateKeys()
@@ -109,10 +133,14 @@ class ContextPacker:
         self.usage: collections.deque[dict] = collections.deque(maxlen=keep_recent)
         # One slot per (app, user, session, agent), least recently used released first.
         self._slots: collections.OrderedDict[tuple[str, str, str, str], SessionSlot] = collections.OrderedDict()
-        self._artifact_cache: dict = {}
+        self.max_sessions = MAX_SESSIONS
         # Where offloaded originals go: "auto" (as durable as the session), "adk" or "store" (see adk.offload)
         self.gateway = ArtifactGateway(self.store, originals=originals)
         self.recall_tool = make_recall_tool(self.gateway)
+
+    async def _off_loop(self, fn, /, *args, **kwargs):
+        """`fn(*args, **kwargs)` on the pack thread: CPU work never stalls the event loop."""
+        return await off_loop(fn, *args, **kwargs)
 
     def slot(self, ctx: "CallbackContext | ToolContext") -> SessionSlot:
         """The caller's slot, keyed by app, user, session and agent (never by session id alone)."""
@@ -121,15 +149,21 @@ class ContextPacker:
         slot = self._slots.get(key)
         if slot is None:
             slot = self._slots[key] = SessionSlot()
-            while len(self._slots) > MAX_SESSIONS:
-                self._slots.popitem(last=False)
+            while len(self._slots) > self.max_sessions:
+                self._forget(self._slots.popitem(last=False)[0])
         self._slots.move_to_end(key)
         return slot
 
     def release(self, app: str, user: str, session: str) -> None:
-        """Forget everything kept for a session (all its agents): call when a session ends."""
+        """Forget everything kept for a session (all its agents): call when a session ends.
+        Sessions that are never released age out: the least recently used slot goes first."""
         for key in [k for k in self._slots if k[:3] == (app, user, session)]:
             del self._slots[key]
+            self._forget(key)
+
+    def _forget(self, key: tuple[str, str, str, str]) -> None:
+        """A released slot takes its retrieval indexes with it (the slots own per-session state)."""
+        self.retriever.forget("/".join(key))
 
     def compact(self, ctx: "CallbackContext | ToolContext") -> None:
         """Compact the conversation at the next model call of this session (recorded as asked for)."""
@@ -137,8 +171,12 @@ class ContextPacker:
 
     async def pack(self, callback_context: CallbackContext, llm_request: LlmRequest) -> CallRecord:
         """Rewrite `llm_request` into its Context Pack. Never raises: on failure the request is untouched."""
-        session = callback_context.session
         slot = self.slot(callback_context)
+        async with slot.lock():  # one call of a slot at a time: each reads the state the previous one left
+            return await self._pack(callback_context, llm_request, slot)
+
+    async def _pack(self, callback_context: CallbackContext, llm_request: LlmRequest, slot: SessionSlot) -> CallRecord:
+        session = callback_context.session
         slot.last = None  # only this call's pack may be recovered or calibrated
         try:
             stored = read_pack(callback_context.state, callback_context.agent_name)
@@ -146,7 +184,7 @@ class ContextPacker:
             flags = stored.notes + stored.flags
             inputs = await collect_inputs(
                 callback_context, llm_request, keys=self.keys, previous=stored.state,
-                memory_limit=self.memory_pool, artifact_cache=self._artifact_cache, now=session_now(session.events),
+                memory_limit=self.memory_pool, artifact_cache=slot.artifacts, now=session_now(session.events),
                 use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags + self._window_flags(llm_request),
                 providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else ())
             slot.times = slot.times or EventTimes()
@@ -154,7 +192,8 @@ class ContextPacker:
                              compact=bool(callback_context.state.get(COMPACT_STATE_KEY)))
             inputs = await self._save_images(callback_context, inputs)
             inputs = replace(inputs, calibration=read_calibration(callback_context.state, inputs.request.model))
-            pack = build_pack(inputs, self.profile, counter=self.counter, window=self.window_tokens, retriever=self.retriever)
+            pack = await self._off_loop(build_pack, inputs, self.profile, counter=self.counter, window=self.window_tokens,
+                                        retriever=self.retriever)
             saved = callback_context.state.get(SAVED_STATE_KEY) or {}
             without = pack.manifest.tokens_before + sum(saved.get(r.key, 0) for m in inputs.request.messages
                                                         for r in m.responses)
@@ -226,12 +265,18 @@ class ContextPacker:
         previous = RunningSummary.from_json(last.inputs.summary)
         extractive = RunningSummary.from_json(last.state.summary)
         summarizer = self.summarizer or LlmSummarizer(callback_context.get_invocation_context().agent.canonical_model)
+        timeout = self.profile.decay.summary_timeout_seconds
         try:
-            text = await run_summarizer(summarizer, previous.text or None, last.state.merged_lines,
-                                        goal=last.inputs.task.goal, max_tokens=self.profile.decay.summary_max_tokens)
+            text = await asyncio.wait_for(summarize(summarizer, previous.text or None, last.state.merged_lines,
+                                                     goal=last.inputs.task.goal,
+                                                     max_tokens=self.profile.decay.summary_max_tokens), timeout)
             text = validate_summary(text, self.profile.decay.summary_max_tokens, self.counter)
             if text is None:
                 raise ValueError("the summarizer returned an empty or unusable summary")
+        except asyncio.TimeoutError:  # the run goes on with the extractive summary
+            logger.warning("aether-context: LLM summary gave no answer within %ss; keeping the extractive summary", timeout)
+            add_note(callback_context.state, callback_context.agent_name, f"summary_timeout: no answer within {timeout}s")
+            return
         except Exception as e:  # the extractive summary stays; the next manifest says why
             logger.warning("aether-context: LLM summary failed (%s); keeping the extractive summary", e, exc_info=True)
             add_note(callback_context.state, callback_context.agent_name, f"summary_failed: {type(e).__name__}: {e}")
@@ -258,7 +303,7 @@ class ContextPacker:
                 inputs = await self._current_inputs(callback_context, llm_request)
                 window = context_window(inputs.request.model, self.window_tokens if self.window_tokens is not None
                                         else self.profile.window_tokens)
-            pack = recovery_pack(inputs, self.profile, window, error, counter=self.counter)
+            pack = await self._off_loop(recovery_pack, inputs, self.profile, window, error, counter=self.counter)
             apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
                           added={RECALL_TOOL_NAME: self.recall_tool} if self._recall_now(callback_context, llm_request) else {})
         except Exception:
@@ -286,7 +331,7 @@ class ContextPacker:
         """This call's inputs read from ADK's own request (when packing failed open and left it as is)."""
         inputs = await collect_inputs(
             callback_context, llm_request, keys=self.keys, previous=None, memory_limit=self.memory_pool,
-            artifact_cache=self._artifact_cache, now=session_now(callback_context.session.events),
+            artifact_cache=self.slot(callback_context).artifacts, now=session_now(callback_context.session.events),
             use_memory=self.use_memory, use_artifacts=self.use_artifacts, providers=self.evidence_providers,
             extra_tools=(self.recall_tool,) if self._recall_now(callback_context, llm_request) else ())
         return replace(inputs, calibration=read_calibration(callback_context.state, inputs.request.model))
@@ -329,6 +374,7 @@ class ContextPacker:
             records = [FailureRecord.from_json(r) for r in data.get("records", ())]
             log = FailureLog(self.profile.failures.log, records, int(data.get("evicted", 0)))
             turn = len(tool_context.session.events)
+            error_text = redact(error_text, self.profile.redaction)[0]  # it is recited in later packs
             record = log.add(turn=turn, tool=tool.name, args=tool_args, error_text=error_text, uri=uri,
                              timestamp=time.time())
             same = [(r.turn, r.tool, r.args_digest, r.message) for r in records[-1:]]
@@ -346,19 +392,13 @@ class ContextPacker:
 
     async def after_tool(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, result: object) -> dict | None:
         """Save a result whole and return its compact form when it is large; record error-shaped
-        results as failures, citing the saved original. Never raises."""
+        results as failures, citing the saved original. A result with invalid Unicode (a lone
+        surrogate) is repaired first and the repaired one replaces it. Never raises."""
         own = tool.name == RECALL_TOOL_NAME
-        failed = False
-        if not own and self.profile.failures.enabled and isinstance(result, (dict, str)):
-            try:
-                failed = is_error_result(result)
-            except Exception:  # fail open: a result we cannot classify is simply not a recorded failure
-                logger.error("aether-context: could not classify the result of %s", tool.name, exc_info=True)
-        compacted = None
-        if self.profile.variation.compact_json and isinstance(result, (dict, list)) and not own:
-            compact = compact_json(result, self.counter)
-            if self.counter.count_text(compact) < self.counter.count_text(render_payload(result)):
-                compacted = {"result_compact_json": compact}  # faithful: aether_context.compress.compact_json.expand_compact_json
+        result, repaired = await self._off_loop(repair_unicode, result)
+        if repaired:
+            add_note(tool_context.state, tool_context.agent_name, f"unicode_repaired: {tool.name}: {repaired}")
+        failed, compacted = await self._off_loop(self._classify, tool.name, result, own)
         sent = compacted or result  # what the session will hold unless offload compacts it further
         offloaded = None
         if self.profile.offload.enabled and not own:
@@ -366,22 +406,52 @@ class ContextPacker:
                 offloaded = await offload_tool_result(
                     tool_name=tool.name, args=tool_args, result=sent, ctx=tool_context,
                     gateway=self.gateway, settings=self.profile.offload, counter=self.counter,
-                    free_conversation_tokens=read_pack(tool_context.state, tool_context.agent_name).free_conversation)
+                    free_conversation_tokens=read_pack(tool_context.state, tool_context.agent_name).free_conversation,
+                    redaction=self.profile.redaction, run=self._off_loop)
                 if offloaded is not None:
-                    self._note_saving(tool_context, sent, offloaded)
+                    await self._note_saving(tool_context, sent, offloaded)
+                    self._note_masked(tool_context, tool.name, offloaded["summary"])
             except Exception:  # fail open: the result goes on as it is
                 logger.error("aether-context: offloading the result of %s failed; keeping it inline", tool.name, exc_info=True)
         if failed:
             uris = tool_context.state.get(URIS_STATE_KEY) or {}
             self.record_failure(tool, tool_args, tool_context, error_text(result),  # type: ignore[arg-type]
                                 uri=uris.get(response_digest(sent)))
-        return offloaded or compacted
+        if offloaded or compacted or not repaired:
+            return offloaded or compacted
+        return result if isinstance(result, dict) else {"result": result}  # the repaired result, as ADK wraps it
 
-    def _note_saving(self, ctx: ToolContext, original: object, compact: object) -> None:
+    def _classify(self, tool_name: str, result: object, own: bool) -> tuple[bool, dict | None]:
+        """Whether `result` is an error (a failure to record) and its compact JSON form when shorter
+        (CPU work: run on the worker thread). Never raises."""
+        failed = False
+        if not own and self.profile.failures.enabled and isinstance(result, (dict, str)):
+            try:
+                failed = is_error_result(result)
+            except Exception:  # fail open: a result we cannot classify is simply not a recorded failure
+                logger.error("aether-context: could not classify the result of %s", tool_name, exc_info=True)
+        compacted = None
+        if self.profile.variation.compact_json and isinstance(result, (dict, list)) and not own:
+            compact = compact_json(result, self.counter)
+            if self.counter.count_text(compact) < self.counter.count_text(render_payload(result)):
+                compacted = {"result_compact_json": compact}  # faithful: aether_context.compress.compact_json.expand_compact_json
+        return failed, compacted
+
+    def _note_masked(self, ctx: ToolContext, tool_name: str, compact_text: str) -> None:
+        """Secrets masked in an offloaded result's compact form: noted in the next manifest's flags."""
+        n = masked_count(compact_text)
+        if n:
+            add_note(ctx.state, ctx.agent_name, f"redacted_in_offload: {tool_name}: {n}")
+
+    async def _note_saving(self, ctx: ToolContext, original: object, compact: object) -> None:
         """Remember what an offload saved, so manifests can say what ADK would have sent without us."""
-        saved = self.counter.count_text(render_payload(original)) - self.counter.count_text(render_payload(compact))
+        saved, key = await self._off_loop(self._saving, original, compact)
         if saved > 0:
-            ctx.state[SAVED_STATE_KEY] = {**(ctx.state.get(SAVED_STATE_KEY) or {}), response_digest(compact): saved}
+            ctx.state[SAVED_STATE_KEY] = {**(ctx.state.get(SAVED_STATE_KEY) or {}), key: saved}
+
+    def _saving(self, original: object, compact: object) -> tuple[int, str]:
+        saved = self.counter.count_text(render_payload(original)) - self.counter.count_text(render_payload(compact))
+        return saved, response_digest(compact)
 
     def _record_failure(self, ctx: CallbackContext, llm_request: LlmRequest, error: Exception) -> CallRecord:
         session = ctx.session

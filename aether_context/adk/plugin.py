@@ -16,7 +16,6 @@ profile come from AETHER_CONTEXT_STORE and AETHER_CONTEXT_PROFILE.
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 from typing import Any, Awaitable, Callable, Optional
@@ -53,24 +52,19 @@ def _packer(packer: ContextPacker | None, settings: dict[str, Any]) -> ContextPa
 class _Shown:
     """Shows each call's pack on its span and its response event.
 
-    Keeps the latest record per (app, user, session, agent): the before and after hooks of one model
-    call run in sequence for one agent of one session, so that key pairs them.
+    The latest pack's metadata lives in the caller's session slot (app, user, session, agent): the
+    before and after hooks of one model call run in sequence for one agent of one session, so the
+    slot pairs them, and it is released with the slot (one owner, one limit).
     """
 
-    def __init__(self, limit: int = 4096):
-        self._records: collections.OrderedDict[tuple, dict] = collections.OrderedDict()
-        self._limit = limit
+    def __init__(self, packer: ContextPacker):
+        self._packer = packer
 
-    @staticmethod
-    def _key(ctx: CallbackContext) -> tuple:
-        s = ctx.session
-        return (s.app_name, s.user_id, s.id, ctx.agent_name)
-
-    async def pack(self, packer: ContextPacker, ctx: CallbackContext, llm_request: LlmRequest) -> None:
+    async def pack(self, ctx: CallbackContext, llm_request: LlmRequest) -> None:
         """Pack inside an `aether_context.pack` span, then show the pack."""
         outer = trace.get_current_span()
         with pack_span() as span:
-            record = await packer.pack(ctx, llm_request)
+            record = await self._packer.pack(ctx, llm_request)
             self._packed(ctx, record, (span, outer))
 
     def _packed(self, ctx: CallbackContext, record: CallRecord, spans: tuple) -> None:
@@ -78,17 +72,13 @@ class _Shown:
             meta = pack_metadata(record.manifest, record.uri)
             annotate_span(meta, spans[0])
             annotate_span(meta, spans[1], event=True)
-            key = self._key(ctx)
-            self._records[key] = meta
-            self._records.move_to_end(key)
-            while len(self._records) > self._limit:
-                self._records.popitem(last=False)
+            self._packer.slot(ctx).shown = meta
         except Exception:  # showing the pack must never break the call
             logger.error("aether-context: could not annotate the model call", exc_info=True)
 
     def answered(self, ctx: CallbackContext, llm_response: LlmResponse) -> None:
         try:
-            meta = self._records.get(self._key(ctx))
+            meta = self._packer.slot(ctx).shown
             if meta is not None:
                 annotate_response(llm_response, meta)
                 annotate_span({"response_annotated": True})
@@ -102,10 +92,10 @@ class ContextPackPlugin(BasePlugin):
     def __init__(self, *, name: str = "aether_context", packer: ContextPacker | None = None, **settings: Any):
         super().__init__(name)
         self.packer = _packer(packer, settings)
-        self._shown = _Shown()
+        self._shown = _Shown(self.packer)
 
     async def before_model_callback(self, *, callback_context: CallbackContext, llm_request: LlmRequest) -> Optional[LlmResponse]:
-        await self._shown.pack(self.packer, callback_context, llm_request)
+        await self._shown.pack(callback_context, llm_request)
         return None
 
     async def after_model_callback(self, *, callback_context: CallbackContext, llm_response: LlmResponse) -> Optional[LlmResponse]:
@@ -142,10 +132,10 @@ def context_pack_callback(*, packer: ContextPacker | None = None, **settings: An
                          on_tool_error_callback=cb.on_tool_error)
     """
     engine = _packer(packer, settings)
-    shown = _Shown()
+    shown = _Shown(engine)
 
     async def before_model(*, callback_context: CallbackContext, llm_request: LlmRequest) -> Optional[LlmResponse]:
-        await shown.pack(engine, callback_context, llm_request)
+        await shown.pack(callback_context, llm_request)
         return None
 
     async def after_tool(*, tool: BaseTool, args: dict[str, Any], tool_context: ToolContext, tool_response: Any) -> Optional[dict]:

@@ -24,7 +24,7 @@ from .conversation import Compaction, Verbatim, compaction_block, known_values, 
 from .decay import RunningSummary, decay_images, prune_tool_outputs
 from .incremental import turns_tokens
 from .record import LayerUsage, Manifest
-from .render import payload_message, render_payload, render_request
+from .render import masked_count, masked_turns, masking, payload_message, render_payload, render_request
 from .retrieve import Retriever, default_retriever
 from .select import Candidates, Conversation, Line, query_text, select, split_conversation
 from .status import failure_count, failures_section, recitation_message, recitation_reserve
@@ -105,8 +105,15 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     """Build the Context Pack for one call. Raises `BudgetError` when the fixed layers cannot fit.
 
     `retriever` keeps retrieval indexes and embeddings across calls (the plugin passes its own);
-    without one, a fresh one gives the same result, only slower.
+    without one, a fresh one gives the same result, only slower. Secrets in the text the pack
+    quotes are masked per `profile.redaction` (see `render.masking`).
     """
+    with masking(profile.redaction):
+        return _build_pack(inputs, profile, counter=counter, window=window, retriever=retriever)
+
+
+def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting, window: int | None,
+                retriever: Retriever | None) -> ContextPack:
     retriever = retriever or default_retriever(profile)
     model_window = context_window(inputs.request.model, window if window is not None else profile.window_tokens)
     # Calibrated: if the model counts 20 % more than our tokenizer, pack for a window 20 % smaller.
@@ -296,11 +303,11 @@ def _compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zon
                                       counter=counter, request_index=inputs.request_index, current=zone, ceiling=ceiling,
                                       max_turns=profile.conversation.max_verbatim_turns)
     new = Verbatim(through, pinned, "", zone.compactions + 1)
-    compacted = tuple(prepared.originals.get(t.start, t) for t in turns if not new.keeps(t))
+    compacted, uris = masked_turns(tuple(prepared.originals.get(t.start, t) for t in turns if not new.keeps(t)), inputs.uris)
     opening = _opening(inputs, prepared, new, profile, window, opening_cap, counter)
     block, summary, merged, merged_lines = compaction_block(
         compacted, RunningSummary.from_json(inputs.summary), opening=opening, goal=inputs.task.goal or query_text(inputs)[:300],
-        fold_max_tokens=fold_cap, summary_max_tokens=summary_cap, uris=inputs.uris,
+        fold_max_tokens=fold_cap, summary_max_tokens=summary_cap, uris=uris,
         values=known_values(compacted, values_cap, counter), counter=counter)
     new = replace(new, block=block, pins_opening=bool(opening))
     folded = tuple(t.start for t in turns if zone.keeps(t) and not new.keeps(t))
@@ -543,4 +550,6 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, window: int, alloc: Al
         previous_tokens=inputs.previous.sent_tokens if inputs.previous else 0,
         previous_pack_id=inputs.previous.pack_id if inputs.previous else "",
         reused_payload=reused, tools=[t.name for t in request.tools], checksum=request.checksum,
+        redacted_in_pack=masked_count(fit.zone.block, fit.payload_text, recital.text if recital is not None else "",
+                                      verbatim=conv.request.text if fit.payload_text and conv.request is not None else ""),
     )

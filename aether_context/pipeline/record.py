@@ -74,4 +74,7 @@ class Manifest(BaseModel):
     checksum: str
     request_ref: str = Field("", description="Content hash of the stored request.")
     inputs_ref: str = Field("", description="Content hash of the stored pre-pack inputs.")
+    redacted_in_pack: int = Field(0, description=(
+        "Masked secrets in the text the pack wrote into this request (compaction block, Evidence, Memory, "
+        "failures, status); ADK's own verbatim turns are not rewritten."))
     error: str | None = Field(None, description="Set when packing failed and the original request was sent (fail-open).")

@@ -97,6 +97,11 @@ class Retriever:
         self._indexes.move_to_end(key)
         return index
 
+    def forget(self, namespace: str) -> None:
+        """Drop the indexes of one namespace (a session the caller released); vectors stay cached by content."""
+        for key in [k for k in self._indexes if k[0] == namespace]:
+            self._indexes.pop(key, None)
+
     def rank(self, namespace: str, layer: str, query: str, documents: Sequence[Document], *, k: int,
              count_tokens: Callable[[str], int], now: float | None, exclude: Iterable[str] = (),
              dense: bool | None = None) -> RetrievalResult:

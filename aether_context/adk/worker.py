@@ -1,0 +1,72 @@
+"""The pack thread, and the edge work that must neither stall nor hang the event loop.
+
+ADK runs every callback on its event loop. The pure build of a pack, embedding, and the CPU work
+on tool results run on the process's one pack thread (`off_loop`): packers share retrievers and
+embedding caches (one per retrieval settings), so builds run there one at a time, on a thread that
+lives as long as the process. An LLM summary runs under a timeout (`summarize`), a sync
+summarizer on a thread of its own so the timeout can leave it behind. Invalid Unicode from a tool
+is repaired before anything hashes or stores it (`repair_unicode`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Sequence
+
+from ..compress import SummarizeFn, Summarizer
+
+__all__ = ["off_loop", "pack_worker", "summarize", "repair_unicode"]
+
+_WORKER: list[ThreadPoolExecutor] = []
+_WORKER_LOCK = threading.Lock()
+
+
+def pack_worker() -> ThreadPoolExecutor:
+    """The process's one pack thread: packers share retrievers and embedding caches (one per retrieval
+    settings), so all builds run there, one at a time, on a thread that lives as long as the process."""
+    with _WORKER_LOCK:
+        if not _WORKER:
+            _WORKER.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="aether-pack"))
+        return _WORKER[0]
+
+
+async def off_loop(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` on the pack thread, awaited from the event loop."""
+    return await asyncio.get_running_loop().run_in_executor(pack_worker(), functools.partial(fn, *args, **kwargs))
+
+
+async def summarize(summarizer: "Summarizer | SummarizeFn", previous: str | None, items: "Sequence[str]", *,
+                     goal: str, max_tokens: int) -> str:
+    """Call a sync or async summarizer; a sync one runs on a thread, so a timeout can leave it behind."""
+    call = summarizer.summarize if isinstance(summarizer, Summarizer) else summarizer
+    if inspect.iscoroutinefunction(call):
+        return await call(previous, list(items), goal=goal, max_tokens=max_tokens)
+    result = await asyncio.to_thread(call, previous, list(items), goal=goal, max_tokens=max_tokens)
+    return await result if inspect.isawaitable(result) else result
+
+
+def repair_unicode(value: object) -> tuple[object, int]:
+    """`value` with lone surrogates (invalid Unicode, unencodable as UTF-8) replaced by U+FFFD and
+    surrogate pairs joined, and how many characters were replaced; unchanged (same object) if none."""
+    if isinstance(value, str):
+        if not _SURROGATE.search(value):
+            return value, 0
+        fixed = value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return fixed, fixed.count("\ufffd") - value.count("\ufffd")
+    if isinstance(value, (list, tuple)):
+        items = [repair_unicode(v) for v in value]
+        n = sum(c for _, c in items)
+        return ([v for v, _ in items] if n else value), n
+    if isinstance(value, dict):
+        pairs = [(repair_unicode(k), repair_unicode(v)) for k, v in value.items()]
+        n = sum(kc + vc for (_, kc), (_, vc) in pairs)
+        return ({k: v for (k, _), (v, _) in pairs} if n else value), n
+    return value, 0
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")

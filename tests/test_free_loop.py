@@ -1,0 +1,152 @@
+"""The event loop stays free: packing runs on the packer's worker thread, the first packs rank
+lexically while the embedding model loads, and a hanging LLM summarizer does not hang the turn.
+
+No timing assertions: a probe task on the loop must make progress *while* the pack is building
+(the build waits for it), which it cannot if the build holds the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from aether_context import ContextPackPlugin
+from aether_context.tokens import TokenCounter
+
+from conftest import make_runner, new_session, run_turn, scripted_agent
+from test_retrieval_behaviour import SlowModel
+
+
+class GatedCounter(TokenCounter):
+    """A counter whose first count, once armed, waits until the loop probe has ticked a few times.
+
+    Run on the event loop's thread, the wait cannot end (the probe never runs): `blocked` is set
+    after `patience` seconds and the pack goes on, so a regression fails instead of hanging."""
+
+    def __init__(self, patience: float = 20.0):
+        super().__init__()
+        self.armed = False
+        self.ticks = 0
+        self.moved = threading.Event()
+        self.blocked = False
+        self.patience = patience
+        self.waited_on: list[str] = []
+
+    def count_text(self, text: str) -> int:
+        if self.armed:
+            self.armed = False
+            start = self.ticks
+            self.waited_on.append(threading.current_thread().name)
+            self.moved.clear()
+            while self.ticks < start + 3:
+                if not self.moved.wait(self.patience):
+                    self.blocked = True
+                    break
+                self.moved.clear()
+        return super().count_text(text)
+
+
+async def _probe(counter: GatedCounter, stop: asyncio.Event) -> None:
+    """A loop-lag probe: ticks as often as the loop lets it."""
+    while not stop.is_set():
+        counter.ticks += 1
+        counter.moved.set()
+        await asyncio.sleep(0.001)
+
+
+async def test_the_loop_runs_while_the_first_pack_builds_and_the_model_loads(memory_store_url):
+    model = SlowModel()  # its warm-up blocks until released: the model is "loading" for the whole first pack
+    counter = GatedCounter()
+    agent, llm = scripted_agent(["noted", "noted"], tools=())
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=16_000, counter=counter, embedder=model)
+    runner = make_runner(agent, plugins=[plugin])
+    sid = await new_session(runner)
+    stop = asyncio.Event()
+    probe = asyncio.create_task(_probe(counter, stop))
+    counter.armed = True
+    try:
+        await asyncio.wait_for(run_turn(runner, sid, "remember that the deploy script lives in ops/deploy.sh"), 60)
+    finally:
+        stop.set()
+        await probe
+    assert counter.waited_on and not counter.blocked, counter.waited_on  # the probe ran during the build
+    assert counter.waited_on[0].startswith("aether-pack")
+    first = plugin.packer.recent[-1].manifest
+    assert first.error is None and not model.loaded.is_set()
+    assert any(f.startswith("dense_ranking_off") for f in first.flags)  # lexical while the model loads
+    model.release.set()
+    assert plugin.packer.retriever.wait_ready(timeout=30)
+    await run_turn(runner, sid, "where does the deploy script live?")
+    assert not any(f.startswith("dense_ranking_off") for f in plugin.packer.recent[-1].manifest.flags)
+
+
+async def test_concurrent_sessions_pack_in_order_on_one_worker(memory_store_url):
+    agent, llm = scripted_agent(["ok"] * 40, tools=())
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=16_000)
+    runner = make_runner(agent, plugins=[plugin])
+
+    async def user(i: int) -> None:
+        sid = await new_session(runner, user_id=f"user-{i}")
+        for turn in range(2):
+            await run_turn(runner, sid, f"message {turn} of user-{i}", user_id=f"user-{i}")
+
+    await asyncio.gather(*(user(i) for i in range(8)))
+    manifests = [r.manifest for r in plugin.packer.recent]
+    assert len(manifests) == 16 and all(m.error is None for m in manifests)
+    by_user = {}
+    for m in manifests:
+        by_user.setdefault(m.user_id, []).append(m)
+    for ms in by_user.values():  # each user's second pack names the user's own first one as previous
+        assert ms[1].previous_pack_id == ms[0].pack_id
+
+
+class HangingSummarizer:
+    """An async summarizer that never answers, and a sync one that blocks (both must be left behind)."""
+
+    def __init__(self):
+        self.calls = 0
+        self.release = threading.Event()
+
+    async def summarize(self, previous_summary, new_items, *, goal, max_tokens):
+        self.calls += 1
+        await asyncio.Event().wait()
+
+
+def _blocking_summarizer(release: threading.Event):
+    def summarize(previous_summary, new_items, *, goal, max_tokens):
+        release.wait(30)
+        return "late"
+    return summarize
+
+
+async def _compacting_run(memory_store_url, summarizer):
+    from aether_context.profile import load_profile
+
+    profile = load_profile("default").override(name="llm-summary", decay={"summarizer": "llm",
+                                                                          "summary_timeout_seconds": 0.2})
+    agent, llm = scripted_agent(["ok"] * 40, tools=())
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=4_000, profile=profile, summarizer=summarizer)
+    runner = make_runner(agent, plugins=[plugin])
+    sid = await new_session(runner)
+    for i in range(12):
+        await asyncio.wait_for(run_turn(runner, sid, f"turn {i}: " + "the quarterly figures and the churn " * 40), 30)
+    return plugin
+
+
+async def test_a_hanging_llm_summarizer_does_not_hang_the_turn(memory_store_url):
+    hanging = HangingSummarizer()
+    plugin = await _compacting_run(memory_store_url, hanging)
+    flags = [f for r in plugin.packer.recent for f in r.manifest.flags]
+    assert hanging.calls >= 1
+    assert any(f.startswith("summary_timeout: no answer within 0.2s") for f in flags)
+    assert all(r.manifest.error is None for r in plugin.packer.recent)
+
+
+async def test_a_blocking_sync_summarizer_does_not_hang_the_turn(memory_store_url):
+    release = threading.Event()
+    try:
+        plugin = await _compacting_run(memory_store_url, _blocking_summarizer(release))
+    finally:
+        release.set()
+    flags = [f for r in plugin.packer.recent for f in r.manifest.flags]
+    assert any(f.startswith("summary_timeout") for f in flags)
