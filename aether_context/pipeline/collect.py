@@ -125,6 +125,8 @@ class PackState:
     memory_ids: tuple[str, ...] = ()  # Memory items in the payload as sent
     payload_tokens: int = 0  # tokens of the payload message as sent (0: the user's message went as it is)
     tool_names: tuple[str, ...] = ()  # the tools this call declared
+    statuses: tuple[tuple[str, str], ...] = ()  # (digest of the message it rides on, status text), kept as sent
+    evidence_marks: tuple[str, ...] = ()  # per `evidence_ids`: digest of the item's summary and URI (version)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -139,6 +141,7 @@ class PackState:
             "compactions": self.compactions, "pins_opening": self.pins_opening,
             "evidence_ids": list(self.evidence_ids), "memory_ids": list(self.memory_ids),
             "payload_tokens": self.payload_tokens, "tool_names": list(self.tool_names),
+            "statuses": [list(s) for s in self.statuses], "evidence_marks": list(self.evidence_marks),
         }
 
     @classmethod
@@ -157,6 +160,8 @@ class PackState:
             compactions=d.get("compactions", 0), pins_opening=d.get("pins_opening", False),
             evidence_ids=tuple(d.get("evidence_ids", ())), memory_ids=tuple(d.get("memory_ids", ())),
             payload_tokens=d.get("payload_tokens", 0), tool_names=tuple(d.get("tool_names", ())),
+            statuses=tuple((str(a), str(b)) for a, b in d.get("statuses", ())),
+            evidence_marks=tuple(d.get("evidence_marks", ())),
         )
 
 

@@ -1,18 +1,27 @@
 """The agent-loop sections of a pack: failures so far (in the payload) and the goal recitation
-block (the very last message, never in the cached prefix).
+block (the closing status, after everything that may be cached).
+
+Where the status goes is `recitation.placement` (`place_status`). By default it rides as an extra
+text part on the last message only when that message is user text, and stays on it while the
+payload is frozen: a request that ends with a function response ends exactly as ADK ended it, and
+later calls of the invocation re-send the status unchanged instead of breaking the cached prefix.
 """
 
 from __future__ import annotations
 
-from ..content import Message, TextPart
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from ..content import Message, ModelRequest, TextPart
 from ..failures import FailureLog, FailureRecord, render_failures
 from ..profile import BudgetProfile
 from ..recitation import build_recitation, drift_score, should_recite
 from ..tokens import MESSAGE_OVERHEAD, TokenCounting
 from ..variation import StructuralVariation
-from .collect import PackInputs, Turn
+from .collect import PackInputs, PackState, Turn
 
-__all__ = ["failure_count", "failures_section", "recitation_reserve", "recitation_message"]
+__all__ = ["failure_count", "failures_section", "recitation_reserve", "recitation_message", "PlacedStatus",
+           "place_status"]
 
 RECITED_ERRORS = 3  # latest distinct error messages in the status block
 STALE_FAILURES_ERRORS = 5  # ... while the frozen payload's failures section is out of date
@@ -87,3 +96,77 @@ def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tupl
     block = build_recitation(goal, done, len(task.plan), next_step, open_items, last_errors,
                              max_tokens=settings.max_tokens, counter=counter, variation=variation, call_index=call_index)
     return Message("user", (TextPart(block),)), call_index, call_index
+
+
+@dataclass(frozen=True)
+class PlacedStatus:
+    """The request with the closing status placed, and what the next call must know about it."""
+
+    request: ModelRequest  # what goes out
+    stable: ModelRequest  # the request as the next call of the invocation will re-send it (digests, payload size)
+    statuses: tuple[tuple[str, str], ...]  # (digest of the message a status rides on, its text), kept as sent
+    recited: bool  # this call's new status went out
+    host: int | None = None  # index of the message the new status rides on (None: its own message, or none)
+
+    @property
+    def kept(self) -> bool:
+        """The new status stays on its message for the later calls of this payload."""
+        return self.recited and self.stable is self.request
+
+
+def _host(request: ModelRequest, placement: str, rebuilt_at: int | None) -> int | None:
+    """Index of the message the new status rides on; None: a separate trailing message (or none, see below).
+
+    'after_user_text' never touches a function response: the status rides on the last message when it
+    is user text, else on the invocation's request message when this call rebuilt it (the payload is new
+    here, so the status costs no cache), else it waits (-1).
+    """
+    last = request.messages[-1]
+    if placement == "trailing_message" or last.role != "user":
+        return None
+    if placement != "after_user_text" or not last.responses:
+        return len(request.messages) - 1
+    host = request.messages[rebuilt_at] if rebuilt_at is not None and rebuilt_at < len(request.messages) else None
+    return rebuilt_at if host is not None and host.role == "user" and not host.responses else -1
+
+
+def _with_parts(request: ModelRequest, riders: "tuple[tuple[str, str], ...]") -> ModelRequest:
+    """Each (digest, text) rider appended as a text part to the message with that digest (as ADK sent it)."""
+    if not riders:
+        return request
+    extra: dict[str, list[TextPart]] = {}
+    for digest, text in riders:
+        extra.setdefault(digest, []).append(TextPart(text))
+    messages = tuple(Message(m.role, m.parts + tuple(extra[m.digest])) if m.digest in extra else m
+                     for m in request.messages)
+    return replace(request, messages=messages)
+
+
+def place_status(request: ModelRequest, status: Message | None, profile: BudgetProfile, *,
+                 carried: "tuple[tuple[str, str], ...]", rebuilt_at: int | None,
+                 fits: Callable[[ModelRequest], bool]) -> PlacedStatus:
+    """Put the closing status where `recitation.placement` says; re-attach the statuses kept from
+    earlier calls of this payload (`carried`), or drop them all if they no longer fit.
+
+    `rebuilt_at`: the index of the invocation's request message (payload) when this call built it anew.
+    """
+    placement = profile.recitation.placement
+    sticky = placement in ("after_user_text", "sticky_part")
+    present = {m.digest for m in request.messages}
+    kept = tuple(r for r in carried if sticky and r[0] in present)
+    if kept and not fits(_with_parts(request, kept)):
+        kept = ()  # the window comes first: the kept statuses go (a cache break), the pack still fits
+    base = _with_parts(request, kept)
+    host = _host(request, placement, rebuilt_at) if status is not None and request.messages else -1
+    if host == -1:
+        return PlacedStatus(base, base, kept, False)
+    if host is None:
+        placed, riders = replace(base, messages=base.messages + (status,)), kept
+    else:
+        riders = kept + ((request.messages[host].digest, status.text),)
+        placed = _with_parts(request, riders)
+    if not fits(placed):  # no room left for it this call: the next one recites
+        return PlacedStatus(base, base, kept, False)
+    if sticky and host is not None:
+        return PlacedStatus(placed, placed, riders, True, host)
+    return PlacedStatus(placed, base, kept, True, host)
