@@ -147,7 +147,7 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     request, fit, more = _ensure_fits(inputs, profile, cands, prepared, fit, failures, alloc, request, counter)
     events += more
 
-    # the closing status goes last, after everything that may be cached
+    # the closing status goes where recitation.placement says (status.place_status), kept as sent
     logged = failure_count(inputs)
     shown = prev.failures_shown if frozen is not None and prev is not None else logged
     recital, call_index, last_recited = recitation_message(

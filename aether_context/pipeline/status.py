@@ -1,5 +1,5 @@
 """The agent-loop sections of a pack: failures so far (in the payload) and the goal recitation
-block (the closing status, after everything that may be cached).
+block (the STATUS, where it costs the prompt cache nothing).
 
 Where the status goes is `recitation.placement` (`place_status`). By default it rides as an extra
 text part on the last message only when that message is user text, and stays on it while the
@@ -61,13 +61,13 @@ def recitation_reserve(profile: BudgetProfile) -> int:
 def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tuple[Turn, ...]", context_tokens: int,
                        counter: TokenCounting, *, failures_stale: bool = False,
                        compacted: bool = False) -> tuple[Message | None, int, int]:
-    """The status block to append as the last message, if one is due; with the new call index and last recital.
+    """The status block, if one is due (`place_status` puts it); with the new call index and last recital.
 
     Without a goal the opening request stands in, but only once history was compacted (`compacted`):
     before that the model still reads it verbatim, and a status would only cost tokens.
     `failures_stale`: the payload this call sends is frozen (cache stability) and its FAILURES SO FAR
-    section predates the latest failures. The block is then due on every call and lists more recent
-    errors, so a new failure reaches the model at once without rewriting the cached prefix.
+    section predates the latest failures. The block is then due on every call (until one is kept as
+    sent) and lists more recent errors, without rewriting the cached prefix.
     """
     prev = inputs.previous
     call_index = prev.call_index + 1 if prev is not None else 0
