@@ -422,7 +422,7 @@ def _sends_payload(inputs: PackInputs, fit: Fit) -> bool:
 
 def _state(inputs: PackInputs, profile: BudgetProfile, model_window: int, stable: ModelRequest, fit: Fit,
            prepared: Prepared, compaction: Compaction | None, call_index: int, last_recited: int, shown: int,
-           statuses: "tuple[tuple[str, str], ...]", counter: TokenCounting) -> PackState:
+           statuses: "tuple[tuple[int, str, str], ...]", counter: TokenCounting) -> PackState:
     boundary = inputs.request.messages[fit.zone.through].digest if 0 < fit.zone.through < len(inputs.request.messages) else ""
     payload_index = _payload_index(fit)
     # the payload, or the user's message sent as it is: a frozen call counts it in its frame

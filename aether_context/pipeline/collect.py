@@ -125,7 +125,7 @@ class PackState:
     memory_ids: tuple[str, ...] = ()  # Memory items in the payload as sent
     payload_tokens: int = 0  # tokens of the payload message as sent (0: the user's message went as it is)
     tool_names: tuple[str, ...] = ()  # the tools this call declared
-    statuses: tuple[tuple[str, str], ...] = ()  # (digest of the message it rides on, status text), kept as sent
+    statuses: tuple[tuple[int, str, str], ...] = ()  # statuses kept as sent: (message index, its digest, text)
     evidence_marks: tuple[str, ...] = ()  # per `evidence_ids`: digest of the item's summary and URI (version)
 
     def to_json(self) -> dict[str, Any]:
@@ -160,7 +160,7 @@ class PackState:
             compactions=d.get("compactions", 0), pins_opening=d.get("pins_opening", False),
             evidence_ids=tuple(d.get("evidence_ids", ())), memory_ids=tuple(d.get("memory_ids", ())),
             payload_tokens=d.get("payload_tokens", 0), tool_names=tuple(d.get("tool_names", ())),
-            statuses=tuple((str(a), str(b)) for a, b in d.get("statuses", ())),
+            statuses=tuple((int(i), str(dg), str(t)) for i, dg, t in d.get("statuses", ())),
             evidence_marks=tuple(d.get("evidence_marks", ())),
         )
 

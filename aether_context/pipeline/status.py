@@ -104,7 +104,7 @@ class PlacedStatus:
 
     request: ModelRequest  # what goes out
     stable: ModelRequest  # the request as the next call of the invocation will re-send it (digests, payload size)
-    statuses: tuple[tuple[str, str], ...]  # (digest of the message a status rides on, its text), kept as sent
+    statuses: "tuple[Rider, ...]"  # the statuses kept as sent: (message index, its digest, text)
     recited: bool  # this call's new status went out
     host: int | None = None  # index of the message the new status rides on (None: its own message, or none)
 
@@ -130,20 +130,23 @@ def _host(request: ModelRequest, placement: str, rebuilt_at: int | None) -> int 
     return rebuilt_at if host is not None and host.role == "user" and not host.responses else -1
 
 
-def _with_parts(request: ModelRequest, riders: "tuple[tuple[str, str], ...]") -> ModelRequest:
-    """Each (digest, text) rider appended as a text part to the message with that digest (as ADK sent it)."""
+Rider = tuple[int, str, str]  # (index of the message, its digest as ADK sent it, the status text)
+
+
+def _with_parts(request: ModelRequest, riders: "tuple[Rider, ...]") -> ModelRequest:
+    """Each rider's text appended as a text part to the message at its index, if that is still the
+    same message (a message that repeats elsewhere in the request does not get it)."""
     if not riders:
         return request
-    extra: dict[str, list[TextPart]] = {}
-    for digest, text in riders:
-        extra.setdefault(digest, []).append(TextPart(text))
-    messages = tuple(Message(m.role, m.parts + tuple(extra[m.digest])) if m.digest in extra else m
-                     for m in request.messages)
-    return replace(request, messages=messages)
+    messages = list(request.messages)
+    for index, digest, text in riders:
+        if index < len(messages) and request.messages[index].digest == digest:
+            messages[index] = Message(messages[index].role, messages[index].parts + (TextPart(text),))
+    return replace(request, messages=tuple(messages))
 
 
 def place_status(request: ModelRequest, status: Message | None, profile: BudgetProfile, *,
-                 carried: "tuple[tuple[str, str], ...]", rebuilt_at: int | None,
+                 carried: "tuple[Rider, ...]", rebuilt_at: int | None,
                  fits: Callable[[ModelRequest], bool]) -> PlacedStatus:
     """Put the closing status where `recitation.placement` says; re-attach the statuses kept from
     earlier calls of this payload (`carried`), or drop them all if they no longer fit.
@@ -152,8 +155,8 @@ def place_status(request: ModelRequest, status: Message | None, profile: BudgetP
     """
     placement = profile.recitation.placement
     sticky = placement in ("after_user_text", "sticky_part")
-    present = {m.digest for m in request.messages}
-    kept = tuple(r for r in carried if sticky and r[0] in present)
+    kept = tuple(r for r in carried if sticky and r[0] < len(request.messages)
+                 and request.messages[r[0]].digest == r[1])
     if kept and not fits(_with_parts(request, kept)):
         kept = ()  # the window comes first: the kept statuses go (a cache break), the pack still fits
     base = _with_parts(request, kept)
@@ -163,7 +166,7 @@ def place_status(request: ModelRequest, status: Message | None, profile: BudgetP
     if host is None:
         placed, riders = replace(base, messages=base.messages + (status,)), kept
     else:
-        riders = kept + ((request.messages[host].digest, status.text),)
+        riders = kept + ((host, request.messages[host].digest, status.text),)
         placed = _with_parts(request, riders)
     if not fits(placed):  # no room left for it this call: the next one recites
         return PlacedStatus(base, base, kept, False)
