@@ -10,7 +10,7 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
-from aether_context import ContextPackPlugin, TokenCounter, set_task
+from aether_context import ContextPackPlugin, TokenCounter, load_profile, set_task
 from aether_context.adk import request_from_llm
 from aether_context.content import TextPart
 from aether_context.testing import ScriptedLlm, call
@@ -46,27 +46,29 @@ async def _run(turns, tools, texts=("start",), profile="default"):
     return plugin, llm
 
 
-async def test_recitation_is_the_last_message_and_capped():
+def _statuses(message) -> list[str]:
+    return [p.text for p in message.parts if isinstance(p, TextPart) and p.text.startswith("STATUS")]
+
+
+async def test_recitation_rides_on_user_text_capped_and_kept_as_sent():
+    """The status is the final part of a user-text message (never of a function response) and is
+    re-sent there unchanged by every later call of the invocation."""
     turns = [[types.Part(text="Running the date parser test."), call("run_tests", path="utils/dates.py")]] * 6 + ["fixed"]
     plugin, llm = await _run(turns, [run_tests])
-    recited = 0
-    for record, req in zip(plugin.packer.recent, llm.requests):
-        sent = request_from_llm(req)
-        if record.manifest.recited:
-            recited += 1
-            # the status rides on the last message as its final text part (the request still ends as ADK ended it)
-            last = sent.messages[-1]
-            status = last.parts[-1]
-            assert last.role == "user" and len(last.parts) >= 2
-            assert isinstance(status, TextPart) and status.text.startswith("STATUS — goal: " + GOAL)
-            assert "progress 1/3; next: Fix the parser" in status.text
-            assert "open: test passes; no other test breaks" in status.text
-            assert COUNTER.count_text(status.text) <= 500
-            assert sum("STATUS" in m.text for m in sent.messages) == 1
-        else:
-            assert not any("STATUS —" in m.text for m in sent.messages)
+    sent = [request_from_llm(r) for r in llm.requests]
+    first = sent[0].messages[-1]
     assert plugin.packer.recent[0].manifest.recited  # always on the first call
-    assert 1 <= recited < len(llm.requests)
+    status = first.parts[-1]
+    assert first.role == "user" and not first.responses and _statuses(first) == [status.text]
+    assert status.text.startswith("STATUS — goal: " + GOAL)
+    assert "progress 1/3; next: Fix the parser" in status.text
+    assert "open: test passes; no other test breaks" in status.text
+    assert COUNTER.count_text(status.text) <= 500
+    for req, record in zip(sent[1:], list(plugin.packer.recent)[1:]):
+        assert not record.manifest.recited  # the loop's requests end with a function response: nothing new
+        assert req.messages[-1].responses and len(req.messages[-1].parts) == 1
+        assert [s for m in req.messages for s in _statuses(m)] == [status.text]  # kept where it was sent
+        assert req.messages[len(sent[0].messages) - 1] == first
 
 
 def _recital_count(plugin) -> int:
@@ -74,10 +76,12 @@ def _recital_count(plugin) -> int:
 
 
 async def test_drift_from_the_goal_raises_the_recitation_frequency():
+    """The interval rule, where a status may go on every call (placement 'sticky_part')."""
+    every_call = load_profile("default").override(recitation={"placement": "sticky_part"})
     on_track = [[types.Part(text="Checking the date parser test in utils/dates.py."), call("run_tests", path="utils/dates.py")]] * 12
     drifted = [[types.Part(text="Looking at the weather API pagination instead."), call("run_tests", path="weather/api.py")]] * 12
-    p1, _ = await _run(on_track + ["done"], [run_tests])
-    p2, _ = await _run(drifted + ["done"], [run_tests])
+    p1, _ = await _run(on_track + ["done"], [run_tests], profile=every_call)
+    p2, _ = await _run(drifted + ["done"], [run_tests], profile=every_call)
     assert _recital_count(p2) > _recital_count(p1), (_recital_count(p1), _recital_count(p2))
 
 
@@ -90,33 +94,36 @@ async def test_failures_are_recorded_categorised_and_shown():
     assert "FAILURES SO FAR" in last_payload
     assert "permission" in last_payload and "read_secret" in last_payload
     assert "repeat" in last_payload.lower() or "3" in last_payload
-    # within an invocation, the latest errors ride in the recitation block
-    statuses = [request_from_llm(r).messages[-1].text for r in llm.requests]
-    assert any("last errors:" in s and "Permission denied" in s for s in statuses if s.startswith("STATUS"))
+    # the next invocation's status lists the latest errors (on the user's payload, not on a function response)
+    statuses = [s for r in llm.requests for s in _statuses(request_from_llm(r).messages[-1])]
+    assert any("last errors:" in s and "Permission denied" in s for s in statuses)
     # one repeated failure is one entry in the status block, not three
-    assert all(s.count("Permission denied") <= 1 for s in statuses if s.startswith("STATUS"))
+    assert all(s.count("Permission denied") <= 1 for s in statuses)
     manifests = [r.manifest for r in plugin.packer.recent]
     assert manifests[-1].failures == 3 and manifests[0].failures == 0
     assert all(lb.dropped >= 0 for m in manifests for lb in m.layer_budgets.values())
 
 
-async def test_a_new_failure_reaches_every_following_call_of_a_frozen_pack():
-    """The payload is frozen within an invocation (cache); a failure after it rides in the closing
-    STATUS block on every later call, while the cached prefix stays as it was."""
+async def test_a_new_failure_in_a_frozen_pack_is_shown_where_adk_put_it_and_listed_at_the_next_user_text():
+    """The payload is frozen within an invocation (cache); a failure after it is in ADK's own function
+    response on every later call (the request still ends as ADK ended it), and the next invocation's
+    payload and status list it."""
     on_track = types.Part(text="Fix the failing date parser test in utils/dates.py: running the date parser test.")
     turns = [[on_track, call("run_tests", path="utils/dates.py")], [on_track, call("read_secret", path="/etc/shadow")]]
-    turns += [[on_track, call("run_tests", path="utils/dates.py")]] * 6 + ["done"]
-    plugin, llm = await _run(turns, [run_tests, read_secret])
+    turns += [[on_track, call("run_tests", path="utils/dates.py")]] * 6 + ["done", "ok"]
+    plugin, llm = await _run(turns, [run_tests, read_secret], texts=("start", "go on"))
     sent = [request_from_llm(r) for r in llm.requests]
     records = list(plugin.packer.recent)
-    for req, record in zip(sent[2:], records[2:]):  # every call after the failed one
-        assert record.manifest.reused_payload and record.manifest.cache_break is None
-        assert req.messages[-1].text.startswith("STATUS") and "Permission denied" in req.messages[-1].text
-        payload = next(m.text for m in req.messages if m.text.startswith("CONTEXT PACK"))
-        assert "Permission denied" not in payload  # the frozen payload predates the failure
-    for prev, cur in zip(sent[1:], sent[2:]):  # each request extends the one before, but for its closing block
-        assert cur.messages[:len(prev.messages) - 1] == prev.messages[:-1]
-
+    loop = [i for i, r in enumerate(records) if r.manifest.invocation_id == records[0].manifest.invocation_id]
+    for i in loop[2:]:  # every call of the invocation after the failed one
+        assert records[i].manifest.reused_payload and records[i].manifest.cache_break is None
+        assert any("Permission denied" in str(r.response) for m in sent[i].messages for r in m.responses)
+        assert sent[i].messages[-1].responses and len(sent[i].messages[-1].parts) == 1
+    for prev, cur in zip(loop[1:], loop[2:]):  # each request extends the one before
+        assert sent[cur].messages[:len(sent[prev].messages)] == sent[prev].messages
+    after = sent[loop[-1] + 1]  # the next invocation's first call
+    assert "Permission denied" in after.messages[-1].text  # its payload and the status on it
+    assert any("Permission denied" in s for s in _statuses(after.messages[-1]))
 
 
 def run_script(path: str) -> dict:

@@ -543,21 +543,17 @@ def test_reuse_keeps_previous_request_as_strict_prefix(counter):
         m = cur.manifest
         assert m.reused_payload
         assert m.cache_break is None
-        # the closing status rides on the last message as its final text part: it is dynamic, so the
-        # prefix the next call keeps is the previous request without that part
+        # the closing status stays where it was sent (on the payload) and a function response is
+        # never given one: the previous request as sent is a strict prefix
         stable = prev.request.messages
-        if prev.manifest.recited:
-            last = stable[-1]
-            assert isinstance(last.parts[-1], TextPart) and last.parts[-1].text.startswith("STATUS")
-            stable = stable[:-1] + (Message(last.role, last.parts[:-1]),)
         n = len(stable)
         assert cur.request.messages[:n] == stable
-        assert len(cur.request.messages) == n + 2  # the call and its response (the status rides on the response)
-        assert cur.request.messages[-1].responses and (not m.recited or cur.request.messages[-1].text.startswith("STATUS"))
+        assert len(cur.request.messages) == n + 2  # the call and its response, as ADK sent them
+        assert cur.request.messages[-1].responses and not m.recited
+        assert len(cur.request.messages[-1].parts) == 1
         assert cur.request.system_instruction == prev.request.system_instruction
         assert cur.request.tools == prev.request.tools
-        prev_stable = replace(prev.request, messages=stable)
-        assert m.prefix_tokens == request_tokens(prev_stable, counter) == m.previous_tokens
+        assert m.prefix_tokens == request_tokens(prev.request, counter) == m.previous_tokens
         assert m.previous_pack_id == prev.manifest.pack_id
         assert m.tokens_after == request_tokens(cur.request, counter)
 

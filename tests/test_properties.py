@@ -10,7 +10,7 @@ import fsspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aether_context.content import FunctionCall, FunctionResponse, Message
+from aether_context.content import FunctionCall, FunctionResponse, Message, TextPart
 from aether_context.pipeline import EvidenceItem, MemoryItem, TaskSpec, build_pack, request_tokens
 from aether_context.pipeline.render import PAYLOAD_HEADER
 from aether_context.profile import load_profile
@@ -164,15 +164,13 @@ def test_later_calls_of_an_invocation(case, more):
         nxt = build_pack(nxt_inputs, profile, counter=COUNTER, window=window)
         check_pack(nxt, nxt_inputs, window, profile)
         if nxt.manifest.reused_payload:
-            # the closing status (the last message's final text part) is dynamic: the kept prefix is the
-            # request without it
+            # a status is kept where it was sent and never rides on a function response: the previous
+            # request, as sent, is a strict prefix
             stable = pack.request.messages
-            if pack.manifest.recited:
-                last = stable[-1]
-                assert last.parts[-1].text.startswith("STATUS")
-                stable = stable[:-1] + (Message(last.role, last.parts[:-1]),)
             n = len(stable)
             assert nxt.request.messages[:n] == stable
-            assert nxt.manifest.prefix_tokens == request_tokens(replace(pack.request, messages=stable), COUNTER)
+            assert nxt.manifest.prefix_tokens == request_tokens(pack.request, COUNTER)
+            assert not any(isinstance(p, TextPart) and p.text.startswith("STATUS")
+                           for p in nxt.request.messages[-1].parts if nxt.request.messages[-1].responses)
         pack = nxt
     replay_through_store(pack)

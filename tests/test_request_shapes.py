@@ -172,6 +172,35 @@ async def test_second_version_of_an_artifact_is_seen_in_the_next_pack(memory_sto
     assert plugin.packer.recent[-1].manifest.artifact_uris == [f"artifact://testapp/u/{sid}/report.txt#v1"]
 
 
+async def test_new_version_saved_mid_invocation_reaches_the_next_model_call(memory_store_url):
+    """A tool saves report.txt v1 inside a tool loop: the very next call of that invocation cites v1
+    (its text and #v1), not v0; the rebuild is one cache break naming the item, and the call after
+    it extends the request again."""
+    from conftest import save_report, scripted_agent
+
+    agent, llm = scripted_agent([call_part("save_report", title="Q3"), "Saved.", call_part("save_report", title="Q4"),
+                                 call_part("lookup", key="k"), "Done."], tools=[save_report, lookup])
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=32_000)
+    runner = make_runner(agent, plugins=[plugin])
+    sid = await new_session(runner)
+    await run_turn(runner, sid, "Write the Q3 report.")
+    await run_turn(runner, sid, "Now write the Q4 report over it, then look up k.")
+    plugin.packer.store.flush()
+    assert len(llm.requests) == 5
+
+    def text(i: int) -> str:
+        return " ".join(p.text or "" for c in llm.requests[i].contents for p in c.parts or ())
+
+    assert "report.txt#v0" in text(2) and "report.txt: Q3:" in text(2)  # the invocation's first call: v0
+    assert "report.txt#v1" in text(3) and "report.txt: Q4:" in text(3)  # right after the save: v1
+    assert "#v0" not in text(3) and "report.txt: Q3:" not in text(3)
+    manifests = [r.manifest for r in plugin.packer.recent]
+    assert manifests[3].artifact_uris == [f"artifact://testapp/u/{sid}/report.txt#v1"]
+    assert manifests[3].cache_break["cause"] == "evidence changed: report.txt v1"
+    assert manifests[4].cache_break is None and manifests[4].reused_payload  # unchanged evidence: no break
+    assert "report.txt#v1" in text(4) and "#v0" not in text(4)
+
+
 def call_part(name: str, **args):
     from aether_context.testing import call
 

@@ -20,19 +20,21 @@ import logging
 import re
 
 from ..retrieval.analyzer import STOP_WORDS, stem
-from typing import Callable, Sequence
+from typing import Callable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..tokens import TokenCounting
 from .variation import StructuralVariation, format_progress
 
-__all__ = ["RecitationSettings", "build_recitation", "drift_score", "recitation_interval", "should_recite",
+__all__ = ["RecitationSettings", "StatusPlacement", "build_recitation", "drift_score", "recitation_interval", "should_recite",
            "content_words"]
 
 logger = logging.getLogger(__name__)
 
 ITEM_MAX_CHARS = 300  # any single goal/step/item/error is clipped to this before token capping
+
+StatusPlacement = Literal["after_user_text", "sticky_part", "last_part", "trailing_message"]
 
 
 class RecitationSettings(BaseModel):
@@ -52,6 +54,16 @@ class RecitationSettings(BaseModel):
     on_track_threshold: float = Field(0.2, ge=0.0, le=1.0,
                                       description="Drift at or below this (small context) doubles the interval.")
     large_context_tokens: int = Field(30_000, ge=1, description="Contexts this large recite one call sooner.")
+    placement: StatusPlacement = Field(
+        "after_user_text",
+        description="Where the status block goes. 'after_user_text': as an extra text part of the last message, "
+                    "only when that message is user text (never on a function response: the request then ends "
+                    "exactly as ADK ended it and the status waits), kept on that message while the payload is "
+                    "frozen so later calls re-send it unchanged. 'sticky_part': the same, on a function response "
+                    "too. 'last_part': an extra part of the last message for one call only (the next call's copy "
+                    "of that message loses it: a cache break). 'trailing_message': a separate user message after "
+                    "ADK's last content (what a callback reads as contents[-1] changes). docs/benchmarks.md "
+                    "(status_placement) compares them.")
 
     @model_validator(mode="after")
     def _thresholds_ordered(self) -> "RecitationSettings":

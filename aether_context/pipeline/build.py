@@ -22,12 +22,13 @@ from .collect import PackInputs, PackState, Turn
 from .compress import TruncationEvent, bounded_turns, cut_turn, fit_lines, repair_orphans, turn_id
 from .conversation import Compaction, Verbatim, compaction_block, known_values, plan_compaction, verbatim_zone
 from .decay import RunningSummary, decay_images, prune_tool_outputs
+from .evidence_change import change_cause, changed_evidence, evidence_marks
 from .incremental import turns_tokens
 from .record import LayerUsage, Manifest
 from .render import masked_count, masked_turns, masking, payload_message, render_payload, render_request
 from .retrieve import Retriever, default_retriever
 from .select import Candidates, Conversation, Line, query_text, select, split_conversation
-from .status import failure_count, failures_section, recitation_message, recitation_reserve
+from .status import failure_count, failures_section, place_status, recitation_message, recitation_reserve
 
 __all__ = ["ContextPack", "build_pack", "request_tokens"]
 
@@ -125,6 +126,9 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
     frozen = _frozen_payload(inputs, profile, zone)
 
     cands = _select(inputs, profile, counter, retriever, prepared, zone)
+    refreshed = changed_evidence(frozen, inputs.evidence) if frozen is not None else ()
+    if refreshed:  # a new version reaches this very call: the payload is rebuilt (a recorded cache break)
+        frozen = None
     room = _room(inputs, profile, packed_for, cands, prepared, zone, frozen, failures, counter)
     kept_tokens = _conversation_tokens(prepared, zone, counter)
     compaction = None
@@ -150,17 +154,20 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
     request, fit, more = _ensure_fits(inputs, profile, cands, prepared, fit, failures, alloc, request, counter)
     events += more
 
-    # the closing status goes last, after everything that may be cached
+    # the closing status goes where recitation.placement says (status.place_status), kept as sent
     logged = failure_count(inputs)
     shown = prev.failures_shown if frozen is not None and prev is not None else logged
-    stable = request
     recital, call_index, last_recited = recitation_message(
         inputs, profile, fit.history + fit.loop, request_tokens(request, counter), counter,
         failures_stale=logged > shown, compacted=fit.zone.through > 0)
-    if recital is not None and request_tokens(_with_closing_status(request, recital), counter) <= alloc.pack_limit:
-        request = _with_closing_status(request, recital)
-    elif recital is not None:  # no room left for it this call: the next one recites
+    placed = place_status(request, recital, profile, carried=frozen.statuses if frozen is not None else (),
+                          rebuilt_at=_payload_index(fit) if frozen is None and _sends_payload(inputs, fit) else None,
+                          fits=lambda r: request_tokens(r, counter) <= alloc.pack_limit)
+    request, stable = placed.request, placed.stable
+    if recital is not None and not placed.recited:  # not here, or no room left: a later call recites
         recital, last_recited = None, (prev.last_recited if prev is not None else -1)
+    elif recital is not None and placed.kept:  # kept as sent, it shows the failures it lists from now on
+        shown = logged
     total = request_tokens(request, counter)
     if total > alloc.pack_limit:
         raise BudgetError(f"pack needs {total} tokens but only {alloc.pack_limit} fit (window {packed_for} less "
@@ -168,9 +175,11 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
 
     events = [*prepared.events, *(_compaction_events(compaction) if compaction else ()), *_selection_events(cands), *events]
     state = _state(inputs, profile, model_window, stable, fit, prepared, compaction, call_index, last_recited,
-                   shown, counter)
+                   shown, placed.statuses, counter)
+    state = replace(state, evidence_marks=evidence_marks(inputs.evidence, state.evidence_ids))
     manifest = _manifest(inputs, profile, model_window, alloc, request, fit, cands, events, state, compaction,
-                         frozen is not None, recital, counter)
+                         frozen is not None, recital, counter, change_cause(refreshed) if refreshed else "",
+                         status_on_payload=placed.kept and placed.host == _payload_index(fit))
     return ContextPack(request=request, manifest=manifest, state=state, inputs=inputs)
 
 
@@ -407,24 +416,24 @@ def _ensure_fits(inputs: PackInputs, profile: BudgetProfile, cands: Candidates, 
     return request, fit, events
 
 
-def _with_closing_status(request: ModelRequest, status: Message) -> ModelRequest:
-    """The status rides on the last message as an extra text part, so the request still ends the
-    way ADK ended it (a function response stays the last content) and the prefix stays intact."""
-    last = request.messages[-1] if request.messages else None
-    if last is None or last.role != "user":
-        return replace(request, messages=request.messages + (status,))
-    return replace(request, messages=request.messages[:-1] + (Message("user", last.parts + status.parts),))
-
-
 # --- record ------------------------------------------------------------------------------------
+
+def _payload_index(fit: Fit) -> int:
+    """Where the payload (or the user's message sent as it is) sits: after the block and the history."""
+    return (1 if fit.zone.block else 0) + sum(len(t.messages) for t in fit.history)
+
+
+def _sends_payload(inputs: PackInputs, fit: Fit) -> bool:
+    return bool(fit.payload_text or inputs.request_index is not None)
+
 
 def _state(inputs: PackInputs, profile: BudgetProfile, model_window: int, stable: ModelRequest, fit: Fit,
            prepared: Prepared, compaction: Compaction | None, call_index: int, last_recited: int, shown: int,
-           counter: TokenCounting) -> PackState:
+           statuses: "tuple[tuple[int, str, str], ...]", counter: TokenCounting) -> PackState:
     boundary = inputs.request.messages[fit.zone.through].digest if 0 < fit.zone.through < len(inputs.request.messages) else ""
-    payload_index = (1 if fit.zone.block else 0) + sum(len(t.messages) for t in fit.history)
+    payload_index = _payload_index(fit)
     # the payload, or the user's message sent as it is: a frozen call counts it in its frame
-    sends_payload = bool(fit.payload_text or inputs.request_index is not None) and payload_index < len(stable.messages)
+    sends_payload = _sends_payload(inputs, fit) and payload_index < len(stable.messages)
     return PackState(
         invocation_id=inputs.invocation_id, agent=inputs.agent, payload_text=fit.payload_text,
         kept_history_turns=len(fit.history),
@@ -443,11 +452,12 @@ def _state(inputs: PackInputs, profile: BudgetProfile, model_window: int, stable
         pins_opening=fit.zone.pins_opening,
         evidence_ids=tuple(ln.id for ln in fit.evidence), memory_ids=tuple(ln.id for ln in fit.memory),
         payload_tokens=counter.count_message(stable.messages[payload_index]) if sends_payload else 0,
-        tool_names=tuple(t.name for t in stable.tools),
+        tool_names=tuple(t.name for t in stable.tools), statuses=statuses,
     )
 
 
-def _cache_break(state: PackState, prev: PackState | None, prefix_tokens: int, compaction: Compaction | None) -> dict | None:
+def _cache_break(state: PackState, prev: PackState | None, prefix_tokens: int, compaction: Compaction | None,
+                 evidence_changed: str = "") -> dict | None:
     """The first stable block that differs from the previous call's request, what it costs, and why.
 
     Appending messages is not a break; changing the system instruction, the tools or any earlier
@@ -464,6 +474,8 @@ def _cache_break(state: PackState, prev: PackState | None, prefix_tokens: int, c
         if not new.startswith(old):  # the previous call's digests may be shortened (kept in session state)
             if compaction is not None:
                 cause = f"compaction ({compaction.reason})"
+            elif evidence_changed:
+                cause = evidence_changed
             elif i == prev.payload_index and prev.invocation_id != state.invocation_id:
                 cause = "new invocation: the previous payload was replaced by its user message"
             elif i == len(prev.message_digests) - 1:
@@ -501,7 +513,8 @@ def _lines_json(lines: "tuple[Line, ...]") -> list[dict]:
 
 def _manifest(inputs: PackInputs, profile: BudgetProfile, window: int, alloc: Allocation, request: ModelRequest,
               fit: Fit, cands: Candidates, events: list[TruncationEvent], state: PackState,
-              compaction: Compaction | None, reused: bool, recital: Message | None, counter: TokenCounting) -> Manifest:
+              compaction: Compaction | None, reused: bool, recital: Message | None, counter: TokenCounting,
+              evidence_changed: str = "", status_on_payload: bool = False) -> Manifest:
     """The receipt, from the decisions carried as data (nothing is read back from rendered text)."""
     conv = cands.conversation
     ev_used = sum(ln.tokens + 1 for ln in fit.evidence) + (12 if fit.evidence else 0)
@@ -509,7 +522,9 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, window: int, alloc: Al
     block_used = counter.count_text(fit.zone.block) + 4 if fit.zone.block else 0
     conv_used = turns_tokens(fit.history, counter) + turns_tokens(fit.loop, counter) + block_used
     payload = state.payload_tokens or (counter.count_message(conv.request) if conv.request is not None else 0)
-    task_used = max(0, payload - ev_used - mem_used) + (counter.count_message(recital) if recital is not None else 0)
+    # a status kept on the payload is counted in the payload's own tokens
+    status = counter.count_message(recital) if recital is not None and not status_on_payload else 0
+    task_used = max(0, payload - ev_used - mem_used) + status
     system_used = counter.count_text(request.system_instruction) + sum(counter.count_message(m) for m in conv.instructions)
     tools_used = _head_tokens(request, counter) - counter.count_text(request.system_instruction)
     n_conv = len(conv.history) + len(conv.loop)
@@ -543,7 +558,7 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, window: int, alloc: Al
         prefix_tokens=prefix,
         block_hashes={"system": state.system_digest, "tools": state.tools_digest,
                       "payload": sha256_hex(state.payload_text), "compaction": sha256_hex(fit.zone.block)},
-        cache_break=_cache_break(state, inputs.previous, prefix, compaction),
+        cache_break=_cache_break(state, inputs.previous, prefix, compaction, evidence_changed),
         compaction=compaction.to_json() if compaction else None,
         calibration=round(inputs.calibration, 4), packed_for=alloc.window, recited=recital is not None,
         failures=failure_count(inputs),

@@ -126,6 +126,8 @@ class PackState:
     payload_tokens: int = 0  # tokens of the payload message as sent (0: the user's message went as it is)
     tool_names: tuple[str, ...] = ()  # the tools this call declared
     sent_tokens: int = 0  # tokens of the request as sent (head and messages)
+    statuses: tuple[tuple[int, str, str], ...] = ()  # statuses kept as sent: (message index, its digest, text)
+    evidence_marks: tuple[str, ...] = ()  # per `evidence_ids`: digest of the item's summary and URI (version)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -141,6 +143,7 @@ class PackState:
             "evidence_ids": list(self.evidence_ids), "memory_ids": list(self.memory_ids),
             "payload_tokens": self.payload_tokens, "tool_names": list(self.tool_names),
             "sent_tokens": self.sent_tokens,
+            "statuses": [list(s) for s in self.statuses], "evidence_marks": list(self.evidence_marks),
         }
 
     @classmethod
@@ -164,6 +167,8 @@ class PackState:
             evidence_ids=tuple(d.get("evidence_ids", ())), memory_ids=tuple(d.get("memory_ids", ())),
             payload_tokens=d.get("payload_tokens", 0), tool_names=tuple(d.get("tool_names", ())),
             sent_tokens=int(d.get("sent_tokens", head_tokens + sum(message_tokens))),
+            statuses=tuple((int(i), str(dg), str(t)) for i, dg, t in d.get("statuses", ())),
+            evidence_marks=tuple(d.get("evidence_marks", ())),
         )
 
 

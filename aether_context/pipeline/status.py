@@ -1,18 +1,27 @@
 """The agent-loop sections of a pack: failures so far (in the payload) and the goal recitation
-block (the very last message, never in the cached prefix).
+block (the STATUS, where it costs the prompt cache nothing).
+
+Where the status goes is `recitation.placement` (`place_status`). By default it rides as an extra
+text part on the last message only when that message is user text, and stays on it while the
+payload is frozen: a request that ends with a function response ends exactly as ADK ended it, and
+later calls of the invocation re-send the status unchanged instead of breaking the cached prefix.
 """
 
 from __future__ import annotations
 
-from ..content import Message, TextPart
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from ..content import Message, ModelRequest, TextPart
 from ..loop.failures import FailureLog, FailureRecord, render_failures
 from ..profile import BudgetProfile
 from ..loop.recitation import build_recitation, drift_score, should_recite
 from ..tokens import MESSAGE_OVERHEAD, TokenCounting
 from ..loop.variation import StructuralVariation
-from .collect import PackInputs, Turn
+from .collect import PackInputs, PackState, Turn
 
-__all__ = ["failure_count", "failures_section", "recitation_reserve", "recitation_message"]
+__all__ = ["failure_count", "failures_section", "recitation_reserve", "recitation_message", "PlacedStatus",
+           "place_status"]
 
 RECITED_ERRORS = 3  # latest distinct error messages in the status block
 STALE_FAILURES_ERRORS = 5  # ... while the frozen payload's failures section is out of date
@@ -52,13 +61,13 @@ def recitation_reserve(profile: BudgetProfile) -> int:
 def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tuple[Turn, ...]", context_tokens: int,
                        counter: TokenCounting, *, failures_stale: bool = False,
                        compacted: bool = False) -> tuple[Message | None, int, int]:
-    """The status block to append as the last message, if one is due; with the new call index and last recital.
+    """The status block, if one is due (`place_status` puts it); with the new call index and last recital.
 
     Without a goal the opening request stands in, but only once history was compacted (`compacted`):
     before that the model still reads it verbatim, and a status would only cost tokens.
     `failures_stale`: the payload this call sends is frozen (cache stability) and its FAILURES SO FAR
-    section predates the latest failures. The block is then due on every call and lists more recent
-    errors, so a new failure reaches the model at once without rewriting the cached prefix.
+    section predates the latest failures. The block is then due on every call (until one is kept as
+    sent) and lists more recent errors, without rewriting the cached prefix.
     """
     prev = inputs.previous
     call_index = prev.call_index + 1 if prev is not None else 0
@@ -87,3 +96,80 @@ def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tupl
     block = build_recitation(goal, done, len(task.plan), next_step, open_items, last_errors,
                              max_tokens=settings.max_tokens, counter=counter, variation=variation, call_index=call_index)
     return Message("user", (TextPart(block),)), call_index, call_index
+
+
+@dataclass(frozen=True)
+class PlacedStatus:
+    """The request with the closing status placed, and what the next call must know about it."""
+
+    request: ModelRequest  # what goes out
+    stable: ModelRequest  # the request as the next call of the invocation will re-send it (digests, payload size)
+    statuses: "tuple[Rider, ...]"  # the statuses kept as sent: (message index, its digest, text)
+    recited: bool  # this call's new status went out
+    host: int | None = None  # index of the message the new status rides on (None: its own message, or none)
+
+    @property
+    def kept(self) -> bool:
+        """The new status stays on its message for the later calls of this payload."""
+        return self.recited and self.stable is self.request
+
+
+def _host(request: ModelRequest, placement: str, rebuilt_at: int | None) -> int | None:
+    """Index of the message the new status rides on; None: a separate trailing message (or none, see below).
+
+    'after_user_text' never touches a function response: the status rides on the last message when it
+    is user text, else on the invocation's request message when this call rebuilt it (the payload is new
+    here, so the status costs no cache), else it waits (-1).
+    """
+    last = request.messages[-1]
+    if placement == "trailing_message" or last.role != "user":
+        return None
+    if placement != "after_user_text" or not last.responses:
+        return len(request.messages) - 1
+    host = request.messages[rebuilt_at] if rebuilt_at is not None and rebuilt_at < len(request.messages) else None
+    return rebuilt_at if host is not None and host.role == "user" and not host.responses else -1
+
+
+Rider = tuple[int, str, str]  # (index of the message, its digest as ADK sent it, the status text)
+
+
+def _with_parts(request: ModelRequest, riders: "tuple[Rider, ...]") -> ModelRequest:
+    """Each rider's text appended as a text part to the message at its index, if that is still the
+    same message (a message that repeats elsewhere in the request does not get it)."""
+    if not riders:
+        return request
+    messages = list(request.messages)
+    for index, digest, text in riders:
+        if index < len(messages) and request.messages[index].digest == digest:
+            messages[index] = Message(messages[index].role, messages[index].parts + (TextPart(text),))
+    return replace(request, messages=tuple(messages))
+
+
+def place_status(request: ModelRequest, status: Message | None, profile: BudgetProfile, *,
+                 carried: "tuple[Rider, ...]", rebuilt_at: int | None,
+                 fits: Callable[[ModelRequest], bool]) -> PlacedStatus:
+    """Put the closing status where `recitation.placement` says; re-attach the statuses kept from
+    earlier calls of this payload (`carried`), or drop them all if they no longer fit.
+
+    `rebuilt_at`: the index of the invocation's request message (payload) when this call built it anew.
+    """
+    placement = profile.recitation.placement
+    sticky = placement in ("after_user_text", "sticky_part")
+    kept = tuple(r for r in carried if sticky and r[0] < len(request.messages)
+                 and request.messages[r[0]].digest == r[1])
+    if kept and not fits(_with_parts(request, kept)):
+        kept = ()  # the window comes first: the kept statuses go (a cache break), the pack still fits
+    base = _with_parts(request, kept)
+    host = _host(request, placement, rebuilt_at) if status is not None and request.messages else -1
+    if host == -1:
+        return PlacedStatus(base, base, kept, False)
+    if host is None:
+        placed, riders = replace(base, messages=base.messages + (status,)), kept
+    else:
+        riders = kept + ((host, request.messages[host].digest, status.text),)
+        placed = _with_parts(request, riders)
+    if not fits(placed):  # no room left for it this call: the next one recites
+        return PlacedStatus(base, base, kept, False)
+    if sticky and host is not None:
+        return PlacedStatus(placed, placed, riders, True, host)
+    return PlacedStatus(placed, base, kept, True, host)

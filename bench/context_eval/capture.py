@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from aether_context import ModelRequest, TokenCounter
+from aether_context.content import Message
 from aether_context.adk import request_from_llm
 from measure import RequestShape, request_text, shared_prefix_tokens
 
@@ -39,6 +40,9 @@ class CallRecord:
     pack_error: Optional[str] = None  # the manifest's fail-open error
     packed: bool = False  # an aether-context manifest was read for this call
     added: int = 0  # tokens of Memory and Evidence in the pack (material the session's request lacked)
+    last_digest: str = ""  # the last content (compared with no plugin's same call: ADK's own last content)
+    last_first_part: str = ""  # the last content's role and first part only (what a callback reading parts[0] sees)
+    last_is_response: bool = False  # the last content holds a function response
 
     @property
     def broke(self) -> bool:
@@ -86,6 +90,10 @@ class Capture:
                          new_invocation=call.index > 0 and call.invocation != self._prev_invocation,
                          compactions=getattr(call, "compactions", 0), head_changed=bool(prev) and prev.head != shape.head)
         self._manifest_fields(rec)
+        if req.messages:
+            last = req.messages[-1]
+            rec.last_digest, rec.last_first_part = last.digest, Message(last.role, last.parts[:1]).digest
+            rec.last_is_response = bool(last.responses)
         self._prev, self._prev_invocation, self._last = shape, call.invocation, req
         self.record.calls.append(rec)
         if self.want_text(call.index):

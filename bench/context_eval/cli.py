@@ -9,10 +9,14 @@ import json
 import logging
 import shlex
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, get_args
+
+from aether_context.profile import load_profile
+from aether_context.recitation import StatusPlacement
 
 from context_eval.evaluate import evaluate
 from context_eval.report import render_report
@@ -41,8 +45,20 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ap.add_argument("--deadline", type=float, default=None, help="seconds per replay before it is cut (off by default)")
     ap.add_argument("--out", default=DEFAULT_FILE, help="benchmarks file, relative to the repo root (default: %(default)s)")
     ap.add_argument("--no-write", action="store_true", help="print the report only")
+    ap.add_argument("--recitation-placement", default=None, choices=get_args(StatusPlacement),
+                    help="run aether-context with this recitation.placement (each workload's profile, that key changed)")
     ap.add_argument("--misses", default="", help="write what aether-context missed (one JSON object a line) to this file")
     return ap.parse_args(argv)
+
+
+def _with_placement(workloads: list, placement: str, folder: Path) -> None:
+    """Each workload's profile with `recitation.placement` changed, written as a profile file the packer loads."""
+    for w in workloads:
+        profile = load_profile(w.profile)
+        changed = profile.override(name=f"{profile.name}+{placement}", recitation={"placement": placement})
+        path = folder / f"{changed.name}.yaml"
+        path.write_text(json.dumps(changed.model_dump(mode="json")), encoding="utf-8")  # JSON is YAML
+        w.profile = str(path)
 
 
 def _full_estimate(args: argparse.Namespace, workloads: list, walls: dict[str, float]) -> str:
@@ -89,6 +105,8 @@ async def main(argv: Optional[Sequence[str]] = None) -> int:
         raise SystemExit(f"--workloads: unknown {sorted(unknown)}; choose from {', '.join(WORKLOAD_NAMES)}")
     workloads = build_workloads(args.data, names, conversations=args.conversations, questions=args.questions,
                                 runs=args.runs, episodes=args.episodes, profiles={})
+    if args.recitation_placement:
+        _with_placement(workloads, args.recitation_placement, Path(tempfile.mkdtemp(prefix="aether-placement-")))
     for w in workloads:
         print(f"{w.title}: {len(w.jobs)} runs, {sum(j.trajectory.model_calls for j in w.jobs)} model calls", flush=True)
     systems = {s.strip() for s in args.systems.split(",") if s.strip()} or None

@@ -40,6 +40,9 @@ class CostFigures:
     breaks_per_run: float  # mean over runs
     deep_breaks_per_run: float  # breaks reaching before the previous request's last message, mean over runs
     causes: collections.Counter = field(default_factory=collections.Counter)
+    # calls ending with a function response in ADK's request (no plugin's same call): compared, whose last
+    # content goes out unchanged, whose last content's role and first part are ADK's
+    last_as_adk: tuple[int, int, int] = (0, 0, 0)
 
 
 def break_cause(prev: Optional[CallRecord], rec: CallRecord) -> str:
@@ -51,7 +54,8 @@ def break_cause(prev: Optional[CallRecord], rec: CallRecord) -> str:
         kind = rec.cache_break.get("kind")
         block = str(rec.cache_break.get("block", "?"))
         block = "messages" if block.startswith("messages") else block
-        return f"{block} ({kind})" if kind else block
+        cause = rec.cache_break.get("cause")
+        return f"{block} ({kind})" if kind else (f"{block}: {cause}" if cause else block)
     if not rec.broke_before_last:
         return "only the previous request's last message replaced"
     if prev is not None and rec.compactions > prev.compactions:
@@ -79,7 +83,7 @@ def _mean(xs: list[float]) -> float:
 def cost_figures(records: list[RunRecord], none: Optional[list[RunRecord]]) -> CostFigures:
     runs = [r for r in records if r.calls]
     tokens = [c.tokens for r in runs for c in r.calls]
-    larger = over = bare = paired = 0
+    larger = over = bare = paired = responses = same_last = same_first = 0
     if none is not None:
         base = {r.run_id: r.calls for r in none}
         for r in runs:
@@ -88,6 +92,10 @@ def cost_figures(records: list[RunRecord], none: Optional[list[RunRecord]]) -> C
                 larger += c.tokens > b.tokens
                 over += c.tokens > 1.01 * b.tokens
                 bare += c.tokens > 1.01 * b.tokens and not c.added
+                if b.last_is_response:
+                    responses += 1
+                    same_last += c.last_digest == b.last_digest
+                    same_first += c.last_first_part == b.last_first_part
     per_run_prefix, reprocessed, breaks, deep = [], [], [], []
     causes: collections.Counter = collections.Counter()
     for r in runs:
@@ -107,7 +115,8 @@ def cost_figures(records: list[RunRecord], none: Optional[list[RunRecord]]) -> C
         over_1pct_nothing_added=bare if paired else None,
         prefix_median=_median([x for x in per_run_prefix if not math.isnan(x)]),
         reprocessed_per_run=_mean(reprocessed), breaks_per_run=_mean(breaks),
-        deep_breaks_per_run=_mean(deep), causes=causes)
+        deep_breaks_per_run=_mean(deep), causes=causes,
+        last_as_adk=(responses, same_last, same_first))
 
 
 @dataclass

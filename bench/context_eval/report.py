@@ -59,7 +59,11 @@ def _cost_table(w: Workload, window: int, r: Results) -> str:
                     f"{_num(f.reprocessed_per_run)} | {f.breaks_per_run:.1f} | {f.deep_breaks_per_run:.1f} |")
     causes = [f"- {by_key(c.system).label}: " + "; ".join(f"{k} × {v}" for k, v in c.cost.causes.most_common())
               for c in cells if c.cost.causes]
-    return "\n".join(rows) + ("\n\nCache-break causes (all runs):\n" + "\n".join(causes) if causes else "")
+    last = [f"- {by_key(c.system).label}: {c.cost.last_as_adk[1]:,} of {c.cost.last_as_adk[0]:,} unchanged; "
+            f"role and first part ADK's: {c.cost.last_as_adk[2]:,}" for c in cells if c.cost.last_as_adk[0]]
+    return "\n".join(rows) + ("\n\nCache-break causes (all runs):\n" + "\n".join(causes) if causes else "") \
+        + ("\n\nCalls whose request, as ADK built it, ends with a function response: the last content the model "
+           "gets\n" + "\n".join(last) if last else "")
 
 
 def _errors(r: Results) -> str:
