@@ -103,6 +103,31 @@ def test_request_attachments_stay_in_the_payload(counter):
     assert payload.text.endswith("what is in this picture?")
 
 
+def test_images_age_at_a_new_invocation_not_within_one(counter):
+    """The later calls of an invocation extend the prefix its first call sent (the prompt cache): an image
+    that ages past `image_keep_turns` during the tool loop is described at the next invocation, like
+    pruned tool outputs. Found by test_properties (an image in history, a growing loop)."""
+    image = Blob("image/png", b"\x89PNG\r\n\x1a\n" + bytes(48))
+    history = [Message("user", (TextPart("what does this chart show?"), image)), text_msg("model", "a rising line")]
+    first = build_pack(make_inputs(history, "go on", task=TASK), DEFAULT, counter=counter, window=16_000)
+    assert first.request.messages[0].blobs == (image,)
+    loop: list = []
+    state = first.state
+    for i in range(3):
+        loop += [call_msg("search", q=f"q{i}"), resp_msg("search", result=filler(30, i))]
+        later = build_pack(make_inputs(history, "go on", loop, task=TASK, previous=state), DEFAULT, counter=counter,
+                           window=16_000)
+        assert later.manifest.reused_payload
+        assert later.request.messages[:2] == first.request.messages[:2], i
+        state = later.state
+    next_invocation = build_pack(make_inputs(history + [text_msg("user", "go on"), *loop, text_msg("model", "done")],
+                                             "and then?", task=TASK, invocation_id="inv-2", previous=state),
+                                 DEFAULT, counter=counter, window=16_000)
+    assert not any(m.blobs for m in next_invocation.request.messages)
+    assert [e["action"] for e in next_invocation.manifest.truncation_events
+            if e["reason"].startswith("old inline images")] == ["compress"]
+
+
 def test_system_instruction_is_adks_unchanged_and_stable(counter):
     a = build_pack(make_inputs(history_turns(3), "one", task=TASK), DEFAULT, counter=counter, window=8_000)
     b = build_pack(make_inputs(history_turns(9), "two", evidence=evidence_items(3), invocation_id="inv-2"),

@@ -176,13 +176,15 @@ def _prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting)
     loop, orphan_l = repair_orphans(conv.loop)
     events: list[TruncationEvent] = [*orphan_h, *orphan_l]
     n_hist = len(history)
-    turns, images = decay_images(history + loop, profile.decay.image_keep_turns, inputs.uris)
+    same_invocation = inputs.previous is not None and inputs.previous.invocation_id == inputs.invocation_id
+    # like pruning, images age only at a new invocation: within one, the sent (cached) prefix stays as it was
+    keep = profile.decay.image_keep_turns + (len(loop) if same_invocation else 0)
+    turns, images = decay_images(history + loop, keep, inputs.uris)
     if images:
         events.append(TruncationEvent("conversation", "compress", "old inline images replaced by a description + URI", images))
     already = frozenset(inputs.previous.pruned) if inputs.previous else frozenset()
     pruned: frozenset[int] = already
     if profile.pruning.enabled:
-        same_invocation = inputs.previous is not None and inputs.previous.invocation_id == inputs.invocation_id
         turns, pruned, fresh = prune_tool_outputs(turns, protect_tokens=profile.pruning.protect_tokens,
                                                   minimum_tokens=profile.pruning.minimum_tokens, uris=inputs.uris,
                                                   already=already, counter=counter, consider_new=not same_invocation)
