@@ -315,3 +315,25 @@ def test_later_calls_of_an_invocation(case, more):
             assert nxt.manifest.prefix_tokens == request_tokens(replace(pack.request, messages=stable), COUNTER)
         pack = nxt
     replay_through_store(pack)
+
+
+def test_a_frozen_payload_cut_by_the_final_fit_is_not_reported_as_reused():
+    """Found by test_later_calls_of_an_invocation: the fourth call of an invocation froze the payload, the final
+    fit had to drop a Memory line from it, and the manifest still said `reused_payload` (so the prefix the
+    previous call cached was claimed kept while it was rewritten)."""
+    def traceback(label: str) -> str:
+        return (f'Traceback (most recent call last):\n  File "jobs/{label}.py", line 1, in run\n    alpha\n'
+                f"ValueError: fetch failed on {label}")
+
+    loop = [Message("model", (FunctionCall("fetch", {"q": "l0-0"}),)), resp_msg("fetch", result="alpha"),
+            Message("model", (FunctionCall("fetch", {"q": "l1-0"}),)), resp_msg("fetch", result="alpha"),
+            Message("model", (FunctionCall("fetch", {"q": "l2-0"}), FunctionCall("fetch", {"q": "l2-1"}))),
+            Message("user", (FunctionResponse("fetch", {"error": traceback("l2-0")}),)),
+            Message("user", (FunctionResponse("fetch", {"error": traceback("l2-1")}),))]
+    log = FailureLog()
+    for label in ("l2-0", "l2-1"):
+        log.add(turn=0, tool="fetch", args={"q": label}, error_text=traceback(label))
+    inputs = make_inputs([text_msg("user", "user 0: hotel")], "0", loop, task=TaskSpec(opening_request="user 0: hotel"),
+                         tools=[tool_spec(n) for n in TOOLS], system="0")
+    inputs = replace(inputs, failures={**log.to_json(), "current_turn": 9})
+    test_later_calls_of_an_invocation.hypothesis.inner_test((inputs, 2_037, "research"), [234, 305, 93])

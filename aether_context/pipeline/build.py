@@ -162,8 +162,10 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     events = [*prepared.events, *(_compaction_events(compaction) if compaction else ()), *_selection_events(cands), *events]
     state = _state(inputs, profile, model_window, stable, fit, prepared, compaction, call_index, last_recited,
                    shown, counter)
+    # reused: the frozen payload went out as the previous call sent it (the final fit may have had to cut it)
+    reused = frozen is not None and fit.payload_text == frozen.payload_text
     manifest = _manifest(inputs, profile, model_window, alloc, request, fit, cands, events, state, compaction,
-                         frozen is not None, recital, counter)
+                         reused, recital, counter)
     return ContextPack(request=request, manifest=manifest, state=state, inputs=inputs)
 
 
