@@ -24,14 +24,13 @@ from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report_sections import DEFAULT_FILE, machine, pct, write_section  # noqa: E402
+from report_sections import machine, pct, section_main  # noqa: E402
 from trajectories import DEFAULT_DATA, load_mini_swe, load_tau_airline  # noqa: E402
 
 from aether_context import TokenCounter  # noqa: E402
 from aether_context.compress import render_payload  # noqa: E402
 from aether_context.compress.compact_json import compact_json, expand_compact_json  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def as_tool_result(text: str) -> Any | None:
@@ -119,16 +118,7 @@ result is re-sent, so it compounds over a session; results that are offloaded an
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=DEFAULT_DATA, help="shared datasets folder (default: %(default)s, from the repo root)")
-    ap.add_argument("--out", default=DEFAULT_FILE, help="benchmarks file whose 'compact_json' section gets the report")
-    ap.add_argument("--no-write", action="store_true", help="print only")
-    args = ap.parse_args(argv)
-    text = report(args, argv)
-    print(text)
-    if not args.no_write:
-        print(f"wrote the 'compact_json' section of {write_section(ROOT / args.out, 'compact_json', text)}")
-    return 0
+    return section_main("compact_json", __doc__.split("\n\n")[0], report, argv, default_data=DEFAULT_DATA)
 
 
 if __name__ == "__main__":

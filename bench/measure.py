@@ -8,14 +8,13 @@ the library's pipeline, so the ruler does not move with the code it measures.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from aether_context import ModelRequest, TokenCounter
 from aether_context.content import FunctionCall, FunctionResponse, TextPart, canonical_json, sha256_hex
 
-__all__ = ["RequestShape", "prefix_share", "shared_prefix_tokens", "request_text", "strip_ansi", "string_leaves"]
+__all__ = ["RequestShape", "prefix_share", "shared_prefix_tokens", "request_text", "string_leaves"]
 
 
 @dataclass(frozen=True)
@@ -60,13 +59,6 @@ def prefix_share(previous: RequestShape, current: RequestShape) -> float | None:
     if not previous.total:
         return None
     return shared_prefix_tokens(previous, current) / previous.total
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-
-
-def strip_ansi(text: str) -> str:
-    return _ANSI.sub("", text)
 
 
 def string_leaves(value: Any) -> Iterable[str]:

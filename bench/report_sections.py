@@ -15,6 +15,7 @@ under the file's own title.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import math
 import os
@@ -22,9 +23,10 @@ import platform
 import re
 import statistics
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
-__all__ = ["DEFAULT_FILE", "machine", "markers", "mean", "nest_headings", "pct", "replace_section", "write_section"]
+__all__ = ["DEFAULT_FILE", "machine", "markers", "mean", "nest_headings", "pct", "replace_section", "section_main",
+           "write_section"]
 
 DEFAULT_FILE = "docs/benchmarks.md"
 NEW_FILE_TITLE = "# Benchmarks\n"
@@ -70,6 +72,22 @@ def write_section(path: "str | Path", name: str, report: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(replace_section(document, name, body), encoding="utf-8")
     return path
+
+
+def section_main(section: str, description: str, report: "Callable[[argparse.Namespace, Sequence[str] | None], str]",
+                 argv: "Sequence[str] | None", *, default_data: str) -> int:
+    """The command line of a one-section benchmark: `--data`, `--out`, `--no-write`; prints the report, then
+    writes it into its section (paths relative to the repository root)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--data", default=default_data, help="shared datasets folder (default: %(default)s, from the repo root)")
+    ap.add_argument("--out", default=DEFAULT_FILE, help=f"benchmarks file whose '{section}' section gets the report")
+    ap.add_argument("--no-write", action="store_true", help="print only")
+    args = ap.parse_args(argv)
+    text = report(args, argv)
+    print(text)
+    if not args.no_write:
+        print(f"wrote the '{section}' section of {write_section(Path(__file__).resolve().parent.parent / args.out, section, text)}")
+    return 0
 
 
 # ---------------------------------------------------------------- figures every report shares

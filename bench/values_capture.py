@@ -23,13 +23,12 @@ from typing import Any, Iterator, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report_sections import DEFAULT_FILE, machine, write_section  # noqa: E402
+from report_sections import machine, section_main  # noqa: E402
 from trajectories import DEFAULT_DATA, Trajectory, load_tau_airline  # noqa: E402
 
 from aether_context import TokenCounter  # noqa: E402
 from aether_context.compress.values import ValueSet, extract_values, merge_values, render_values  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 CAPS = (400, 800, 1200)
 
 
@@ -135,16 +134,7 @@ These are the extractor and the block alone, not the pack (see the trajectory re
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=DEFAULT_DATA, help="shared datasets folder (default: %(default)s, from the repo root)")
-    ap.add_argument("--out", default=DEFAULT_FILE, help="benchmarks file whose 'values' section gets the report")
-    ap.add_argument("--no-write", action="store_true", help="print only")
-    args = ap.parse_args(argv)
-    text = report(args, argv)
-    print(text)
-    if not args.no_write:
-        print(f"wrote the 'values' section of {write_section(ROOT / args.out, 'values', text)}")
-    return 0
+    return section_main("values", __doc__.split("\n\n")[0], report, argv, default_data=DEFAULT_DATA)
 
 
 if __name__ == "__main__":

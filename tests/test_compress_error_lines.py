@@ -20,6 +20,15 @@ def shell(text: str, code: int = 0) -> dict:
     return {"output": f"<returncode>{code}</returncode>\n<output>\n{text}</output>"}
 
 
+def test_failure_lines_reads_the_issue_kinds_and_skips_banners():
+    """The kinds the context benchmark counts (bench/context_eval/coding.py reads through this function)."""
+    text = ("RuntimeWarning: Expected 80 from C header, got 96\nTraceback (most recent call last):\n"
+            '  File "a.py", line 1, in <module>\nValueError: bad\nE       AssertionError: assert 1 == 2\n'
+            "E        +  where 1 = f()\nt.py:12: TypeError\nFAILED (errors=6, skipped=2)\nError: nope\n")
+    assert failure_lines(text) == ["ValueError: bad", "E       AssertionError: assert 1 == 2", "t.py:12: TypeError",
+                                   "FAILED (errors=6, skipped=2)", "Error: nope"]
+
+
 def test_pytest_failure_lines_skip_warnings_banners_and_notes():
     assert failure_lines(PYTEST) == [
         "E       AssertionError:",

@@ -58,22 +58,6 @@ def scripted(turns):
     return agent, llm
 
 
-@pytest.fixture(autouse=True)
-def _flush_stores(monkeypatch, memory_store_url):
-    """Writes finish before the store fixture removes the folder."""
-    made: list = []
-    original = ContextPackPlugin.__init__
-
-    def init(self, *a, **kw):
-        original(self, *a, **kw)
-        made.append(self)
-
-    monkeypatch.setattr(ContextPackPlugin, "__init__", init)
-    yield
-    for p in made:
-        p.packer.store.flush()
-
-
 def sent(llm, i: int = -1):
     return request_from_llm(strip_continue(llm.requests[i]))
 

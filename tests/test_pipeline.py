@@ -103,6 +103,31 @@ def test_request_attachments_stay_in_the_payload(counter):
     assert payload.text.endswith("what is in this picture?")
 
 
+def test_images_age_at_a_new_invocation_not_within_one(counter):
+    """The later calls of an invocation extend the prefix its first call sent (the prompt cache): an image
+    that ages past `image_keep_turns` during the tool loop is described at the next invocation, like
+    pruned tool outputs. Found by test_properties (an image in history, a growing loop)."""
+    image = Blob("image/png", b"\x89PNG\r\n\x1a\n" + bytes(48))
+    history = [Message("user", (TextPart("what does this chart show?"), image)), text_msg("model", "a rising line")]
+    first = build_pack(make_inputs(history, "go on", task=TASK), DEFAULT, counter=counter, window=16_000)
+    assert first.request.messages[0].blobs == (image,)
+    loop: list = []
+    state = first.state
+    for i in range(3):
+        loop += [call_msg("search", q=f"q{i}"), resp_msg("search", result=filler(30, i))]
+        later = build_pack(make_inputs(history, "go on", loop, task=TASK, previous=state), DEFAULT, counter=counter,
+                           window=16_000)
+        assert later.manifest.reused_payload
+        assert later.request.messages[:2] == first.request.messages[:2], i
+        state = later.state
+    next_invocation = build_pack(make_inputs(history + [text_msg("user", "go on"), *loop, text_msg("model", "done")],
+                                             "and then?", task=TASK, invocation_id="inv-2", previous=state),
+                                 DEFAULT, counter=counter, window=16_000)
+    assert not any(m.blobs for m in next_invocation.request.messages)
+    assert [e["action"] for e in next_invocation.manifest.truncation_events
+            if e["reason"].startswith("old inline images")] == ["compress"]
+
+
 def test_system_instruction_is_adks_unchanged_and_stable(counter):
     a = build_pack(make_inputs(history_turns(3), "one", task=TASK), DEFAULT, counter=counter, window=8_000)
     b = build_pack(make_inputs(history_turns(9), "two", evidence=evidence_items(3), invocation_id="inv-2"),
@@ -393,45 +418,6 @@ def _overflow_inputs():
                        tools=[tool_spec("search"), tool_spec("fetch")])
 
 
-def test_overflow_is_per_layer_budget_and_listed_in_pipeline_order(counter):
-    """Each flexible layer is cut only beyond its allocator budget, and the manifest lists the actions in
-    the order the pipeline takes them: repairs of the turns, the compaction (fold), Evidence and Memory
-    fitted to their budgets (compress before drop), then the exact final fit (Memory dropped, then
-    Evidence, then the largest kept turn cut)."""
-    inputs = _overflow_inputs()
-    layer_rank = {"memory": 0, "evidence": 1, "conversation": 2}
-
-    def stage(e):
-        if e["reason"].startswith("window still exceeded"):
-            return 3
-        if e["action"] == "fold":
-            return 1
-        if e["reason"].startswith("not selected"):  # retrieval's choice, before any budget is applied
-            return 1.5
-        return 2 if e["layer"] in ("memory", "evidence") else 0
-
-    seen = set()
-    for window in range(12_000, 2_400, -250):
-        pack = build_pack(inputs, DEFAULT, counter=counter, window=window)
-        assert request_tokens(pack.request, counter) <= window - int(window * 0.12)
-        events = pack.manifest.truncation_events
-        stages = [stage(e) for e in events]
-        assert stages == sorted(stages), (window, events)
-        for layer in ("memory", "evidence"):
-            actions = [e["action"] for e in events if stage(e) == 2 and e["layer"] == layer]
-            assert actions in ([], ["compress"], ["drop"], ["compress", "drop"]), (window, layer, events)
-        final = [layer_rank[e["layer"]] for e in events if stage(e) == 3]
-        assert final == sorted(final), (window, events)
-        for e in events:
-            assert e["ids"], e
-            seen.add(e["layer"])
-        budgets = pack.manifest.layer_budgets
-        for layer in ("memory", "evidence"):
-            if any(e["layer"] == layer for e in events):
-                assert budgets[layer].used <= budgets[layer].budget, (window, layer, budgets[layer])
-    assert {"evidence", "conversation"} <= seen
-
-
 def test_a_compaction_with_nothing_to_move_sends_no_empty_block(counter):
     """Six turns (= tail_turns, the minimum verbatim tail) over their room: nothing can leave the verbatim
     zone, so no CONVERSATION SO FAR block may be sent (a header with no turns costs tokens and breaks the
@@ -445,17 +431,6 @@ def test_a_compaction_with_nothing_to_move_sends_no_empty_block(counter):
         if pack.manifest.compaction is not None:
             assert pack.manifest.compaction["folded_turns"] > 0 or pack.state.compacted_through > 0, \
                 (window, pack.manifest.compaction)
-
-
-def test_overflow_compresses_before_dropping(counter):
-    inputs = _overflow_inputs()
-    for window in (7_000, 5_500, 3_000):
-        events = build_pack(inputs, DEFAULT, counter=counter, window=window).manifest.truncation_events
-        for layer in ("memory", "evidence"):
-            # overflow actions only (retrieval's own "not selected" drops are not overflow)
-            actions = [e["action"] for e in events if e["layer"] == layer and e["reason"].startswith("overflow")]
-            if "drop" in actions:
-                assert "compress" in actions and actions.index("compress") < actions.index("drop")
 
 
 def test_overflow_never_touches_system_task_tools(counter):
@@ -472,14 +447,128 @@ def test_overflow_never_touches_system_task_tools(counter):
         assert not any(e["layer"] in {"system", "task", "tools"} for e in pack.manifest.truncation_events)
 
 
-def test_dropped_ids_are_reported(counter):
-    pack = build_pack(_overflow_inputs(), DEFAULT, counter=counter, window=2_500)
+def _ranked_inputs(loop=()):
+    """Six evidence items and six memories, all relevant to the request, each with its own words (so none
+    is a near-duplicate and a dropped one can be looked for in the payload). Evidence gets older as its
+    index grows; memory ranks by how often it repeats the request's words."""
+    def words(tag, n):
+        return " ".join(f"{tag}{j}" for j in range(n))
+
+    ev = [EvidenceItem(f"ev{i}", f"Q3 revenue figures, region {i}: " + words(f"e{i}x", 250),
+                       uri=f"artifact://app/u/s1/doc{i}.txt", source="artifact", timestamp=1000.0 + (5 - i))
+          for i in range(6)]
+    mem = [MemoryItem(f"m{i}", "Q3 revenue figures " * (6 - i) + words(f"m{i}y", 180), timestamp=1_600_000_000.0,
+                      rank=i) for i in range(6)]
+    return make_inputs(history_turns(4), "report the Q3 revenue figures", loop, task=TASK, evidence=ev, memory=mem,
+                       tools=[tool_spec("search"), tool_spec("fetch")])
+
+
+def _first_word(item_id: str) -> str:
+    """The first of an item's own words in `_ranked_inputs` (ev3 -> "e3x0 ", m2 -> "m2y0 ")."""
+    return f"e{item_id[2:]}x0 " if item_id.startswith("ev") else f"m{item_id[1:]}y0 "
+
+
+def _overflow(events, layer):
+    """The budget fit's and the final fit's actions on one layer, in the order the manifest recorded them
+    (retrieval's own "not selected" drops are not overflow)."""
+    return [e for e in events if e["layer"] == layer and not e["reason"].startswith("not selected")]
+
+
+def test_evidence_and_memory_overflow_compress_then_drop_in_recorded_order(counter):
+    """Both layers really overflow: each is shortened to item_max_tokens, then to half, and only then are
+    items dropped (memory lowest-ranked first, evidence oldest first); each step frees tokens, and every
+    candidate is either sent or named by a drop event."""
+    inputs = _ranked_inputs()
+    roomy = build_pack(inputs, DEFAULT, counter=counter, window=32_000)
+    assert not any(e["action"] == "drop" for e in roomy.manifest.truncation_events)
+    ranking = [s["id"] for s in roomy.manifest.selected["memory"]]
+    assert sorted(ranking) == [f"m{i}" for i in range(6)]
+
+    pack = build_pack(inputs, DEFAULT, counter=counter, window=2_000)
     m = pack.manifest
-    kept_ev = {s["id"] for s in m.selected["evidence"]}
-    dropped_ev = {i for e in m.truncation_events if e["layer"] == "evidence" and e["action"] == "drop" for i in e["ids"]}
-    assert dropped_ev and not (dropped_ev & kept_ev)
-    assert kept_ev | dropped_ev == {f"ev{i}" for i in range(8)}
-    assert m.layer_budgets["evidence"].dropped == len(dropped_ev)
+    assert request_tokens(pack.request, counter) <= 2_000 - int(2_000 * DEFAULT.floors.slack)
+    caps = {"evidence": DEFAULT.evidence.item_max_tokens, "memory": DEFAULT.memory.item_max_tokens}
+    for layer, cap in caps.items():
+        events = _overflow(m.truncation_events, layer)
+        assert [(e["action"], e["reason"]) for e in events] == [
+            ("compress", f"overflow: items summarised to {cap} tokens"),
+            ("compress", f"overflow: items summarised to {cap // 2} tokens"), ("drop", "overflow")], (layer, events)
+        for before, after in zip(events, events[1:]):
+            assert after["tokens_before"] == before["tokens_after"]
+        assert all(e["tokens_after"] < e["tokens_before"] for e in events), events
+        kept = [s["id"] for s in m.selected[layer]]
+        dropped = events[-1]["ids"]
+        assert kept and dropped and all(s["compressed"] for s in m.selected[layer])
+        assert sorted(kept + dropped) == sorted(i.id for i in getattr(inputs, layer)), "dropped without an event"
+        assert m.layer_budgets[layer].dropped == len(dropped)
+        for item_id in dropped:
+            assert _first_word(item_id) not in payload_of(pack), item_id
+        for item_id in kept:
+            assert _first_word(item_id) in payload_of(pack), item_id
+    mem_dropped = _overflow(m.truncation_events, "memory")[-1]["ids"]
+    assert ranking[len(ranking) - len(mem_dropped):] == mem_dropped  # the lowest-ranked go first
+    ev_dropped = _overflow(m.truncation_events, "evidence")[-1]["ids"]
+    oldest = sorted(inputs.evidence, key=lambda e: e.timestamp)
+    assert set(ev_dropped) == {e.id for e in oldest[:len(ev_dropped)]}  # the oldest go first
+
+
+def test_the_final_fit_drops_memory_before_cutting_a_turn(counter):
+    """The exact count after rendering may still be over: the final fit drops Memory (lowest-ranked first)
+    before Evidence and before it cuts a kept turn, and records it after the budget fit."""
+    inputs = _ranked_inputs()
+    ranking = [s["id"] for s in build_pack(inputs, DEFAULT, counter=counter, window=32_000).manifest.selected["memory"]]
+    pack = build_pack(inputs, DEFAULT, counter=counter, window=2_400)
+    assert request_tokens(pack.request, counter) <= 2_400 - int(2_400 * DEFAULT.floors.slack)
+    events = pack.manifest.truncation_events
+    assert [(e["layer"], e["action"]) for e in events] == [
+        ("evidence", "compress"), ("evidence", "compress"),
+        ("memory", "compress"), ("memory", "compress"), ("memory", "drop"), ("memory", "drop")], events
+    budget_drop, final_drop = events[-2]["ids"], events[-1]["ids"]
+    assert final_drop and final_drop[0] not in budget_drop
+    assert ranking[len(ranking) - len(budget_drop) - len(final_drop):] == final_drop + budget_drop
+    assert [s["id"] for s in pack.manifest.selected["memory"]] == ranking[:len(ranking) - len(budget_drop) - len(final_drop)]
+
+
+def _every_layer_inputs():
+    """Six history turns, two big tool results in this invocation (one over max_turn_tokens), and
+    evidence and memory that all match the request: every flexible layer overflows a 4K window."""
+    def words(tag, n):
+        return " ".join(f"{tag}{j}" for j in range(n))
+
+    loop = [call_msg("search", q="Q3 revenue"), resp_msg("search", result=filler(3_000, 3)),
+            call_msg("fetch", q="Q3 revenue 2"), resp_msg("fetch", result=filler(2_000, 5))]
+    ev = [EvidenceItem(f"ev{i}", f"Q3 revenue figures, region {i}: " + words(f"e{i}x", 250),
+                       uri=f"artifact://app/u/s1/doc{i}.txt", source="artifact", timestamp=1000.0 + i)
+          for i in range(6)]
+    mem = [MemoryItem(f"m{i}", f"Q3 revenue figures remembered {i}: " + words(f"m{i}y", 180),
+                      timestamp=1_600_000_000.0 + i * 86_400, rank=i) for i in range(6)]
+    return make_inputs(history_turns(6, big=700), "report the Q3 revenue figures", loop, task=TASK, evidence=ev,
+                       memory=mem, tools=[tool_spec("search"), tool_spec("fetch")])
+
+
+def test_every_layer_overflows_in_pipeline_order(counter):
+    """Memory, Evidence and the conversation all overflow one pack, and the manifest lists the actions in the
+    order the pipeline takes them: the per-turn cap, the compaction, Evidence then Memory fitted to their
+    budgets (compress before drop), then the exact final fit cutting the largest kept turn."""
+    inputs = _every_layer_inputs()
+    pack = build_pack(inputs, DEFAULT, counter=counter, window=4_000)
+    assert request_tokens(pack.request, counter) <= 4_000 - int(4_000 * DEFAULT.floors.slack)
+    assert orphan_responses(pack.request.messages) == []
+    events = pack.manifest.truncation_events
+    assert [(e["layer"], e["action"]) for e in events] == [
+        ("conversation", "cut"), ("conversation", "fold"),
+        ("evidence", "compress"), ("evidence", "compress"), ("evidence", "drop"),
+        ("memory", "compress"), ("memory", "compress"), ("memory", "drop"),
+        ("conversation", "cut")], events
+    per_turn_cap, fold, final_cut = events[0], events[1], events[-1]
+    assert per_turn_cap["reason"] == "turn over max_turn_tokens"
+    assert per_turn_cap["tokens_after"] <= DEFAULT.conversation.max_turn_tokens < per_turn_cap["tokens_before"]
+    assert fold["tokens_after"] < fold["tokens_before"]
+    assert final_cut["reason"].startswith("window still exceeded")
+    assert final_cut["ids"][0].split(":")[0] not in fold["ids"]  # the cut turn is one the compaction kept
+    for layer in ("evidence", "memory"):  # nothing left of them: every candidate is named by the drop
+        assert pack.manifest.selected[layer] == []
+        assert set(i.id for i in getattr(inputs, layer)) <= set(_overflow(events, layer)[-1]["ids"])
 
 
 def _tight_inputs():

@@ -438,15 +438,23 @@ async def test_set_task_in_before_agent_callback_and_step_tools(memory_store_url
     assert m.tools == ["fetch_page", "read_artifact"] and m.layer_budgets["tools"].dropped == 2
 
 
-async def test_memory_service_hits_appear_in_memory(memory_store_url):
+CODENAME = "The launch codename is BLUEBIRD and it ships in May."
+
+
+async def remembered(fact: str) -> InMemoryMemoryService:
+    """A memory service holding one earlier session in which the agent said `fact`."""
     memory = InMemoryMemoryService()
-    earlier, _ = scripted_agent(["The launch codename is BLUEBIRD and it ships in May."])
+    earlier, _ = scripted_agent([fact])
     first = make_runner(earlier, memory_service=memory)
     old_sid = await new_session(first)
     await run_turn(first, old_sid, "Remind me of the rocket launch codename.")
-    old = await first.session_service.get_session(app_name="testapp", user_id="u", session_id=old_sid)
-    await memory.add_session_to_memory(old)
+    await memory.add_session_to_memory(
+        await first.session_service.get_session(app_name="testapp", user_id="u", session_id=old_sid))
+    return memory
 
+
+async def test_memory_service_hits_appear_in_memory(memory_store_url):
+    memory = await remembered(CODENAME)
     agent, llm = scripted_agent(["It is BLUEBIRD."])
     plugin = ContextPackPlugin(store=memory_store_url, window_tokens=WINDOW)
     runner = make_runner(agent, plugins=[plugin], memory_service=memory)
@@ -454,19 +462,14 @@ async def test_memory_service_hits_appear_in_memory(memory_store_url):
     await run_turn(runner, sid, "What is the launch codename?")
     text = payload(request_from_llm(llm.requests[0]))
     memory_section = text[text.index("MEMORY ("):text.index("USER REQUEST")]
-    assert "The launch codename is BLUEBIRD and it ships in May." in memory_section
+    assert CODENAME in memory_section
     manifest = plugin.packer.recent[0].manifest
     assert manifest.selected["memory"] and all(s["source"] == "memory_service" for s in manifest.selected["memory"])
 
 
 async def test_memory_can_be_switched_off(memory_store_url):
-    memory = InMemoryMemoryService()
-    earlier, _ = scripted_agent(["The launch codename is BLUEBIRD."])
-    first = make_runner(earlier, memory_service=memory)
-    old_sid = await new_session(first)
-    await run_turn(first, old_sid, "launch codename?")
-    await memory.add_session_to_memory(
-        await first.session_service.get_session(app_name="testapp", user_id="u", session_id=old_sid))
+    """The same memory and question as test_memory_service_hits_appear_in_memory, with memory off."""
+    memory = await remembered(CODENAME)
     agent, llm = scripted_agent(["ok"])
     plugin = ContextPackPlugin(store=memory_store_url, window_tokens=WINDOW, use_memory=False)
     runner = make_runner(agent, plugins=[plugin], memory_service=memory)

@@ -1,17 +1,25 @@
-"""Property tests over random sessions: the pack's invariants hold whatever the history looks like."""
+"""Property tests over random sessions: the pack's invariants hold whatever the history looks like.
+
+Sessions are drawn with and without a goal, with inline images, failed tool calls (error results and
+the failure log the plugin keeps) and results offloaded to artifact URIs, over windows from 2K to 32K.
+The runs are derandomized (the same examples on every CI run); the strategies cover every dimension.
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
+import re
 import uuid
+from dataclasses import replace
 
 import fsspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aether_context.content import FunctionCall, FunctionResponse, Message, TextPart
-from aether_context.pipeline import EvidenceItem, MemoryItem, TaskSpec, build_pack, request_tokens
+from aether_context.content import (Blob, FunctionCall, FunctionResponse, Message, TextPart, canonical_json,
+                                    response_digest)
+from aether_context.loop.failures import FailureLog
+from aether_context.pipeline import EvidenceItem, MemoryItem, TaskSpec, build_pack, group_turns, request_tokens
+from aether_context.pipeline.decay import blob_key
 from aether_context.pipeline.render import PAYLOAD_HEADER
 from aether_context.profile import load_profile
 from aether_context.replay import replay
@@ -28,14 +36,47 @@ short_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_s
     lambda s: s.strip() != "")
 sizes = st.integers(1, 1_500)  # words, about a token each
 seeds = st.integers(0, 10_000)
+IMAGES = tuple(b"\x89PNG\r\n\x1a\n" + bytes([k]) * 48 for k in range(4))
+URI_RE = re.compile(r"artifact://[A-Za-z0-9_./:-]+")
+NO_GOAL_LABELS = ("GOAL:", "STEP:")
+
+
+class Session:
+    """What a drawn session registered beside its messages: saved originals and failed calls."""
+
+    def __init__(self) -> None:
+        self.uris: dict[str, str] = {}  # response or blob digest -> artifact URI (the plugin's aether:uris)
+        self.failures = FailureLog()
 
 
 @st.composite
-def exchange(draw, label: str) -> list[Message]:
+def tool_response(draw, name: str, label: str, session: Session) -> FunctionResponse:
+    """A result as the plugin leaves it in the session: plain (its original saved or not), an error
+    (logged as a failure), or offloaded (a summary and the artifact URI of the original)."""
+    kind = draw(st.sampled_from(["plain", "plain", "error", "offloaded"]))
+    words, seed = draw(sizes), draw(seeds)
+    if kind == "error":
+        text = (f"Traceback (most recent call last):\n  File \"jobs/{label}.py\", line {seed % 90 + 1}, in run\n"
+                f"    {filler(min(words, 40), seed)}\nValueError: {name} failed on {label}")
+        session.failures.add(turn=seed % 50, tool=name, args={"q": label}, error_text=text)
+        return FunctionResponse(name, {"error": text})
+    if kind == "offloaded":
+        uri = f"artifact://app/u/s1/{label}.txt"
+        response = {"summary": filler(min(words, 200), seed), "artifact_uri": uri, "original_tokens": words * 4}
+        session.uris[response_digest(response)] = uri
+        return FunctionResponse(name, response)
+    response = {"result": filler(words, seed)}
+    if draw(st.booleans()):  # the original was saved: pruning may clear the result to its URI
+        session.uris[response_digest(response)] = f"artifact://app/u/s1/{label}-original.txt"
+    return FunctionResponse(name, response)
+
+
+@st.composite
+def exchange(draw, label: str, session: Session) -> list[Message]:
     """A model call (one or two functions) with its responses (one message or one per call)."""
     names = draw(st.lists(st.sampled_from(TOOLS + ("helper",)), min_size=1, max_size=2))
     calls = tuple(FunctionCall(n, {"q": f"{label}-{k}"}) for k, n in enumerate(names))
-    responses = [FunctionResponse(n, {"result": filler(draw(sizes), draw(seeds))}) for n in names]
+    responses = [draw(tool_response(n, f"{label}-{k}", session)) for k, n in enumerate(names)]
     out = [Message("model", calls)]
     if len(responses) > 1 and draw(st.booleans()):
         out.append(Message("user", tuple(responses)))
@@ -45,29 +86,46 @@ def exchange(draw, label: str) -> list[Message]:
 
 
 @st.composite
-def history(draw) -> list[Message]:
+def history(draw, session: Session) -> list[Message]:
     out: list[Message] = []
     for i in range(draw(st.integers(0, 14))):
-        kind = draw(st.sampled_from(["user", "model", "tool", "tool"]))
+        kind = draw(st.sampled_from(["user", "model", "tool", "tool", "image"]))
         if kind == "tool":
-            out += draw(exchange(f"h{i}"))
+            out += draw(exchange(f"h{i}", session))
+        elif kind == "image":
+            data = draw(st.sampled_from(IMAGES))
+            if draw(st.booleans()):
+                session.uris[blob_key(data)] = f"artifact://app/u/s1/image-{i}.png"
+            out.append(Message("user", (TextPart(f"user {i}: what does this chart show?"), Blob("image/png", data))))
         else:
             out.append(text_msg(kind, f"{kind} {i}: " + filler(draw(st.integers(1, 400)), draw(seeds))))
     return out
 
 
 @st.composite
-def sessions(draw):
-    task = TaskSpec(
+def tasks(draw, opening: str) -> TaskSpec:
+    """A goal with its step and checklists, or no goal at all (the opening request stands in, if any)."""
+    tools = draw(st.one_of(st.none(), st.lists(st.sampled_from(TOOLS + ("unknown_tool",)), max_size=4,
+                                               unique=True).map(tuple)))
+    if not draw(st.booleans()):
+        return TaskSpec(tools=tools, opening_request=opening)
+    return TaskSpec(
         goal=draw(short_text),
         step=draw(st.one_of(st.just(""), short_text)),
         acceptance=tuple(draw(st.lists(short_text, min_size=1, max_size=3))),
         constraints=tuple(draw(st.lists(short_text, max_size=2))),
-        tools=draw(st.one_of(st.none(), st.lists(st.sampled_from(TOOLS + ("unknown_tool",)), max_size=4,
-                                                 unique=True).map(tuple))),
-        expected_tool_calls=draw(st.integers(0, 5)),
-        risk=draw(st.floats(0, 1)),
+        tools=tools, expected_tool_calls=draw(st.integers(0, 5)), risk=draw(st.floats(0, 1)),
+        opening_request=opening,
     )
+
+
+@st.composite
+def sessions(draw):
+    session = Session()
+    past = draw(history(session))
+    request = draw(short_text)
+    opening = next((m.text for m in past if m.role == "user" and m.text and not m.responses), request)
+    task = draw(tasks(opening))
     evidence = [EvidenceItem(f"ev{i}", filler(draw(st.integers(1, 600)), draw(seeds)),
                              uri=draw(st.sampled_from(["", f"artifact://app/u/s1/doc{i}.txt"])),
                              timestamp=draw(st.one_of(st.none(), st.floats(1.5e9, 1.7e9))))
@@ -77,15 +135,26 @@ def sessions(draw):
               for i in range(draw(st.integers(0, 8)))]
     loop: list[Message] = []
     for i in range(draw(st.integers(0, 3))):
-        loop += draw(exchange(f"l{i}"))
-    inputs = make_inputs(draw(history()), draw(short_text), loop, task=task, evidence=evidence, memory=memory,
+        loop += draw(exchange(f"l{i}", session))
+    inputs = make_inputs(past, request, loop, task=task, evidence=evidence, memory=memory,
                          tools=[tool_spec(n) for n in TOOLS], system=draw(short_text))
+    failures = {**session.failures.to_json(), "current_turn": len(inputs.request.messages)} \
+        if len(session.failures) else {}
+    inputs = replace(inputs, uris=dict(session.uris), failures=failures)
     # windows from 2K to 32K, with extra weight on small ones where every layer is under pressure
     window = draw(st.one_of(st.integers(2_000, 4_000), st.integers(2_000, 32_000)))
     return inputs, window, draw(st.sampled_from(sorted(PROFILES)))
 
 
-def check_pack(pack, inputs, window, profile) -> None:
+def payload_text(request) -> str | None:
+    """The pack payload (its first part: a closing STATUS may ride on the message), or None when the
+    user's message went out as it is."""
+    payloads = [m for m in request.messages if m.role == "user" and m.text.startswith(PAYLOAD_HEADER + "\n")]
+    assert len(payloads) <= 1
+    return payloads[0].parts[0].text if payloads else None
+
+
+def check_pack(pack, inputs, window, profile, earlier_events=()) -> None:
     request, task = pack.request, inputs.task
     limit = window - int(window * profile.floors.slack)
     assert request_tokens(request, COUNTER) <= limit
@@ -95,10 +164,27 @@ def check_pack(pack, inputs, window, profile) -> None:
     # Tools: every step tool that exists, none other
     expected = set(TOOLS) if task.tools is None else set(task.tools) & set(TOOLS)
     assert [t.name for t in request.tools] == sorted(expected)
-    # Task: goal, step, constraints, acceptance whole; the request verbatim and last
-    payloads = [m for m in request.messages if m.role == "user" and m.text.startswith(PAYLOAD_HEADER + "\n")]
-    assert len(payloads) == 1
-    text = payloads[0].parts[0].text  # a closing STATUS may ride on the message as a further part
+    user_request = inputs.request.messages[inputs.request_index]
+    text = payload_text(request)
+    if text is None:  # nothing to add: the user's message goes out as ADK built it
+        assert not task.goal and user_request in request.messages
+    else:  # the request verbatim and last
+        assert text.endswith("USER REQUEST (VERBATIM; answer it):\n" + user_request.text)
+    if task.goal:
+        check_task(text, task)
+    else:
+        check_no_goal(pack, inputs, text)
+    # no function response without its call right before it
+    assert orphan_responses(request.messages) == []
+    assert not any(e["layer"] in ("system", "task", "tools") for e in pack.manifest.truncation_events)
+    assert pack.manifest.checksum == request.checksum
+    check_nothing_dropped_silently(pack, inputs, [*earlier_events, *pack.manifest.truncation_events])
+    check_cited_uris_are_known(pack, inputs)
+
+
+def check_task(text: str | None, task: TaskSpec) -> None:
+    """Goal, step, constraints and acceptance go out whole in the payload."""
+    assert text is not None
     assert f"GOAL: {task.goal}" in text
     if task.step:
         assert f"STEP: {task.step}" in text
@@ -106,11 +192,60 @@ def check_pack(pack, inputs, window, profile) -> None:
         assert f"- {c}" in text
     for a in task.acceptance:
         assert f"- [ ] {a}" in text
-    assert text.endswith("USER REQUEST (VERBATIM; answer it):\n" + inputs.request.messages[inputs.request_index].text)
-    # no function response without its call right before it
-    assert orphan_responses(request.messages) == []
-    assert not any(e["layer"] in ("system", "task", "tools") for e in pack.manifest.truncation_events)
-    assert pack.manifest.checksum == request.checksum
+
+
+def check_no_goal(pack, inputs, text: str | None) -> None:
+    """Without a goal the pack invents none: no GOAL or STEP section, and a status only when there is
+    something real to recite (the opening request once history was compacted, or new failures)."""
+    own = (text or "").split("USER REQUEST (VERBATIM; answer it):")[0]
+    assert not any(line.startswith(NO_GOAL_LABELS) for line in own.splitlines()), own
+    if not pack.manifest.recited:
+        return
+    status = pack.request.messages[-1].parts[-1].text
+    first_line = next((ln.strip() for ln in inputs.task.opening_request.splitlines() if ln.strip()), "")
+    assert (first_line and pack.state.compacted_through > 0) or inputs.failures, status
+    if not first_line:
+        assert "not set" in status, status
+
+
+def without_status(pack) -> tuple[Message, ...]:
+    """The request's messages without the closing status (an extra text part on the last message)."""
+    messages = pack.request.messages
+    if not pack.manifest.recited:
+        return messages
+    last = messages[-1]
+    return messages[:-1] + ((Message(last.role, last.parts[:-1]),) if len(last.parts) > 1 else ())
+
+
+def check_nothing_dropped_silently(pack, inputs, events) -> None:
+    """Every evidence and memory item is sent or named by an event of its layer; every turn of the
+    conversation that is not sent as it came is named by a conversation event (its turn, or its image)."""
+    named: dict[str, set[str]] = {"evidence": set(), "memory": set(), "conversation": set()}
+    for e in events:
+        named.setdefault(e["layer"], set()).update(e["ids"])
+    for layer, items in (("evidence", inputs.evidence), ("memory", inputs.memory)):
+        sent = {s["id"] for s in pack.manifest.selected[layer]}
+        silent = [i.id for i in items if i.id not in sent and i.id not in named[layer]]
+        assert not silent, (layer, silent, events)
+    sent = without_status(pack)
+    sent_digests = {m.digest for m in sent}
+    msgs, r = inputs.request.messages, inputs.request_index
+    for turn in group_turns(msgs[:r]) + group_turns(msgs[r + 1:], offset=r + 1):
+        if all(m.digest in sent_digests for m in turn.messages):
+            continue
+        ids = named["conversation"]
+        images = {blob_key(b.data) for m in turn.messages for b in m.blobs}
+        assert images & ids or any(i == f"turn-{turn.start}" or i.startswith(f"turn-{turn.start}:") for i in ids), \
+            (turn.start, events)
+
+
+def check_cited_uris_are_known(pack, inputs) -> None:
+    """Every artifact URI the request cites is one the session saved (so the recall tool can read it):
+    none invented, none cut in half by a truncation."""
+    known = set(inputs.uris.values()) | {e.uri for e in inputs.evidence if e.uri}
+    known |= set(URI_RE.findall(canonical_json([m.to_json() for m in inputs.request.messages])))
+    cited = set(URI_RE.findall(canonical_json([m.to_json() for m in pack.request.messages])))
+    assert cited <= known, cited - known
 
 
 def replay_through_store(pack) -> None:
@@ -152,6 +287,7 @@ def test_later_calls_of_an_invocation(case, more):
     inputs, window, name = case
     profile = PROFILES[name]
     pack = build_pack(inputs, profile, counter=COUNTER, window=window)
+    events = list(pack.manifest.truncation_events)
     loop = list(inputs.request.messages[inputs.request_index + 1:])
     for i, words in enumerate(more):
         loop += [Message("model", (FunctionCall("search", {"q": f"more {i}"}),)),
@@ -161,8 +297,11 @@ def test_later_calls_of_an_invocation(case, more):
                                  evidence=inputs.evidence, memory=inputs.memory,
                                  tools=list(inputs.request.tools), system=inputs.request.system_instruction,
                                  previous=pack.state)
+        nxt_inputs = replace(nxt_inputs, uris=inputs.uris, failures=inputs.failures)
         nxt = build_pack(nxt_inputs, profile, counter=COUNTER, window=window)
-        check_pack(nxt, nxt_inputs, window, profile)
+        # a turn compacted by an earlier call of the invocation was named by that call's manifest
+        check_pack(nxt, nxt_inputs, window, profile, earlier_events=events)
+        events += nxt.manifest.truncation_events
         if nxt.manifest.reused_payload:
             # a status is kept where it was sent and never rides on a function response: the previous
             # request, as sent, is a strict prefix
@@ -174,3 +313,25 @@ def test_later_calls_of_an_invocation(case, more):
                            for p in nxt.request.messages[-1].parts if nxt.request.messages[-1].responses)
         pack = nxt
     replay_through_store(pack)
+
+
+def test_a_frozen_payload_cut_by_the_final_fit_is_not_reported_as_reused():
+    """Found by test_later_calls_of_an_invocation: the fourth call of an invocation froze the payload, the final
+    fit had to drop a Memory line from it, and the manifest still said `reused_payload` (so the prefix the
+    previous call cached was claimed kept while it was rewritten)."""
+    def traceback(label: str) -> str:
+        return (f'Traceback (most recent call last):\n  File "jobs/{label}.py", line 1, in run\n    alpha\n'
+                f"ValueError: fetch failed on {label}")
+
+    loop = [Message("model", (FunctionCall("fetch", {"q": "l0-0"}),)), resp_msg("fetch", result="alpha"),
+            Message("model", (FunctionCall("fetch", {"q": "l1-0"}),)), resp_msg("fetch", result="alpha"),
+            Message("model", (FunctionCall("fetch", {"q": "l2-0"}), FunctionCall("fetch", {"q": "l2-1"}))),
+            Message("user", (FunctionResponse("fetch", {"error": traceback("l2-0")}),)),
+            Message("user", (FunctionResponse("fetch", {"error": traceback("l2-1")}),))]
+    log = FailureLog()
+    for label in ("l2-0", "l2-1"):
+        log.add(turn=0, tool="fetch", args={"q": label}, error_text=traceback(label))
+    inputs = make_inputs([text_msg("user", "user 0: hotel")], "0", loop, task=TaskSpec(opening_request="user 0: hotel"),
+                         tools=[tool_spec(n) for n in TOOLS], system="0")
+    inputs = replace(inputs, failures={**log.to_json(), "current_turn": 9})
+    test_later_calls_of_an_invocation.hypothesis.inner_test((inputs, 2_037, "research"), [234, 305, 93])

@@ -18,6 +18,8 @@ from aether_context.pipeline import PackInputs, build_pack, request_tokens
 from aether_context.pipeline.render import quote
 from aether_context.testing import ScriptedLlm, call
 
+from conftest import orphan_responses
+
 COUNTER = TokenCounter()
 
 
@@ -81,24 +83,13 @@ def _tool_session(n_steps: int, size: int = 400) -> PackInputs:
     return PackInputs(request=req, request_index=0, invocation_id="inv", agent="a", now=1.8e9)
 
 
-def _orphans(messages) -> int:
-    bad = 0
-    for i, m in enumerate(messages):
-        if m.responses:
-            prev = messages[i - 1] if i else None
-            names = [c.name for c in prev.calls] if prev else []
-            if not all(r.name in names for r in m.responses):
-                bad += 1
-    return bad
-
-
 def test_decay_zones_keep_pairs_valid_and_cap_the_summary():
     profile = load_profile("coding_agent")
     inputs = _tool_session(60)
     pack = build_pack(inputs, profile, counter=COUNTER, window=8000)
     msgs = pack.request.messages
     assert request_tokens(pack.request, COUNTER) <= 8000 - int(8000 * profile.floors.slack)
-    assert _orphans(msgs) == 0
+    assert orphan_responses(msgs) == []
     block = msgs[0].text  # the compaction block leads the request
     assert block.startswith("CONVERSATION SO FAR") and "\nTURNS:\n  - [turn " in block
     summary = pack.state.summary

@@ -1,72 +1,12 @@
-"""Context-window registry and budget profiles (built-ins, files, validation)."""
+"""Budget profiles (built-ins, files, validation); the context-window registry is in test_model_windows."""
 
 from __future__ import annotations
 
 import pytest
 
-from aether_context.errors import AetherContextError, ProfileError, WindowError
+from aether_context.errors import ProfileError
 from aether_context.pipeline import Signals, allocate
 from aether_context.profile import BudgetProfile, builtin_profiles, load_profile
-from aether_context.windows import DEFAULT_WINDOW, CONTEXT_WINDOWS, context_window, normalise_model_name
-
-# ------------------------------------------------------------------------------------------------
-# windows
-# ------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("model, window", [
-    ("gemini-2.5-flash", 1_048_576),
-    ("models/gemini-2.5-flash", 1_048_576),
-    ("gemini-2.5-pro-preview-06-05", 1_048_576),
-    ("gemini/gemini-2.0-flash-001", 1_048_576),
-    ("vertex_ai/gemini-1.5-pro-002", 2_097_152),
-    ("gemini-3-pro-preview", 1_048_576),
-    ("gpt-4o", 128_000),
-    ("openai/gpt-4o-mini", 128_000),
-    ("gpt-4.1-mini", 1_047_576),
-    ("gpt-4", 8_192),
-    ("gpt-4-turbo-2024-04-09", 128_000),
-    ("gpt-5", 400_000),
-    ("o3-mini", 200_000),
-    ("claude-sonnet-4-20250514", 200_000),
-    ("anthropic/claude-opus-4-1", 200_000),
-    ("claude-3-5-haiku-latest", 200_000),
-    ("  Models/Gemini-2.5-Flash  ", 1_048_576),
-])
-def test_registry_knows_current_models(model, window):
-    assert context_window(model) == window
-
-
-def test_longest_prefix_wins():
-    assert context_window("gpt-4") == 8_192
-    assert context_window("gpt-4o") == 128_000
-    assert context_window("gpt-4.1") == 1_047_576
-
-
-def test_prefixes_are_stripped_repeatedly():
-    assert normalise_model_name("openai/models/GPT-4o") == "gpt-4o"
-    assert normalise_model_name("vertex_ai/google/gemini-2.5-pro") == "gemini-2.5-pro"
-
-
-def test_override_wins():
-    assert context_window("gemini-2.5-flash", 32_000) == 32_000
-    assert context_window("totally-unknown", 4_096) == 4_096
-    assert context_window(None, 10_000) == 10_000
-
-
-@pytest.mark.parametrize("model", ["totally-unknown-model", "", None, "scripted-model"])
-def test_unknown_model_is_an_error_only_when_strict(model):
-    with pytest.raises(WindowError) as info:
-        context_window(model, strict=True)
-    message = str(info.value)
-    assert "window_tokens" in message and "unknown context window" in message
-    assert isinstance(info.value, AetherContextError)
-    assert context_window(model) == DEFAULT_WINDOW
-
-
-def test_registry_values_are_positive():
-    assert all(v > 0 for v in CONTEXT_WINDOWS.values())
-
 
 # ------------------------------------------------------------------------------------------------
 # built-in profiles

@@ -177,8 +177,10 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
     state = _state(inputs, profile, model_window, stable, fit, prepared, compaction, call_index, last_recited,
                    shown, placed.statuses, counter)
     state = replace(state, evidence_marks=evidence_marks(inputs.evidence, state.evidence_ids))
+    # reused: the frozen payload went out as the previous call sent it (the final fit may have had to cut it)
+    reused = frozen is not None and fit.payload_text == frozen.payload_text
     manifest = _manifest(inputs, profile, model_window, alloc, request, fit, cands, events, state, compaction,
-                         frozen is not None, recital, counter, change_cause(refreshed) if refreshed else "",
+                         reused, recital, counter, change_cause(refreshed) if refreshed else "",
                          status_on_payload=placed.kept and placed.host == _payload_index(fit))
     return ContextPack(request=request, manifest=manifest, state=state, inputs=inputs)
 
@@ -192,13 +194,15 @@ def _prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting)
     loop, orphan_l = repair_orphans(conv.loop)
     events: list[TruncationEvent] = [*orphan_h, *orphan_l]
     n_hist = len(history)
-    turns, images = decay_images(history + loop, profile.decay.image_keep_turns, inputs.uris)
+    same_invocation = inputs.previous is not None and inputs.previous.invocation_id == inputs.invocation_id
+    # like pruning, images age only at a new invocation: within one, the sent (cached) prefix stays as it was
+    keep = profile.decay.image_keep_turns + (len(loop) if same_invocation else 0)
+    turns, images = decay_images(history + loop, keep, inputs.uris)
     if images:
         events.append(TruncationEvent("conversation", "compress", "old inline images replaced by a description + URI", images))
     already = frozenset(inputs.previous.pruned) if inputs.previous else frozenset()
     pruned: frozenset[int] = already
     if profile.pruning.enabled:
-        same_invocation = inputs.previous is not None and inputs.previous.invocation_id == inputs.invocation_id
         turns, pruned, fresh = prune_tool_outputs(turns, protect_tokens=profile.pruning.protect_tokens,
                                                   minimum_tokens=profile.pruning.minimum_tokens, uris=inputs.uris,
                                                   already=already, counter=counter, consider_new=not same_invocation)

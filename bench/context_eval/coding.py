@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from context_eval.failure_lines import failure_lines
-from measure import string_leaves, strip_ansi
+from aether_context.compress import failure_lines  # the package's own definition of a failure line
+from aether_context.compress.error_lines import strip_ansi
+from measure import string_leaves
 from trajectories import Trajectory
 
 __all__ = ["CodingFacts", "coding_facts", "check_final"]
