@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional, Sequence, get_args
 
 from aether_context.profile import load_profile
-from aether_context.recitation import StatusPlacement
+from aether_context.loop.recitation import StatusPlacement
 
 from context_eval.evaluate import evaluate
 from context_eval.report import render_report
