@@ -201,20 +201,26 @@ def check_no_goal(pack, inputs, text: str | None) -> None:
     assert not any(line.startswith(NO_GOAL_LABELS) for line in own.splitlines()), own
     if not pack.manifest.recited:
         return
-    status = pack.request.messages[-1].parts[-1].text
+    status = "\n".join(status_texts(pack))
     first_line = next((ln.strip() for ln in inputs.task.opening_request.splitlines() if ln.strip()), "")
     assert (first_line and pack.state.compacted_through > 0) or inputs.failures, status
     if not first_line:
         assert "not set" in status, status
 
 
+def status_texts(pack) -> list[str]:
+    """The STATUS parts of the request: extra text parts riding on a message (never its first part)."""
+    return [p.text for m in pack.request.messages for p in m.parts[1:]
+            if isinstance(p, TextPart) and p.text.startswith("STATUS")]
+
+
 def without_status(pack) -> tuple[Message, ...]:
-    """The request's messages without the closing status (an extra text part on the last message)."""
-    messages = pack.request.messages
-    if not pack.manifest.recited:
-        return messages
-    last = messages[-1]
-    return messages[:-1] + ((Message(last.role, last.parts[:-1]),) if len(last.parts) > 1 else ())
+    """The request's messages without the STATUS parts (a status rides as an extra text part on the
+    message `recitation.placement` chose, or is kept there from an earlier call of the invocation)."""
+    def bare(m: Message) -> Message:
+        parts = m.parts[:1] + tuple(p for p in m.parts[1:] if not (isinstance(p, TextPart) and p.text.startswith("STATUS")))
+        return m if len(parts) == len(m.parts) else Message(m.role, parts)
+    return tuple(bare(m) for m in pack.request.messages)
 
 
 def check_nothing_dropped_silently(pack, inputs, events) -> None:
