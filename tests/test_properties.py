@@ -167,7 +167,7 @@ def check_pack(pack, inputs, window, profile, earlier_events=()) -> None:
     user_request = inputs.request.messages[inputs.request_index]
     text = payload_text(request)
     if text is None:  # nothing to add: the user's message goes out as ADK built it
-        assert not task.goal and user_request in request.messages
+        assert not task.goal and user_request in without_status(pack)
     else:  # the request verbatim and last
         assert text.endswith("USER REQUEST (VERBATIM; answer it):\n" + user_request.text)
     if task.goal:
