@@ -643,3 +643,19 @@ def test_manifest_layer_accounting(counter):
     assert m.schema_version == 2
     used = sum(u.used for k, u in m.layer_budgets.items())
     assert abs(used - m.tokens_after) <= 10
+
+
+def test_stage_timings_are_collected_beside_the_pack_and_never_enter_it(counter):
+    """Issue 15 item 7: the package times its own stages; the request and the manifest do not change."""
+    from aether_context.pipeline import StageTimes
+
+    inputs = make_inputs(history_turns(120, big=200), "next", task=TASK, evidence=evidence_items(4))
+    timings = StageTimes()
+    timed = build_pack(inputs, DEFAULT, counter=counter, window=4_000, timings=timings)
+    plain = build_pack(inputs, DEFAULT, counter=counter, window=4_000)
+    assert timed.request.checksum == plain.request.checksum
+    assert timed.manifest.model_dump() == plain.manifest.model_dump()
+    assert {"collect", "select", "allocate", "fit", "render", "recite", "record"} <= set(timings.seconds)
+    assert timed.manifest.compaction is not None and "compact" in timings.seconds  # 120 turns do not fit 4K
+    assert all(v >= 0 for v in timings.seconds.values()) and timings.total >= max(timings.seconds.values())
+    assert set(timings.to_json()) == set(timings.seconds) | {"total"}

@@ -11,17 +11,23 @@ Turns that left the verbatim zone stay searchable: they are Memory candidates (s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ..compress.middle_out import middle_out
 from ..compress.values import extract_values, merge_values, render_values
+from ..profile import BudgetProfile
 from ..tokens import TokenCounting
-from .collect import PackState, Turn
+from .allocate import conversation_tokens
+from .collect import PackInputs, PackState, Turn
 from .decay import RunningSummary, decay_zones
+from .fit import TruncationEvent
 from .incremental import turn_tokens
+from .prepare import Prepared
 from .render import quote as _quote
+from .select import query_text
 
 __all__ = ["Compaction", "Verbatim", "verbatim_zone", "plan_compaction", "compaction_block", "known_values",
-           "BLOCK_HEADER"]
+           "BLOCK_HEADER", "compact", "compaction_events"]
 
 BLOCK_HEADER = "CONVERSATION SO FAR"
 
@@ -132,3 +138,55 @@ def known_values(compacted: "tuple[Turn, ...]", max_tokens: int, counter: TokenC
                                            turn=turn.start))
     merged = merge_values(sets)
     return render_values(merged, max_tokens, counter) if merged else ""
+
+
+def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone: Verbatim, *, target: int,
+            ceiling: int, reason: str, tokens_before: int, window: int, counter: TokenCounting) -> Compaction:
+    """One compaction: the oldest turns leave the verbatim zone, in one step, down to `target`."""
+    decay = profile.decay
+    # The block gets at most 60 % of the target, so the verbatim turns keep the rest. Known values
+    # first: an id read long ago is what a later call types back; then the pinned opening request,
+    # one line per turn, and the summary.
+    room = int(target * 0.6)
+    values_cap = min(decay.values_max_tokens, int(room * 0.4))
+    fold_cap = min(decay.fold_max_tokens, int(room * 0.2))
+    summary_cap = min(decay.summary_max_tokens, int(room * 0.1))
+    opening_cap = int(room * 0.3)
+    turns = prepared.turns
+    through, pinned = plan_compaction(turns, target=max(0, target - room), min_tail=profile.conversation.tail_turns,
+                                      counter=counter, request_index=inputs.request_index, current=zone, ceiling=ceiling,
+                                      max_turns=profile.conversation.max_verbatim_turns)
+    new = Verbatim(through, pinned, "", zone.compactions + 1)
+    compacted = tuple(prepared.originals.get(t.start, t) for t in turns if not new.keeps(t))
+    opening = _opening(inputs, prepared, new, profile, window, opening_cap, counter)
+    block, summary, merged, merged_lines = compaction_block(
+        compacted, RunningSummary.from_json(inputs.summary), opening=opening,
+        goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=fold_cap, summary_max_tokens=summary_cap,
+        uris=inputs.uris, values=known_values(compacted, values_cap, counter), counter=counter)
+    new = replace(new, block=block, pins_opening=bool(opening))
+    folded = tuple(t.start for t in turns if zone.keeps(t) and not new.keeps(t))
+    return Compaction(new, reason, folded, tokens_before, conversation_tokens(prepared, new, counter), summary,
+                      merged_lines)
+
+
+def _opening(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: BudgetProfile, window: int,
+             cap: int, counter: TokenCounting) -> str:
+    """The session's opening request, pinned in the block once it left the verbatim zone (capped)."""
+    text = inputs.task.opening_request
+    if not profile.task.pin_opening_request or inputs.task.goal or not text.strip():
+        return ""
+    request = prepared.conversation.request
+    if request is not None and request.text == text:
+        return ""
+    if any(zone.keeps(t) and any(m.role == "user" and m.text == text for m in t.messages) for t in prepared.turns):
+        return ""
+    return middle_out(text, min(profile.task.opening_max_tokens, int(window * profile.task.opening_max_share), cap), counter)
+
+
+def compaction_events(compaction: Compaction | None) -> tuple[TruncationEvent, ...]:
+    """The compaction as a fold event naming every turn it moved out of the verbatim zone."""
+    if compaction is None or not compaction.folded:
+        return ()
+    return (TruncationEvent("conversation", "fold", f"compaction ({compaction.reason}): turns moved to the "
+                            "compaction block and Memory", tuple(f"turn-{k}" for k in compaction.folded),
+                            compaction.tokens_before, compaction.tokens_after),)
