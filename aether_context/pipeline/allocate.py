@@ -31,6 +31,7 @@ __all__ = ["Signals", "Allocation", "allocate", "allocate_around_conversation", 
            "status_reserve", "LAYER_OVERHEAD"]
 
 LAYER_OVERHEAD = 12  # tokens of a payload section's header (Evidence, Memory)
+STATUS_SHARE = 0.15  # the most of the room left beside the head and the frame held back for the closing status
 
 FIXED_LAYERS = ("system", "task", "tools")
 FLEX_LAYERS = ("evidence", "memory", "conversation")
@@ -206,10 +207,15 @@ def conversation_tokens(prepared: "Prepared", zone: "Verbatim", counter: TokenCo
     return block + turns_tokens(tuple(t for t in prepared.turns if zone.keeps(t)), counter)
 
 
-def status_reserve(inputs: "PackInputs", profile: BudgetProfile, zone: "Verbatim", failures: str) -> int:
-    """Room for the closing status, only when one can be due (a goal, a compaction, failures)."""
+def status_reserve(inputs: "PackInputs", profile: BudgetProfile, zone: "Verbatim", failures: str, room: int) -> int:
+    """Room for the closing status, only when one can be due (a goal, a compaction, failures).
+
+    At most `STATUS_SHARE` of `room` (what is left beside the head and the frame): in a small window
+    a full status reserve would starve the conversation on every call for a block that is due on
+    some; a status that does not fit waits for the next call.
+    """
     due = inputs.task.goal or inputs.task.step or zone.through > 0 or failures
-    return recitation_reserve(profile) if due else 0
+    return min(recitation_reserve(profile), int(max(0, room) * STATUS_SHARE)) if due else 0
 
 
 def _frame_tokens(inputs: "PackInputs", cands: "Candidates", frozen: "PackState | None", failures: str,
@@ -238,8 +244,8 @@ def room(inputs: "PackInputs", profile: BudgetProfile, window: int, cands: "Cand
         + sum(counter.count_text(canonical_json(t.declaration)) for t in cands.tools) \
         + sum(counter.count_text(canonical_json(t)) for t in inputs.request.other_tools) \
         + sum(counter.count_message(m) for m in cands.conversation.instructions)
-    reserve = status_reserve(inputs, profile, zone, failures)
     frame = _frame_tokens(inputs, cands, frozen, failures, counter)
+    reserve = status_reserve(inputs, profile, zone, failures, limit - head - frame)
     flexible = max(0, limit - head - frame - reserve)
     if frozen is not None:  # Evidence and Memory are frozen inside the payload (counted in the frame)
         return Room(limit, head, frame, reserve, flexible)

@@ -18,7 +18,7 @@ from ..errors import BudgetError
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from ..windows import context_window
-from .allocate import Room, allocate_pack, conversation_tokens, room, status_reserve
+from .allocate import Room, allocate_pack, conversation_tokens, room
 from .collect import PackInputs, PackState
 from .conversation import Compaction, Verbatim, compact, compaction_events, verbatim_zone
 from .fit import fit_layers, fit_to_window, selection_events
@@ -93,7 +93,7 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     with stage("fit"):
         fitted = fit_layers(inputs, profile, plan.cands, prepared, plan.zone, plan.frozen, call.failures, alloc, counter)
     with stage("render"):
-        limit = alloc.pack_limit - status_reserve(inputs, profile, plan.zone, call.failures)
+        limit = alloc.pack_limit - plan.space.reserve
         fitted = fit_to_window(inputs, plan.cands, fitted, call.failures, limit, counter)
     with stage("recite"):
         recital = recite(inputs, profile, fitted.request, fitted.fit, reused=plan.frozen is not None,

@@ -140,33 +140,49 @@ def known_values(compacted: "tuple[Turn, ...]", max_tokens: int, counter: TokenC
     return render_values(merged, max_tokens, counter) if merged else ""
 
 
+BLOCK_SHARE = 0.6  # of the conversation's room (its ceiling): the most the compaction block may take
+_FLOOR_SHARES = {"fold": 0.2, "summary": 0.1}  # of the block's room, kept for fold lines and the summary
+_OPENING_SHARE = 0.3  # of the block's room, at most, for the pinned opening request
+
+
 def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone: Verbatim, *, target: int,
             ceiling: int, reason: str, tokens_before: int, window: int, counter: TokenCounting) -> Compaction:
-    """One compaction: the oldest turns leave the verbatim zone, in one step, down to `target`."""
-    decay = profile.decay
-    # The block gets at most 60 % of the target, so the verbatim turns keep the rest. Known values
-    # first: an id read long ago is what a later call types back; then the pinned opening request,
-    # one line per turn, and the summary.
-    room = int(target * 0.6)
-    values_cap = min(decay.values_max_tokens, int(room * 0.4))
-    fold_cap = min(decay.fold_max_tokens, int(room * 0.2))
-    summary_cap = min(decay.summary_max_tokens, int(room * 0.1))
-    opening_cap = int(room * 0.3)
+    """One compaction: the oldest turns leave the verbatim zone, in one step, down to `target`.
+
+    The block takes its parts by need, in the order a later call needs them: the pinned opening
+    request, then KNOWN VALUES (an id read long ago is what a later call types back: values are
+    the densest part), then fold lines and the summary, each with a floor so the block still
+    says what happened; what a part leaves flows to the next one.
+    """
+    room = int(max(target, ceiling) * BLOCK_SHARE)
     turns = prepared.turns
-    through, pinned = plan_compaction(turns, target=max(0, target - room), min_tail=profile.conversation.tail_turns,
-                                      counter=counter, request_index=inputs.request_index, current=zone, ceiling=ceiling,
+    through, pinned = plan_compaction(turns, target=max(0, target - int(target * BLOCK_SHARE)),
+                                      min_tail=profile.conversation.tail_turns, counter=counter,
+                                      request_index=inputs.request_index, current=zone, ceiling=ceiling,
                                       max_turns=profile.conversation.max_verbatim_turns)
     new = Verbatim(through, pinned, "", zone.compactions + 1)
     compacted = tuple(prepared.originals.get(t.start, t) for t in turns if not new.keeps(t))
-    opening = _opening(inputs, prepared, new, profile, window, opening_cap, counter)
+    opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter)
+    caps = _block_caps(profile, room, counter.count_text(opening) if opening else 0)
+    values = known_values(compacted, caps["values"], counter)
+    left = max(0, caps["values"] - (counter.count_text(values) if values else 0))
+    fold_cap = min(profile.decay.fold_max_tokens, caps["fold"] + left)
+    summary_cap = min(profile.decay.summary_max_tokens, caps["summary"])
     block, summary, merged, merged_lines = compaction_block(
         compacted, RunningSummary.from_json(inputs.summary), opening=opening,
         goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=fold_cap, summary_max_tokens=summary_cap,
-        uris=inputs.uris, values=known_values(compacted, values_cap, counter), counter=counter)
+        uris=inputs.uris, values=values, counter=counter)
     new = replace(new, block=block, pins_opening=bool(opening))
     folded = tuple(t.start for t in turns if zone.keeps(t) and not new.keeps(t))
     return Compaction(new, reason, folded, tokens_before, conversation_tokens(prepared, new, counter), summary,
                       merged_lines)
+
+
+def _block_caps(profile: BudgetProfile, room: int, opening: int) -> dict[str, int]:
+    """The block's room after the opening request: floors for folds and summary, the rest to values."""
+    floors = {k: int(room * share) for k, share in _FLOOR_SHARES.items()}
+    values = min(profile.decay.values_max_tokens, max(0, room - opening - sum(floors.values())))
+    return {"values": values, **floors}
 
 
 def _opening(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: BudgetProfile, window: int,
