@@ -23,12 +23,11 @@ from .collect import PackInputs, PackState
 from .conversation import Compaction, Verbatim, compact, compaction_events, verbatim_zone
 from .fit import fit_layers, fit_to_window, selection_events
 from .prepare import Prepared, prepare
-from .recite import recite
+from .recite import failures_to_show, recite
 from .record import Decisions, Manifest, record
 from .render import request_tokens
 from .retrieve import Retriever, default_retriever
 from .select import Candidates, select
-from .status import failures_section
 from .timing import StageTimes
 
 __all__ = ["ContextPack", "build_pack", "request_tokens", "StageTimes"]
@@ -80,13 +79,14 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
 
     model_window = context_window(inputs.request.model, window if window is not None else profile.window_tokens)
     # Calibrated: if the model counts 20 % more than our tokenizer, pack for a window 20 % smaller.
-    call = Call(inputs, profile, int(model_window / max(0.5, inputs.calibration)), counter,
-                retriever or default_retriever(profile),
-                failures_section(inputs, profile, int(inputs.failures.get("current_turn", 0)), counter))
     with stage("collect"):
         prepared = prepare(inputs, profile, counter)
+        zone = verbatim_zone(inputs.previous, tuple(m.digest for m in inputs.request.messages))
+        failures = failures_to_show(inputs, profile, tuple(t for t in prepared.turns if zone.keeps(t)), counter)
+    call = Call(inputs, profile, int(model_window / max(0.5, inputs.calibration)), counter,
+                retriever or default_retriever(profile), failures)
     with stage("select"):
-        plan = _plan(call, prepared, stage)
+        plan = _plan(call, prepared, zone, stage)
     with stage("allocate"):
         alloc = allocate_pack(profile, call.window, plan.space, plan.cands,
                               conversation_tokens(prepared, plan.zone, counter))
@@ -110,11 +110,10 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     return ContextPack(request=recital.request, manifest=out.manifest, state=out.state, inputs=inputs)
 
 
-def _plan(call: Call, prepared: Prepared, stage) -> Plan:
+def _plan(call: Call, prepared: Prepared, zone: Verbatim, stage) -> Plan:
     """Select for the previous call's zone; when the kept turns exceed their room, compact once and
     select again for the new zone (compacted turns become Memory candidates)."""
     inputs, profile, counter = call.inputs, call.profile, call.counter
-    zone = verbatim_zone(inputs.previous, tuple(m.digest for m in inputs.request.messages))
     frozen = _frozen_payload(inputs, profile, zone)
     cands = _select(call, prepared, zone)
     space = room(inputs, profile, call.window, cands, zone, frozen, call.failures, counter)

@@ -8,15 +8,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..content import Message, ModelRequest
+from ..content import Message, ModelRequest, canonical_json
+from ..failures import FailureLog, FailureRecord
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
-from .collect import PackInputs
+from .collect import PackInputs, Turn
 from .fit import Fit
 from .render import request_tokens
-from .status import failure_count, recitation_message
+from .status import failure_count, failures_section, recitation_message
 
-__all__ = ["Recital", "recite"]
+__all__ = ["Recital", "recite", "failures_to_show"]
+
+
+def failures_to_show(inputs: PackInputs, profile: BudgetProfile, verbatim: "tuple[Turn, ...]",
+                     counter: TokenCounting) -> str:
+    """FAILURES SO FAR, unless it would only repeat what the request already shows: every logged
+    failure's message and causes are in a turn sent verbatim and the log has no warning (repeat, cluster,
+    cascade) to add. Then the pack has nothing to say about failures and costs nothing for them."""
+    section = failures_section(inputs, profile, int(inputs.failures.get("current_turn", 0)), counter)
+    if not section or int(inputs.failures.get("evicted", 0)):
+        return section
+    records = [FailureRecord.from_json(r) for r in inputs.failures.get("records", ())]
+    log = FailureLog(profile.failures.log, records, 0)
+    if log.analyze(int(inputs.failures.get("current_turn", 0))).warnings:
+        return section
+    shown = [m.text + "".join(canonical_json(r.response) for r in m.responses) for t in verbatim for m in t.messages]
+    visible = all(line and any(line in text for text in shown) for r in records for line in (r.message, *r.causes))
+    return "" if visible else section
 
 
 @dataclass(frozen=True)
