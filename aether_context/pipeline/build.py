@@ -52,7 +52,7 @@ class Call:
     window: int  # the model's window in our tokenizer's units, after calibration
     counter: TokenCounting
     retriever: Retriever
-    failures: str  # the FAILURES SO FAR section (empty without failures)
+    failures: str  # FAILURES SO FAR for the previous call's verbatim zone ("" when it would add nothing)
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,7 @@ class Plan:
     cands: Candidates
     space: Room
     compaction: Compaction | None
+    failures: str  # FAILURES SO FAR for this zone ("" without failures, or when the kept turns show them all)
 
 
 def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting, window: int | None = None,
@@ -91,10 +92,10 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
         alloc = allocate_pack(profile, call.window, plan.space, plan.cands,
                               conversation_tokens(prepared, plan.zone, counter))
     with stage("fit"):
-        fitted = fit_layers(inputs, profile, plan.cands, prepared, plan.zone, plan.frozen, call.failures, alloc, counter)
+        fitted = fit_layers(inputs, profile, plan.cands, prepared, plan.zone, plan.frozen, plan.failures, alloc, counter)
     with stage("render"):
         limit = alloc.pack_limit - plan.space.reserve
-        fitted = fit_to_window(inputs, plan.cands, fitted, call.failures, limit, counter)
+        fitted = fit_to_window(inputs, plan.cands, fitted, plan.failures, limit, counter)
     with stage("recite"):
         recital = recite(inputs, profile, fitted.request, fitted.fit, reused=plan.frozen is not None,
                          limit=alloc.pack_limit, counter=counter)
@@ -121,7 +122,7 @@ def _plan(call: Call, prepared: Prepared, zone: Verbatim, stage) -> Plan:
     max_turns = profile.conversation.max_verbatim_turns
     too_many = max_turns is not None and sum(1 for t in prepared.turns if zone.keeps(t)) > max_turns
     if not (inputs.compact or kept > space.conversation_cap or too_many):
-        return Plan(zone, frozen, cands, space, None)
+        return Plan(zone, frozen, cands, space, None, call.failures)
     with stage("compact"):
         reason = "asked for (packer.compact)" if inputs.compact else "conversation over its room"
         # compacted turns become Memory candidates: the target leaves Memory its share of the room
@@ -131,11 +132,12 @@ def _plan(call: Call, prepared: Prepared, zone: Verbatim, stage) -> Plan:
                              ceiling=cap, reason=reason, tokens_before=kept, window=call.window, counter=counter)
     if not compaction.folded and not inputs.compact:
         # nothing could leave the verbatim zone: the final fit cuts the largest turn instead
-        return Plan(zone, frozen, cands, space, None)
+        return Plan(zone, frozen, cands, space, None, call.failures)
     zone = compaction.zone
+    failures = failures_to_show(inputs, profile, tuple(t for t in prepared.turns if zone.keeps(t)), counter)
     cands = _select(call, prepared, zone)
-    space = room(inputs, profile, call.window, cands, zone, None, call.failures, counter)
-    return Plan(zone, None, cands, space, compaction)
+    space = room(inputs, profile, call.window, cands, zone, None, failures, counter)
+    return Plan(zone, None, cands, space, compaction, failures)
 
 
 def _select(call: Call, prepared: Prepared, zone: Verbatim) -> Candidates:

@@ -156,9 +156,11 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     """
     room = int(max(target, ceiling) * BLOCK_SHARE)
     turns = prepared.turns
+    # the tail keeps what the target leaves beside a block of its share; its minimum turns stay only
+    # within what the block's cap leaves of the room, so block and tail together fit the room
     through, pinned = plan_compaction(turns, target=max(0, target - int(target * BLOCK_SHARE)),
                                       min_tail=profile.conversation.tail_turns, counter=counter,
-                                      request_index=inputs.request_index, current=zone, ceiling=ceiling,
+                                      request_index=inputs.request_index, current=zone, ceiling=max(0, ceiling - room),
                                       max_turns=profile.conversation.max_verbatim_turns)
     new = Verbatim(through, pinned, "", zone.compactions + 1)
     compacted = tuple(prepared.originals.get(t.start, t) for t in turns if not new.keeps(t))
