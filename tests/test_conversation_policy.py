@@ -212,14 +212,20 @@ async def test_an_identifier_from_an_early_tool_result_reaches_the_call_that_use
     assert uses and "credit_card_4421486" in uses[0] and "mia_li_3668" in uses[0]
 
 
+def list_flights(origin: str, destination: str) -> dict:
+    """List flights (a mid-sized result, kept inline)."""
+    return {"results": filler(220, seed=len(origin) + len(destination))}
+
+
 async def test_values_of_many_early_results_survive_a_small_window(memory_store_url):
-    """At 4K a long system prompt leaves about 1K: the compaction block gives KNOWN VALUES the room they need
-    first (not a fixed small split), so every id read in five early lookups reaches a later call."""
+    """At 4K a long system prompt leaves about 1K, less headroom than one tool result: the compaction
+    block then takes its share of the whole room, KNOWN VALUES first, so every id read in five early
+    lookups reaches a later call."""
     from aether_context.testing import call
 
     codes = ["YAX4DR", "Q0ZF0J", "OBUT9V", "4BMN53", "KA7I60"]
     script = [call("get_reservation", reservation_id=c) for c in codes]
-    script += [call("search_flights", origin=f"city{i}", destination=f"town{i}") for i in range(8)]
+    script += [call("list_flights", origin=f"city{i}", destination=f"town{i}") for i in range(8)]
     seen: list[str] = []
 
     def look(req):
@@ -228,7 +234,7 @@ async def test_values_of_many_early_results_survive_a_small_window(memory_store_
         return "done"
 
     policy = "You are an airline agent. Follow the policy. " + filler(1600, seed=3)  # a long system prompt, as real agents have
-    agent, llm = scripted_agent([*script, look], tools=(get_reservation, search_flights), instruction=policy)
+    agent, llm = scripted_agent([*script, look], tools=(get_reservation, list_flights), instruction=policy)
     from aether_context.pipeline import request_tokens
     from aether_context.tokens import TokenCounter
     counter = TokenCounter()
