@@ -212,41 +212,6 @@ async def test_an_identifier_from_an_early_tool_result_reaches_the_call_that_use
     assert uses and "credit_card_4421486" in uses[0] and "mia_li_3668" in uses[0]
 
 
-def list_flights(origin: str, destination: str) -> dict:
-    """List flights (a mid-sized result, kept inline)."""
-    return {"results": filler(220, seed=len(origin) + len(destination))}
-
-
-async def test_values_of_many_early_results_survive_a_small_window(memory_store_url):
-    """At 4K a long system prompt leaves about 1K, less headroom than one tool result: the compaction
-    block then takes its share of the whole room, KNOWN VALUES first, so every id read in five early
-    lookups reaches a later call."""
-    from aether_context.testing import call
-
-    codes = ["YAX4DR", "Q0ZF0J", "OBUT9V", "4BMN53", "KA7I60"]
-    script = [call("get_reservation", reservation_id=c) for c in codes]
-    script += [call("list_flights", origin=f"city{i}", destination=f"town{i}") for i in range(8)]
-    seen: list[str] = []
-
-    def look(req):
-        seen.append("\n".join(m.text + " ".join(str(r.response) for r in m.responses)
-                               for m in request_from_llm(req).messages))
-        return "done"
-
-    policy = "You are an airline agent. Follow the policy. " + filler(1600, seed=3)  # a long system prompt, as real agents have
-    agent, llm = scripted_agent([*script, look], tools=(get_reservation, list_flights), instruction=policy)
-    from aether_context.pipeline import request_tokens
-    from aether_context.tokens import TokenCounter
-    counter = TokenCounter()
-    llm.prompt_token_counter = lambda req: request_tokens(request_from_llm(req), counter)
-    p = plugin(memory_store_url, 4_000)
-    runner = make_runner(agent, plugins=[p])
-    sid = await new_session(runner)
-    await run_turn(runner, sid, "Check my five reservations and find later flights for each.")
-    assert any(r.manifest.compaction for r in p.packer.recent)
-    assert seen and all(c in seen[0] for c in codes) and "credit_card_4421486" in seen[0]
-
-
 def test_a_request_without_content_words_retrieves_nothing_and_the_manifest_says_so(counter):
     from aether_context.pipeline import MemoryItem, build_pack
     from aether_context.profile import load_profile

@@ -140,7 +140,7 @@ def known_values(compacted: "tuple[Turn, ...]", max_tokens: int, counter: TokenC
     return render_values(merged, max_tokens, counter) if merged else ""
 
 
-BLOCK_SHARE = 0.6  # of the compaction target (or of the room, see `_block_room`): the most the block may take
+BLOCK_SHARE = 0.6  # of the compaction target: the most the block may take (the verbatim tail keeps the rest)
 _FLOOR_SHARES = {"fold": 0.2, "summary": 0.1}  # of the block's room, kept for fold lines and the summary
 _OPENING_SHARE = 0.3  # of the block's room, at most, for the pinned opening request
 
@@ -155,10 +155,10 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     says what happened; what a part leaves flows to the next one.
     """
     turns = prepared.turns
-    room, tail_ceiling = _block_room(turns, target, ceiling, profile.conversation.tail_turns, counter)
+    room = int(target * BLOCK_SHARE)  # block and tail come down to the target together: later calls append
     through, pinned = plan_compaction(turns, target=max(0, target - int(target * BLOCK_SHARE)),
                                       min_tail=profile.conversation.tail_turns, counter=counter,
-                                      request_index=inputs.request_index, current=zone, ceiling=tail_ceiling,
+                                      request_index=inputs.request_index, current=zone, ceiling=ceiling,
                                       max_turns=profile.conversation.max_verbatim_turns)
     new = Verbatim(through, pinned, "", zone.compactions + 1)
     compacted = tuple(prepared.originals.get(t.start, t) for t in turns if not new.keeps(t))
@@ -176,24 +176,6 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     folded = tuple(t.start for t in turns if zone.keeps(t) and not new.keeps(t))
     return Compaction(new, reason, folded, tokens_before, conversation_tokens(prepared, new, counter), summary,
                       merged_lines)
-
-
-def _block_room(turns: "tuple[Turn, ...]", target: int, ceiling: int, min_tail: int,
-                counter: TokenCounting) -> tuple[int, int]:
-    """The block's room, and the room the tail's minimum turns may fill.
-
-    Normally the block takes its share of the target and the tail the rest, so the calls after a
-    compaction append into the headroom (ceiling − target). When that headroom is smaller than a
-    typical recent turn, the next turn compacts again whatever the target: the headroom buys
-    nothing, so the block takes its share of the whole room instead (what it carries, the values
-    above all, is what a small window can still keep) and the tail's minimum fits beside it.
-    """
-    recent = sorted(turn_tokens(t, counter) for t in turns[-max(1, min_tail):])
-    typical = recent[len(recent) // 2] if recent else 0
-    if ceiling - target >= typical:
-        return int(target * BLOCK_SHARE), ceiling
-    room = int(ceiling * BLOCK_SHARE)
-    return room, max(0, ceiling - room)
 
 
 def _block_caps(profile: BudgetProfile, room: int, opening: int) -> dict[str, int]:
