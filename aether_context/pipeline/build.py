@@ -96,16 +96,18 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     with stage("render"):
         limit = alloc.pack_limit - plan.space.reserve
         fitted = fit_to_window(inputs, plan.cands, fitted, plan.failures, limit, counter)
+    # the previous payload counts as kept only if the final fit did not have to drop lines from it
+    reused = plan.frozen is not None and fitted.fit.payload_text == plan.frozen.payload_text
     with stage("recite"):
-        recital = recite(inputs, profile, fitted.request, fitted.fit, reused=plan.frozen is not None,
-                         limit=alloc.pack_limit, counter=counter)
+        recital = recite(inputs, profile, fitted.request, fitted.fit, reused=reused, limit=alloc.pack_limit,
+                         counter=counter)
     total = request_tokens(recital.request, counter)
     if total > alloc.pack_limit:
         raise BudgetError(f"pack needs {total} tokens but only {alloc.pack_limit} fit (window {call.window} less "
                           f"{alloc.slack} output reserve): split the step or use a larger window")
     with stage("record"):
         events = (*prepared.events, *compaction_events(plan.compaction), *selection_events(plan.cands), *fitted.events)
-        decisions = Decisions(model_window, alloc, plan.cands, fitted.fit, plan.compaction, plan.frozen is not None,
+        decisions = Decisions(model_window, alloc, plan.cands, fitted.fit, plan.compaction, reused,
                               recital, fitted.request, prepared.pruned, events)
         out = record(inputs, profile, decisions, counter)
     return ContextPack(request=recital.request, manifest=out.manifest, state=out.state, inputs=inputs)
