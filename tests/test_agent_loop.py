@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from aether_context.content import canonical_json
+
+import re
+
 from google.adk.agents import LlmAgent
 from google.adk.apps.app import App
 from google.adk.artifacts import InMemoryArtifactService
@@ -136,15 +140,18 @@ def run_script(path: str) -> dict:
 
 
 async def test_a_failure_inside_an_offloaded_result_is_shown_with_its_cause_and_uri():
+    """The offloaded result's compact form shows the failure, its cause and the original's URI; the
+    FAILURES SO FAR section would only repeat them, so the pack leaves it out (issue 11: pay only for
+    what helps) while the failing turn is still sent."""
     turns = [call("run_script", path="reproduce.py"), "next", "done"]
     plugin, llm = await _run(turns, [run_script], texts=("run it", "and now?"))
-    last = [m.text for m in request_from_llm(llm.requests[-1]).messages if m.text.startswith("CONTEXT PACK")][-1]
-    section = last.split("do not repeat a failing action unchanged):\n", 1)[1]
-    line = next(ln for ln in section.splitlines() if ln.startswith("  - turn ") and "run_script" in ln)  # quoted
-    assert ("run_script [not_found] django.db.utils.OperationalError: no such table: app_book "
-            "(after: sqlite3.OperationalError: no such table: app_book)") in line
-    uri = line.rsplit("<", 1)[1].rstrip(">")
-    assert uri.startswith("artifact://app/u/") and "/tool-output/run_script-" in uri
+    sent = request_from_llm(llm.requests[-1])
+    text = "\n".join(m.text + " ".join(canonical_json(r.response) for r in m.responses) for m in sent.messages)
+    assert "django.db.utils.OperationalError: no such table: app_book" in text
+    assert "sqlite3.OperationalError: no such table: app_book" in text
+    assert re.search(r"artifact://app/u/[^\s\"]+/tool-output/run_script-", text)
+    assert "FAILURES SO FAR" not in text
+    assert plugin.packer.recent[-1].manifest.failures == 1  # recorded in the session's failure log
 
 
 FIXTURE_REPO = __import__("pathlib").Path(__file__).parent / "fixtures" / "coderepo"

@@ -16,7 +16,7 @@ from aether_context.content import FunctionCall, FunctionResponse, Message, Mode
 from aether_context.pipeline import incremental
 from aether_context.pipeline.build import request_tokens
 from aether_context.pipeline.collect import Turn, group_turns
-from aether_context.pipeline.compress import bounded_turns, cut_turn
+from aether_context.pipeline.fit import bounded_turns, cut_turn
 from aether_context.pipeline.incremental import grouped_turns, turn_tokens
 
 

@@ -728,3 +728,32 @@ def test_manifest_layer_accounting(counter):
     assert m.schema_version == 2
     used = sum(u.used for k, u in m.layer_budgets.items())
     assert abs(used - m.tokens_after) <= 10
+
+
+def test_stage_timings_are_collected_beside_the_pack_and_never_enter_it(counter):
+    """Issue 15 item 7: the package times its own stages; the request and the manifest do not change."""
+    from aether_context.pipeline import StageTimes
+
+    inputs = make_inputs(history_turns(120, big=200), "next", task=TASK, evidence=evidence_items(4))
+    timings = StageTimes()
+    timed = build_pack(inputs, DEFAULT, counter=counter, window=4_000, timings=timings)
+    plain = build_pack(inputs, DEFAULT, counter=counter, window=4_000)
+    assert timed.request.checksum == plain.request.checksum
+    assert timed.manifest.model_dump() == plain.manifest.model_dump()
+    assert {"collect", "select", "allocate", "fit", "render", "recite", "record"} <= set(timings.seconds)
+    assert timed.manifest.compaction is not None and "compact" in timings.seconds  # 120 turns do not fit 4K
+    assert all(v >= 0 for v in timings.seconds.values()) and timings.total >= max(timings.seconds.values())
+    assert set(timings.to_json()) == set(timings.seconds) | {"total"}
+
+
+def test_failures_section_only_when_it_adds_to_what_the_request_shows(counter):
+    """Issue 11: a failure whose output is still sent verbatim is not repeated in FAILURES SO FAR;
+    one the request no longer shows (or a warning about repeats) is."""
+    error = "Error: payment amount does not add up, total price is 305, but paid 255"
+    record = {"turn": 1, "tool": "book", "args_digest": "x", "category": "logic", "message": error}
+    loop = [call_msg("book", amount=255), resp_msg("book", error=error)]
+    shown = replace(make_inputs([], "book it", loop=loop), failures={"records": [record], "current_turn": 3})
+    assert "FAILURES SO FAR" not in "\n".join(m.text for m in build_pack(shown, DEFAULT, counter=counter,
+                                                                         window=8_000).request.messages)
+    hidden = replace(make_inputs([], "book it"), failures={"records": [record], "current_turn": 3})
+    assert "FAILURES SO FAR" in payload_of(build_pack(hidden, DEFAULT, counter=counter, window=8_000))

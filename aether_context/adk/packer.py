@@ -32,7 +32,7 @@ from google.adk.tools.tool_context import ToolContext
 from ..compress import SummarizeFn, Summarizer, render_payload, validate_summary
 from ..content import response_digest, sha256_hex
 from ..loop.failures import FailureLog, FailureRecord, error_text, is_error_result
-from ..pipeline.build import ContextPack, build_pack, request_tokens
+from ..pipeline.build import ContextPack, StageTimes, build_pack, request_tokens
 from ..pipeline.collect import PackInputs, PackState
 from ..pipeline.decay import RunningSummary, blob_key
 from ..pipeline.record import Manifest
@@ -192,8 +192,11 @@ class ContextPacker:
                              compact=bool(callback_context.state.get(COMPACT_STATE_KEY)))
             inputs = await self._save_images(callback_context, inputs)
             inputs = replace(inputs, calibration=read_calibration(callback_context.state, inputs.request.model))
+            timings = StageTimes() if logger.isEnabledFor(logging.DEBUG) else None
             pack = await self._off_loop(build_pack, inputs, self.profile, counter=self.counter, window=self.window_tokens,
-                                        retriever=self.retriever)
+                                        retriever=self.retriever, timings=timings)
+            if timings is not None:
+                logger.debug("aether-context: pack stages for agent %s: %s", callback_context.agent_name, timings)
             saved = callback_context.state.get(SAVED_STATE_KEY) or {}
             without = pack.manifest.tokens_before + sum(saved.get(r.key, 0) for m in inputs.request.messages
                                                         for r in m.responses)

@@ -10,13 +10,28 @@ so no budget sits idle while something is being dropped.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
+from ..content import canonical_json
 from ..errors import BudgetError
 from ..profile import BudgetProfile
+from ..tokens import TokenCounting
+from .incremental import turns_tokens
+from .render import payload_message, render_payload
+from .status import recitation_reserve
+
+if TYPE_CHECKING:
+    from .collect import PackInputs, PackState
+    from .conversation import Verbatim
+    from .prepare import Prepared
+    from .select import Candidates
 
 __all__ = ["Signals", "Allocation", "allocate", "allocate_around_conversation", "distribute", "FIXED_LAYERS",
-           "FLEX_LAYERS", "LAYERS", "flex_weights"]
+           "FLEX_LAYERS", "LAYERS", "flex_weights", "Room", "room", "allocate_pack", "conversation_tokens",
+           "status_reserve", "LAYER_OVERHEAD"]
+
+LAYER_OVERHEAD = 12  # tokens of a payload section's header (Evidence, Memory)
+STATUS_SHARE = 0.15  # the most of the room left beside the head and the frame held back for the closing status
 
 FIXED_LAYERS = ("system", "task", "tools")
 FLEX_LAYERS = ("evidence", "memory", "conversation")
@@ -167,3 +182,87 @@ def allocate_around_conversation(profile: BudgetProfile, window: int, signals: S
     return Allocation(window=window, floors=base.floors, weights=base.weights, remainder=base.remainder,
                       nominal=base.nominal, budgets=budgets, slack=base.slack, signals=signals,
                       demands={k: int(demands.get(k, 0)) for k in FLEX_LAYERS})
+
+
+# --- one call's room around the conversation -----------------------------------------------------
+
+@dataclass(frozen=True)
+class Room:
+    """The token room of one call: what the pack may spend beside ADK's own head and the frame."""
+
+    limit: int  # window less the output reserve
+    head: int  # system instruction, tools, dynamic instructions
+    frame: int  # the payload without Evidence and Memory (or the user's message as it is)
+    reserve: int  # kept free for the closing status
+    conversation_cap: int  # the most the conversation may take before it is compacted
+
+    @property
+    def flexible(self) -> int:
+        return max(0, self.limit - self.head - self.frame - self.reserve)
+
+
+def conversation_tokens(prepared: "Prepared", zone: "Verbatim", counter: TokenCounting) -> int:
+    """What the conversation takes with this verbatim zone: its block and the turns it keeps."""
+    block = counter.count_text(zone.block) + 4 if zone.block else 0
+    return block + turns_tokens(tuple(t for t in prepared.turns if zone.keeps(t)), counter)
+
+
+def status_reserve(inputs: "PackInputs", profile: BudgetProfile, zone: "Verbatim", failures: str, room: int) -> int:
+    """Room for the closing status, only when one can be due (a goal, a compaction, failures).
+
+    At most `STATUS_SHARE` of `room` (what is left beside the head and the frame): in a small window
+    a full status reserve would starve the conversation on every call for a block that is due on
+    some; a status that does not fit waits for the next call.
+    """
+    due = inputs.task.goal or inputs.task.step or zone.through > 0 or failures
+    return min(recitation_reserve(profile), int(max(0, room) * STATUS_SHARE)) if due else 0
+
+
+def _frame_tokens(inputs: "PackInputs", cands: "Candidates", frozen: "PackState | None", failures: str,
+                  counter: TokenCounting) -> int:
+    """The payload without Evidence and Memory: what the call sends whatever the budgets."""
+    if frozen is not None:
+        return frozen.payload_tokens
+    request = cands.conversation.request
+    message = payload_message(render_payload(inputs.task, request, (), (), failures).sent_text(), request)
+    return counter.count_message(message) if message is not None else 0
+
+
+def _demand(lines) -> int:
+    return sum(ln.tokens + 1 for ln in lines) + LAYER_OVERHEAD if lines else 0
+
+
+def room(inputs: "PackInputs", profile: BudgetProfile, window: int, cands: "Candidates", zone: "Verbatim",
+         frozen: "PackState | None", failures: str, counter: TokenCounting, *, memory_wanted: bool = False) -> Room:
+    """Room for the flexible layers, and the conversation's share of it before a compaction.
+
+    The conversation yields to Evidence and Memory only their weighted share of the room, and
+    only when they have something to send: a chat that fits goes out whole.
+    """
+    limit = window - int(window * profile.floors.slack)
+    head = counter.count_text(inputs.request.system_instruction) \
+        + sum(counter.count_text(canonical_json(t.declaration)) for t in cands.tools) \
+        + sum(counter.count_text(canonical_json(t)) for t in inputs.request.other_tools) \
+        + sum(counter.count_message(m) for m in cands.conversation.instructions)
+    frame = _frame_tokens(inputs, cands, frozen, failures, counter)
+    reserve = status_reserve(inputs, profile, zone, failures, limit - head - frame)
+    flexible = max(0, limit - head - frame - reserve)
+    if frozen is not None:  # Evidence and Memory are frozen inside the payload (counted in the frame)
+        return Room(limit, head, frame, reserve, flexible)
+    weights = {k: max(1e-6, w) for k, w in flex_weights(profile, cands.signals).items()}
+    wanted = {"evidence": sum(ln.tokens + 1 for ln in cands.evidence),
+              "memory": flexible if memory_wanted else sum(ln.tokens + 1 for ln in cands.memory)}
+    share = sum(w for k, w in weights.items() if k == "conversation" or wanted.get(k, 0) > 0) or 1.0
+    yielded = sum(min(wanted[k], int(flexible * weights[k] / share)) for k in wanted)
+    return Room(limit, head, frame, reserve, max(0, flexible - yielded))
+
+
+def allocate_pack(profile: BudgetProfile, window: int, space: Room, cands: "Candidates", conversation: int) -> Allocation:
+    """Evidence and Memory get what the conversation (`conversation` tokens) leaves, less room for
+    this invocation to grow."""
+    fixed_used = {"system": space.head, "task": space.frame + space.reserve, "tools": 0}
+    demands = {"evidence": _demand(cands.evidence), "memory": _demand(cands.memory), "conversation": conversation}
+    guaranteed = max(0, space.flexible - space.conversation_cap)
+    growth = int(space.flexible * profile.conversation.growth_share)
+    return allocate_around_conversation(profile, window, cands.signals, fixed_used, demands,
+                                        guaranteed=guaranteed, growth=growth)

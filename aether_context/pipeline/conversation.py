@@ -11,17 +11,23 @@ Turns that left the verbatim zone stay searchable: they are Memory candidates (s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ..compress.middle_out import middle_out
 from ..compress.values import extract_values, merge_values, render_values
+from ..profile import BudgetProfile
 from ..tokens import TokenCounting
-from .collect import PackState, Turn
+from .allocate import conversation_tokens
+from .collect import PackInputs, PackState, Turn
 from .decay import RunningSummary, decay_zones
+from .fit import TruncationEvent
 from .incremental import turn_tokens
-from .render import quote as _quote
+from .prepare import Prepared
+from .render import masked_turns, quote as _quote
+from .select import query_text
 
 __all__ = ["Compaction", "Verbatim", "verbatim_zone", "plan_compaction", "compaction_block", "known_values",
-           "BLOCK_HEADER"]
+           "BLOCK_HEADER", "compact", "compaction_events"]
 
 BLOCK_HEADER = "CONVERSATION SO FAR"
 
@@ -132,3 +138,73 @@ def known_values(compacted: "tuple[Turn, ...]", max_tokens: int, counter: TokenC
                                            turn=turn.start))
     merged = merge_values(sets)
     return render_values(merged, max_tokens, counter) if merged else ""
+
+
+BLOCK_SHARE = 0.6  # of the compaction target: the most the block may take (the verbatim tail keeps the rest)
+_FLOOR_SHARES = {"fold": 0.2, "summary": 0.1}  # of the block's room, kept for fold lines and the summary
+_OPENING_SHARE = 0.3  # of the block's room, at most, for the pinned opening request
+
+
+def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone: Verbatim, *, target: int,
+            ceiling: int, reason: str, tokens_before: int, window: int, counter: TokenCounting) -> Compaction:
+    """One compaction: the oldest turns leave the verbatim zone, in one step, down to `target`.
+
+    The block takes its parts by need, in the order a later call needs them: the pinned opening
+    request, then KNOWN VALUES (an id read long ago is what a later call types back: values are
+    the densest part), then fold lines and the summary, each with a floor so the block still
+    says what happened; what a part leaves flows to the next one.
+    """
+    turns = prepared.turns
+    room = int(target * BLOCK_SHARE)  # block and tail come down to the target together: later calls append
+    through, pinned = plan_compaction(turns, target=max(0, target - int(target * BLOCK_SHARE)),
+                                      min_tail=profile.conversation.tail_turns, counter=counter,
+                                      request_index=inputs.request_index, current=zone, ceiling=ceiling,
+                                      max_turns=profile.conversation.max_verbatim_turns)
+    new = Verbatim(through, pinned, "", zone.compactions + 1)
+    # secrets masked before the block derives from them (a value pulled out of its label's context too)
+    compacted, uris = masked_turns(tuple(prepared.originals.get(t.start, t) for t in turns if not new.keeps(t)),
+                                   inputs.uris)
+    opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter)
+    caps = _block_caps(profile, room, counter.count_text(opening) if opening else 0)
+    values = known_values(compacted, caps["values"], counter)
+    left = max(0, caps["values"] - (counter.count_text(values) if values else 0))
+    fold_cap = min(profile.decay.fold_max_tokens, caps["fold"] + left)
+    summary_cap = min(profile.decay.summary_max_tokens, caps["summary"])
+    block, summary, merged, merged_lines = compaction_block(
+        compacted, RunningSummary.from_json(inputs.summary), opening=opening,
+        goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=fold_cap, summary_max_tokens=summary_cap,
+        uris=uris, values=values, counter=counter)
+    new = replace(new, block=block, pins_opening=bool(opening))
+    folded = tuple(t.start for t in turns if zone.keeps(t) and not new.keeps(t))
+    return Compaction(new, reason, folded, tokens_before, conversation_tokens(prepared, new, counter), summary,
+                      merged_lines)
+
+
+def _block_caps(profile: BudgetProfile, room: int, opening: int) -> dict[str, int]:
+    """The block's room after the opening request: floors for folds and summary, the rest to values."""
+    floors = {k: int(room * share) for k, share in _FLOOR_SHARES.items()}
+    values = min(profile.decay.values_max_tokens, max(0, room - opening - sum(floors.values())))
+    return {"values": values, **floors}
+
+
+def _opening(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: BudgetProfile, window: int,
+             cap: int, counter: TokenCounting) -> str:
+    """The session's opening request, pinned in the block once it left the verbatim zone (capped)."""
+    text = inputs.task.opening_request
+    if not profile.task.pin_opening_request or inputs.task.goal or not text.strip():
+        return ""
+    request = prepared.conversation.request
+    if request is not None and request.text == text:
+        return ""
+    if any(zone.keeps(t) and any(m.role == "user" and m.text == text for m in t.messages) for t in prepared.turns):
+        return ""
+    return middle_out(text, min(profile.task.opening_max_tokens, int(window * profile.task.opening_max_share), cap), counter)
+
+
+def compaction_events(compaction: Compaction | None) -> tuple[TruncationEvent, ...]:
+    """The compaction as a fold event naming every turn it moved out of the verbatim zone."""
+    if compaction is None or not compaction.folded:
+        return ()
+    return (TruncationEvent("conversation", "fold", f"compaction ({compaction.reason}): turns moved to the "
+                            "compaction block and Memory", tuple(f"turn-{k}" for k in compaction.folded),
+                            compaction.tokens_before, compaction.tokens_after),)

@@ -1,4 +1,4 @@
-"""Stage 6 — record: the manifest, the audit receipt of one model call.
+"""Stage 7 — record: the state for the next call and the manifest, the audit receipt of one model call.
 
 A manifest says what was sent and why: budgets and the signals behind them, what each layer
 used, every truncation, the artifact URIs cited, and the checksum of the exact request. It
@@ -8,11 +8,29 @@ rebuilt byte for byte and re-packed under another profile.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Manifest", "LayerUsage", "SCHEMA_VERSION"]
+from ..content import ModelRequest, canonical_json, sha256_hex
+from ..profile import BudgetProfile
+from ..tokens import TokenCounting
+from .allocate import LAYER_OVERHEAD
+from .collect import PackInputs, PackState
+from .incremental import turns_tokens
+from .evidence_change import evidence_marks
+from .render import head_digest, head_tokens, masked_count, request_tokens
+from .status import failure_count
+
+if TYPE_CHECKING:
+    from .allocate import Allocation
+    from .conversation import Compaction
+    from .fit import Fit, TruncationEvent
+    from .recite import Recital
+    from .select import Candidates, Line
+
+__all__ = ["Manifest", "LayerUsage", "SCHEMA_VERSION", "Decisions", "Record", "record"]
 
 SCHEMA_VERSION = 2
 
@@ -78,3 +96,183 @@ class Manifest(BaseModel):
         "Masked secrets in the text the pack wrote into this request (compaction block, Evidence, Memory, "
         "failures, status); ADK's own verbatim turns are not rewritten."))
     error: str | None = Field(None, description="Set when packing failed and the original request was sent (fail-open).")
+
+
+# --- the writer ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Decisions:
+    """Everything the stages decided for one call, carried as data to the one writer of the receipt."""
+
+    window: int  # the model's window (before calibration)
+    alloc: "Allocation"
+    cands: "Candidates"
+    fit: "Fit"
+    compaction: "Compaction | None"
+    reused: bool  # the payload was kept as the previous call of this invocation sent it
+    recital: "Recital"  # with the request as sent and as the next call of the payload re-sends it
+    pruned: frozenset[int]
+    events: "tuple[TruncationEvent, ...]"
+    evidence_changed: str = ""  # why a frozen payload was rebuilt (a new version of an item it sent)
+
+
+@dataclass(frozen=True)
+class Record:
+    state: PackState
+    manifest: Manifest
+
+
+def record(inputs: PackInputs, profile: BudgetProfile, d: Decisions, counter: TokenCounting) -> Record:
+    """The state the next call reads and the manifest, both from the decisions (never from rendered text)."""
+    state = _state(inputs, profile, d, counter)
+    return Record(state, _manifest(inputs, profile, d, state, counter))
+
+
+def _state(inputs: PackInputs, profile: BudgetProfile, d: Decisions, counter: TokenCounting) -> PackState:
+    fit, stable, compaction = d.fit, d.recital.stable, d.compaction
+    boundary = inputs.request.messages[fit.zone.through].digest if 0 < fit.zone.through < len(inputs.request.messages) else ""
+    payload_index = fit.payload_index
+    # the payload, or the user's message sent as it is: a frozen call counts it in its frame
+    sends_payload = fit.payload_at(inputs) is not None and payload_index < len(stable.messages)
+    evidence_ids = tuple(ln.id for ln in fit.evidence)
+    return PackState(
+        invocation_id=inputs.invocation_id, agent=inputs.agent, payload_text=fit.payload_text,
+        kept_history_turns=len(fit.history),
+        summary=compaction.summary.to_json() if compaction else dict(inputs.summary),
+        message_digests=tuple(m.digest for m in stable.messages),
+        message_tokens=tuple(counter.count_message(m) for m in stable.messages),
+        sent_tokens=request_tokens(stable, counter),
+        head_digest=head_digest(stable), head_tokens=head_tokens(stable, counter), pruned=tuple(sorted(d.pruned)),
+        call_index=d.recital.call_index, last_recited=d.recital.last_recited, failures_shown=d.recital.failures_shown,
+        merged_lines=compaction.merged_lines if compaction else (),
+        pack_id="pk_" + sha256_hex(f"{inputs.digest}/{d.window}/{profile.model_dump_json()}")[:24],
+        system_digest=sha256_hex(stable.system_instruction),
+        tools_digest=sha256_hex(canonical_json([[t.to_json() for t in stable.tools], list(stable.other_tools)])),
+        payload_index=payload_index, compacted_through=fit.zone.through, pinned=fit.zone.pinned,
+        block_text=fit.zone.block, boundary_digest=boundary, compactions=fit.zone.compactions,
+        pins_opening=fit.zone.pins_opening,
+        evidence_ids=evidence_ids, memory_ids=tuple(ln.id for ln in fit.memory),
+        payload_tokens=counter.count_message(stable.messages[payload_index]) if sends_payload else 0,
+        tool_names=tuple(t.name for t in stable.tools), statuses=d.recital.statuses,
+        evidence_marks=evidence_marks(inputs.evidence, evidence_ids),
+    )
+
+
+def cache_break(state: PackState, prev: PackState | None, prefix_tokens: int,
+                compaction: "Compaction | None", evidence_changed: str = "") -> dict | None:
+    """The first stable block that differs from the previous call's request, what it costs, and why.
+
+    Appending messages is not a break; changing the system instruction, the tools or any earlier
+    message is (the prompt cache must re-process everything after it).
+    """
+    if prev is None or not prev.message_digests:
+        return None
+    lost = prev.sent_tokens - prefix_tokens
+    if state.system_digest != prev.system_digest:
+        return {"block": "system_instruction", "index": None, "tokens": lost, "cause": "system instruction changed"}
+    if state.tools_digest != prev.tools_digest:
+        return {"block": "tools", "index": None, "tokens": lost, "cause": "tool declarations changed"}
+    for i, (old, new) in enumerate(zip(prev.message_digests, state.message_digests)):
+        if not new.startswith(old):  # the previous call's digests may be shortened (kept in session state)
+            if compaction is not None:
+                cause = f"compaction ({compaction.reason})"
+            elif evidence_changed:
+                cause = evidence_changed
+            elif i == prev.payload_index and prev.invocation_id != state.invocation_id:
+                cause = "new invocation: the previous payload was replaced by its user message"
+            elif i == len(prev.message_digests) - 1:
+                cause = "the closing status left the last message"
+            else:
+                cause = "history changed"
+            return {"block": f"messages[{i}]", "index": i, "tokens": lost, "cause": cause}
+    if len(state.message_digests) < len(prev.message_digests):
+        return {"block": f"messages[{len(state.message_digests)}]", "index": len(state.message_digests),
+                "tokens": lost, "cause": "messages removed"}
+    return None
+
+
+def prefix_tokens(request: ModelRequest, prev: PackState | None, counter: TokenCounting) -> int:
+    """Leading tokens of `request` equal to the previous call's request (what a prompt cache reuses)."""
+    if prev is None or not prev.message_digests or prev.head_digest != head_digest(request):
+        return 0
+    total = prev.head_tokens
+    for digest, m in zip(prev.message_digests, request.messages):
+        if not m.digest.startswith(digest):
+            break
+        total += counter.count_message(m)
+    return total
+
+
+def _not_sent(items, lines: "tuple[Line, ...]") -> int:
+    """Input items that are not in the layer (compacted turns recalled into Memory are not inputs)."""
+    sent = {ln.id for ln in lines}
+    return sum(1 for item in items if item.id not in sent)
+
+
+def _lines_json(lines: "tuple[Line, ...]") -> list[dict]:
+    return [{"id": ln.id, "source": ln.source, "score": ln.score, **ln.scores, "compressed": ln.compressed} for ln in lines]
+
+
+def _lines_used(lines: "tuple[Line, ...]") -> int:
+    return sum(ln.tokens + 1 for ln in lines) + (LAYER_OVERHEAD if lines else 0)
+
+
+def _layers(inputs: PackInputs, d: Decisions, state: PackState, counter: TokenCounting) -> dict[str, LayerUsage]:
+    """Per layer: demand, budget and what the sent request really uses."""
+    fit, conv, request, alloc = d.fit, d.cands.conversation, d.recital.request, d.alloc
+    ev_used, mem_used = _lines_used(fit.evidence), _lines_used(fit.memory)
+    block_used = counter.count_text(fit.zone.block) + 4 if fit.zone.block else 0
+    conv_used = turns_tokens(fit.history, counter) + turns_tokens(fit.loop, counter) + block_used
+    payload = state.payload_tokens or (counter.count_message(conv.request) if conv.request is not None else 0)
+    status = d.recital.status
+    # a status kept on the payload is counted in the payload's own tokens
+    status_used = counter.count_message(status) if status is not None and not d.recital.on_payload else 0
+    task_used = max(0, payload - ev_used - mem_used) + status_used
+    system_used = counter.count_text(request.system_instruction) + sum(counter.count_message(m) for m in conv.instructions)
+    tools_used = head_tokens(request, counter) - counter.count_text(request.system_instruction)
+    n_conv = len(conv.history) + len(conv.loop)
+    budgets, demands = alloc.budgets, alloc.demands
+    return {
+        "system": LayerUsage(budget=system_used, used=system_used, items=1),
+        "task": LayerUsage(budget=task_used, used=task_used, items=1),
+        "tools": LayerUsage(budget=tools_used, used=tools_used, items=len(request.tools),
+                            dropped=len(inputs.request.tools) - len(request.tools)),
+        "evidence": LayerUsage(demand=demands.get("evidence", 0), budget=budgets.get("evidence", ev_used), used=ev_used,
+                               items=len(fit.evidence), dropped=_not_sent(inputs.evidence, fit.evidence)),
+        "memory": LayerUsage(demand=demands.get("memory", 0), budget=budgets.get("memory", mem_used), used=mem_used,
+                             items=len(fit.memory), dropped=_not_sent(inputs.memory, fit.memory)),
+        "conversation": LayerUsage(demand=demands.get("conversation", 0), budget=budgets.get("conversation", conv_used),
+                                   used=conv_used, items=len(fit.history) + len(fit.loop),
+                                   dropped=n_conv - len(fit.history) - len(fit.loop)),
+        "slack": LayerUsage(budget=alloc.slack, used=0),
+    }
+
+
+def _manifest(inputs: PackInputs, profile: BudgetProfile, d: Decisions, state: PackState,
+              counter: TokenCounting) -> Manifest:
+    fit, request, prev, conv = d.fit, d.recital.request, inputs.previous, d.cands.conversation
+    prefix = prefix_tokens(request, prev, counter)
+    flags = list(d.cands.flags) + (["opening_request_pinned"] if fit.zone.pins_opening else [])
+    return Manifest(
+        pack_id=state.pack_id, model=request.model, window=d.window, profile=profile.name,
+        profile_digest="sha256:" + sha256_hex(profile.model_dump_json()), app_name=inputs.app_name,
+        user_id=inputs.user_id, session_id=inputs.session_id, invocation_id=inputs.invocation_id, agent=inputs.agent,
+        created_at=inputs.now, layer_budgets=_layers(inputs, d, state, counter), allocation=d.alloc.to_json(),
+        truncation_events=[e.to_json() for e in d.events], artifact_uris=sorted({ln.uri for ln in fit.evidence if ln.uri}),
+        selected={"evidence": _lines_json(fit.evidence), "memory": _lines_json(fit.memory)},
+        flags=flags, evidence_needed=list(inputs.task.evidence_needed),
+        tokens_before=request_tokens(inputs.request, counter), tokens_after=request_tokens(request, counter),
+        prefix_tokens=prefix,
+        block_hashes={"system": state.system_digest, "tools": state.tools_digest,
+                      "payload": sha256_hex(state.payload_text), "compaction": sha256_hex(fit.zone.block)},
+        cache_break=cache_break(state, prev, prefix, d.compaction, d.evidence_changed),
+        compaction=d.compaction.to_json() if d.compaction else None,
+        calibration=round(inputs.calibration, 4), packed_for=d.alloc.window, recited=d.recital.status is not None,
+        failures=failure_count(inputs),
+        previous_tokens=prev.sent_tokens if prev else 0,
+        previous_pack_id=prev.pack_id if prev else "",
+        reused_payload=d.reused, tools=[t.name for t in request.tools], checksum=request.checksum,
+        redacted_in_pack=masked_count(fit.zone.block, fit.payload_text,
+                                      d.recital.status.text if d.recital.status is not None else "",
+                                      verbatim=conv.request.text if fit.payload_text and conv.request is not None else ""),
+    )

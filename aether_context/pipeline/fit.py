@@ -1,0 +1,258 @@
+"""Stage 4 — fit: the chosen layers into their budgets, and the request into the window.
+
+Retrieved lines fill their budget by score (shortened, then dropped); oversized turns are cut
+middle-out; orphaned responses are repaired; the final exact count drops Memory, then Evidence,
+then cuts the largest kept turn. Every action is a `TruncationEvent` naming what it touched, so
+nothing disappears silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..compress import describe_outcome
+from ..compress.middle_out import middle_out
+from ..content import FunctionResponse, Message, ModelRequest, TextPart, canonical_json
+from ..profile import BudgetProfile
+from ..tokens import TokenCounting
+from .allocate import LAYER_OVERHEAD, Allocation
+from .collect import PackInputs, PackState, Turn
+from .incremental import turn_tokens
+from .render import render_pack, render_payload, request_tokens
+
+if TYPE_CHECKING:
+    from .conversation import Verbatim
+    from .prepare import Prepared
+    from .select import Candidates, Line
+
+__all__ = ["TruncationEvent", "Fit", "Fitted", "fit_layers", "fit_to_window", "fit_lines", "cut_turn", "turn_id",
+           "repair_orphans", "bounded_turns", "selection_events"]
+
+Action = Literal["compress", "drop", "fold", "cut"]
+
+
+@dataclass(frozen=True)
+class TruncationEvent:
+    layer: str
+    action: Action
+    reason: str
+    ids: tuple[str, ...] = ()
+    tokens_before: int = 0
+    tokens_after: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"layer": self.layer, "action": self.action, "reason": self.reason, "ids": list(self.ids),
+                "tokens_before": self.tokens_before, "tokens_after": self.tokens_after}
+
+
+def turn_id(turn: Turn) -> str:
+    return f"turn-{turn.start}:{turn.messages[0].digest[:8]}"
+
+
+def _cut_response(resp: FunctionResponse, max_tokens: int, counter: TokenCounting) -> FunctionResponse:
+    """A response cut middle-out to `max_tokens`; cutting a cut response again cuts its text, never nests."""
+    already = set(resp.response) == {"result_cut"} and isinstance(resp.response["result_cut"], str)
+    text = resp.response["result_cut"] if already else canonical_json(resp.response)
+    if counter.count_text(text) <= max_tokens:
+        return resp
+    return FunctionResponse(resp.name, {"result_cut": middle_out(text, max_tokens, counter)}, resp.id)
+
+
+def cut_turn(turn: Turn, max_tokens: int, counter: TokenCounting) -> Turn:
+    """Cut oversized text and tool results of a turn middle-out; pairing and roles are unchanged."""
+    per_part = max(32, max_tokens // max(1, sum(len(m.parts) for m in turn.messages)))
+    msgs = []
+    for m in turn.messages:
+        parts = []
+        for p in m.parts:
+            if isinstance(p, TextPart):
+                p = TextPart(middle_out(p.text, per_part, counter))
+            elif isinstance(p, FunctionResponse):
+                p = _cut_response(p, per_part, counter)
+            parts.append(p)
+        msgs.append(Message(m.role, tuple(parts)))
+    return Turn(turn.start, tuple(msgs))
+
+
+def repair_orphans(turns: "tuple[Turn, ...]") -> tuple[tuple[Turn, ...], tuple[TruncationEvent, ...]]:
+    """Rewrite function responses whose call is gone (cut by an earlier compaction) as user text.
+
+    Gemini rejects a response without its call; as text the result stays visible and in place.
+    """
+    out, ids = [], []
+    for t in turns:
+        if t.is_orphan_response:
+            ids.append(turn_id(t))
+            brief = "; ".join(f"{r.name} → {describe_outcome(r.name, r.response)}" for m in t.messages for r in m.responses)
+            t = Turn(t.start, (Message("user", (TextPart(f"[turn {t.start}] tool result whose call is no longer in the history: {brief}"),)),))
+        out.append(t)
+    events = (TruncationEvent("conversation", "compress", "orphaned function response rewritten as text", tuple(ids)),) if ids else ()
+    return tuple(out), events
+
+
+def bounded_turns(turns: "tuple[Turn, ...]", max_turn_tokens: int, counter: TokenCounting,
+                  layer: str = "conversation") -> tuple[tuple[Turn, ...], tuple[TruncationEvent, ...]]:
+    """Apply the per-turn cap; each cut is an event."""
+    out, events = [], []
+    for t in turns:
+        before = turn_tokens(t, counter)
+        if before > max_turn_tokens:
+            memo = t.__dict__.get("_cut")  # the same turn is cut again on every later call: reuse
+            if memo is not None and memo[0] is counter and memo[1] == max_turn_tokens:
+                t2 = memo[2]
+            else:
+                t2 = cut_turn(t, max_turn_tokens, counter)
+                t.__dict__["_cut"] = (counter, max_turn_tokens, t2)
+            after = turn_tokens(t2, counter)
+            events.append(TruncationEvent(layer, "cut", "turn over max_turn_tokens", (turn_id(t),), before, after))
+            t = t2
+        out.append(t)
+    return tuple(out), tuple(events)
+
+
+def fit_lines(layer: str, lines: "tuple[Line, ...]", budget: int, item_max_tokens: int, counter: TokenCounting,
+              *, older_first: bool = False) -> tuple[tuple[Line, ...], tuple[TruncationEvent, ...]]:
+    """Fit ranked lines into `budget`: first shorten to `item_max_tokens`, then halve, then drop.
+
+    Drops go lowest rank first, or oldest first when `older_first` (evidence).
+    """
+    events: list[TruncationEvent] = []
+    total = sum(ln.tokens for ln in lines)
+    if total <= budget:
+        return lines, ()
+    for cap in (item_max_tokens, max(16, item_max_tokens // 2)):
+        long = [ln for ln in lines if ln.tokens > cap]
+        if not long or total <= budget:
+            continue
+        before = total
+        lines = tuple(_shorten(ln, cap, counter) if ln.tokens > cap else ln for ln in lines)
+        total = sum(ln.tokens for ln in lines)
+        events.append(TruncationEvent(layer, "compress", f"overflow: items summarised to {cap} tokens",
+                                      tuple(ln.id for ln in long), before, total))
+    if total > budget:
+        order = sorted(range(len(lines)), key=lambda i: ((lines[i].timestamp or 0.0) if older_first else -i, i))
+        drop: set[int] = set()
+        for i in order:
+            if total <= budget:
+                break
+            drop.add(i)
+            total -= lines[i].tokens
+        before = sum(ln.tokens for ln in lines)
+        dropped = tuple(lines[i].id for i in sorted(drop))
+        lines = tuple(ln for i, ln in enumerate(lines) if i not in drop)
+        events.append(TruncationEvent(layer, "drop", "overflow", dropped, before, total))
+    return lines, tuple(events)
+
+
+def _shorten(line: Line, cap: int, counter: TokenCounting) -> Line:
+    text = counter.truncate_text(line.text, max(1, cap - 2)).rstrip() + "…"
+    if line.uri and line.uri not in text:
+        text += f" ({line.uri})"
+    return replace(line, text=text, tokens=counter.count_text(text), compressed=True)
+
+
+def selection_events(cands: "Candidates") -> tuple[TruncationEvent, ...]:
+    """Retrieval's choice is a drop too, and says so (near-duplicates, below the relevance floor, the cap)."""
+    return tuple(TruncationEvent(layer, "drop", "not selected: a near-duplicate, not relevant to the request, already "
+                                 "in the conversation, or past top_k", ids)
+                 for layer, ids in sorted(cands.unselected.items()) if ids)
+
+
+# --- the layers of one call ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Fit:
+    """What goes in: the verbatim zone, its turns, and the retrieved lines."""
+
+    zone: "Verbatim"
+    history: tuple[Turn, ...]
+    loop: tuple[Turn, ...]
+    evidence: "tuple[Line, ...]"
+    memory: "tuple[Line, ...]"
+    payload_text: str  # "" when the user's message goes out as it is
+
+    @property
+    def payload_index(self) -> int:
+        """Where the payload (or the user's message sent as it is) sits: after the block and the history."""
+        return (1 if self.zone.block else 0) + sum(len(t.messages) for t in self.history)
+
+    def payload_at(self, inputs: PackInputs) -> int | None:
+        """The payload's index when this call sends one (or the user's message as it is), else None."""
+        return self.payload_index if self.payload_text or inputs.request_index is not None else None
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """A layout that fits the window, its rendered request, and what fitting it cut."""
+
+    fit: Fit
+    request: ModelRequest
+    events: tuple[TruncationEvent, ...]
+
+
+def fit_layers(inputs: PackInputs, profile: BudgetProfile, cands: "Candidates", prepared: "Prepared", zone: "Verbatim",
+               frozen: PackState | None, failures: str, alloc: Allocation, counter: TokenCounting) -> Fitted:
+    """The kept turns, and Evidence and Memory filled to their budgets by score, rendered once.
+
+    A frozen payload (same invocation, same zone) is sent as it was: its lines are not refitted.
+    """
+    history = tuple(t for t in prepared.history if zone.keeps(t))
+    loop = tuple(t for t in prepared.loop if zone.keeps(t))
+    events: tuple[TruncationEvent, ...] = ()
+    if frozen is not None:
+        ev = tuple(ln for ln in cands.evidence if ln.id in frozen.evidence_ids)
+        mem = tuple(ln for ln in cands.memory if ln.id in frozen.memory_ids)
+        fit = Fit(zone, history, loop, ev, mem, frozen.payload_text)
+    else:
+        ev, e1 = fit_lines("evidence", cands.evidence, max(0, alloc.budgets["evidence"] - LAYER_OVERHEAD),
+                           profile.evidence.item_max_tokens, counter, older_first=True)
+        mem, e2 = fit_lines("memory", cands.memory, max(0, alloc.budgets["memory"] - LAYER_OVERHEAD),
+                            profile.memory.item_max_tokens, counter)
+        text = render_payload(inputs.task, cands.conversation.request, ev, mem, failures).sent_text()
+        fit, events = Fit(zone, history, loop, ev, mem, text), (*e1, *e2)
+    return Fitted(fit, render_pack(inputs, cands, fit), events)
+
+
+def _drop_lines(fit: Fit, over: int) -> tuple[Fit, TruncationEvent]:
+    """Memory's lowest-ranked lines go first, then Evidence's, until `over` tokens are freed."""
+    layer = "memory" if fit.memory else "evidence"
+    kept = list(fit.memory if fit.memory else fit.evidence)
+    dropped, freed = [], 0
+    while kept and freed < over:
+        gone = kept.pop()
+        dropped.append(gone.id)
+        freed += gone.tokens + 1
+    return replace(fit, **{layer: tuple(kept)}), TruncationEvent(layer, "drop", "window still exceeded", tuple(dropped))
+
+
+def _cut_largest(fit: Fit, over: int, counter: TokenCounting) -> tuple[Fit, TruncationEvent]:
+    turns = fit.history + fit.loop
+    biggest = max(turns, key=lambda t: (sum(counter.count_message(m) for m in t.messages), -t.start))
+    size = sum(counter.count_message(m) for m in biggest.messages)
+    cut = cut_turn(biggest, max(16, size - over - 16), counter)
+    fit = replace(fit, history=tuple(cut if t is biggest else t for t in fit.history),
+                  loop=tuple(cut if t is biggest else t for t in fit.loop))
+    return fit, TruncationEvent("conversation", "cut", "window still exceeded: largest kept turn cut", (turn_id(biggest),))
+
+
+def fit_to_window(inputs: PackInputs, cands: "Candidates", fitted: Fitted, failures: str, limit: int,
+                  counter: TokenCounting) -> Fitted:
+    """The final count is exact: drop Memory, then Evidence, then cut the largest kept turn, until
+    the request fits `limit` (the pack limit less the status reserve). Each new layout renders once."""
+    fit, request, events = fitted.fit, fitted.request, list(fitted.events)
+    for _ in range(8):
+        over = request_tokens(request, counter) - limit
+        if over <= 0:
+            break
+        if fit.memory or fit.evidence:
+            fit, event = _drop_lines(fit, over)
+            fit = replace(fit, payload_text=render_payload(inputs.task, cands.conversation.request, fit.evidence,
+                                                           fit.memory, failures).sent_text())
+        elif fit.history or fit.loop:
+            fit, event = _cut_largest(fit, over, counter)
+        else:
+            break
+        events.append(event)
+        request = render_pack(inputs, cands, fit)
+    return Fitted(fit, request, tuple(events))

@@ -1,0 +1,62 @@
+"""Stage 1b — prepare: the request's messages as turns, after the repairs every call applies.
+
+Orphaned responses rewritten as text, old inline images decayed, old tool outputs pruned to their
+URI, and the per-turn cap. What each repair touched is a `TruncationEvent`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..profile import BudgetProfile
+from ..tokens import TokenCounting
+from .collect import PackInputs, Turn
+from .decay import decay_images, prune_tool_outputs
+from .fit import TruncationEvent, bounded_turns, repair_orphans
+from .select import Conversation, split_conversation
+
+__all__ = ["Prepared", "prepare"]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The conversation as turns, after the repairs and caps every call applies."""
+
+    conversation: Conversation
+    history: tuple[Turn, ...]
+    loop: tuple[Turn, ...]
+    pruned: frozenset[int]
+    originals: dict[int, Turn]  # turn start -> the turn before any cut (fold lines name what was cut)
+    events: tuple[TruncationEvent, ...]
+
+    @property
+    def turns(self) -> tuple[Turn, ...]:
+        return self.history + self.loop
+
+
+def prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting) -> Prepared:
+    """Orphan repair, image decay, pruning of old tool outputs and the per-turn cap."""
+    conv = split_conversation(inputs)
+    history, orphan_h = repair_orphans(conv.history)
+    loop, orphan_l = repair_orphans(conv.loop)
+    events: list[TruncationEvent] = [*orphan_h, *orphan_l]
+    n_hist = len(history)
+    same_invocation = inputs.previous is not None and inputs.previous.invocation_id == inputs.invocation_id
+    # like pruning, images age only at a new invocation: within one, the sent (cached) prefix stays as it was
+    keep = profile.decay.image_keep_turns + (len(loop) if same_invocation else 0)
+    turns, images = decay_images(history + loop, keep, inputs.uris)
+    if images:
+        events.append(TruncationEvent("conversation", "compress", "old inline images replaced by a description + URI", images))
+    already = frozenset(inputs.previous.pruned) if inputs.previous else frozenset()
+    pruned: frozenset[int] = already
+    if profile.pruning.enabled:
+        turns, pruned, fresh = prune_tool_outputs(turns, protect_tokens=profile.pruning.protect_tokens,
+                                                  minimum_tokens=profile.pruning.minimum_tokens, uris=inputs.uris,
+                                                  already=already, counter=counter, consider_new=not same_invocation)
+        if fresh:
+            events.append(TruncationEvent("conversation", "compress", "old tool outputs cleared to their URI (pruning)",
+                                          tuple(f"turn-{k}" for k in fresh)))
+    originals = {t.start: t for t in turns}
+    turns, cuts = bounded_turns(tuple(turns), profile.conversation.max_turn_tokens, counter)
+    events.extend(cuts)
+    return Prepared(conv, turns[:n_hist], turns[n_hist:], pruned, originals, tuple(events))

@@ -1,0 +1,74 @@
+"""Stage 6 — recite: the closing STATUS part, where it costs the prompt cache nothing.
+
+A due status (goal recitation, new failures under a frozen payload) goes where
+`recitation.placement` says (`status.place_status`): by default on user text only, never on a
+function response, and kept as sent while the payload is frozen. When the window has no room for
+it this call, a later call recites.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..content import Message, ModelRequest, canonical_json
+from ..loop.failures import FailureLog, FailureRecord
+from ..profile import BudgetProfile
+from ..tokens import TokenCounting
+from .collect import PackInputs, Turn
+from .fit import Fit
+from .render import request_tokens
+from .status import Rider, failure_count, failures_section, place_status, recitation_message
+
+__all__ = ["Recital", "recite", "failures_to_show"]
+
+
+def failures_to_show(inputs: PackInputs, profile: BudgetProfile, verbatim: "tuple[Turn, ...]",
+                     counter: TokenCounting) -> str:
+    """FAILURES SO FAR, unless it would only repeat what the request already shows: every logged
+    failure's message and causes are in a turn sent verbatim and the log has no warning (repeat, cluster,
+    cascade) to add. Then the pack has nothing to say about failures and costs nothing for them."""
+    section = failures_section(inputs, profile, int(inputs.failures.get("current_turn", 0)), counter)
+    if not section or int(inputs.failures.get("evicted", 0)):
+        return section
+    records = [FailureRecord.from_json(r) for r in inputs.failures.get("records", ())]
+    log = FailureLog(profile.failures.log, records, 0)
+    if log.analyze(int(inputs.failures.get("current_turn", 0))).warnings:
+        return section
+    shown = [m.text + "".join(canonical_json(r.response) for r in m.responses) for t in verbatim for m in t.messages]
+    visible = all(line and any(line in text for text in shown) for r in records for line in (r.message, *r.causes))
+    return "" if visible else section
+
+
+@dataclass(frozen=True)
+class Recital:
+    """The request as sent, the status it carries (if any), and what the next call reads of it."""
+
+    request: ModelRequest
+    stable: ModelRequest  # the request as the next call of the payload re-sends it (digests, payload size)
+    status: Message | None
+    statuses: "tuple[Rider, ...]"  # statuses kept as sent: (message index, its digest, text)
+    on_payload: bool  # the new status rides, kept, on the payload (counted in the payload's tokens)
+    call_index: int
+    last_recited: int
+    failures_shown: int  # failures logged when the payload this call sends was built
+
+
+def recite(inputs: PackInputs, profile: BudgetProfile, request: ModelRequest, fit: Fit, *, reused: bool,
+           rebuilt_at: int | None, limit: int, counter: TokenCounting) -> Recital:
+    """Place the closing status when one is due and fits under `limit`; re-attach the statuses the
+    frozen payload's earlier calls sent. `rebuilt_at`: the payload's index when this call built it anew."""
+    prev = inputs.previous
+    logged = failure_count(inputs)
+    shown = prev.failures_shown if reused and prev is not None else logged
+    status, call_index, last_recited = recitation_message(
+        inputs, profile, fit.history + fit.loop, request_tokens(request, counter), counter,
+        failures_stale=logged > shown, compacted=fit.zone.through > 0)
+    placed = place_status(request, status, profile, carried=prev.statuses if reused and prev is not None else (),
+                          rebuilt_at=rebuilt_at, fits=lambda r: request_tokens(r, counter) <= limit)
+    if status is not None and not placed.recited:  # not here, or no room left: a later call recites
+        status, last_recited = None, (prev.last_recited if prev is not None else -1)
+    elif status is not None and placed.kept:  # kept as sent, it shows the failures it lists from now on
+        shown = logged
+    on_payload = placed.kept and rebuilt_at is not None and placed.host == rebuilt_at
+    return Recital(placed.request, placed.stable, status, placed.statuses, on_payload, call_index, last_recited,
+                   shown)
