@@ -96,14 +96,8 @@ class TokenCounter:
         return self._encoding.decode(tokens[: max(0, max_tokens)])
 
     def count_message(self, message: Message) -> int:
-        # Fast path: the count rides on the message object itself (keyed by this counter).
-        memo = message.__dict__.get("_token_count")
-        if memo is not None and memo[0] is self:
-            self._messages.hits += 1
-            return memo[1]
-        cached = self._messages.get(message.digest)
+        cached = self._messages.get(message.digest)  # by content: the same message costs one lookup
         if cached is not None:
-            message.__dict__["_token_count"] = (self, cached)
             return cached
         total = MESSAGE_OVERHEAD
         for part in message.parts:
@@ -118,7 +112,6 @@ class TokenCounter:
             elif isinstance(part, OpaquePart):
                 total += self.count_text(canonical_json(part.raw))
         self._messages.put(message.digest, total)
-        message.__dict__["_token_count"] = (self, total)
         return total
 
     def count_messages(self, messages: "tuple[Message, ...] | list[Message]") -> int:

@@ -16,6 +16,7 @@ from google.genai import types
 
 from google.adk.tools.base_tool import BaseTool
 
+from ..pipeline.cache import PackCache
 from ..content import ModelRequest, ToolSpec, sha256_hex
 from ..pipeline.collect import EvidenceItem, MemoryItem, PackInputs, PackState
 from ..providers import EvidenceProvider, EvidenceRequest
@@ -218,9 +219,10 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys:
                          memory_limit: int, artifact_cache: dict, now: float, use_memory: bool = True,
                          use_artifacts: bool = True, summary_chars: int = 400,
                          extra_tools: "tuple[BaseTool, ...]" = (), edge_flags: "tuple[str, ...]" = (),
-                         providers: "Sequence[EvidenceProvider]" = ()) -> PackInputs:
-    """`extra_tools` (the recall tool) are declared in the pack and kept whatever the step allows."""
-    request = request_from_llm(llm_request)
+                         providers: "Sequence[EvidenceProvider]" = (), cache: "PackCache | None" = None) -> PackInputs:
+    """`extra_tools` (the recall tool) are declared in the pack and kept whatever the step allows;
+    `cache` (the packer's) makes converting the unchanged history nearly free."""
+    request = request_from_llm(llm_request, cache)
     added = tuple(ToolSpec(t.name, t._get_declaration().model_dump(mode="json", exclude_none=True))
                   for t in extra_tools if t.name not in {s.name for s in request.tools})
     if added:

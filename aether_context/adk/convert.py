@@ -7,13 +7,12 @@ reference.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Any
 
 from google.adk.models.llm_request import LlmRequest
 from google.genai import types
 
+from ..pipeline.cache import PackCache
 from ..content import _split_extra, Blob, FunctionCall, FunctionResponse, Message, ModelRequest, OpaquePart, Part, TextPart, ToolSpec
 
 __all__ = ["to_message", "to_content", "request_from_llm", "apply_request", "llm_request_from"]
@@ -69,7 +68,7 @@ def _from_part(part: Part) -> types.Part:
     return types.Part.model_validate(part.raw)
 
 
-# Both caches below rest on one fact: ADK rebuilds each request with shallow copies of the session's
+# The memo below rests on one fact: ADK rebuilds each request with shallow copies of the session's
 # contents (new Content and Part objects), so the payloads inside — text strings, argument and
 # response dicts, thought signatures — are the same objects from call to call.
 
@@ -116,35 +115,21 @@ def _same_part(part: types.Part, sig: PartSignature) -> bool:
             and _only_fields(part, 1 + (thought is not None) + (signature is not None)))
 
 
-_CACHE: "dict[tuple, tuple[list, Message]]" = {}
-_CACHE_SIZE = 100_000
-
-
-def to_message(content: types.Content) -> Message:
-    """Convert one content; conversions are memoised by payload identity (a long session's
-    history would otherwise be converted and hashed again on every call)."""
+def to_message(content: types.Content, cache: "PackCache | None" = None) -> Message:
+    """Convert one content; with a `cache`, conversions are memoised by payload identity (a long
+    session's history would otherwise be converted and hashed again on every call)."""
     parts = content.parts or ()
     role = "model" if content.role == "model" else "user"
-    sigs = [_part_signature(p) for p in parts]
+    sigs = [_part_signature(p) for p in parts] if cache is not None else [None]
     if any(sig is None for sig in sigs):
         return Message(role, tuple(_to_part(p) for p in parts))
     key = (role, *[(sig[0], id(sig[1]), *sig[2:]) for sig in sigs])
-    hit = _CACHE.get(key)
+    hit = cache.lookup("message", key)
     if hit is not None:
         return hit[1]
     message = Message(role, tuple(_to_part(p) for p in parts))
-    if len(_CACHE) >= _CACHE_SIZE:
-        for old in list(_CACHE)[: _CACHE_SIZE // 2]:
-            _CACHE.pop(old, None)
-    _CACHE[key] = ([sig[1] for sig in sigs], message)  # the payloads held, so their ids cannot be reused
+    cache.put("message", key, ([sig[1] for sig in sigs], message))  # the payloads held: their ids cannot be reused
     return message
-
-
-_RUNS: "OrderedDict[tuple, tuple[list, list[Message]]]" = OrderedDict()
-_RUNS_SIZE = 256  # conversations (about one per live session and agent) whose last request is kept
-_RUNS_CONTENTS = 200_000  # ... and the contents they hold together, at most
-_RUNS_LOCK = threading.Lock()  # ADK's sync Runner.run drives each run from its own thread
-_runs_held = 0
 
 
 def _signature(content: types.Content) -> "tuple[str, tuple[PartSignature, ...]] | None":
@@ -166,17 +151,16 @@ def _unchanged(content: types.Content, sig: "tuple[str, tuple[PartSignature, ...
     return True
 
 
-def _messages(contents: "list[types.Content]") -> tuple[Message, ...]:
-    """All contents converted. The leading contents unchanged since the last request of the same
-    conversation (same payload objects) take its messages without being keyed one by one."""
+def _messages(contents: "list[types.Content]", cache: "PackCache | None") -> tuple[Message, ...]:
+    """All contents converted. With a `cache`, the leading contents unchanged since the last request
+    of the same conversation (same payload objects) take its messages without being keyed one by one."""
     if not contents:
         return ()
-    first = _signature(contents[0])
+    first = _signature(contents[0]) if cache is not None else None
     if first is None or not first[1]:
-        return tuple(to_message(c) for c in contents)
+        return tuple(to_message(c, cache) for c in contents)
     key = (first[0], id(first[1][0][1]))  # the first payload: identity-checked below, so held by the entry
-    with _RUNS_LOCK:
-        run = _RUNS.get(key)
+    run = cache.lookup("run", key)
     same = 0
     if run is not None:
         for c, sig in zip(contents, run[0]):
@@ -187,14 +171,8 @@ def _messages(contents: "list[types.Content]") -> tuple[Message, ...]:
     else:
         sigs, msgs = [], []
     sigs += [_signature(c) for c in contents[same:]]
-    msgs += [to_message(c) for c in contents[same:]]
-    global _runs_held
-    with _RUNS_LOCK:
-        old = _RUNS.pop(key, None)
-        _RUNS[key] = (sigs, msgs)
-        _runs_held += len(sigs) - (len(old[0]) if old is not None else 0)
-        while len(_RUNS) > 1 and (len(_RUNS) > _RUNS_SIZE or _runs_held > _RUNS_CONTENTS):
-            _runs_held -= len(_RUNS.popitem(last=False)[1][0])
+    msgs += [to_message(c, cache) for c in contents[same:]]
+    cache.put("run", key, (sigs, msgs))
     return tuple(msgs)
 
 
@@ -216,8 +194,11 @@ def _system_text(value: Any) -> str:
     return str(value)
 
 
-def request_from_llm(llm_request: LlmRequest) -> ModelRequest:
-    """The core view of an ADK request: system text, messages, function tools, other tools."""
+def request_from_llm(llm_request: LlmRequest, cache: "PackCache | None" = None) -> ModelRequest:
+    """The core view of an ADK request: system text, messages, function tools, other tools.
+
+    `cache` (the packer's) makes converting an unchanged history nearly free; without it every
+    content is converted (same result)."""
     specs: list[ToolSpec] = []
     other: list[dict[str, Any]] = []
     for tool in llm_request.config.tools or []:
@@ -232,7 +213,7 @@ def request_from_llm(llm_request: LlmRequest) -> ModelRequest:
     return ModelRequest(
         model=llm_request.model or "",
         system_instruction=_system_text(llm_request.config.system_instruction),
-        messages=_messages(llm_request.contents),
+        messages=_messages(llm_request.contents, cache),
         tools=tuple(specs),
         other_tools=tuple(other),
     )

@@ -22,6 +22,7 @@ from google.adk.tools.tool_context import ToolContext
 from ..compress import SummarizeFn, Summarizer, render_payload, run_summarizer, validate_summary
 from ..content import response_digest, sha256_hex
 from ..failures import FailureLog, FailureRecord, error_text, is_error_result
+from ..pipeline.cache import PackCache
 from ..pipeline.build import ContextPack, build_pack, request_tokens
 from ..pipeline.collect import PackInputs, PackState
 from ..pipeline.decay import RunningSummary, blob_key
@@ -85,7 +86,8 @@ class ContextPacker:
                  window_tokens: int | None = None, counter: TokenCounting | None = None,
                  state_keys: StateKeys | None = None, use_memory: bool = True, use_artifacts: bool = True,
                  memory_pool: int = 1000, keep_recent: int = 1000, summarizer: "Summarizer | SummarizeFn | None" = None,
-                 evidence_providers: "Sequence[EvidenceProvider]" = (), embedder: "Embedder | None" = None):
+                 evidence_providers: "Sequence[EvidenceProvider]" = (), embedder: "Embedder | None" = None,
+                 cache: PackCache | None = None):
         self.profile = load_profile(profile)
         self.store = store if isinstance(store, PackStore) else PackStore(store or DEFAULT_STORE_URL)
         self.window_tokens = window_tokens
@@ -101,6 +103,9 @@ class ContextPacker:
         # Hybrid retrieval for Memory and Evidence; `embedder` replaces the profile's model (tests, no torch).
         self.retriever = Retriever(self.profile.retrieval, embedder=embedder) if embedder else default_retriever(self.profile)
         self.retriever.warm_up()  # load the embedding model now, off the first model call's path
+        # What was computed from unchanged history (conversions, turns, retrieval documents, fold
+        # lines, values): a call then costs what is new since the previous one.
+        self.cache = cache if cache is not None else PackCache()
         self.calibration: dict[str, float] = {}  # per model: reported prompt tokens / our estimate, smoothed
         self.usage: collections.deque[dict] = collections.deque(maxlen=keep_recent)
         # One slot per (app, user, session, agent), least recently used released first.
@@ -142,13 +147,14 @@ class ContextPacker:
                 callback_context, llm_request, keys=self.keys, previous=slot.state,
                 memory_limit=self.memory_pool, artifact_cache=self._artifact_cache, now=session_now(session.events),
                 use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags + self._window_flags(llm_request),
-                providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else ())
+                providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (), cache=self.cache)
             slot.times = slot.times or EventTimes()
             inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
                              compact=bool(callback_context.state.get(COMPACT_STATE_KEY)))
             inputs = await self._save_images(callback_context, inputs)
             inputs = replace(inputs, calibration=self.calibration.get(inputs.request.model, 1.0))
-            pack = build_pack(inputs, self.profile, counter=self.counter, window=self.window_tokens, retriever=self.retriever)
+            pack = build_pack(inputs, self.profile, counter=self.counter, window=self.window_tokens, retriever=self.retriever,
+                              cache=self.cache)
             saved = callback_context.state.get(SAVED_STATE_KEY) or {}
             without = pack.manifest.tokens_before + sum(saved.get(r.key, 0) for m in inputs.request.messages
                                                         for r in m.responses)
@@ -373,7 +379,7 @@ class ContextPacker:
     def _record_failure(self, ctx: CallbackContext, llm_request: LlmRequest, error: Exception) -> CallRecord:
         session = ctx.session
         try:
-            original = request_from_llm(llm_request)
+            original = request_from_llm(llm_request, self.cache)
             checksum, tokens = original.checksum, request_tokens(original, self.counter)
         except Exception:  # even the request could not be read; record what we know
             logger.debug("aether-context: could not convert the failing request", exc_info=True)

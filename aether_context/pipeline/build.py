@@ -17,6 +17,7 @@ from ..errors import BudgetError
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from ..windows import context_window
+from .cache import PackCache
 from .allocate import Allocation, allocate_around_conversation, flex_weights
 from .collect import PackInputs, PackState, Turn
 from .compress import TruncationEvent, bounded_turns, cut_turn, fit_lines, repair_orphans, turn_id
@@ -101,23 +102,25 @@ def _head_digest(request: ModelRequest) -> str:
 
 
 def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting, window: int | None = None,
-               retriever: Retriever | None = None) -> ContextPack:
+               retriever: Retriever | None = None, cache: PackCache | None = None) -> ContextPack:
     """Build the Context Pack for one call. Raises `BudgetError` when the fixed layers cannot fit.
 
-    `retriever` keeps retrieval indexes and embeddings across calls (the plugin passes its own);
-    without one, a fresh one gives the same result, only slower.
+    `retriever` keeps retrieval indexes and embeddings across calls, and `cache` what was computed
+    from unchanged history (the plugin passes its own); without them, fresh ones give the same
+    result, only slower.
     """
     retriever = retriever or default_retriever(profile)
+    cache = cache if cache is not None else PackCache()
     model_window = context_window(inputs.request.model, window if window is not None else profile.window_tokens)
     # Calibrated: if the model counts 20 % more than our tokenizer, pack for a window 20 % smaller.
     packed_for = int(model_window / max(0.5, inputs.calibration))
-    prepared = _prepare(inputs, profile, counter)
+    prepared = _prepare(inputs, profile, counter, cache)
     prev = inputs.previous
     zone = verbatim_zone(prev, tuple(m.digest for m in inputs.request.messages))
     failures = failures_section(inputs, profile, int(inputs.failures.get("current_turn", 0)), counter)
     frozen = _frozen_payload(inputs, profile, zone)
 
-    cands = _select(inputs, profile, counter, retriever, prepared, zone)
+    cands = _select(inputs, profile, counter, retriever, prepared, zone, cache)
     room = _room(inputs, profile, packed_for, cands, prepared, zone, frozen, failures, counter)
     kept_tokens = _conversation_tokens(prepared, zone, counter)
     compaction = None
@@ -129,12 +132,12 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
         cap = _room(inputs, profile, packed_for, cands, prepared, zone, frozen, failures, counter,
                     memory_wanted=True).conversation_cap
         compaction = _compact(inputs, profile, prepared, zone, int(cap * profile.conversation.compact_to), cap,
-                              reason, kept_tokens, packed_for, counter)
+                              reason, kept_tokens, packed_for, counter, cache)
     if compaction is not None and not compaction.folded and not inputs.compact:
         compaction = None  # nothing could leave the verbatim zone: the final fit cuts the largest turn instead
     if compaction is not None:
         zone, frozen = compaction.zone, None
-        cands = _select(inputs, profile, counter, retriever, prepared, zone)
+        cands = _select(inputs, profile, counter, retriever, prepared, zone, cache)
         room = _room(inputs, profile, packed_for, cands, prepared, zone, frozen, failures, counter)
 
     alloc = _allocate(profile, packed_for, room, cands, prepared, zone, counter)
@@ -169,9 +172,9 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
 
 # --- prepare -----------------------------------------------------------------------------------
 
-def _prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting) -> Prepared:
+def _prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting, cache: PackCache) -> Prepared:
     """Orphan repair, image decay, pruning of old tool outputs and the per-turn cap."""
-    conv = split_conversation(inputs)
+    conv = split_conversation(inputs, cache)
     history, orphan_h = repair_orphans(conv.history)
     loop, orphan_l = repair_orphans(conv.loop)
     events: list[TruncationEvent] = [*orphan_h, *orphan_l]
@@ -190,7 +193,7 @@ def _prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting)
             events.append(TruncationEvent("conversation", "compress", "old tool outputs cleared to their URI (pruning)",
                                           tuple(f"turn-{k}" for k in fresh)))
     originals = {t.start: t for t in turns}
-    turns, cuts = bounded_turns(tuple(turns), profile.conversation.max_turn_tokens, counter)
+    turns, cuts = bounded_turns(tuple(turns), profile.conversation.max_turn_tokens, counter, cache=cache)
     events.extend(cuts)
     return Prepared(conv, turns[:n_hist], turns[n_hist:], pruned, originals, tuple(events))
 
@@ -212,11 +215,11 @@ def _conversation_tokens(prepared: Prepared, zone: Verbatim, counter: TokenCount
 # --- select ------------------------------------------------------------------------------------
 
 def _select(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting, retriever: Retriever,
-            prepared: Prepared, zone: Verbatim) -> Candidates:
+            prepared: Prepared, zone: Verbatim, cache: PackCache) -> Candidates:
     compacted = tuple(t for t in prepared.turns if not zone.keeps(t))
     kept = tuple(t for t in prepared.turns if zone.keeps(t))
     return select(inputs, profile, counter=counter, retriever=retriever, conversation=prepared.conversation,
-                  compacted=compacted, kept=kept)
+                  compacted=compacted, kept=kept, cache=cache)
 
 
 # --- allocate ----------------------------------------------------------------------------------
@@ -280,7 +283,7 @@ def _allocate(profile: BudgetProfile, window: int, room: Room, cands: Candidates
 # --- compact -----------------------------------------------------------------------------------
 
 def _compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone: Verbatim, target: int, ceiling: int,
-             reason: str, tokens_before: int, window: int, counter: TokenCounting) -> Compaction:
+             reason: str, tokens_before: int, window: int, counter: TokenCounting, cache: PackCache) -> Compaction:
     """One compaction: the oldest turns leave the verbatim zone, in one step, down to `target`."""
     decay = profile.decay
     # The block gets at most 60 % of the target, so the verbatim turns keep the rest. Known values
@@ -301,7 +304,7 @@ def _compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zon
     block, summary, merged, merged_lines = compaction_block(
         compacted, RunningSummary.from_json(inputs.summary), opening=opening, goal=inputs.task.goal or query_text(inputs)[:300],
         fold_max_tokens=fold_cap, summary_max_tokens=summary_cap, uris=inputs.uris,
-        values=known_values(compacted, values_cap, counter), counter=counter)
+        values=known_values(compacted, values_cap, counter, cache), counter=counter, cache=cache)
     new = replace(new, block=block, pins_opening=bool(opening))
     folded = tuple(t.start for t in turns if zone.keeps(t) and not new.keeps(t))
     return Compaction(new, reason, folded, tokens_before, _conversation_tokens(prepared, new, counter), summary,

@@ -17,7 +17,8 @@ from ..compress.values import extract_values, merge_values, render_values
 from ..tokens import TokenCounting
 from .collect import PackState, Turn
 from .decay import RunningSummary, decay_zones
-from .incremental import turn_tokens
+from .cache import PackCache
+from .incremental import turn_key, turn_tokens
 from .render import quote as _quote
 
 __all__ = ["Compaction", "Verbatim", "verbatim_zone", "plan_compaction", "compaction_block", "known_values",
@@ -96,10 +97,11 @@ def plan_compaction(turns: "tuple[Turn, ...]", *, target: int, min_tail: int, co
 
 def compaction_block(compacted: "tuple[Turn, ...]", summary: RunningSummary, *, opening: str, goal: str,
                      fold_max_tokens: int, summary_max_tokens: int, uris: "dict[str, str]", values: str,
-                     counter: TokenCounting) -> tuple[str, RunningSummary, tuple[int, ...], tuple[str, ...]]:
+                     counter: TokenCounting, cache: PackCache | None = None
+                     ) -> tuple[str, RunningSummary, tuple[int, ...], tuple[str, ...]]:
     """The block text for every compacted turn, with the advanced summary and what was merged into it."""
     zones = decay_zones(compacted, summary, goal=goal, fold_max_tokens=fold_max_tokens,
-                        summary_max_tokens=summary_max_tokens, uris=uris, counter=counter)
+                        summary_max_tokens=summary_max_tokens, uris=uris, counter=counter, cache=cache)
     parts = [f"{BLOCK_HEADER} (earlier turns, compacted by aether-context; quoted data, originals at "
              "their artifact:// URIs):"]
     if opening:
@@ -113,22 +115,36 @@ def compaction_block(compacted: "tuple[Turn, ...]", summary: RunningSummary, *, 
     return "\n".join(parts), zones.summary, zones.merged_turns, zones.merged_lines
 
 
-def known_values(compacted: "tuple[Turn, ...]", max_tokens: int, counter: TokenCounting) -> str:
+def known_values(compacted: "tuple[Turn, ...]", max_tokens: int, counter: TokenCounting,
+                 cache: PackCache | None = None) -> str:
     """KNOWN VALUES of the compacted turns: the ids and values they carried (call arguments included),
-    newest value per source, so an identifier read long ago is still there when a call needs it."""
+    newest value per source, so an identifier read long ago is still there when a call needs it.
+
+    Bounded by the cap, not the history: a line costs at least a few tokens, so at most `max_tokens`
+    sources can show; the newest turns giving that many are read (each turn's values once, from `cache`)."""
     if max_tokens <= 0:
         return ""
-    sets = []
-    for turn in compacted:
-        responses = [r for m in turn.messages for r in m.responses]
-        for m in turn.messages:
-            if m.text:
-                sets.append(extract_values(text=m.text, role=m.role, turn=turn.start))
-            for c in m.calls:
-                match = next((r for r in responses if (c.id and r.id == c.id) or r.name == c.name), None)
-                if match is not None:
-                    responses.remove(match)
-                sets.append(extract_values(tool=c.name, args=c.args, result=match.response if match else None,
-                                           turn=turn.start))
+    sets: list = []
+    for turn in reversed(compacted):
+        found = _turn_values(turn) if cache is None else cache.get("turn_values", turn_key(turn), lambda t=turn: _turn_values(t))
+        sets.extend(vs for vs in found if vs is not None)
+        if len(sets) >= max_tokens:
+            break
     merged = merge_values(sets)
     return render_values(merged, max_tokens, counter) if merged else ""
+
+
+def _turn_values(turn: Turn) -> tuple:
+    """The value sets of one turn: its texts, and each call with its matching response."""
+    sets = []
+    responses = [r for m in turn.messages for r in m.responses]
+    for m in turn.messages:
+        if m.text:
+            sets.append(extract_values(text=m.text, role=m.role, turn=turn.start))
+        for c in m.calls:
+            match = next((r for r in responses if (c.id and r.id == c.id) or r.name == c.name), None)
+            if match is not None:
+                responses.remove(match)
+            sets.append(extract_values(tool=c.name, args=c.args, result=match.response if match else None,
+                                       turn=turn.start))
+    return tuple(sets)

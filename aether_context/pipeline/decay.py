@@ -8,14 +8,15 @@ cap. Fold lines and the summary carry the URIs of the originals, so compaction i
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..compress import ExtractiveSummarizer, fold_message, fold_tool_pair
 from ..content import Blob, FunctionCall, FunctionResponse, Message, TextPart, sha256_hex
 from ..tokens import TokenCounting
+from .cache import PackCache, counter_key
 from .collect import Turn
+from .incremental import turn_key
 
 __all__ = ["RunningSummary", "fold_turn", "decay_zones", "Zones", "decay_images", "blob_key", "prune_tool_outputs"]
 
@@ -41,24 +42,17 @@ def blob_key(data: bytes) -> str:
     return "blob-" + sha256_hex(data)[:20]
 
 
-_FOLD_CACHE: "OrderedDict[tuple, str]" = OrderedDict()
-
-
-def fold_turn(turn: Turn, uris: "dict[str, str]", counter: TokenCounting, max_tokens: int = 72) -> str:
+def fold_turn(turn: Turn, uris: "dict[str, str]", counter: TokenCounting, max_tokens: int = 72,
+              cache: PackCache | None = None) -> str:
     """One line for a turn: each call with its response's outcome and URI, or the text in brief.
 
-    Memoised by the turn's content and URIs: a long session folds the same turns on every call.
+    Memoised in `cache` by the turn's content and URIs: a long session folds the same turns on every call.
     """
-    key = (turn.start, tuple(m.digest for m in turn.messages),
-           tuple(uris.get(r.key, "") for m in turn.messages for r in m.responses),
-           max_tokens, id(counter))
-    line = _FOLD_CACHE.get(key)
-    if line is None:
-        line = _fold_turn(turn, uris, counter, max_tokens)
-        _FOLD_CACHE[key] = line
-        if len(_FOLD_CACHE) > 50_000:
-            _FOLD_CACHE.popitem(last=False)
-    return line
+    if cache is None:
+        return _fold_turn(turn, uris, counter, max_tokens)
+    key = (turn_key(turn), tuple(uris.get(r.key, "") for m in turn.messages for r in m.responses),
+           max_tokens, counter_key(counter))
+    return cache.get("fold_line", key, lambda: _fold_turn(turn, uris, counter, max_tokens))
 
 
 def _fold_turn(turn: Turn, uris: "dict[str, str]", counter: TokenCounting, max_tokens: int) -> str:
@@ -94,13 +88,15 @@ class Zones:
 
 
 def decay_zones(folded: Sequence[Turn], previous: RunningSummary, *, goal: str, fold_max_tokens: int,
-                summary_max_tokens: int, uris: "dict[str, str]", counter: TokenCounting) -> Zones:
+                summary_max_tokens: int, uris: "dict[str, str]", counter: TokenCounting,
+                cache: PackCache | None = None) -> Zones:
     """Fold lines for folded turns the summary does not cover; the overflow goes into the summary."""
     uncovered = [t for t in folded if t.start > previous.covered_until]
-    lines = [fold_turn(t, uris, counter) for t in uncovered]
+    lines = [fold_turn(t, uris, counter, cache=cache) for t in uncovered]
     sizes = [counter.count_text(ln) + 2 for ln in lines]
-    cut = 0
-    while cut < len(lines) and sum(sizes[cut:]) > fold_max_tokens:
+    cut, tail = 0, sum(sizes)
+    while cut < len(lines) and tail > fold_max_tokens:
+        tail -= sizes[cut]
         cut += 1
     if not cut:
         return Zones(previous, tuple(lines), ())
