@@ -160,11 +160,10 @@ async def _artifact_evidence(ctx: CallbackContext, cache: dict, summary_chars: i
     except ValueError:  # no artifact service on the runner
         return []
     session = ctx.session
-    saved = _saved_versions(session.events)
+    names = [n for n in sorted(names) if not n.startswith(OFFLOAD_PREFIXES)]  # offloads are cited where their turn is
+    saved = _saved_versions(session.events) if names else {}  # a read of every event: only when needed
     out = []
-    for name in sorted(names):
-        if name.startswith(OFFLOAD_PREFIXES):  # offloaded outputs and attachments are cited where their turn is
-            continue
+    for name in names:
         version = saved.get(name)
         if version is None:
             version = await _latest_version(ctx, name)

@@ -23,10 +23,18 @@ class EventTimes:
     def __init__(self, max_events: int = 200_000):
         self._digests: OrderedDict[str, tuple[str, float]] = OrderedDict()  # event id -> (digest, timestamp)
         self._max = max_events
+        # The events read last call (how many, the last one) and the digest -> time map they gave:
+        # a session's events only grow within a run, so a call reads only the events after them.
+        self._read: tuple[int, Any, dict[str, float]] | None = None
 
     def message_times(self, events: Sequence[Any], request: ModelRequest) -> tuple[float | None, ...]:
         by_digest: dict[str, float] = {}
-        for event in events:
+        start = 0
+        if self._read is not None:
+            n, last, known = self._read
+            if 0 < n <= len(events) and events[n - 1] is last:
+                by_digest, start = known, n  # only ever added to
+        for event in events[start:]:
             if event.content is None or not event.content.parts:
                 continue
             key = event.id or f"{event.invocation_id}/{event.timestamp}"
@@ -37,6 +45,8 @@ class EventTimes:
                 while len(self._digests) > self._max:
                     self._digests.popitem(last=False)
             by_digest.setdefault(hit[0], hit[1])
+        if events:
+            self._read = (len(events), events[-1], by_digest)
         times: list[float | None] = []
         last: float | None = None
         for message in request.messages:

@@ -188,7 +188,8 @@ def _prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting,
         same_invocation = inputs.previous is not None and inputs.previous.invocation_id == inputs.invocation_id
         turns, pruned, fresh = prune_tool_outputs(turns, protect_tokens=profile.pruning.protect_tokens,
                                                   minimum_tokens=profile.pruning.minimum_tokens, uris=inputs.uris,
-                                                  already=already, counter=counter, consider_new=not same_invocation)
+                                                  already=already, counter=counter, consider_new=not same_invocation,
+                                                  cache=cache)
         if fresh:
             events.append(TruncationEvent("conversation", "compress", "old tool outputs cleared to their URI (pruning)",
                                           tuple(f"turn-{k}" for k in fresh)))

@@ -139,13 +139,15 @@ def _response_tokens(turn: Turn, counter: TokenCounting) -> int:
 
 def prune_tool_outputs(turns: Sequence[Turn], *, protect_tokens: int, minimum_tokens: int, uris: "dict[str, str]",
                        already: "frozenset[int]", counter: TokenCounting,
-                       consider_new: bool = True) -> tuple[tuple[Turn, ...], frozenset[int], tuple[int, ...]]:
+                       consider_new: bool = True, cache: PackCache | None = None
+                       ) -> tuple[tuple[Turn, ...], frozenset[int], tuple[int, ...]]:
     """Clear old tool outputs to a placeholder with their URI, beyond the newest `protect_tokens` of outputs.
 
     Only outputs saved in the artifact store (with a URI) are cleared, and only when the clearing
     reclaims at least `minimum_tokens` at once (so the prefix changes rarely); turns cleared before
     stay cleared. Returns the turns, every cleared turn start, and the newly cleared ones. With
-    `consider_new` False only the turns cleared before are cleared again (a frozen pack).
+    `consider_new` False only the turns cleared before are cleared again (a frozen pack). A cleared
+    turn is built once (`cache`, by its content and URIs): later calls get the same object back.
     """
     fresh: list[Turn] = []
     if consider_new and (already or sum(_response_tokens(t, counter) for t in turns) >= protect_tokens + minimum_tokens):
@@ -164,14 +166,21 @@ def prune_tool_outputs(turns: Sequence[Turn], *, protect_tokens: int, minimum_to
     for t in turns:
         if t.start not in cleared:
             out.append(t)
-            continue
-        msgs = []
-        for m in t.messages:
-            parts = tuple(
-                FunctionResponse(p.name, {"cleared": "old tool output cleared to save context",
-                                          "artifact_uri": uris.get(p.key, "")}, p.id)
-                if isinstance(p, FunctionResponse) and p.key in uris else p
-                for p in m.parts)
-            msgs.append(Message(m.role, parts))
-        out.append(Turn(t.start, tuple(msgs)))
+        elif cache is None:
+            out.append(_cleared_turn(t, uris))
+        else:
+            key = (turn_key(t), tuple(uris.get(r.key, "") for m in t.messages for r in m.responses))
+            out.append(cache.get("cleared_turn", key, lambda t=t: _cleared_turn(t, uris)))
     return tuple(out), frozenset(cleared), tuple(t.start for t in fresh)
+
+
+def _cleared_turn(t: Turn, uris: "dict[str, str]") -> Turn:
+    msgs = []
+    for m in t.messages:
+        parts = tuple(
+            FunctionResponse(p.name, {"cleared": "old tool output cleared to save context",
+                                      "artifact_uri": uris.get(p.key, "")}, p.id)
+            if isinstance(p, FunctionResponse) and p.key in uris else p
+            for p in m.parts)
+        msgs.append(Message(m.role, parts))
+    return Turn(t.start, tuple(msgs))

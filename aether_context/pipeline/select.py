@@ -262,9 +262,10 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
         unresolved_questions=float(recent_text.count("?")),
         dialogue_depth=float(len(conv.history) + len(conv.loop)),
     )
+    shown_ev, shown_mem = {ln.id for ln in evidence}, {ln.id for ln in memory}  # once: the pool holds every compacted turn
     unselected = {
-        "evidence": tuple(d.id for d in ev_docs if d.id not in {ln.id for ln in evidence}),
-        "memory": tuple(d.id for d in mem_docs if d.id not in {ln.id for ln in memory} and d.source != "history"),
+        "evidence": tuple(d.id for d in ev_docs if d.id not in shown_ev),
+        "memory": tuple(d.id for d in mem_docs if d.source != "history" and d.id not in shown_mem),
     }
     return Candidates(tools=tools, evidence=evidence, memory=memory, conversation=conv, signals=signals,
                       flags=tuple(flags), unselected=unselected)
