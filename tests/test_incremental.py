@@ -212,3 +212,21 @@ def test_pack_cache_is_shared_safely_between_threads():
         t.join()
     stats = cache.stats()
     assert not errors and stats["entries"] <= 500 and stats["hits"] + stats["misses"] == 8000
+
+
+def test_conversion_hits_across_a_deep_copied_session_and_misses_on_a_changed_value():
+    import copy
+    contents = _contents()
+    cache = PackCache()
+    first = convert._messages(_adk_copies(contents), cache)
+    copied = copy.deepcopy(contents)  # a new invocation: ADK's session service hands out a deep copy
+    again = convert._messages(_adk_copies(copied), cache)
+    assert again == first == _fresh(_adk_copies(copied))
+    assert all(a is b for a, b in zip(first[:-1], again))  # served from the cache, not converted again
+    changed = copy.deepcopy(contents)
+    changed[2].parts[0].function_response.response["output"] = "another output"
+    got = convert._messages(_adk_copies(changed), cache)
+    assert got == _fresh(_adk_copies(changed)) and got[2] != first[2]
+    nested = copy.deepcopy(contents)
+    nested[1].parts[1].function_call.args["c"] = 1.5  # a number: compared by value and type
+    assert convert._messages(_adk_copies(nested), cache) == _fresh(_adk_copies(nested))
