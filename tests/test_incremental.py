@@ -230,3 +230,22 @@ def test_conversion_hits_across_a_deep_copied_session_and_misses_on_a_changed_va
     nested = copy.deepcopy(contents)
     nested[1].parts[1].function_call.args["c"] = 1.5  # a number: compared by value and type
     assert convert._messages(_adk_copies(nested), cache) == _fresh(_adk_copies(nested))
+
+
+def test_history_documents_from_the_cache_equal_a_fresh_build_as_the_pool_grows_and_changes():
+    from aether_context.pipeline.select import history_documents
+    counter = TokenCounter()
+    rng = random.Random(11)
+    cache = PackCache()
+    msgs = _random_messages(rng, 40)
+    for step in range(15):
+        turns = grouped_turns(msgs, 0, cache)  # unchanged turns are the same objects: the run path
+        times = tuple(1_700_000_000.0 + 60 * i if i % 7 else None for i in range(len(msgs)))
+        got = history_documents(turns, times, counter.count_text, cache)
+        assert got == history_documents(turns, times, counter.count_text), step
+        assert history_documents(turns, times, counter.count_text, cache) == got
+        if step % 4 == 3 and len(msgs) > 6:  # a turn in the middle replaced
+            k = rng.randrange(2, len(msgs) - 2)
+            msgs = msgs[:k] + [_msg("text", 500 + step)] + msgs[k + 1:]
+        else:
+            msgs = msgs + _random_messages(rng, rng.randint(1, 4))

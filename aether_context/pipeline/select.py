@@ -136,20 +136,35 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
 
     With a `cache`, a turn's document is built once: it is keyed by the content of the turn and of
     the neighbours its context reads, and its time (a call then costs one lookup per compacted turn)."""
-    if cache is None:
+    if cache is None or not compacted:
         return _history_documents(compacted, times, count_tokens)
-    keys = [turn_key(t) for t in compacted]
-    docs = []
-    for i, turn in enumerate(compacted):
-        ts = _turn_time(turn, times)
-        key = (tuple(keys[max(0, i - TURNS_BEFORE):i + 1 + TURNS_AFTER]), i - max(0, i - TURNS_BEFORE), ts,
-               counter_key(count_tokens))
+    counted_by = counter_key(count_tokens)
+    stamps = [_turn_time(t, times) for t in compacted]
+    # The previous call's pool of this conversation: its leading turns that are the same objects
+    # (and times) keep their documents, but for the last TURNS_AFTER (their context reads the next turn).
+    run_key = ("history_run", id(compacted[0]), counted_by)
+    run = cache.lookup("history_run", run_key)
+    same = 0
+    if run is not None:
+        for a, b, ta, tb in zip(run[0], compacted, run[1], stamps):
+            if a is not b or ta != tb:
+                break
+            same += 1
+        same = max(0, same - TURNS_AFTER) if same < len(run[0]) or same < len(compacted) else same
+    docs = list(run[2][:same]) if run is not None else []
+    keys = {}
+    for i in range(same, len(compacted)):
+        lo, hi = max(0, i - TURNS_BEFORE), min(len(compacted), i + 1 + TURNS_AFTER)
+        for k in range(lo, hi):
+            if k not in keys:
+                keys[k] = turn_key(compacted[k])
+        key = (tuple(keys[k] for k in range(lo, hi)), i - lo, stamps[i], counted_by)
         doc = cache.lookup("history_document", key)
         if doc is None:
-            lo, hi = max(0, i - TURNS_BEFORE), min(len(compacted), i + 1 + TURNS_AFTER)
             doc = _history_documents(compacted[lo:hi], times, count_tokens)[i - lo]
             cache.put("history_document", key, doc)
         docs.append(doc)
+    cache.put("history_run", run_key, (compacted, stamps, docs))  # holds the turns: their ids stay theirs
     return docs
 
 
