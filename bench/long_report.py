@@ -84,28 +84,37 @@ cost of the plugin alone is measured by `bench/resident_memory.py`, in the READM
 
 ## What the profiler found, and what was removed
 
-cProfile of `ContextPacker.pack` on the tool loop at 1,000 and 5,000 events (`bench/long_sessions.py` sessions,
-before the change; a compaction at 5,000 events took 7.3 s, the calls between compactions 186 ms p50):
+cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop at 1,000 and 5,000 events, chat at
+5,000), before each change. At first a compaction at 5,000 events took 7.3 s and the calls between compactions
+186 ms p50 (tool loop); the chat paid a full conversion of its history on every call.
 
-1. **Known values re-extracted from every compacted turn at every compaction** (`conversation.known_values`, 7.2 s
-   of a 5,000-event compaction): now each turn's values are extracted once (in the packer's `PackCache`, by the
+1. **Known values re-extracted from every compacted turn at every compaction** (`conversation.known_values`,
+   7.2 s of a 5,000-event compaction): each turn's values are now extracted once (the packer's `PackCache`, by the
    turn's content) and only the newest turns that can show within the values cap are read.
 2. **Compacted-turn retrieval documents rebuilt every call** (`select.history_documents`: each turn's text from
-   JSON of its calls and results, its context from its neighbours; 157 ms a call at 5,000 events): now each
-   document is built once, keyed by the content of the turn and of the neighbours its context reads.
-3. **Cleared tool outputs rebuilt every call** (`decay.prune_tool_outputs`: new messages for every pruned turn,
-   so their digests were hashed again from JSON each call): built once, the same objects come back.
-4. **Candidate bookkeeping quadratic in the pool** (`select`: the set of chosen ids rebuilt for each candidate),
-   **the retrieval index comparing each held document's text** (`HybridIndex.add`: now an identity check
-   first), **event times re-read from every event** (`EventTimes.message_times`: now only events after the last
-   call's), **artifact versions read from every event** even when no artifact is listed, and a quadratic sum
-   in the fold-zone cut (`decay.decay_zones`).
-5. Module-global caches (conversion runs and messages, turn grouping, fold lines) and memo fields written into
-   frozen turns and messages moved into one `PackCache` owned by the packer (bounded, locked, `stats()`, `clear()`).
+   JSON of its calls and results, its context from its neighbours; 157 ms a call at 5,000 events): each document
+   is built once, keyed by the content of the turn and of the neighbours its context reads, and a call reuses the
+   previous call's pool up to the first turn that changed.
+3. **A new invocation converted the whole history again** (chat: ADK's session service hands each invocation a
+   deep copy, so the conversion memo keyed by payload identity missed, then every message was hashed again):
+   the memo is now keyed by payload structure with its string leaves by identity (a deep copy shares them).
+4. **Cleared tool outputs rebuilt every call** (`decay.prune_tool_outputs`: new messages for every pruned turn,
+   whose digests were then hashed again from JSON each call): built once, the same objects come back.
+5. **Ranked lines shortened again every call** (`TokenCounter.truncate_text`, 90 ms a call at 1,000 events):
+   kept by content in the counter, like its counts.
+6. Smaller ones: the set of chosen ids rebuilt for each candidate (`select`, quadratic in the pool), the index
+   comparing each held document's text (`HybridIndex.add`: identity first), event times re-read from every event
+   (`EventTimes`: resumes after the last event read, by its id), artifact versions read from every event when no
+   artifact is listed, a quadratic sum in the fold-zone cut (`decay.decay_zones`).
+7. Module-global caches (conversion runs and messages, turn grouping, fold lines) and memo fields written into
+   frozen turns and messages moved into one `PackCache` owned by the packer (bounded, locked, `stats()`,
+   `clear()`; a hit gives the same value as a miss).
 
-Still proportional to the history, measured above and not removed here: a pass over every turn in
-`pipeline/build.py` (zone membership, token sums, orphan repair, image decay) — that module is being rewritten
-separately —, ADK-side identity checks of every content (`convert._messages`, a few µs each), the retrieval
-pool itself (every compacted turn stays searchable: BM25 postings and one matrix-vector product over it), and
-the store's re-encoding of the recorded inputs' per-message lists on its background thread.
+Still proportional to the history and not removed here (measured above): passes over every turn in
+`pipeline/build.py` and `pipeline/compress.py` (zone membership, token sums by digest, orphan repair, image decay,
+the per-turn cap) — those modules are being rewritten separately —; the identity or leaf-key check of every
+content against the previous request (`convert._messages`, a few µs each; a chat pays the leaf walk since each
+call is a new invocation); the retrieval pool itself (every compacted turn stays searchable: BM25 postings and
+one matrix-vector product over it); and, on the store's background thread, re-encoding the recorded inputs'
+per-message lists (their chunks are shared, so the bytes stay flat).
 """

@@ -186,7 +186,7 @@ def _lines(result: RetrievalResult, render: Callable[[Document], str], counter: 
     for item in result.items:
         doc = item.document
         text = render(doc)
-        sources = tuple(item.sources) if item.sources else (doc.source,)
+        sources = tuple(dict.fromkeys(item.sources)) if item.sources else (doc.source,)  # each source once
         out.append(Line(id=doc.id, text=text, tokens=counter.count_text(text), source="+".join(sources),
                         uri=str(doc.metadata.get("uri", "")), score=round(item.score, 6), timestamp=doc.timestamp,
                         scores={"bm25": round(item.bm25, 4), "dense": round(item.dense, 4), "fused": round(item.fused, 4),
