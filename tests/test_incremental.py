@@ -249,3 +249,18 @@ def test_history_documents_from_the_cache_equal_a_fresh_build_as_the_pool_grows_
             msgs = msgs[:k] + [_msg("text", 500 + step)] + msgs[k + 1:]
         else:
             msgs = msgs + _random_messages(rng, rng.randint(1, 4))
+
+
+def test_a_pool_that_only_grows_ranks_as_a_fresh_retriever_does():
+    from aether_context.pipeline.retrieve import Retriever
+    from aether_context.retrieval import Document, HashingEmbedder
+    counter = TokenCounter()
+    kept = Retriever(embedder=HashingEmbedder())
+    words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet".split()
+    docs = [Document(f"turn-{i}", f"{words[i % 10]} {words[(i * 3) % 10]} step {i}", "history") for i in range(30)]
+    for n in (5, 12, 12, 20, 9, 30):  # grows, stays, grows, shrinks (a full sync), grows
+        pool = docs[:n]
+        got = kept.rank("ns", "memory", "charlie step", pool, k=5, count_tokens=counter.count_text, now=None)
+        fresh = Retriever(embedder=HashingEmbedder()).rank("ns", "memory", "charlie step", pool, k=5,
+                                                           count_tokens=counter.count_text, now=None)
+        assert [(i.document.id, i.score) for i in got.items] == [(i.document.id, i.score) for i in fresh.items], n
