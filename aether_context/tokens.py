@@ -70,6 +70,7 @@ class TokenCounter:
         self._image_tokens = image_tokens
         self._texts = _Cache(cache_size)
         self._messages = _Cache(cache_size)
+        self._cuts = _Cache(max(1, cache_size // 20))  # truncated texts (strings: a smaller bound)
 
     @property
     def cache_stats(self) -> dict[str, int]:
@@ -89,21 +90,26 @@ class TokenCounter:
         return cached
 
     def truncate_text(self, text: str, max_tokens: int) -> str:
-        """The longest prefix of `text` within `max_tokens`, cut on a token boundary."""
+        """The longest prefix of `text` within `max_tokens`, cut on a token boundary (kept by content:
+        the same ranked lines are shortened again on every call of a session)."""
+        if len(text) < 64 or max_tokens <= 0:
+            return self._truncate(text, max_tokens)
+        key = f"{sha256_hex(text)}:{max_tokens}"
+        cut = self._cuts.get(key)
+        if cut is None:
+            cut = self._truncate(text, max_tokens)
+            self._cuts.put(key, cut)  # type: ignore[arg-type]
+        return cut  # type: ignore[return-value]
+
+    def _truncate(self, text: str, max_tokens: int) -> str:
         tokens = self._encoding.encode_ordinary(text)
         if len(tokens) <= max_tokens:
             return text
         return self._encoding.decode(tokens[: max(0, max_tokens)])
 
     def count_message(self, message: Message) -> int:
-        # Fast path: the count rides on the message object itself (keyed by this counter).
-        memo = message.__dict__.get("_token_count")
-        if memo is not None and memo[0] is self:
-            self._messages.hits += 1
-            return memo[1]
-        cached = self._messages.get(message.digest)
+        cached = self._messages.get(message.digest)  # by content: the same message costs one lookup
         if cached is not None:
-            message.__dict__["_token_count"] = (self, cached)
             return cached
         total = MESSAGE_OVERHEAD
         for part in message.parts:
@@ -118,7 +124,6 @@ class TokenCounter:
             elif isinstance(part, OpaquePart):
                 total += self.count_text(canonical_json(part.raw))
         self._messages.put(message.digest, total)
-        message.__dict__["_token_count"] = (self, total)
         return total
 
     def count_messages(self, messages: "tuple[Message, ...] | list[Message]") -> int:

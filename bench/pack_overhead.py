@@ -22,6 +22,12 @@ Usage::
     .venv/bin/python bench/pack_overhead.py --data ../shared/datasets          # 4-10 min on 2 cores
     .venv/bin/python bench/pack_overhead.py --data ../shared/datasets --quick  # ~2 min (fewer samples)
     .venv/bin/python bench/pack_overhead.py --profile-pack                     # cProfile of pack at 1000 events
+    .venv/bin/python bench/pack_overhead.py --long                             # 1K/5K/10K-event sessions (issue 17)
+    .venv/bin/python bench/pack_overhead.py --long --quick                     # the same, fewer calls per session
+
+`--long` runs sessions of 1,000, 5,000 and 10,000 events (a tool loop and a chat of short user turns,
+seeded by `long_sessions.py`) with no plugin, ADK EventsCompaction and the plugin, and writes its
+own section ('overhead-long').
 """
 
 from __future__ import annotations
@@ -307,6 +313,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-write", action="store_true", help="print only; do not write --out")
     ap.add_argument("--profile-pack", action="store_true",
                     help="instead of the benchmark: cProfile ContextPacker.pack at ~1000 events (first window)")
+    ap.add_argument("--long", action="store_true",
+                    help="instead: 1,000/5,000/10,000-event sessions, tool loop and chat (section 'overhead-long')")
+    ap.add_argument("--sizes", default="1000,5000,10000", help="--long: session sizes in events (default: %(default)s)")
+    ap.add_argument("--calls", type=int, default=None, help="--long: live calls per session (default 40, quick 20)")
     return ap.parse_args(argv)
 
 
@@ -325,6 +335,9 @@ async def main(argv: Sequence[str] | None = None) -> int:
 
     runs = load_mini_swe(data)
     taus = load_tau_airline(data)
+    if args.long:
+        from long_report import main_long
+        return await main_long(args, runs, taus, t_start=t_start, machine_info=machine_info, argv=argv)
     # Long single-invocation sessions: tool turns of consecutive runs, starting at different runs.
     n_short = 1 if quick else 3
     offsets = [k * len(runs) // n_short for k in range(n_short)]

@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from aether_context.content import FunctionCall, FunctionResponse, Message, ModelRequest, TextPart, canonical_json  # noqa: E402
 from aether_context.pipeline import PackInputs, TaskSpec, build_pack  # noqa: E402
+from aether_context.pipeline.cache import PackCache  # noqa: E402
 from aether_context.profile import load_profile  # noqa: E402
 from aether_context.store import PackStore  # noqa: E402
 from aether_context.tokens import TokenCounter  # noqa: E402
@@ -51,7 +52,7 @@ def inputs_at(messages: list[Message], previous) -> PackInputs:
 
 
 def measure(events: int, calls: int, url: str) -> dict[str, float]:
-    profile, counter = load_profile("coding_agent"), TokenCounter()
+    profile, counter, cache = load_profile("coding_agent"), TokenCounter(), PackCache()
     store = PackStore(url, background=False)
     messages = [Message("user", (TextPart("Fix the failing test in src/."),))]
     i = 0
@@ -59,14 +60,14 @@ def measure(events: int, calls: int, url: str) -> dict[str, float]:
         messages += tool_pair(i)
         i += 1
     previous = None
-    pack = build_pack(inputs_at(messages, previous), profile, counter=counter, window=8_000)
+    pack = build_pack(inputs_at(messages, previous), profile, counter=counter, window=8_000, cache=cache)
     store.save(pack)  # warm: everything before the measured calls is in the store
     added, new_content, seconds = [], [], []
     for _ in range(calls):
         new = tool_pair(i)
         i += 1
         messages += new
-        pack = build_pack(inputs_at(messages, pack.state), profile, counter=counter, window=8_000)
+        pack = build_pack(inputs_at(messages, pack.state), profile, counter=counter, window=8_000, cache=cache)
         before = store.stats().get("bytes", 0)
         start = time.perf_counter()
         store.save(pack)
@@ -81,14 +82,14 @@ def measure(events: int, calls: int, url: str) -> dict[str, float]:
 
 def whole_session(events: int, url: str) -> dict[str, float]:
     """Every call of a session packed and saved, from its first event: total store size vs its events."""
-    profile, counter = load_profile("coding_agent"), TokenCounter()
+    profile, counter, cache = load_profile("coding_agent"), TokenCounter(), PackCache()
     store = PackStore(url, background=False)
     messages = [Message("user", (TextPart("Fix the failing test in src/."),))]
     pack, i = None, 0
     while len(messages) < events:
         messages += tool_pair(i)
         i += 1
-        pack = build_pack(inputs_at(messages, pack.state if pack else None), profile, counter=counter, window=8_000)
+        pack = build_pack(inputs_at(messages, pack.state if pack else None), profile, counter=counter, window=8_000, cache=cache)
         store.save(pack)
     total = sum(f.stat().st_size for f in Path(url).rglob("*") if f.is_file())
     size = sum(len(canonical_json(m.to_json()).encode()) for m in messages)

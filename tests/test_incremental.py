@@ -13,7 +13,7 @@ from aether_context import TokenCounter
 from aether_context.adk import convert
 from aether_context.adk.convert import request_from_llm, to_message
 from aether_context.content import FunctionCall, FunctionResponse, Message, ModelRequest, TextPart
-from aether_context.pipeline import incremental
+from aether_context.pipeline.cache import PackCache
 from aether_context.pipeline.build import request_tokens
 from aether_context.pipeline.collect import Turn, group_turns
 from aether_context.pipeline.fit import bounded_turns, cut_turn
@@ -43,11 +43,11 @@ def _same(a, b) -> bool:
 def test_grouped_turns_equals_a_full_grouping_as_a_session_grows_and_changes():
     rng = random.Random(7)
     for trial in range(40):
-        incremental._GROUPING.clear()
+        cache = PackCache()
         msgs = _random_messages(rng, rng.randint(1, 30))
         offset = rng.choice([0, 1, 5])
         for step in range(12):
-            got = grouped_turns(msgs, offset)
+            got = grouped_turns(msgs, offset, cache)
             assert _same(got, group_turns(msgs, offset)), (trial, step)
             action = rng.random()
             if action < 0.6:  # append (the common case: a tool loop grows)
@@ -60,17 +60,20 @@ def test_grouped_turns_equals_a_full_grouping_as_a_session_grows_and_changes():
 
 
 def test_grouped_turns_reuses_unchanged_turns_and_stays_bounded():
-    incremental._GROUPING.clear()
+    cache = PackCache(max_entries=256)
     msgs = [_msg("text", 0)] + [m for i in range(1, 50) for m in (_msg("call", i), _msg("resp", i))]
-    first = grouped_turns(msgs)
-    grown = grouped_turns(msgs + [_msg("call", 99)])
+    first = grouped_turns(msgs, cache=cache)
+    grown = grouped_turns(msgs + [_msg("call", 99)], cache=cache)
     assert all(a is b for a, b in zip(first[:-1], grown))  # turns before the open end are the same objects
-    for i in range(incremental.GROUPING_CACHE_SIZE + 10):
-        grouped_turns([_msg("text", 10_000 + i)])
-    assert len(incremental._GROUPING) == incremental.GROUPING_CACHE_SIZE
+    assert cache.stats()["by_kind"]["grouping"] == {"hits": 1, "misses": 1}
+    for i in range(266):
+        grouped_turns([_msg("text", 10_000 + i)], cache=cache)
+    assert cache.stats()["entries"] == 256
+    cache.clear()
+    assert cache.stats()["entries"] == 0 and grouped_turns(msgs, cache=cache) == tuple(group_turns(msgs))
 
 
-def test_turn_tokens_memo_matches_and_is_per_counter():
+def test_turn_tokens_match_a_fresh_count_per_counter():
     a, b = TokenCounter(), TokenCounter()
     turn = Turn(0, (_msg("call", 1), _msg("resp", 1)))
     expected = sum(a.count_message(m) for m in turn.messages)
@@ -82,10 +85,12 @@ def test_bounded_turns_memo_gives_the_same_cut_every_call():
     counter = TokenCounter()
     big = Turn(3, (Message("model", (FunctionCall("cat", {"path": "x"}),)),
                    Message("user", (FunctionResponse("cat", {"output": "line of text\n" * 800}),))))
-    first, ev1 = bounded_turns((big,), 200, counter)
-    again, ev2 = bounded_turns((big,), 200, counter)
+    cache = PackCache()
+    first, ev1 = bounded_turns((big,), 200, counter, cache=cache)
+    again, ev2 = bounded_turns((big,), 200, counter, cache=cache)
     assert first[0] == cut_turn(big, 200, counter) and again[0] is first[0] and ev1 == ev2
-    other, _ = bounded_turns((big,), 300, counter)  # another cap is not served from the memo
+    assert not hasattr(big, "_cut") and "_cut" not in big.__dict__  # nothing written into the frozen turn
+    other, _ = bounded_turns((big,), 300, counter, cache=cache)  # another cap is not served from the memo
     assert other[0] == cut_turn(big, 300, counter)
 
 
@@ -117,8 +122,9 @@ def test_memoised_conversion_equals_a_fresh_one_and_hits_return_the_same_message
         return LlmRequest(model="m", contents=[_copy_content_for_request(c, strip_client_function_call_ids=True)
                                                for c in contents])
 
-    first = request_from_llm(adk_copy())
-    second = request_from_llm(adk_copy())
+    cache = PackCache()
+    first = request_from_llm(adk_copy(), cache)
+    second = request_from_llm(adk_copy(), cache)
     fresh = _fresh(adk_copy().contents)
     assert first.messages == second.messages == fresh
     assert first.checksum == second.checksum == replace(first, messages=fresh).checksum
@@ -143,8 +149,9 @@ def test_incremental_conversion_equals_a_full_conversion_as_contents_change():
     base = _contents()
     for trial in range(30):
         contents = list(base)
+        cache = PackCache()
         for step in range(10):
-            got = convert._messages(_adk_copies(contents))
+            got = convert._messages(_adk_copies(contents), cache)
             assert got == _fresh(_adk_copies(contents)), (trial, step)
             k = rng.randrange(1, len(contents))
             action = rng.random()
@@ -173,19 +180,87 @@ def test_incremental_conversion_equals_a_full_conversion_as_contents_change():
 
 def test_incremental_conversion_keeps_unchanged_messages_and_is_bounded():
     contents = _contents()
-    first = convert._messages(_adk_copies(contents))
-    again = convert._messages(_adk_copies(contents + [types.Content(role="model", parts=[types.Part(text="next")])]))
+    cache = PackCache(max_entries=200)
+    first = convert._messages(_adk_copies(contents), cache)
+    again = convert._messages(_adk_copies(contents + [types.Content(role="model", parts=[types.Part(text="next")])]), cache)
     assert all(a is b for a, b in zip(first[:-1], again))  # thought-signed calls included
     assert any("thought_signature" in str(p) for m in first for p in m.parts)
-    for i in range(convert._RUNS_SIZE + 5):
-        convert._messages([types.Content(role="user", parts=[types.Part(text=f"session {i}")])])
-    assert len(convert._RUNS) == convert._RUNS_SIZE
+    for i in range(300):
+        contents = [types.Content(role="user", parts=[types.Part(text=f"session {i}")])] + _contents()[1:]
+        assert convert._messages(_adk_copies(contents), cache) == _fresh(_adk_copies(contents))
+    assert cache.stats()["entries"] == 200
+    assert convert._messages(_adk_copies(contents), None) == _fresh(_adk_copies(contents))  # no cache: the same
 
 
-def test_incremental_conversion_is_bounded_by_the_contents_it_holds(monkeypatch):
-    monkeypatch.setattr(convert, "_RUNS_CONTENTS", 100)
-    for i in range(10):  # ten conversations of 43 contents each
-        contents = [types.Content(role="user", parts=[types.Part(text=f"conversation {i}")])] + _contents()[1:]
-        assert convert._messages(_adk_copies(contents)) == _fresh(_adk_copies(contents))
-    held = sum(len(sigs) for sigs, _ in convert._RUNS.values())
-    assert held == convert._runs_held <= 100 and len(convert._RUNS) >= 1
+def test_pack_cache_is_shared_safely_between_threads():
+    import threading
+    cache = PackCache(max_entries=500)
+    errors = []
+
+    def work(seed: int) -> None:
+        try:
+            for i in range(2000):
+                k = (seed * 7 + i) % 900
+                assert cache.get("square", k, lambda k=k: k * k) == k * k
+        except Exception as e:  # collected: an assertion in a thread would not fail the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stats = cache.stats()
+    assert not errors and stats["entries"] <= 500 and stats["hits"] + stats["misses"] == 8000
+
+
+def test_conversion_hits_across_a_deep_copied_session_and_misses_on_a_changed_value():
+    import copy
+    contents = _contents()
+    cache = PackCache()
+    first = convert._messages(_adk_copies(contents), cache)
+    copied = copy.deepcopy(contents)  # a new invocation: ADK's session service hands out a deep copy
+    again = convert._messages(_adk_copies(copied), cache)
+    assert again == first == _fresh(_adk_copies(copied))
+    assert all(a is b for a, b in zip(first[:-1], again))  # served from the cache, not converted again
+    changed = copy.deepcopy(contents)
+    changed[2].parts[0].function_response.response["output"] = "another output"
+    got = convert._messages(_adk_copies(changed), cache)
+    assert got == _fresh(_adk_copies(changed)) and got[2] != first[2]
+    nested = copy.deepcopy(contents)
+    nested[1].parts[1].function_call.args["c"] = 1.5  # a number: compared by value and type
+    assert convert._messages(_adk_copies(nested), cache) == _fresh(_adk_copies(nested))
+
+
+def test_history_documents_from_the_cache_equal_a_fresh_build_as_the_pool_grows_and_changes():
+    from aether_context.pipeline.select import history_documents
+    counter = TokenCounter()
+    rng = random.Random(11)
+    cache = PackCache()
+    msgs = _random_messages(rng, 40)
+    for step in range(15):
+        turns = grouped_turns(msgs, 0, cache)  # unchanged turns are the same objects: the run path
+        times = tuple(1_700_000_000.0 + 60 * i if i % 7 else None for i in range(len(msgs)))
+        got = history_documents(turns, times, counter.count_text, cache)
+        assert got == history_documents(turns, times, counter.count_text), step
+        assert history_documents(turns, times, counter.count_text, cache) == got
+        if step % 4 == 3 and len(msgs) > 6:  # a turn in the middle replaced
+            k = rng.randrange(2, len(msgs) - 2)
+            msgs = msgs[:k] + [_msg("text", 500 + step)] + msgs[k + 1:]
+        else:
+            msgs = msgs + _random_messages(rng, rng.randint(1, 4))
+
+
+def test_a_pool_that_only_grows_ranks_as_a_fresh_retriever_does():
+    from aether_context.pipeline.retrieve import Retriever
+    from aether_context.retrieval import Document, HashingEmbedder
+    counter = TokenCounter()
+    kept = Retriever(embedder=HashingEmbedder())
+    words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet".split()
+    docs = [Document(f"turn-{i}", f"{words[i % 10]} {words[(i * 3) % 10]} step {i}", "history") for i in range(30)]
+    for n in (5, 12, 12, 20, 9, 30):  # grows, stays, grows, shrinks (a full sync), grows
+        pool = docs[:n]
+        got = kept.rank("ns", "memory", "charlie step", pool, k=5, count_tokens=counter.count_text, now=None)
+        fresh = Retriever(embedder=HashingEmbedder()).rank("ns", "memory", "charlie step", pool, k=5,
+                                                           count_tokens=counter.count_text, now=None)
+        assert [(i.document.id, i.score) for i in got.items] == [(i.document.id, i.score) for i in fresh.items], n

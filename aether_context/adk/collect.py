@@ -16,6 +16,7 @@ from google.genai import types
 
 from google.adk.tools.base_tool import BaseTool
 
+from ..pipeline.cache import PackCache
 from ..content import ModelRequest, ToolSpec, sha256_hex
 from ..pipeline.collect import EvidenceItem, MemoryItem, PackInputs, PackState
 from ..providers import EvidenceProvider, EvidenceRequest
@@ -157,11 +158,10 @@ async def _artifact_evidence(ctx: CallbackContext, cache: dict, summary_chars: i
     except ValueError:  # no artifact service on the runner
         return []
     session = ctx.session
-    saved = _saved_versions(session.events)
+    names = [n for n in sorted(names) if not n.startswith(OFFLOAD_PREFIXES)]  # offloads are cited where their turn is
+    saved = _saved_versions(session.events) if names else {}  # a read of every event: only when needed
     out = []
-    for name in sorted(names):
-        if name.startswith(OFFLOAD_PREFIXES):  # offloaded outputs and attachments are cited where their turn is
-            continue
+    for name in names:
         version = saved.get(name)
         if version is None:
             version = await _latest_version(ctx, name)
@@ -216,9 +216,10 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys:
                          memory_limit: int, artifact_cache: dict, now: float, use_memory: bool = True,
                          use_artifacts: bool = True, summary_chars: int = 400,
                          extra_tools: "tuple[BaseTool, ...]" = (), edge_flags: "tuple[str, ...]" = (),
-                         providers: "Sequence[EvidenceProvider]" = ()) -> PackInputs:
-    """`extra_tools` (the recall tool) are declared in the pack and kept whatever the step allows."""
-    request = request_from_llm(llm_request)
+                         providers: "Sequence[EvidenceProvider]" = (), cache: "PackCache | None" = None) -> PackInputs:
+    """`extra_tools` (the recall tool) are declared in the pack and kept whatever the step allows;
+    `cache` (the packer's) makes converting the unchanged history nearly free."""
+    request = request_from_llm(llm_request, cache)
     added = tuple(ToolSpec(t.name, t._get_declaration().model_dump(mode="json", exclude_none=True))
                   for t in extra_tools if t.name not in {s.name for s in request.tools})
     if added:

@@ -7,13 +7,12 @@ reference.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Any
 
 from google.adk.models.llm_request import LlmRequest
 from google.genai import types
 
+from ..pipeline.cache import PackCache
 from ..content import _split_extra, Blob, FunctionCall, FunctionResponse, Message, ModelRequest, OpaquePart, Part, TextPart, ToolSpec
 
 __all__ = ["to_message", "to_content", "request_from_llm", "apply_request", "llm_request_from"]
@@ -69,11 +68,38 @@ def _from_part(part: Part) -> types.Part:
     return types.Part.model_validate(part.raw)
 
 
-# Both caches below rest on one fact: ADK rebuilds each request with shallow copies of the session's
+# The memo below rests on one fact: ADK rebuilds each request with shallow copies of the session's
 # contents (new Content and Part objects), so the payloads inside — text strings, argument and
-# response dicts, thought signatures — are the same objects from call to call.
+# response dicts, thought signatures — are the same objects from call to call. A new invocation
+# starts from a deep copy of the session (InMemorySessionService): the dicts are new, but their
+# strings and bytes are the same objects still (a deep copy shares immutable leaves). So a payload
+# is keyed by its structure with its string leaves by identity, and the entry holds those leaves
+# (their ids cannot be reused while it lives).
 
-PartSignature = tuple  # (kind "t"/"c"/"r", payload, name, id, thought, thought_signature); text: (kind, payload, thought, signature)
+PartSignature = tuple  # (kind "t"/"c"/"r", payload, payload key, name, id, thought, thought_signature bytes)
+_SCALARS = (int, float, bool, type(None))
+
+
+def _leaf_key(value: Any, held: list) -> Any:
+    """`value`'s structure, with strings and bytes by identity (appended to `held`) and numbers by
+    value; equal keys mean equal values. None for anything else (not memoised)."""
+    if isinstance(value, (str, bytes)):
+        held.append(value)
+        return id(value)
+    if isinstance(value, _SCALARS):
+        return (type(value).__name__, value)
+    if isinstance(value, dict):
+        items = []
+        for k, v in value.items():
+            key = _leaf_key(v, held)
+            if key is None or not isinstance(k, str):
+                return None
+            items.append((k, key))
+        return ("d", tuple(items))
+    if isinstance(value, (list, tuple)):
+        keys = tuple(_leaf_key(v, held) for v in value)
+        return None if any(k is None for k in keys) else ("l", type(value).__name__, keys)
+    return None
 
 
 def _only_fields(part: types.Part, expected: int) -> bool:
@@ -83,73 +109,65 @@ def _only_fields(part: types.Part, expected: int) -> bool:
     return sum(v is not None for v in part.__dict__.values()) == expected  # e.g. validated from a full dump
 
 
-def _part_signature(part: types.Part) -> PartSignature | None:
-    """A part's kind, its payload object and what rides with it: a call's name and id, and the
-    `thought` flag and `thought_signature` Gemini attaches when thinking. None for any other part
+def _part_signature(part: types.Part, held: list) -> PartSignature | None:
+    """A part's kind, its payload (object and key) and what rides with it: a call's name and id, and
+    the `thought` flag and `thought_signature` Gemini attaches when thinking. None for any other part
     (it is converted every time)."""
     d = part.__dict__
     thought, signature = d["thought"], d["thought_signature"]
     if not _only_fields(part, 1 + (thought is not None) + (signature is not None)):
         return None
     if d["text"] is not None:
-        return ("t", d["text"], thought, signature)
+        held.append(d["text"])
+        return ("t", d["text"], id(d["text"]), None, None, thought, signature)
     fc, fr = d["function_call"], d["function_response"]
-    if fc is not None and fc.args is not None:
-        return ("c", fc.args, fc.name, fc.id, thought, signature)
-    if fr is not None and fr.response is not None:
-        return ("r", fr.response, fr.name, fr.id, thought, signature)
-    return None
+    x, kind, payload = (fc, "c", fc.args) if fc is not None else (fr, "r", fr.response if fr is not None else None)
+    if payload is None:
+        return None
+    key = _leaf_key(payload, held)
+    return None if key is None else (kind, payload, key, x.name, x.id, thought, signature)
 
 
 def _same_part(part: types.Part, sig: PartSignature) -> bool:
-    """`_part_signature(part)` would equal `sig` (payloads by identity), without building it."""
+    """`_part_signature(part)` would equal `sig` (payloads by identity, else by leaf key), without building it."""
     d = part.__dict__
     if sig[0] == "t":
         if d["text"] is not sig[1]:
             return False
     else:
         x = d["function_call"] if sig[0] == "c" else d["function_response"]
-        if x is None or (x.args if sig[0] == "c" else x.response) is not sig[1] or x.name != sig[2] or x.id != sig[3]:
+        if x is None or x.name != sig[3] or x.id != sig[4]:
             return False
-    thought, signature = sig[-2], sig[-1]
-    return (d["thought"] == thought and d["thought_signature"] is signature
+        payload = x.args if sig[0] == "c" else x.response
+        if payload is not sig[1] and (payload is None or _leaf_key(payload, []) != sig[2]):
+            return False
+    thought, signature = sig[5], d["thought_signature"]
+    return (d["thought"] == thought and signature is sig[6]
             and _only_fields(part, 1 + (thought is not None) + (signature is not None)))
 
 
-_CACHE: "dict[tuple, tuple[list, Message]]" = {}
-_CACHE_SIZE = 100_000
-
-
-def to_message(content: types.Content) -> Message:
-    """Convert one content; conversions are memoised by payload identity (a long session's
+def to_message(content: types.Content, cache: "PackCache | None" = None) -> Message:
+    """Convert one content; with a `cache`, conversions are memoised by payload (a long session's
     history would otherwise be converted and hashed again on every call)."""
     parts = content.parts or ()
     role = "model" if content.role == "model" else "user"
-    sigs = [_part_signature(p) for p in parts]
+    held: list = []
+    sigs = [_part_signature(p, held) for p in parts] if cache is not None else [None]
     if any(sig is None for sig in sigs):
         return Message(role, tuple(_to_part(p) for p in parts))
-    key = (role, *[(sig[0], id(sig[1]), *sig[2:]) for sig in sigs])
-    hit = _CACHE.get(key)
+    key = (role, *[(sig[0], *sig[2:]) for sig in sigs])
+    hit = cache.lookup("message", key)
     if hit is not None:
         return hit[1]
     message = Message(role, tuple(_to_part(p) for p in parts))
-    if len(_CACHE) >= _CACHE_SIZE:
-        for old in list(_CACHE)[: _CACHE_SIZE // 2]:
-            _CACHE.pop(old, None)
-    _CACHE[key] = ([sig[1] for sig in sigs], message)  # the payloads held, so their ids cannot be reused
+    cache.put("message", key, (held, message))  # the leaves held: their ids cannot be reused
     return message
 
 
-_RUNS: "OrderedDict[tuple, tuple[list, list[Message]]]" = OrderedDict()
-_RUNS_SIZE = 256  # conversations (about one per live session and agent) whose last request is kept
-_RUNS_CONTENTS = 200_000  # ... and the contents they hold together, at most
-_RUNS_LOCK = threading.Lock()  # ADK's sync Runner.run drives each run from its own thread
-_runs_held = 0
-
-
 def _signature(content: types.Content) -> "tuple[str, tuple[PartSignature, ...]] | None":
-    """A content's role and part signatures; None if a part is not reusable."""
-    sigs = tuple(_part_signature(p) for p in content.parts or ())
+    """A content's role and part signatures; None if a part is not reusable. A signature holds its
+    payloads, whose leaves its keys name by identity."""
+    sigs = tuple(_part_signature(p, []) for p in content.parts or ())
     return None if any(sig is None for sig in sigs) else (content.role, sigs)  # type: ignore[return-value]
 
 
@@ -166,17 +184,16 @@ def _unchanged(content: types.Content, sig: "tuple[str, tuple[PartSignature, ...
     return True
 
 
-def _messages(contents: "list[types.Content]") -> tuple[Message, ...]:
-    """All contents converted. The leading contents unchanged since the last request of the same
-    conversation (same payload objects) take its messages without being keyed one by one."""
+def _messages(contents: "list[types.Content]", cache: "PackCache | None") -> tuple[Message, ...]:
+    """All contents converted. With a `cache`, the leading contents unchanged since the last request
+    of the same conversation (same payload objects) take its messages without being keyed one by one."""
     if not contents:
         return ()
-    first = _signature(contents[0])
+    first = _signature(contents[0]) if cache is not None else None
     if first is None or not first[1]:
-        return tuple(to_message(c) for c in contents)
-    key = (first[0], id(first[1][0][1]))  # the first payload: identity-checked below, so held by the entry
-    with _RUNS_LOCK:
-        run = _RUNS.get(key)
+        return tuple(to_message(c, cache) for c in contents)
+    key = (first[0], first[1][0][2])  # the first payload's key: checked below, its leaves held by the entry
+    run = cache.lookup("run", key)
     same = 0
     if run is not None:
         for c, sig in zip(contents, run[0]):
@@ -187,14 +204,8 @@ def _messages(contents: "list[types.Content]") -> tuple[Message, ...]:
     else:
         sigs, msgs = [], []
     sigs += [_signature(c) for c in contents[same:]]
-    msgs += [to_message(c) for c in contents[same:]]
-    global _runs_held
-    with _RUNS_LOCK:
-        old = _RUNS.pop(key, None)
-        _RUNS[key] = (sigs, msgs)
-        _runs_held += len(sigs) - (len(old[0]) if old is not None else 0)
-        while len(_RUNS) > 1 and (len(_RUNS) > _RUNS_SIZE or _runs_held > _RUNS_CONTENTS):
-            _runs_held -= len(_RUNS.popitem(last=False)[1][0])
+    msgs += [to_message(c, cache) for c in contents[same:]]
+    cache.put("run", key, (sigs, msgs))
     return tuple(msgs)
 
 
@@ -216,8 +227,11 @@ def _system_text(value: Any) -> str:
     return str(value)
 
 
-def request_from_llm(llm_request: LlmRequest) -> ModelRequest:
-    """The core view of an ADK request: system text, messages, function tools, other tools."""
+def request_from_llm(llm_request: LlmRequest, cache: "PackCache | None" = None) -> ModelRequest:
+    """The core view of an ADK request: system text, messages, function tools, other tools.
+
+    `cache` (the packer's) makes converting an unchanged history nearly free; without it every
+    content is converted (same result)."""
     specs: list[ToolSpec] = []
     other: list[dict[str, Any]] = []
     for tool in llm_request.config.tools or []:
@@ -232,7 +246,7 @@ def request_from_llm(llm_request: LlmRequest) -> ModelRequest:
     return ModelRequest(
         model=llm_request.model or "",
         system_instruction=_system_text(llm_request.config.system_instruction),
-        messages=_messages(llm_request.contents),
+        messages=_messages(llm_request.contents, cache),
         tools=tuple(specs),
         other_tools=tuple(other),
     )

@@ -33,6 +33,7 @@ from ..compress import SummarizeFn, Summarizer, render_payload, validate_summary
 from ..content import response_digest, sha256_hex
 from ..loop.failures import FailureLog, FailureRecord, error_text, is_error_result
 from ..pipeline.build import ContextPack, StageTimes, build_pack, request_tokens
+from ..pipeline.cache import PackCache
 from ..pipeline.collect import PackInputs, PackState
 from ..pipeline.decay import RunningSummary, blob_key
 from ..pipeline.record import Manifest
@@ -112,7 +113,7 @@ class ContextPacker:
                  state_keys: StateKeys | None = None, use_memory: bool = True, use_artifacts: bool = True,
                  memory_pool: int = 1000, keep_recent: int = 1000, summarizer: "Summarizer | SummarizeFn | None" = None,
                  evidence_providers: "Sequence[EvidenceProvider]" = (), embedder: "Embedder | None" = None,
-                 originals: str = "auto"):
+                 originals: str = "auto", cache: PackCache | None = None):
         self.profile = load_profile(profile)
         # a store built here masks what the profile says; a given PackStore keeps its own `redaction`
         self.store = store if isinstance(store, PackStore) else PackStore(store or DEFAULT_STORE_URL,
@@ -130,6 +131,9 @@ class ContextPacker:
         # Hybrid retrieval for Memory and Evidence; `embedder` replaces the profile's model (tests, no torch).
         self.retriever = Retriever(self.profile.retrieval, embedder=embedder) if embedder else default_retriever(self.profile)
         self.retriever.warm_up()  # load the embedding model now, off the first model call's path
+        # What was computed from unchanged history (conversions, turns, retrieval documents, fold
+        # lines, values): a call then costs what is new since the previous one.
+        self.cache = cache if cache is not None else PackCache()
         self.usage: collections.deque[dict] = collections.deque(maxlen=keep_recent)
         # One slot per (app, user, session, agent), least recently used released first.
         self._slots: collections.OrderedDict[tuple[str, str, str, str], SessionSlot] = collections.OrderedDict()
@@ -186,7 +190,7 @@ class ContextPacker:
                 callback_context, llm_request, keys=self.keys, previous=stored.state,
                 memory_limit=self.memory_pool, artifact_cache=slot.artifacts, now=session_now(session.events),
                 use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags + self._window_flags(llm_request),
-                providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else ())
+                providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (), cache=self.cache)
             slot.times = slot.times or EventTimes()
             inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
                              compact=bool(callback_context.state.get(COMPACT_STATE_KEY)))
@@ -194,7 +198,7 @@ class ContextPacker:
             inputs = replace(inputs, calibration=read_calibration(callback_context.state, inputs.request.model))
             timings = StageTimes() if logger.isEnabledFor(logging.DEBUG) else None
             pack = await self._off_loop(build_pack, inputs, self.profile, counter=self.counter, window=self.window_tokens,
-                                        retriever=self.retriever, timings=timings)
+                                        retriever=self.retriever, cache=self.cache, timings=timings)
             if timings is not None:
                 logger.debug("aether-context: pack stages for agent %s: %s", callback_context.agent_name, timings)
             saved = callback_context.state.get(SAVED_STATE_KEY) or {}
@@ -459,7 +463,7 @@ class ContextPacker:
     def _record_failure(self, ctx: CallbackContext, llm_request: LlmRequest, error: Exception) -> CallRecord:
         session = ctx.session
         try:
-            original = request_from_llm(llm_request)
+            original = request_from_llm(llm_request, self.cache)
             checksum, tokens = original.checksum, request_tokens(original, self.counter)
         except Exception:  # even the request could not be read; record what we know
             logger.debug("aether-context: could not convert the failing request", exc_info=True)

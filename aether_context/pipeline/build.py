@@ -18,6 +18,7 @@ from ..errors import BudgetError
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from ..windows import context_window
+from .cache import PackCache
 from .allocate import Room, allocate_pack, conversation_tokens, room
 from .collect import PackInputs, PackState
 from .conversation import Compaction, Verbatim, compact, compaction_events, verbatim_zone
@@ -53,6 +54,7 @@ class Call:
     window: int  # the model's window in our tokenizer's units, after calibration
     counter: TokenCounting
     retriever: Retriever
+    cache: PackCache  # what was computed from unchanged history, keyed by content
     failures: str  # FAILURES SO FAR for the previous call's verbatim zone ("" when it would add nothing)
 
 
@@ -70,31 +72,34 @@ class Plan:
 
 
 def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting, window: int | None = None,
-               retriever: Retriever | None = None, timings: StageTimes | None = None) -> ContextPack:
+               retriever: Retriever | None = None, cache: PackCache | None = None,
+               timings: StageTimes | None = None) -> ContextPack:
     """Build the Context Pack for one call. Raises `BudgetError` when the fixed layers cannot fit.
 
-    `retriever` keeps retrieval indexes and embeddings across calls (the plugin passes its own);
-    without one, a fresh one gives the same result, only slower. `timings`, when given, collects
+    `retriever` keeps retrieval indexes and embeddings across calls, and `cache` what was computed
+    from unchanged history (the plugin passes its own); without them, fresh ones give the same
+    result, only slower. `timings`, when given, collects
     seconds per stage; it never enters the request or the manifest. Secrets in the text the pack
     quotes are masked per `profile.redaction` (see `render.masking`).
     """
     with masking(profile.redaction):
-        return _build_pack(inputs, profile, counter=counter, window=window, retriever=retriever, timings=timings)
+        return _build_pack(inputs, profile, counter=counter, window=window, retriever=retriever,
+                           cache=cache if cache is not None else PackCache(), timings=timings)
 
 
 def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting, window: int | None,
-                retriever: Retriever | None, timings: StageTimes | None) -> ContextPack:
+                retriever: Retriever | None, cache: PackCache, timings: StageTimes | None) -> ContextPack:
     def stage(name: str):
         return timings.stage(name) if timings is not None else nullcontext()
 
     model_window = context_window(inputs.request.model, window if window is not None else profile.window_tokens)
     # Calibrated: if the model counts 20 % more than our tokenizer, pack for a window 20 % smaller.
     with stage("collect"):
-        prepared = prepare(inputs, profile, counter)
+        prepared = prepare(inputs, profile, counter, cache)
         zone = verbatim_zone(inputs.previous, tuple(m.digest for m in inputs.request.messages))
         failures = failures_to_show(inputs, profile, tuple(t for t in prepared.turns if zone.keeps(t)), counter)
     call = Call(inputs, profile, int(model_window / max(0.5, inputs.calibration)), counter,
-                retriever or default_retriever(profile), failures)
+                retriever or default_retriever(profile), cache, failures)
     with stage("select"):
         plan = _plan(call, prepared, zone, stage)
     with stage("allocate"):
@@ -145,7 +150,8 @@ def _plan(call: Call, prepared: Prepared, zone: Verbatim, stage) -> Plan:
         cap = room(inputs, profile, call.window, cands, zone, frozen, call.failures, counter,
                    memory_wanted=True).conversation_cap
         compaction = compact(inputs, profile, prepared, zone, target=int(cap * profile.conversation.compact_to),
-                             ceiling=cap, reason=reason, tokens_before=kept, window=call.window, counter=counter)
+                             ceiling=cap, reason=reason, tokens_before=kept, window=call.window, counter=counter,
+                             cache=call.cache)
     if not compaction.folded and not inputs.compact:
         # nothing could leave the verbatim zone: the final fit cuts the largest turn instead
         return Plan(zone, frozen, cands, space, None, call.failures, changed)
@@ -160,7 +166,7 @@ def _select(call: Call, prepared: Prepared, zone: Verbatim) -> Candidates:
     compacted = tuple(t for t in prepared.turns if not zone.keeps(t))
     kept = tuple(t for t in prepared.turns if zone.keeps(t))
     return select(call.inputs, call.profile, counter=call.counter, retriever=call.retriever,
-                  conversation=prepared.conversation, compacted=compacted, kept=kept)
+                  conversation=prepared.conversation, compacted=compacted, kept=kept, cache=call.cache)
 
 
 def _frozen_payload(inputs: PackInputs, profile: BudgetProfile, zone: Verbatim) -> PackState | None:

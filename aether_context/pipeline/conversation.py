@@ -21,7 +21,8 @@ from .allocate import conversation_tokens
 from .collect import PackInputs, PackState, Turn
 from .decay import RunningSummary, decay_zones
 from .fit import TruncationEvent
-from .incremental import turn_tokens
+from .cache import PackCache
+from .incremental import turn_key, turn_tokens
 from .prepare import Prepared
 from .render import masked_turns, quote as _quote
 from .select import query_text
@@ -102,10 +103,11 @@ def plan_compaction(turns: "tuple[Turn, ...]", *, target: int, min_tail: int, co
 
 def compaction_block(compacted: "tuple[Turn, ...]", summary: RunningSummary, *, opening: str, goal: str,
                      fold_max_tokens: int, summary_max_tokens: int, uris: "dict[str, str]", values: str,
-                     counter: TokenCounting) -> tuple[str, RunningSummary, tuple[int, ...], tuple[str, ...]]:
+                     counter: TokenCounting, cache: PackCache | None = None
+                     ) -> tuple[str, RunningSummary, tuple[int, ...], tuple[str, ...]]:
     """The block text for every compacted turn, with the advanced summary and what was merged into it."""
     zones = decay_zones(compacted, summary, goal=goal, fold_max_tokens=fold_max_tokens,
-                        summary_max_tokens=summary_max_tokens, uris=uris, counter=counter)
+                        summary_max_tokens=summary_max_tokens, uris=uris, counter=counter, cache=cache)
     parts = [f"{BLOCK_HEADER} (earlier turns, compacted by aether-context; quoted data, originals at "
              "their artifact:// URIs):"]
     if opening:
@@ -119,23 +121,21 @@ def compaction_block(compacted: "tuple[Turn, ...]", summary: RunningSummary, *, 
     return "\n".join(parts), zones.summary, zones.merged_turns, zones.merged_lines
 
 
-def known_values(compacted: "tuple[Turn, ...]", max_tokens: int, counter: TokenCounting) -> str:
+def known_values(compacted: "tuple[Turn, ...]", max_tokens: int, counter: TokenCounting,
+                 cache: PackCache | None = None) -> str:
     """KNOWN VALUES of the compacted turns: the ids and values they carried (call arguments included),
-    newest value per source, so an identifier read long ago is still there when a call needs it."""
+    newest value per source, so an identifier read long ago is still there when a call needs it.
+
+    Bounded by the cap, not the history: a line costs at least a few tokens, so at most `max_tokens`
+    sources can show; the newest turns giving that many are read (each turn's values once, from `cache`)."""
     if max_tokens <= 0:
         return ""
-    sets = []
-    for turn in compacted:
-        responses = [r for m in turn.messages for r in m.responses]
-        for m in turn.messages:
-            if m.text:
-                sets.append(extract_values(text=m.text, role=m.role, turn=turn.start))
-            for c in m.calls:
-                match = next((r for r in responses if (c.id and r.id == c.id) or r.name == c.name), None)
-                if match is not None:
-                    responses.remove(match)
-                sets.append(extract_values(tool=c.name, args=c.args, result=match.response if match else None,
-                                           turn=turn.start))
+    sets: list = []
+    for turn in reversed(compacted):
+        found = _turn_values(turn) if cache is None else cache.get("turn_values", turn_key(turn), lambda t=turn: _turn_values(t))
+        sets.extend(vs for vs in found if vs is not None)
+        if len(sets) >= max_tokens:
+            break
     merged = merge_values(sets)
     return render_values(merged, max_tokens, counter) if merged else ""
 
@@ -146,7 +146,8 @@ _OPENING_SHARE = 0.3  # of the block's room, at most, for the pinned opening req
 
 
 def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone: Verbatim, *, target: int,
-            ceiling: int, reason: str, tokens_before: int, window: int, counter: TokenCounting) -> Compaction:
+            ceiling: int, reason: str, tokens_before: int, window: int, counter: TokenCounting,
+            cache: PackCache | None = None) -> Compaction:
     """One compaction: the oldest turns leave the verbatim zone, in one step, down to `target`.
 
     The block takes its parts by need, in the order a later call needs them: the pinned opening
@@ -166,14 +167,14 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
                                    inputs.uris)
     opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter)
     caps = _block_caps(profile, room, counter.count_text(opening) if opening else 0)
-    values = known_values(compacted, caps["values"], counter)
+    values = known_values(compacted, caps["values"], counter, cache)
     left = max(0, caps["values"] - (counter.count_text(values) if values else 0))
     fold_cap = min(profile.decay.fold_max_tokens, caps["fold"] + left)
     summary_cap = min(profile.decay.summary_max_tokens, caps["summary"])
     block, summary, merged, merged_lines = compaction_block(
         compacted, RunningSummary.from_json(inputs.summary), opening=opening,
         goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=fold_cap, summary_max_tokens=summary_cap,
-        uris=uris, values=values, counter=counter)
+        uris=uris, values=values, counter=counter, cache=cache)
     new = replace(new, block=block, pins_opening=bool(opening))
     folded = tuple(t.start for t in turns if zone.keeps(t) and not new.keeps(t))
     return Compaction(new, reason, folded, tokens_before, conversation_tokens(prepared, new, counter), summary,
@@ -208,3 +209,19 @@ def compaction_events(compaction: Compaction | None) -> tuple[TruncationEvent, .
     return (TruncationEvent("conversation", "fold", f"compaction ({compaction.reason}): turns moved to the "
                             "compaction block and Memory", tuple(f"turn-{k}" for k in compaction.folded),
                             compaction.tokens_before, compaction.tokens_after),)
+
+
+def _turn_values(turn: Turn) -> tuple:
+    """The value sets of one turn: its texts, and each call with its matching response."""
+    sets = []
+    responses = [r for m in turn.messages for r in m.responses]
+    for m in turn.messages:
+        if m.text:
+            sets.append(extract_values(text=m.text, role=m.role, turn=turn.start))
+        for c in m.calls:
+            match = next((r for r in responses if (c.id and r.id == c.id) or r.name == c.name), None)
+            if match is not None:
+                responses.remove(match)
+            sets.append(extract_values(tool=c.name, args=c.args, result=match.response if match else None,
+                                       turn=turn.start))
+    return tuple(sets)

@@ -8,14 +8,15 @@ cap. Fold lines and the summary carry the URIs of the originals, so compaction i
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..compress import ExtractiveSummarizer, fold_message, fold_tool_pair
 from ..content import Blob, FunctionCall, FunctionResponse, Message, TextPart, sha256_hex
 from ..tokens import TokenCounting
+from .cache import PackCache, counter_key
 from .collect import Turn
+from .incremental import turn_key
 
 __all__ = ["RunningSummary", "fold_turn", "decay_zones", "Zones", "decay_images", "blob_key", "prune_tool_outputs"]
 
@@ -41,24 +42,17 @@ def blob_key(data: bytes) -> str:
     return "blob-" + sha256_hex(data)[:20]
 
 
-_FOLD_CACHE: "OrderedDict[tuple, str]" = OrderedDict()
-
-
-def fold_turn(turn: Turn, uris: "dict[str, str]", counter: TokenCounting, max_tokens: int = 72) -> str:
+def fold_turn(turn: Turn, uris: "dict[str, str]", counter: TokenCounting, max_tokens: int = 72,
+              cache: PackCache | None = None) -> str:
     """One line for a turn: each call with its response's outcome and URI, or the text in brief.
 
-    Memoised by the turn's content and URIs: a long session folds the same turns on every call.
+    Memoised in `cache` by the turn's content and URIs: a long session folds the same turns on every call.
     """
-    key = (turn.start, tuple(m.digest for m in turn.messages),
-           tuple(uris.get(r.key, "") for m in turn.messages for r in m.responses),
-           max_tokens, id(counter))
-    line = _FOLD_CACHE.get(key)
-    if line is None:
-        line = _fold_turn(turn, uris, counter, max_tokens)
-        _FOLD_CACHE[key] = line
-        if len(_FOLD_CACHE) > 50_000:
-            _FOLD_CACHE.popitem(last=False)
-    return line
+    if cache is None:
+        return _fold_turn(turn, uris, counter, max_tokens)
+    key = (turn_key(turn), tuple(uris.get(r.key, "") for m in turn.messages for r in m.responses),
+           max_tokens, counter_key(counter))
+    return cache.get("fold_line", key, lambda: _fold_turn(turn, uris, counter, max_tokens))
 
 
 def _fold_turn(turn: Turn, uris: "dict[str, str]", counter: TokenCounting, max_tokens: int) -> str:
@@ -94,13 +88,15 @@ class Zones:
 
 
 def decay_zones(folded: Sequence[Turn], previous: RunningSummary, *, goal: str, fold_max_tokens: int,
-                summary_max_tokens: int, uris: "dict[str, str]", counter: TokenCounting) -> Zones:
+                summary_max_tokens: int, uris: "dict[str, str]", counter: TokenCounting,
+                cache: PackCache | None = None) -> Zones:
     """Fold lines for folded turns the summary does not cover; the overflow goes into the summary."""
     uncovered = [t for t in folded if t.start > previous.covered_until]
-    lines = [fold_turn(t, uris, counter) for t in uncovered]
+    lines = [fold_turn(t, uris, counter, cache=cache) for t in uncovered]
     sizes = [counter.count_text(ln) + 2 for ln in lines]
-    cut = 0
-    while cut < len(lines) and sum(sizes[cut:]) > fold_max_tokens:
+    cut, tail = 0, sum(sizes)
+    while cut < len(lines) and tail > fold_max_tokens:
+        tail -= sizes[cut]
         cut += 1
     if not cut:
         return Zones(previous, tuple(lines), ())
@@ -143,13 +139,15 @@ def _response_tokens(turn: Turn, counter: TokenCounting) -> int:
 
 def prune_tool_outputs(turns: Sequence[Turn], *, protect_tokens: int, minimum_tokens: int, uris: "dict[str, str]",
                        already: "frozenset[int]", counter: TokenCounting,
-                       consider_new: bool = True) -> tuple[tuple[Turn, ...], frozenset[int], tuple[int, ...]]:
+                       consider_new: bool = True, cache: PackCache | None = None
+                       ) -> tuple[tuple[Turn, ...], frozenset[int], tuple[int, ...]]:
     """Clear old tool outputs to a placeholder with their URI, beyond the newest `protect_tokens` of outputs.
 
     Only outputs saved in the artifact store (with a URI) are cleared, and only when the clearing
     reclaims at least `minimum_tokens` at once (so the prefix changes rarely); turns cleared before
     stay cleared. Returns the turns, every cleared turn start, and the newly cleared ones. With
-    `consider_new` False only the turns cleared before are cleared again (a frozen pack).
+    `consider_new` False only the turns cleared before are cleared again (a frozen pack). A cleared
+    turn is built once (`cache`, by its content and URIs): later calls get the same object back.
     """
     fresh: list[Turn] = []
     if consider_new and (already or sum(_response_tokens(t, counter) for t in turns) >= protect_tokens + minimum_tokens):
@@ -168,14 +166,21 @@ def prune_tool_outputs(turns: Sequence[Turn], *, protect_tokens: int, minimum_to
     for t in turns:
         if t.start not in cleared:
             out.append(t)
-            continue
-        msgs = []
-        for m in t.messages:
-            parts = tuple(
-                FunctionResponse(p.name, {"cleared": "old tool output cleared to save context",
-                                          "artifact_uri": uris.get(p.key, "")}, p.id)
-                if isinstance(p, FunctionResponse) and p.key in uris else p
-                for p in m.parts)
-            msgs.append(Message(m.role, parts))
-        out.append(Turn(t.start, tuple(msgs)))
+        elif cache is None:
+            out.append(_cleared_turn(t, uris))
+        else:
+            key = (turn_key(t), tuple(uris.get(r.key, "") for m in t.messages for r in m.responses))
+            out.append(cache.get("cleared_turn", key, lambda t=t: _cleared_turn(t, uris)))
     return tuple(out), frozenset(cleared), tuple(t.start for t in fresh)
+
+
+def _cleared_turn(t: Turn, uris: "dict[str, str]") -> Turn:
+    msgs = []
+    for m in t.messages:
+        parts = tuple(
+            FunctionResponse(p.name, {"cleared": "old tool output cleared to save context",
+                                      "artifact_uri": uris.get(p.key, "")}, p.id)
+            if isinstance(p, FunctionResponse) and p.key in uris else p
+            for p in m.parts)
+        msgs.append(Message(m.role, parts))
+    return Turn(t.start, tuple(msgs))

@@ -18,7 +18,8 @@ from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .allocate import LAYER_OVERHEAD, Allocation
 from .collect import PackInputs, PackState, Turn
-from .incremental import turn_tokens
+from .cache import PackCache, counter_key
+from .incremental import turn_key, turn_tokens
 from .render import render_pack, render_payload, request_tokens
 
 if TYPE_CHECKING:
@@ -92,18 +93,18 @@ def repair_orphans(turns: "tuple[Turn, ...]") -> tuple[tuple[Turn, ...], tuple[T
 
 
 def bounded_turns(turns: "tuple[Turn, ...]", max_turn_tokens: int, counter: TokenCounting,
-                  layer: str = "conversation") -> tuple[tuple[Turn, ...], tuple[TruncationEvent, ...]]:
-    """Apply the per-turn cap; each cut is an event."""
+                  layer: str = "conversation", cache: "PackCache | None" = None
+                  ) -> tuple[tuple[Turn, ...], tuple[TruncationEvent, ...]]:
+    """Apply the per-turn cap; each cut is an event (a turn cut once is cut again from the `cache`)."""
     out, events = [], []
     for t in turns:
         before = turn_tokens(t, counter)
         if before > max_turn_tokens:
-            memo = t.__dict__.get("_cut")  # the same turn is cut again on every later call: reuse
-            if memo is not None and memo[0] is counter and memo[1] == max_turn_tokens:
-                t2 = memo[2]
-            else:
+            if cache is None:
                 t2 = cut_turn(t, max_turn_tokens, counter)
-                t.__dict__["_cut"] = (counter, max_turn_tokens, t2)
+            else:  # the same turn is cut again on every later call: by its content, the same cut
+                t2 = cache.get("cut_turn", (turn_key(t), max_turn_tokens, counter_key(counter)),
+                               lambda t=t: cut_turn(t, max_turn_tokens, counter))
             after = turn_tokens(t2, counter)
             events.append(TruncationEvent(layer, "cut", "turn over max_turn_tokens", (turn_id(t),), before, after))
             t = t2

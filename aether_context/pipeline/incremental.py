@@ -1,40 +1,43 @@
 """Per-call work that a long session would otherwise redo over its whole history.
 
 Every model call re-sends the session's history, and the ADK edge hands back the *same* `Message`
-objects for unchanged contents (conversion is memoised by payload identity). So what depends only
-on those messages can be reused across calls: the turn grouping of an unchanged leading run, and
-each turn's token total. Everything here memoises a pure function; results equal a fresh computation.
+objects for unchanged contents (conversion is memoised by payload identity in the packer's
+`PackCache`). So what depends only on those messages is reused across calls: the turn grouping of
+an unchanged leading run, and each turn's token total (from the counter's own per-message counts). Grouping memoises a pure function in
+the cache it is given; results equal a fresh computation (and are one, without a cache).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Sequence
 
 from ..content import Message
 from ..tokens import TokenCounting
+from .cache import PackCache
 from .collect import Turn, group_turns
 
-__all__ = ["grouped_turns", "turn_tokens", "turns_tokens", "GROUPING_CACHE_SIZE"]
-
-GROUPING_CACHE_SIZE = 256  # message runs (about one per live session and agent) kept for reuse
-
-# (offset, id of the first message) -> (the messages grouped last time, their turns). The messages
-# are held, so an id cannot be reused by another object while its entry lives.
-_GROUPING: "OrderedDict[tuple[int, int], tuple[tuple[Message, ...], tuple[Turn, ...]]]" = OrderedDict()
+__all__ = ["grouped_turns", "turn_tokens", "turns_tokens", "turn_key"]
 
 
-def grouped_turns(messages: Sequence[Message], offset: int = 0) -> tuple[Turn, ...]:
+def turn_key(turn: Turn) -> tuple:
+    """What a turn is made of: its start and its messages' digests (a content key for the cache)."""
+    return (turn.start, *(m.digest for m in turn.messages))
+
+
+def grouped_turns(messages: Sequence[Message], offset: int = 0, cache: PackCache | None = None) -> tuple[Turn, ...]:
     """`group_turns(messages, offset)`, reusing the turns of the last call whose run began with the same message.
 
     A turn is decided by its own messages and the one after it (which stops it), so a previous turn
     whose messages and successor are unchanged (same objects) is unchanged; grouping resumes after it.
+    The entry holds the messages it grouped, so an id in its key cannot be reused while it lives.
     """
     messages = tuple(messages)
     if not messages:
         return ()
+    if cache is None:
+        return tuple(group_turns(messages, offset=offset))
     key = (offset, id(messages[0]))
-    hit = _GROUPING.get(key)
+    hit = cache.lookup("grouping", key)
     reused: tuple[Turn, ...] = ()
     if hit is not None:
         old_msgs, old_turns = hit
@@ -50,21 +53,13 @@ def grouped_turns(messages: Sequence[Message], offset: int = 0) -> tuple[Turn, .
         reused = old_turns[:k]
     resume = reused[-1].start - offset + len(reused[-1].messages) if reused else 0
     turns = reused + tuple(group_turns(messages[resume:], offset=offset + resume))
-    _GROUPING[key] = (messages, turns)
-    _GROUPING.move_to_end(key)
-    while len(_GROUPING) > GROUPING_CACHE_SIZE:
-        _GROUPING.popitem(last=False)
+    cache.put("grouping", key, (messages, turns))
     return turns
 
 
 def turn_tokens(turn: Turn, counter: TokenCounting) -> int:
-    """Tokens of a turn's messages, memoised on the turn (per counter: counts are pure)."""
-    memo = turn.__dict__.get("_tokens")
-    if memo is not None and memo[0] is counter:
-        return memo[1]
-    total = sum(counter.count_message(m) for m in turn.messages)
-    turn.__dict__["_tokens"] = (counter, total)
-    return total
+    """Tokens of a turn's messages (the counter keeps each message's count by digest)."""
+    return sum(counter.count_message(m) for m in turn.messages)
 
 
 def turns_tokens(turns: Sequence[Turn], counter: TokenCounting) -> int:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
+from .cache import PackCache
 from .collect import PackInputs, Turn
 from .decay import decay_images, prune_tool_outputs
 from .fit import TruncationEvent, bounded_turns, repair_orphans
@@ -34,9 +35,9 @@ class Prepared:
         return self.history + self.loop
 
 
-def prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting) -> Prepared:
+def prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting, cache: PackCache | None = None) -> Prepared:
     """Orphan repair, image decay, pruning of old tool outputs and the per-turn cap."""
-    conv = split_conversation(inputs)
+    conv = split_conversation(inputs, cache)
     history, orphan_h = repair_orphans(conv.history)
     loop, orphan_l = repair_orphans(conv.loop)
     events: list[TruncationEvent] = [*orphan_h, *orphan_l]
@@ -52,11 +53,12 @@ def prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting) 
     if profile.pruning.enabled:
         turns, pruned, fresh = prune_tool_outputs(turns, protect_tokens=profile.pruning.protect_tokens,
                                                   minimum_tokens=profile.pruning.minimum_tokens, uris=inputs.uris,
-                                                  already=already, counter=counter, consider_new=not same_invocation)
+                                                  already=already, counter=counter, consider_new=not same_invocation,
+                                                  cache=cache)
         if fresh:
             events.append(TruncationEvent("conversation", "compress", "old tool outputs cleared to their URI (pruning)",
                                           tuple(f"turn-{k}" for k in fresh)))
     originals = {t.start: t for t in turns}
-    turns, cuts = bounded_turns(tuple(turns), profile.conversation.max_turn_tokens, counter)
+    turns, cuts = bounded_turns(tuple(turns), profile.conversation.max_turn_tokens, counter, cache=cache)
     events.extend(cuts)
     return Prepared(conv, turns[:n_hist], turns[n_hist:], pruned, originals, tuple(events))

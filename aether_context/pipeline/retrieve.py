@@ -40,6 +40,8 @@ class Retriever:
         self._warm_lock = threading.Lock()
         self._indexes: OrderedDict[tuple[str, str], HybridIndex] = OrderedDict()
         self._max = max_indexes
+        # per index: the pool it was last synced to (a call whose pool only grew adds the new documents alone)
+        self._pools: dict[int, tuple[HybridIndex, list[Document]]] = {}
 
     def available(self) -> bool:
         """False when the embedder cannot run here (the light install): ranking is lexical for good."""
@@ -86,6 +88,17 @@ class Retriever:
             self._warming.join(timeout)
         return self.ready()
 
+    def _appended(self, index: HybridIndex, documents: "list[Document]") -> "list[Document] | None":
+        """The documents after the previous pool of `index`, when `documents` starts with that whole
+        pool (the same documents, in order): a call then adds only what is new. None otherwise."""
+        held = self._pools.get(id(index))
+        if held is None or held[0] is not index or len(held[1]) > len(documents):
+            return None
+        for a, b in zip(held[1], documents):
+            if a is not b and a != b:
+                return None
+        return documents[len(held[1]):]
+
     def _index(self, namespace: str, layer: str) -> HybridIndex:
         key = (namespace, layer)
         index = self._indexes.get(key)
@@ -93,7 +106,7 @@ class Retriever:
             index = HybridIndex(self.settings, cache=self.cache)
             self._indexes[key] = index
             while len(self._indexes) > self._max:
-                self._indexes.popitem(last=False)
+                self._pools.pop(id(self._indexes.popitem(last=False)[1]), None)
         self._indexes.move_to_end(key)
         return index
 
@@ -118,11 +131,17 @@ class Retriever:
             dense = False
         with bounded_threads(self.settings.embedding_threads):
             index = self._index(namespace, layer)
-            wanted = {d.id for d in documents}
-            stale = [d for d in index.ids() if d not in wanted]
-            if stale:
-                index.remove(stale)
-            index.add(documents, embed=dense)
+            documents = list(documents)
+            with index._lock:  # the pool recorded is the pool the index holds, whatever other threads do
+                fresh = self._appended(index, documents)
+                if fresh is None:  # not the previous pool plus new documents: sync the whole pool
+                    wanted = {d.id for d in documents}
+                    stale = [d for d in index.ids() if d not in wanted]
+                    if stale:
+                        index.remove(stale)
+                    fresh = documents
+                index.add(fresh, embed=dense)
+                self._pools[id(index)] = (index, documents)
             if not documents or k < 1:
                 return RetrievalResult(query, (), {"retrieval_hit_rate": 0.0, "similarity": 0.0, "freshness": 0.0,
                                                    "selected": 0.0, "dense_off": float(not dense),

@@ -14,13 +14,13 @@ from ..content import Message, ToolSpec, canonical_json
 from ..profile import BudgetProfile
 from ..retrieval import Document, RetrievalResult
 from ..retrieval.items import ScoredItem
-from ..retrieval.turns import neighbours, turn_context
-from functools import lru_cache
+from ..retrieval.turns import TURNS_AFTER, TURNS_BEFORE, neighbours, turn_context
 from .retrieve import Retriever
 from ..tokens import TokenCounting
 from .allocate import Signals
 from .collect import PackInputs, Turn
-from .incremental import grouped_turns
+from .cache import PackCache, counter_key
+from .incremental import grouped_turns, turn_key
 
 __all__ = ["Line", "Conversation", "Candidates", "select", "query_text", "split_conversation", "history_documents"]
 
@@ -87,8 +87,9 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def split_conversation(inputs: PackInputs) -> Conversation:
-    """History before the invocation's user request, the request, and this invocation's turns after it."""
+def split_conversation(inputs: PackInputs, cache: PackCache | None = None) -> Conversation:
+    """History before the invocation's user request, the request, and this invocation's turns after it
+    (the turns of an unchanged leading run are reused from `cache`)."""
     msgs = inputs.request.messages
     skip = sorted(set(inputs.instruction_indices))
     r = inputs.request_index
@@ -98,7 +99,7 @@ def split_conversation(inputs: PackInputs) -> Conversation:
         out: tuple[Turn, ...] = ()
         for cut in [k for k in skip if lo <= k < hi] + [hi]:
             if cut > lo:
-                out += grouped_turns(msgs[lo:cut], offset=lo)
+                out += grouped_turns(msgs[lo:cut], offset=lo, cache=cache)
             lo = cut + 1
         return out
 
@@ -128,23 +129,55 @@ def _turn_time(turn: Turn, times: "tuple[float | None, ...]") -> float | None:
 
 
 def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None, ...]",
-                      count_tokens: Callable[[str], int]) -> list[Document]:
+                      count_tokens: Callable[[str], int], cache: PackCache | None = None) -> list[Document]:
     """Compacted turns as Memory candidates, indexed with the context a reader needs to place them:
     their date and the neighbouring turns (a reply is found by the question it answers). Only the
-    turn's own text is shown, with its date."""
+    turn's own text is shown, with its date.
+
+    With a `cache`, a turn's document is built once: it is keyed by the content of the turn and of
+    the neighbours its context reads, and its time (a call then costs one lookup per compacted turn)."""
+    if cache is None or not compacted:
+        return _history_documents(compacted, times, count_tokens)
+    counted_by = counter_key(count_tokens)
+    stamps = [_turn_time(t, times) for t in compacted]
+    # The previous call's pool of this conversation: its leading turns that are the same objects
+    # (and times) keep their documents, but for the last TURNS_AFTER (their context reads the next turn).
+    run_key = ("history_run", id(compacted[0]), counted_by)
+    run = cache.lookup("history_run", run_key)
+    same = 0
+    if run is not None:
+        for a, b, ta, tb in zip(run[0], compacted, run[1], stamps):
+            if a is not b or ta != tb:
+                break
+            same += 1
+        same = max(0, same - TURNS_AFTER) if same < len(run[0]) or same < len(compacted) else same
+    docs = list(run[2][:same]) if run is not None else []
+    keys = {}
+    for i in range(same, len(compacted)):
+        lo, hi = max(0, i - TURNS_BEFORE), min(len(compacted), i + 1 + TURNS_AFTER)
+        for k in range(lo, hi):
+            if k not in keys:
+                keys[k] = turn_key(compacted[k])
+        key = (tuple(keys[k] for k in range(lo, hi)), i - lo, stamps[i], counted_by)
+        doc = cache.lookup("history_document", key)
+        if doc is None:
+            doc = _history_documents(compacted[lo:hi], times, count_tokens)[i - lo]
+            cache.put("history_document", key, doc)
+        docs.append(doc)
+    cache.put("history_run", run_key, (compacted, stamps, docs))  # holds the turns: their ids stay theirs
+    return docs
+
+
+def _history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None, ...]",
+                       count_tokens: Callable[[str], int]) -> list[Document]:
     texts = [_turn_text(t) for t in compacted]
     docs = []
     for i, turn in enumerate(compacted):
         ts = _turn_time(turn, times)
         previous, following = neighbours(texts, i)
-        docs.append(Document(f"turn-{turn.start}", texts[i], "history", ts,
-                             context=_context(_date(ts), previous, following, count_tokens)))
+        context = turn_context(date=_date(ts), previous=previous, next=following, count_tokens=count_tokens)
+        docs.append(Document(f"turn-{turn.start}", texts[i], "history", ts, context=context))
     return docs
-
-
-@lru_cache(maxsize=65_536)
-def _context(date: str, previous: str, following: str, count_tokens: Callable[[str], int]) -> str:
-    return turn_context(date=date, previous=previous, next=following, count_tokens=count_tokens)
 
 
 def _lines(result: RetrievalResult, render: Callable[[Document], str], counter: TokenCounting) -> tuple[Line, ...]:
@@ -153,7 +186,7 @@ def _lines(result: RetrievalResult, render: Callable[[Document], str], counter: 
     for item in result.items:
         doc = item.document
         text = render(doc)
-        sources = tuple(item.sources) if item.sources else (doc.source,)
+        sources = tuple(dict.fromkeys(item.sources)) if item.sources else (doc.source,)  # each source once
         out.append(Line(id=doc.id, text=text, tokens=counter.count_text(text), source="+".join(sources),
                         uri=str(doc.metadata.get("uri", "")), score=round(item.score, 6), timestamp=doc.timestamp,
                         scores={"bm25": round(item.bm25, 4), "dense": round(item.dense, 4), "fused": round(item.fused, 4),
@@ -180,7 +213,8 @@ MAX_RANKED = 400  # most items one layer ranks per call; the budget then decides
 
 
 def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting, retriever: Retriever,
-           conversation: Conversation, compacted: "tuple[Turn, ...]", kept: "tuple[Turn, ...]") -> Candidates:
+           conversation: Conversation, compacted: "tuple[Turn, ...]", kept: "tuple[Turn, ...]",
+           cache: PackCache | None = None) -> Candidates:
     """Rank the candidates of every layer (hybrid retrieval) and compute the allocator's signals.
 
     Memory candidates are remembered facts plus every compacted turn (the whole history stays
@@ -210,7 +244,7 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     now = inputs.now or None
     ev_docs = [Document(e.id, e.summary, e.source, e.timestamp, {"uri": e.uri} if e.uri else {}) for e in inputs.evidence]
     mem_docs = [Document(m.id, m.text, m.source, m.timestamp) for m in inputs.memory]
-    mem_docs += history_documents(compacted, inputs.message_times, counter.count_text)
+    mem_docs += history_documents(compacted, inputs.message_times, counter.count_text, cache)
     verbatim: list[str] = []
     if ev_docs or mem_docs:  # only ranking reads it (a long tool loop has many messages)
         verbatim = [m.text for t in kept for m in t.messages if m.text]
@@ -243,9 +277,10 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
         unresolved_questions=float(recent_text.count("?")),
         dialogue_depth=float(len(conv.history) + len(conv.loop)),
     )
+    shown_ev, shown_mem = {ln.id for ln in evidence}, {ln.id for ln in memory}  # once: the pool holds every compacted turn
     unselected = {
-        "evidence": tuple(d.id for d in ev_docs if d.id not in {ln.id for ln in evidence}),
-        "memory": tuple(d.id for d in mem_docs if d.id not in {ln.id for ln in memory} and d.source != "history"),
+        "evidence": tuple(d.id for d in ev_docs if d.id not in shown_ev),
+        "memory": tuple(d.id for d in mem_docs if d.source != "history" and d.id not in shown_mem),
     }
     return Candidates(tools=tools, evidence=evidence, memory=memory, conversation=conv, signals=signals,
                       flags=tuple(flags), unselected=unselected)

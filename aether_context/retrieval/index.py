@@ -127,6 +127,8 @@ class HybridIndex:
             fresh: list[Document] = []
             for doc in batch.values():
                 row = self._row_of.get(doc.id)
+                if row is not None and self._docs[row] is doc:  # the same document again: nothing to do
+                    continue
                 if row is not None and self._docs[row].search_text == doc.search_text:
                     self._docs[row] = doc
                     self._note_timestamp(doc)
