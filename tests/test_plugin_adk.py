@@ -120,7 +120,7 @@ async def test_ten_turn_session_fits_and_replays(memory_store_url):
         assert replay(record.uri) == sent
 
     # ADK's replaced contents are held only while a call is in flight, then released
-    assert packer._slots and all(slot.replaced is None for slot in packer._slots.values())
+    assert packer.slots and all(slot.replaced is None for slot in packer.slots.values())
 
 
 async def test_every_request_keeps_tools_and_system(memory_store_url):

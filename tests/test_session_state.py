@@ -18,20 +18,20 @@ async def test_slots_age_out_with_their_indexes(memory_store_url):
     agent, llm = scripted_agent(["ok"] * 20, tools=())
     plugin = ContextPackPlugin(store=memory_store_url, window_tokens=16_000)
     packer = plugin.packer
-    packer.max_sessions = 3
+    packer.slots.limit = 3
     runner = make_runner(agent, plugins=[plugin], app_name="slots-app")
     ids = []
     for i in range(5):
         sid = await new_session(runner, user_id=f"user-{i}")
         ids.append(sid)
         await run_turn(runner, sid, f"remember the figure {i} for the report", user_id=f"user-{i}")
-    keys = list(packer._slots)
+    keys = list(packer.slots)
     assert len(keys) == 3 and [k[1] for k in keys] == ["user-2", "user-3", "user-4"]
-    assert all(packer._slots[k].shown is not None for k in keys)  # the shown pack lives in the slot
+    assert all(packer.slots[k].shown is not None for k in keys)  # the shown pack lives in the slot
     assert _namespaces(packer, "slots-app") and _namespaces(packer, "slots-app") <= {"/".join(k) for k in keys}  # evicted sessions' indexes went with them
     app = runner.app_name
     packer.release(app, "user-4", ids[4])
-    assert len(packer._slots) == 2 and not any(ns.startswith(f"{app}/user-4/") for ns in _namespaces(packer, app))
+    assert len(packer.slots) == 2 and not any(ns.startswith(f"{app}/user-4/") for ns in _namespaces(packer, app))
 
 
 async def test_a_lone_surrogate_in_a_tool_output_packs(memory_store_url):

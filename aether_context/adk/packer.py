@@ -1,5 +1,9 @@
 """The engine shared by the plugin and the agent callback: pack one ADK request, fail open.
 
+Split by hook: `before_model` is here (`pack`), the model's answer and errors in `model_hooks`,
+tool results in `tool_hooks`, the per-session slots in `slots`, every session-state key in
+`session_state`.
+
 Holds what lives across calls of a process: the profile, the token counter (its cache), the store,
 and per (app, user, session, agent) a slot with this call's pack and memos. Everything that changes
 the next request (the previous call's `PackState`, the calibration, the failure log, the running
@@ -15,97 +19,49 @@ past it the extractive summary stays.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import logging
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.models.llm_request import LlmRequest
-from google.adk.models.llm_response import LlmResponse
-from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
 
-from ..compress import SummarizeFn, Summarizer, render_payload, validate_summary
-from ..content import response_digest, sha256_hex
-from ..loop.failures import FailureLog, FailureRecord, error_text, is_error_result
+from ..compress import SummarizeFn, Summarizer
+from ..content import sha256_hex
 from ..pipeline.build import ContextPack, StageTimes, build_pack, request_tokens
 from ..pipeline.cache import PackCache
 from ..pipeline.collect import PackInputs, PackState
-from ..pipeline.decay import RunningSummary, blob_key
-from ..pipeline.record import Manifest
-from ..pipeline.render import masked_count
+from ..pipeline.decay import blob_key
+from ..pipeline.record import CallRecord, Manifest
 from ..pipeline.retrieve import Retriever, default_retriever
 from ..retrieval.embeddings import Embedder
 from ..profile import BudgetProfile, load_profile
-from ..redact import redact
 from ..providers import EvidenceProvider
 from ..store import DEFAULT_STORE_URL, PackStore
 from ..tokens import TokenCounter, TokenCounting
-from ..compress.compact_json import compact_json
-from ..windows import context_window, window_flag
+from ..windows import window_flag
 from .collect import collect_inputs
 from .event_times import EventTimes, session_now
 from .convert import apply_request, request_from_llm
-from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool, offload_tool_result
-from .recovery import is_token_limit_error, recovery_pack
-from .session_state import (CALIBRATION_STATE_KEY, COMPACT_STATE_KEY, FAILURES_STATE_KEY, SAVED_STATE_KEY, SUMMARY_STATE_KEY,  # noqa: F401
-                            URIS_STATE_KEY, add_note, carried_state, read_calibration, read_pack, write_calibration,
-                            write_pack)
-from .summarizer import LlmSummarizer
+from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool
+from .session_state import (COMPACT_STATE_KEY, SAVED_STATE_KEY, URIS_STATE_KEY, carried_state, read_calibration,
+                            read_pack, write_pack, write_summary)
+from .model_hooks import ModelHooks
+from .slots import MAX_SESSIONS, SessionSlot, SessionSlots, slot_key
+from .tool_hooks import ToolHooks
 from .task import StateKeys
-from .worker import off_loop, repair_unicode, summarize
+from .worker import off_loop
 
 logger = logging.getLogger("aether_context")
-
-CALIBRATION_ALPHA = 0.5  # weight of the newest observation in the smoothed correction
 
 __all__ = ["ContextPacker", "CallRecord"]
 
 
-MAX_SESSIONS = 4096  # session slots kept in memory; the least recently used is released first
-
-
-@dataclass
-class SessionSlot:
-    """What the packer keeps in process for one (app, user, session, agent): this call's pack and memos.
-
-    Nothing here changes a request: the previous call's state is read from the session each call.
-    """
-
-    last: ContextPack | None = None  # this call's pack, until the model answers (usage, summary refresh)
-    replaced: list | None = None  # ADK's contents the pack replaced, released when the model answers
-    times: EventTimes | None = None  # memo of event digests (derived from the session)
-    artifacts: dict = field(default_factory=dict)  # artifact descriptions by (session, file), with their version
-    shown: dict | None = None  # the last pack's metadata, shown on the model's response (plugin.py)
-    locks: dict = field(default_factory=dict)  # event loop -> the asyncio.Lock serialising this slot's packs
-
-    def lock(self) -> asyncio.Lock:
-        """This slot's lock on the running loop (an asyncio.Lock belongs to one loop)."""
-        loop = asyncio.get_running_loop()
-        found = self.locks.get(loop)
-        if found is None:
-            self.locks.clear()  # a slot lives on one loop at a time; an old loop's lock is dead
-            found = self.locks[loop] = asyncio.Lock()
-        return found
-
-
-def slot_key(app: str, user: str, session: str, agent: str) -> tuple[str, str, str, str]:
-    return (app, user, session, agent)
-
-
-@dataclass(frozen=True)
-class CallRecord:
-    """One packed (or failed) model call, as kept in `ContextPacker.recent`."""
-
-    manifest: Manifest
-    uri: str
-
-
-class ContextPacker:
+class ContextPacker(ModelHooks, ToolHooks):
     """Packs ADK requests. One instance per app; safe to share between agents of the app."""
 
     def __init__(self, *, profile: "str | Path | BudgetProfile | None" = None, store: "str | PackStore | None" = None,
@@ -136,8 +92,7 @@ class ContextPacker:
         self.cache = cache if cache is not None else PackCache()
         self.usage: collections.deque[dict] = collections.deque(maxlen=keep_recent)
         # One slot per (app, user, session, agent), least recently used released first.
-        self._slots: collections.OrderedDict[tuple[str, str, str, str], SessionSlot] = collections.OrderedDict()
-        self.max_sessions = MAX_SESSIONS
+        self.slots = SessionSlots(MAX_SESSIONS, on_release=self._forget)
         # Where offloaded originals go: "auto" (as durable as the session), "adk" or "store" (see adk.offload)
         self.gateway = ArtifactGateway(self.store, originals=originals)
         self.recall_tool = make_recall_tool(self.gateway)
@@ -149,21 +104,12 @@ class ContextPacker:
     def slot(self, ctx: "CallbackContext | ToolContext") -> SessionSlot:
         """The caller's slot, keyed by app, user, session and agent (never by session id alone)."""
         session = ctx.session
-        key = slot_key(session.app_name, session.user_id, session.id, ctx.agent_name)
-        slot = self._slots.get(key)
-        if slot is None:
-            slot = self._slots[key] = SessionSlot()
-            while len(self._slots) > self.max_sessions:
-                self._forget(self._slots.popitem(last=False)[0])
-        self._slots.move_to_end(key)
-        return slot
+        return self.slots.get(slot_key(session.app_name, session.user_id, session.id, ctx.agent_name))
 
     def release(self, app: str, user: str, session: str) -> None:
         """Forget everything kept for a session (all its agents): call when a session ends.
         Sessions that are never released age out: the least recently used slot goes first."""
-        for key in [k for k in self._slots if k[:3] == (app, user, session)]:
-            del self._slots[key]
-            self._forget(key)
+        self.slots.release(app, user, session)
 
     def _forget(self, key: tuple[str, str, str, str]) -> None:
         """A released slot takes its retrieval indexes with it (the slots own per-session state)."""
@@ -218,7 +164,7 @@ class ContextPacker:
             if inputs.compact:
                 callback_context.state[COMPACT_STATE_KEY] = False
             if pack.state.merged_lines:  # this pack advanced the running summary
-                _persist_summary(callback_context, inputs.summary, pack.state.summary)
+                write_summary(callback_context.state, callback_context.agent_name, inputs.summary, pack.state.summary)
             conv = pack.manifest.layer_budgets["conversation"]
             write_pack(callback_context.state, callback_context.agent_name, carried_state(pack.state),
                        max(0, conv.budget - conv.used))
@@ -235,113 +181,6 @@ class ContextPacker:
         """A guessed window (unknown model, Ollama route) is flagged in every manifest it shapes."""
         flag = window_flag(llm_request.model, self.window_tokens if self.window_tokens is not None else self.profile.window_tokens)
         return (flag,) if flag else ()
-
-    async def after_model(self, callback_context: CallbackContext, llm_response: LlmResponse | None = None) -> None:
-        """Learn from the model's reported usage, then refresh the running summary if due."""
-        if llm_response is not None and getattr(llm_response, "partial", False):
-            return  # a streamed chunk: the usage and the summary are the final response's business
-        slot = self.slot(callback_context)
-        slot.replaced = None
-        last, slot.last = slot.last, None  # one model response per pack: a second one is not this pack's
-        if last is not None and llm_response is not None and llm_response.usage_metadata is not None:
-            self._record_usage(callback_context, last, llm_response.usage_metadata)
-        await self._refresh_summary(callback_context, slot, last)
-
-    def _record_usage(self, ctx: CallbackContext, pack: ContextPack, usage) -> None:
-        """Calibrate token estimates per model (bounded, smoothed; kept in session state, so every
-        replica packs the session's next call for the same window) and keep the call's usage."""
-        reported = usage.prompt_token_count
-        estimate = pack.manifest.tokens_after
-        model = pack.manifest.model
-        calibration = read_calibration(ctx.state, model)
-        if reported and estimate:
-            ratio = min(3.0, max(0.5, reported / estimate))
-            seen = ctx.state.get(CALIBRATION_STATE_KEY)
-            fresh = not isinstance(seen, dict) or model not in seen
-            calibration = round(ratio if fresh else calibration + CALIBRATION_ALPHA * (ratio - calibration), 4)
-            write_calibration(ctx.state, model, calibration)
-        record = {"pack_id": pack.manifest.pack_id, "model": model, "estimate": estimate, "reported": reported,
-                  "cached": usage.cached_content_token_count or 0, "calibration": calibration}
-        self.usage.append(record)
-        self.store.save_usage(pack.manifest, record)
-
-    async def _refresh_summary(self, callback_context: CallbackContext, slot: SessionSlot, last: ContextPack | None) -> None:
-        """Refine the running summary with the LLM summarizer when this call merged turns into it."""
-        if self.profile.decay.summarizer != "llm" or last is None or not last.state.merged_lines:
-            return
-        previous = RunningSummary.from_json(last.inputs.summary)
-        extractive = RunningSummary.from_json(last.state.summary)
-        summarizer = self.summarizer or LlmSummarizer(callback_context.get_invocation_context().agent.canonical_model)
-        timeout = self.profile.decay.summary_timeout_seconds
-        try:
-            text = await asyncio.wait_for(summarize(summarizer, previous.text or None, last.state.merged_lines,
-                                                     goal=last.inputs.task.goal,
-                                                     max_tokens=self.profile.decay.summary_max_tokens), timeout)
-            text = validate_summary(text, self.profile.decay.summary_max_tokens, self.counter)
-            if text is None:
-                raise ValueError("the summarizer returned an empty or unusable summary")
-        except asyncio.TimeoutError:  # the run goes on with the extractive summary
-            logger.warning("aether-context: LLM summary gave no answer within %ss; keeping the extractive summary", timeout)
-            add_note(callback_context.state, callback_context.agent_name, f"summary_timeout: no answer within {timeout}s")
-            return
-        except Exception as e:  # the extractive summary stays; the next manifest says why
-            logger.warning("aether-context: LLM summary failed (%s); keeping the extractive summary", e, exc_info=True)
-            add_note(callback_context.state, callback_context.agent_name, f"summary_failed: {type(e).__name__}: {e}")
-            return
-        _persist_summary(callback_context, last.state.summary,
-                         RunningSummary(text=text, covered_until=extractive.covered_until).to_json())
-
-    async def recover(self, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception) -> LlmResponse | None:
-        """Retry a request the model rejected as too long, once, after an aggressive repack.
-
-        Only the current call is rebuilt: from its own pack's inputs when it was packed, else (packing
-        failed open, so `llm_request` is ADK's own) from inputs read from the request now. The repack
-        becomes the call's pack, so the model's answer calibrates against what was really sent.
-        Returns the model's response, or None to let the original error surface.
-        """
-        slot = self.slot(callback_context)
-        if not self.profile.recovery.enabled or not is_token_limit_error(error):
-            return None
-        last, slot.last = slot.last, None
-        try:
-            if last is not None and last.inputs.invocation_id == callback_context.invocation_id:
-                inputs, window = last.inputs, last.manifest.window
-            else:
-                inputs = await self._current_inputs(callback_context, llm_request)
-                window = context_window(inputs.request.model, self.window_tokens if self.window_tokens is not None
-                                        else self.profile.window_tokens)
-            pack = await self._off_loop(recovery_pack, inputs, self.profile, window, error, counter=self.counter)
-            apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
-                          added={RECALL_TOOL_NAME: self.recall_tool} if self._recall_now(callback_context, llm_request) else {})
-        except Exception:
-            logger.error("aether-context: recovery repack failed; the model's error stands", exc_info=True)
-            return None
-        manifest = pack.manifest.model_copy(update={"flags": [*pack.manifest.flags, f"recovery_after: {error}"[:300]]})
-        pack = replace(pack, manifest=manifest)
-        uri = self.store.save(pack)
-        self.recent.append(CallRecord(manifest, uri))
-        logger.warning("aether-context: model rejected the request as too long (%s); retrying once with %d tokens (%s)",
-                       str(error)[:200], manifest.tokens_after, uri)
-        model = callback_context.get_invocation_context().agent.canonical_model
-        try:
-            final = None
-            async for response in model.generate_content_async(llm_request, stream=False):
-                final = response
-        except Exception:
-            logger.error("aether-context: the retry after recovery failed too; the original error surfaces", exc_info=True)
-            return None
-        if final is not None:
-            slot.last = pack  # what the model answered: after_model calibrates against it
-        return final
-
-    async def _current_inputs(self, callback_context: CallbackContext, llm_request: LlmRequest) -> PackInputs:
-        """This call's inputs read from ADK's own request (when packing failed open and left it as is)."""
-        inputs = await collect_inputs(
-            callback_context, llm_request, keys=self.keys, previous=None, memory_limit=self.memory_pool,
-            artifact_cache=self.slot(callback_context).artifacts, now=session_now(callback_context.session.events),
-            use_memory=self.use_memory, use_artifacts=self.use_artifacts, providers=self.evidence_providers,
-            extra_tools=(self.recall_tool,) if self._recall_now(callback_context, llm_request) else ())
-        return replace(inputs, calibration=read_calibration(callback_context.state, inputs.request.model))
 
     def _recall_now(self, ctx: CallbackContext, llm_request: LlmRequest) -> bool:
         return self._offers_recall(ctx, llm_request, read_pack(ctx.state, ctx.agent_name).state)
@@ -371,95 +210,6 @@ class ContextPacker:
         ctx.state[URIS_STATE_KEY] = uris
         return replace(inputs, uris=uris)
 
-    def record_failure(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, error_text: str,
-                       uri: str | None = None) -> None:
-        """Add a tool failure to the session's failure log (kept in state; never raises)."""
-        if not self.profile.failures.enabled:
-            return
-        try:
-            data = tool_context.state.get(FAILURES_STATE_KEY) or {}
-            records = [FailureRecord.from_json(r) for r in data.get("records", ())]
-            log = FailureLog(self.profile.failures.log, records, int(data.get("evicted", 0)))
-            turn = len(tool_context.session.events)
-            error_text = redact(error_text, self.profile.redaction)[0]  # it is recited in later packs
-            record = log.add(turn=turn, tool=tool.name, args=tool_args, error_text=error_text, uri=uri,
-                             timestamp=time.time())
-            same = [(r.turn, r.tool, r.args_digest, r.message) for r in records[-1:]]
-            if same == [(record.turn, record.tool, record.args_digest, record.message)]:
-                return  # one failure seen by two hooks (on_tool_error, then after_tool on its error result)
-            tool_context.state[FAILURES_STATE_KEY] = log.to_json()
-        except Exception:
-            logger.error("aether-context: could not record the failure of %s", tool.name, exc_info=True)
-
-    def on_tool_error(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, error: Exception) -> dict | None:
-        """Record a raised tool exception; with `failures.errors_as_results` answer the model with it."""
-        text = f"{type(error).__name__}: {error}"
-        self.record_failure(tool, tool_args, tool_context, text)
-        return {"error": text} if self.profile.failures.errors_as_results else None  # None: ADK re-raises
-
-    async def after_tool(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, result: object) -> dict | None:
-        """Save a result whole and return its compact form when it is large; record error-shaped
-        results as failures, citing the saved original. A result with invalid Unicode (a lone
-        surrogate) is repaired first and the repaired one replaces it. Never raises."""
-        own = tool.name == RECALL_TOOL_NAME
-        result, repaired = await self._off_loop(repair_unicode, result)
-        if repaired:
-            add_note(tool_context.state, tool_context.agent_name, f"unicode_repaired: {tool.name}: {repaired}")
-        failed, compacted = await self._off_loop(self._classify, tool.name, result, own)
-        sent = compacted or result  # what the session will hold unless offload compacts it further
-        offloaded = None
-        if self.profile.offload.enabled and not own:
-            try:
-                offloaded = await offload_tool_result(
-                    tool_name=tool.name, args=tool_args, result=sent, ctx=tool_context,
-                    gateway=self.gateway, settings=self.profile.offload, counter=self.counter,
-                    free_conversation_tokens=read_pack(tool_context.state, tool_context.agent_name).free_conversation,
-                    redaction=self.profile.redaction, run=self._off_loop)
-                if offloaded is not None:
-                    await self._note_saving(tool_context, sent, offloaded)
-                    self._note_masked(tool_context, tool.name, offloaded["summary"])
-            except Exception:  # fail open: the result goes on as it is
-                logger.error("aether-context: offloading the result of %s failed; keeping it inline", tool.name, exc_info=True)
-        if failed:
-            uris = tool_context.state.get(URIS_STATE_KEY) or {}
-            self.record_failure(tool, tool_args, tool_context, error_text(result),  # type: ignore[arg-type]
-                                uri=uris.get(response_digest(sent)))
-        if offloaded or compacted or not repaired:
-            return offloaded or compacted
-        return result if isinstance(result, dict) else {"result": result}  # the repaired result, as ADK wraps it
-
-    def _classify(self, tool_name: str, result: object, own: bool) -> tuple[bool, dict | None]:
-        """Whether `result` is an error (a failure to record) and its compact JSON form when shorter
-        (CPU work: run on the worker thread). Never raises."""
-        failed = False
-        if not own and self.profile.failures.enabled and isinstance(result, (dict, str)):
-            try:
-                failed = is_error_result(result)
-            except Exception:  # fail open: a result we cannot classify is simply not a recorded failure
-                logger.error("aether-context: could not classify the result of %s", tool_name, exc_info=True)
-        compacted = None
-        if self.profile.variation.compact_json and isinstance(result, (dict, list)) and not own:
-            compact = compact_json(result, self.counter)
-            if self.counter.count_text(compact) < self.counter.count_text(render_payload(result)):
-                compacted = {"result_compact_json": compact}  # faithful: aether_context.compress.compact_json.expand_compact_json
-        return failed, compacted
-
-    def _note_masked(self, ctx: ToolContext, tool_name: str, compact_text: str) -> None:
-        """Secrets masked in an offloaded result's compact form: noted in the next manifest's flags."""
-        n = masked_count(compact_text)
-        if n:
-            add_note(ctx.state, ctx.agent_name, f"redacted_in_offload: {tool_name}: {n}")
-
-    async def _note_saving(self, ctx: ToolContext, original: object, compact: object) -> None:
-        """Remember what an offload saved, so manifests can say what ADK would have sent without us."""
-        saved, key = await self._off_loop(self._saving, original, compact)
-        if saved > 0:
-            ctx.state[SAVED_STATE_KEY] = {**(ctx.state.get(SAVED_STATE_KEY) or {}), key: saved}
-
-    def _saving(self, original: object, compact: object) -> tuple[int, str]:
-        saved = self.counter.count_text(render_payload(original)) - self.counter.count_text(render_payload(compact))
-        return saved, response_digest(compact)
-
     def _record_failure(self, ctx: CallbackContext, llm_request: LlmRequest, error: Exception) -> CallRecord:
         session = ctx.session
         try:
@@ -484,14 +234,6 @@ class ContextPacker:
         record = CallRecord(manifest, uri)
         self.recent.append(record)
         return record
-
-
-def _persist_summary(ctx: CallbackContext, before: dict, after: dict) -> None:
-    """Keep the running summary in session state (it must outlive this request and this process)."""
-    if after and after != before:
-        summaries = dict(ctx.state.get(SUMMARY_STATE_KEY) or {})
-        summaries[ctx.agent_name] = after
-        ctx.state[SUMMARY_STATE_KEY] = summaries
 
 
 def _log_pack(pack: ContextPack) -> None:

@@ -27,7 +27,7 @@ from ..pipeline.collect import PackState
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["URIS_STATE_KEY", "SUMMARY_STATE_KEY", "FAILURES_STATE_KEY", "COMPACT_STATE_KEY", "SAVED_STATE_KEY",
+__all__ = ["write_summary", "URIS_STATE_KEY", "SUMMARY_STATE_KEY", "FAILURES_STATE_KEY", "COMPACT_STATE_KEY", "SAVED_STATE_KEY",
            "CALIBRATION_STATE_KEY", "PACK_STATE_SCHEMA", "pack_state_key", "pack_text_key", "carried_state",
            "StoredPack", "read_pack", "write_pack", "add_note", "read_calibration", "write_calibration"]
 
@@ -137,3 +137,11 @@ def write_calibration(state: MutableMapping[str, Any] | Any, model: str, ratio: 
     table = dict(table) if isinstance(table, dict) else {}
     if table.get(model) != ratio:
         state[CALIBRATION_STATE_KEY] = {**table, model: ratio}
+
+
+def write_summary(state: MutableMapping[str, Any] | Any, agent: str, before: dict, after: dict) -> None:
+    """Keep the agent's running summary (it must outlive this request and this process), when it changed."""
+    if after and after != before:
+        summaries = dict(state.get(SUMMARY_STATE_KEY) or {})
+        summaries[agent] = after
+        state[SUMMARY_STATE_KEY] = summaries

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .recite import Recital
     from .select import Candidates, Line
 
-__all__ = ["Manifest", "LayerUsage", "SCHEMA_VERSION", "Decisions", "Record", "record"]
+__all__ = ["Manifest", "LayerUsage", "SCHEMA_VERSION", "Decisions", "Record", "record", "CallRecord"]
 
 SCHEMA_VERSION = 2
 
@@ -96,6 +96,14 @@ class Manifest(BaseModel):
         "Masked secrets in the text the pack wrote into this request (compaction block, Evidence, Memory, "
         "failures, status); ADK's own verbatim turns are not rewritten."))
     error: str | None = Field(None, description="Set when packing failed and the original request was sent (fail-open).")
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One packed (or failed) model call: its manifest and where the store keeps it (`ContextPacker.recent`)."""
+
+    manifest: Manifest
+    uri: str
 
 
 # --- the writer ------------------------------------------------------------------------------------
