@@ -18,7 +18,7 @@ from ..retrieval.turns import TURNS_AFTER, TURNS_BEFORE, neighbours, turn_contex
 from .retrieve import Retriever
 from ..tokens import TokenCounting
 from .allocate import Signals
-from .collect import PackInputs, Turn
+from .collect import PackInputs, TaskSpec, Turn
 from .cache import PackCache, counter_key
 from .incremental import grouped_turns, turn_key
 
@@ -221,23 +221,7 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     searchable); what the model sees verbatim (`kept`) is never repeated in Memory or Evidence.
     Ranking keeps order only: the budget, not a count, decides how many items go in.
     """
-    task = inputs.task
-    flags: list[str] = []
-    if not task.goal:
-        flags.append("task_missing_goal")
-    if not task.acceptance:
-        flags.append("task_missing_acceptance")
-    if inputs.request_index is None:
-        flags.append("user_request_not_found")
-    flags.extend(inputs.extra.get("edge_flags", ()))  # e.g. a failed LLM summary after the previous call
-
-    tools = tuple(sorted(inputs.request.tools, key=lambda t: t.name))
-    if task.tools is not None:
-        wanted = set(task.tools)
-        known = {t.name for t in tools}
-        flags.extend(f"unknown_step_tool:{n}" for n in sorted(wanted - known))
-        tools = tuple(t for t in tools if t.name in wanted)
-
+    tools, flags = _step_tools(inputs)
     conv = conversation
     query = query_text(inputs)
     namespace = f"{inputs.app_name}/{inputs.user_id}/{inputs.session_id}/{inputs.agent}"
@@ -263,20 +247,7 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     memory = _lines(mem_result, _render_memory, counter)
     flags.extend(_retrieval_flags(ev_result, mem_result))
 
-    recent = (conv.history[-4:] + conv.loop[-4:])
-    recent_text = " ".join(m.text for t in recent for m in t.messages)
-    acceptance = max(1, len(task.acceptance))
-    sig = mem_result.signals
-    signals = Signals(
-        checklist_evidence_ratio=min(1.0, len(task.evidence_needed) / acceptance) if task.acceptance else 0.0,
-        expected_tool_calls=float(task.expected_tool_calls),
-        risk_weight=float(task.risk),
-        retrieval_hit_rate=float(sig.get("retrieval_hit_rate", 0.0)) if memory else 0.0,
-        similarity=max(0.0, float(sig.get("similarity", 0.0))) if memory else 0.0,
-        freshness=float(sig.get("freshness", 0.0)) if memory else 0.0,
-        unresolved_questions=float(recent_text.count("?")),
-        dialogue_depth=float(len(conv.history) + len(conv.loop)),
-    )
+    signals = _signals(inputs.task, conv, mem_result, bool(memory))
     shown_ev, shown_mem = {ln.id for ln in evidence}, {ln.id for ln in memory}  # once: the pool holds every compacted turn
     unselected = {
         "evidence": tuple(d.id for d in ev_docs if d.id not in shown_ev),
@@ -284,6 +255,39 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     }
     return Candidates(tools=tools, evidence=evidence, memory=memory, conversation=conv, signals=signals,
                       flags=tuple(flags), unselected=unselected)
+
+
+def _step_tools(inputs: PackInputs) -> "tuple[tuple[ToolSpec, ...], list[str]]":
+    """The tools this step may call (sorted; a step's scope restricts the app's own tools) and the
+    task's flags for the manifest (no goal, no acceptance, a step tool that does not exist...)."""
+    task = inputs.task
+    flags = [f for f, missing in (("task_missing_goal", not task.goal), ("task_missing_acceptance", not task.acceptance),
+                                  ("user_request_not_found", inputs.request_index is None)) if missing]
+    flags.extend(inputs.extra.get("edge_flags", ()))  # e.g. a failed LLM summary after the previous call
+    tools = tuple(sorted(inputs.request.tools, key=lambda t: t.name))
+    if task.tools is not None:
+        wanted = set(task.tools)
+        flags.extend(f"unknown_step_tool:{n}" for n in sorted(wanted - {t.name for t in tools}))
+        tools = tuple(t for t in tools if t.name in wanted)
+    return tools, flags
+
+
+def _signals(task: TaskSpec, conv: Conversation, mem_result: RetrievalResult, has_memory: bool) -> Signals:
+    """The allocator's signals: what the task asks for and how well Memory matched the request."""
+    recent = (conv.history[-4:] + conv.loop[-4:])
+    recent_text = " ".join(m.text for t in recent for m in t.messages)
+    acceptance = max(1, len(task.acceptance))
+    sig = mem_result.signals
+    return Signals(
+        checklist_evidence_ratio=min(1.0, len(task.evidence_needed) / acceptance) if task.acceptance else 0.0,
+        expected_tool_calls=float(task.expected_tool_calls),
+        risk_weight=float(task.risk),
+        retrieval_hit_rate=float(sig.get("retrieval_hit_rate", 0.0)) if has_memory else 0.0,
+        similarity=max(0.0, float(sig.get("similarity", 0.0))) if has_memory else 0.0,
+        freshness=float(sig.get("freshness", 0.0)) if has_memory else 0.0,
+        unresolved_questions=float(recent_text.count("?")),
+        dialogue_depth=float(len(conv.history) + len(conv.loop)),
+    )
 
 
 def _retrieval_flags(*results: RetrievalResult) -> list[str]:
