@@ -128,6 +128,23 @@ def test_images_age_at_a_new_invocation_not_within_one(counter):
             if e["reason"].startswith("old inline images")] == ["compress"]
 
 
+def test_images_age_alike_in_every_call_of_an_invocation(counter):
+    """Found by test_later_calls_of_an_invocation: a call with no state of its own in the invocation (the first
+    one the plugin packs, after tool turns) counted the loop's turns in an image's age and described it; the next
+    call kept it for the same invocation and sent the image again, rewriting the prefix just cached. An image's
+    age counts the turns before the invocation's request only, whatever the call."""
+    image = Blob("image/png", b"\x89PNG\r\n\x1a\n" + bytes(48))
+    history = [Message("user", (TextPart("what does this chart show?"), image)), text_msg("user", "and this one?")]
+    loop = [call_msg("fetch", q="l0"), resp_msg("fetch", result="alpha")]
+    first = build_pack(make_inputs(history, "go on", loop, task=TASK), DEFAULT, counter=counter, window=16_000)
+    assert first.request.messages[0].blobs == (image,)
+    later = build_pack(make_inputs(history, "go on", loop + [call_msg("search", q="q1"), resp_msg("search", result="b")],
+                                   task=TASK, previous=first.state), DEFAULT, counter=counter, window=16_000)
+    n = len(first.request.messages)
+    assert later.manifest.reused_payload
+    assert later.request.messages[:n] == first.request.messages
+
+
 def test_system_instruction_is_adks_unchanged_and_stable(counter):
     a = build_pack(make_inputs(history_turns(3), "one", task=TASK), DEFAULT, counter=counter, window=8_000)
     b = build_pack(make_inputs(history_turns(9), "two", evidence=evidence_items(3), invocation_id="inv-2"),
