@@ -531,19 +531,37 @@ def test_evidence_and_memory_overflow_compress_then_drop_in_recorded_order(count
 
 def test_the_final_fit_drops_memory_before_cutting_a_turn(counter):
     """The exact count after rendering may still be over: the final fit drops Memory (lowest-ranked first)
-    before Evidence and before it cuts a kept turn, and records it after the budget fit."""
-    inputs = _ranked_inputs()
+    before Evidence and before it cuts a kept turn, and records it after the budget fit.
+
+    A tool result in this invocation compacts the history; the rendered compaction block and payload come
+    out over what the budgets counted, so the final fit has to free room (asserted below, not assumed)."""
+    loop = [call_msg("search", q="Q3 revenue"), resp_msg("search", result=filler(20, 1)),
+            call_msg("fetch", q="Q3 revenue 2"), resp_msg("fetch", result=filler(800, 2))]
+    inputs = _ranked_inputs(loop)
     ranking = [s["id"] for s in build_pack(inputs, DEFAULT, counter=counter, window=32_000).manifest.selected["memory"]]
-    pack = build_pack(inputs, DEFAULT, counter=counter, window=2_400)
-    assert request_tokens(pack.request, counter) <= 2_400 - int(2_400 * DEFAULT.floors.slack)
+    pack = build_pack(inputs, DEFAULT, counter=counter, window=3_200)
+    assert request_tokens(pack.request, counter) <= 3_200 - int(3_200 * DEFAULT.floors.slack)
     events = pack.manifest.truncation_events
-    assert [(e["layer"], e["action"]) for e in events] == [
-        ("evidence", "compress"), ("evidence", "compress"),
-        ("memory", "compress"), ("memory", "compress"), ("memory", "drop"), ("memory", "drop")], events
-    budget_drop, final_drop = events[-2]["ids"], events[-1]["ids"]
-    assert final_drop and final_drop[0] not in budget_drop
-    assert ranking[len(ranking) - len(budget_drop) - len(final_drop):] == final_drop + budget_drop
-    assert [s["id"] for s in pack.manifest.selected["memory"]] == ranking[:len(ranking) - len(budget_drop) - len(final_drop)]
+    final = [e for e in events if e["reason"] == "window still exceeded"]
+    assert final, events  # the final fit did overflow
+    # it dropped Memory only: no Evidence line and no kept turn went while Memory still had lines
+    assert [(e["layer"], e["action"]) for e in final] == [("memory", "drop")] * len(final), events
+    assert not any(e["layer"] == "conversation" and e["action"] == "cut" for e in events), events
+    # recorded after the budget fit, which had dropped Memory's lowest-ranked lines already
+    budget = [e for e in events if e["layer"] == "memory" and e["reason"] == "overflow"]
+    assert len(budget) == 1 and events.index(budget[0]) < events.index(final[0]), events
+    budget_drop, final_drop = budget[0]["ids"], [i for e in final for i in e["ids"]]
+    assert final_drop and not set(final_drop) & set(budget_drop)
+    # lowest-ranked first (the ranking of the memory service's items, without pressure): what the final fit
+    # dropped ranks below every memory it kept and above every one the budget fit dropped
+    kept = [s["id"] for s in pack.manifest.selected["memory"]]
+    assert set(final_drop) <= set(ranking), (ranking, final_drop)
+    position = {i: ranking.index(i) for i in ranking}
+    kept_ranks = [position[i] for i in kept if i in position]
+    budget_ranks = [position[i] for i in budget_drop if i in position]
+    assert kept_ranks and max(kept_ranks) < min(position[i] for i in final_drop), (ranking, kept, final_drop)
+    assert max(position[i] for i in final_drop) < min(budget_ranks), (ranking, final_drop, budget_drop)
+    assert pack.manifest.selected["evidence"], "Evidence kept while Memory was dropped"
 
 
 def _every_layer_inputs():
