@@ -792,3 +792,19 @@ def test_failures_section_only_when_it_adds_to_what_the_request_shows(counter):
                                                                          window=8_000).request.messages)
     hidden = replace(make_inputs([], "book it"), failures={"records": [record], "current_turn": 3})
     assert "FAILURES SO FAR" in payload_of(build_pack(hidden, DEFAULT, counter=counter, window=8_000))
+
+
+def test_shortened_lines_never_cut_a_uri(counter):
+    """A retrieved line shortened to its cap keeps an artifact URI in its text whole or not at all (its own URI is
+    appended whole): a cut inside one would show the model an address that names nothing."""
+    from aether_context.pipeline.fit import fit_lines
+    from aether_context.pipeline.select import Line
+
+    uri = "artifact://app/u/s1/" + "/".join(f"part-{k}" for k in range(40)) + "/table.csv"
+    text = "Q3 revenue by region, saved at " + uri + " with " + filler(300, 1)
+    line = Line("ev0", text, counter.count_text(text), "artifact", uri="artifact://app/u/s1/doc0.txt")
+    for cap in range(12, 200, 7):
+        (short,), _ = fit_lines("evidence", (line,), cap + 60, cap, counter)
+        cited = re.findall(r"artifact://[A-Za-z0-9_./:-]*[A-Za-z0-9_/]", short.text)
+        assert set(cited) <= {uri, line.uri}, (cap, short.text)
+        assert short.text.endswith(f"({line.uri})") or line.uri in short.text

@@ -254,6 +254,24 @@ def check_cited_uris_are_known(pack, inputs) -> None:
     assert cited <= known, cited - known
 
 
+def test_the_uri_check_catches_a_clipped_uri():
+    """check_cited_uris_are_known fails on a URI cut short (what a clip inside one leaves), not only on an
+    invented one: the property tests above rely on it."""
+    from types import SimpleNamespace
+
+    uri = "artifact://app/u/s1/h3-0-original.txt"
+    inputs = SimpleNamespace(uris={"k": uri}, evidence=(), request=SimpleNamespace(messages=(text_msg("user", "hi"),)))
+    whole = SimpleNamespace(request=SimpleNamespace(messages=(text_msg("user", f"[turn 3] fetch(…) · {uri}"),)))
+    check_cited_uris_are_known(whole, inputs)
+    for clipped in (uri[:-4] + "…", uri[:24] + "…", uri[:-9]):
+        cut = SimpleNamespace(request=SimpleNamespace(messages=(text_msg("user", f"[turn 3] fetch(…) · {clipped}"),)))
+        try:
+            check_cited_uris_are_known(cut, inputs)
+        except AssertionError:
+            continue
+        raise AssertionError(f"a clipped URI passed the check: {clipped}")
+
+
 def replay_through_store(pack) -> None:
     url = f"memory://aether-props/{uuid.uuid4().hex}"
     try:
