@@ -20,6 +20,7 @@ from aether_context.content import (Blob, FunctionCall, FunctionResponse, Messag
 from aether_context.loop.failures import FailureLog
 from aether_context.pipeline import EvidenceItem, MemoryItem, TaskSpec, build_pack, group_turns, request_tokens
 from aether_context.pipeline.decay import blob_key
+from aether_context.pipeline.record import FINAL_CUT_CAUSE
 from aether_context.pipeline.render import PAYLOAD_HEADER
 from aether_context.profile import load_profile
 from aether_context.replay import replay
@@ -326,7 +327,14 @@ def test_later_calls_of_an_invocation(case, more):
         # a turn compacted by an earlier call of the invocation was named by that call's manifest
         check_pack(nxt, nxt_inputs, window, profile, earlier_events=events)
         events += nxt.manifest.truncation_events
-        if nxt.manifest.reused_payload:
+        final_cut = [e for e in nxt.manifest.truncation_events
+                     if e["action"] == "cut" and e["reason"].startswith("window still exceeded")]
+        if nxt.manifest.reused_payload and final_cut and nxt.manifest.cache_break is not None:
+            # nothing could leave the verbatim zone and the window was still exceeded: the final fit cut a
+            # turn the previous call sent (the last resort), and the receipt says so with what it costs
+            assert nxt.manifest.cache_break["cause"] == FINAL_CUT_CAUSE, nxt.manifest.cache_break
+            assert nxt.manifest.prefix_tokens < request_tokens(pack.request, COUNTER)
+        elif nxt.manifest.reused_payload:
             # a status is kept where it was sent and never rides on a function response: the previous
             # request, as sent, is a strict prefix
             stable = pack.request.messages
