@@ -92,9 +92,15 @@ def test_search_and_json_outcomes():
 
 @pytest.mark.parametrize("cap", [5, 12, 20, 40])
 def test_fold_respects_tiny_caps(cap):
+    """The cap holds; only a URI that cannot fit beside the turn number overruns it (the bare minimum,
+    whole: see test_a_fold_line_keeps_a_long_uri_whole_over_its_soft_cap)."""
     call = FunctionCall("bash", {"command": "pytest -x tests/test_models.py::test_save " * 5})
-    line = _fold(call, {"stdout": "x\n" * 100, "returncode": 0}, max_tokens=cap)
+    response = {"stdout": "x\n" * 100, "returncode": 0}
+    line = _fold(call, response, max_tokens=cap, uri=None)
     assert line.startswith("[turn") or line == ""
+    with_uri = fold_tool_pair(12, call, FunctionResponse(call.name, response), uri=URI, counter=COUNTER, max_tokens=cap)
+    assert with_uri.endswith(" · " + URI)
+    assert COUNTER.count_text(with_uri) <= cap or with_uri == f"[turn 12] · {URI}"
 
 
 def test_fold_message_first_sentences_and_role():
@@ -133,3 +139,39 @@ def test_module_usage_examples_run():
     for module in (fold, tool_results):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert result.attempted > 0 and result.failed == 0, module.__name__
+
+
+# --- artifact URIs are never cut ------------------------------------------------------------------
+
+LONG_URI = "artifact://app/user-7/session-0042/" + "/".join(f"folder-{k}" for k in range(30)) + "/result.json"
+
+
+def test_a_fold_line_keeps_a_long_uri_whole_over_its_soft_cap():
+    """Found by the replica benchmark: the last resort clipped `[turn N] name(…) · artifact://…` to the cap and
+    cut the URI, so the model saw an address it could not recall. The URI goes out whole; the name goes first."""
+    call = FunctionCall("a_tool_with_a_rather_long_name", {"path": "src/a.py"})
+    line = fold_tool_pair(12, call, FunctionResponse(call.name, {"content": "x" * 400}), uri=LONG_URI,
+                          counter=COUNTER, max_tokens=8)
+    assert line.endswith(" · " + LONG_URI)
+    assert line == f"[turn 12] · {LONG_URI}"
+    # with room for the name, the name stays
+    roomy = fold_tool_pair(12, call, FunctionResponse(call.name, {"content": "x" * 400}), uri=LONG_URI,
+                           counter=COUNTER, max_tokens=COUNTER.count_text(f"[turn 12] {call.name}(…) · {LONG_URI}"))
+    assert roomy.startswith(f"[turn 12] {call.name}(") and roomy.endswith(" · " + LONG_URI)
+
+
+def test_clipping_never_cuts_inside_a_uri():
+    """clip_text, middle_out and the character clip of fold lines move a cut that would split a URI to its
+    start (or, for a tail, to its end): a URI is whole or absent."""
+    from aether_context.compress import clip_text, middle_out
+
+    text = "see " + LONG_URI + " for the full table, and " + " ".join(f"w{k}" for k in range(400))
+    for budget in range(3, 60, 4):
+        for out in (clip_text(text, budget, COUNTER), middle_out(text, budget, COUNTER)):
+            assert "artifact://" not in out or LONG_URI in out, (budget, out)
+    tail = " ".join(f"w{k}" for k in range(400)) + " saved at " + LONG_URI + " (original)"
+    for budget in range(20, 80, 6):
+        out = middle_out(tail, budget, COUNTER)
+        assert "artifact://" not in out or LONG_URI in out, (budget, out)
+    said = fold_message(3, Message("model", (TextPart(f"I saved it to {LONG_URI} and moved on."),)), COUNTER, 20)
+    assert "artifact://" not in said or LONG_URI in said, said

@@ -128,6 +128,23 @@ def test_images_age_at_a_new_invocation_not_within_one(counter):
             if e["reason"].startswith("old inline images")] == ["compress"]
 
 
+def test_images_age_alike_in_every_call_of_an_invocation(counter):
+    """Found by test_later_calls_of_an_invocation: a call with no state of its own in the invocation (the first
+    one the plugin packs, after tool turns) counted the loop's turns in an image's age and described it; the next
+    call kept it for the same invocation and sent the image again, rewriting the prefix just cached. An image's
+    age counts the turns before the invocation's request only, whatever the call."""
+    image = Blob("image/png", b"\x89PNG\r\n\x1a\n" + bytes(48))
+    history = [Message("user", (TextPart("what does this chart show?"), image)), text_msg("user", "and this one?")]
+    loop = [call_msg("fetch", q="l0"), resp_msg("fetch", result="alpha")]
+    first = build_pack(make_inputs(history, "go on", loop, task=TASK), DEFAULT, counter=counter, window=16_000)
+    assert first.request.messages[0].blobs == (image,)
+    later = build_pack(make_inputs(history, "go on", loop + [call_msg("search", q="q1"), resp_msg("search", result="b")],
+                                   task=TASK, previous=first.state), DEFAULT, counter=counter, window=16_000)
+    n = len(first.request.messages)
+    assert later.manifest.reused_payload
+    assert later.request.messages[:n] == first.request.messages
+
+
 def test_system_instruction_is_adks_unchanged_and_stable(counter):
     a = build_pack(make_inputs(history_turns(3), "one", task=TASK), DEFAULT, counter=counter, window=8_000)
     b = build_pack(make_inputs(history_turns(9), "two", evidence=evidence_items(3), invocation_id="inv-2"),
@@ -514,19 +531,37 @@ def test_evidence_and_memory_overflow_compress_then_drop_in_recorded_order(count
 
 def test_the_final_fit_drops_memory_before_cutting_a_turn(counter):
     """The exact count after rendering may still be over: the final fit drops Memory (lowest-ranked first)
-    before Evidence and before it cuts a kept turn, and records it after the budget fit."""
-    inputs = _ranked_inputs()
+    before Evidence and before it cuts a kept turn, and records it after the budget fit.
+
+    A tool result in this invocation compacts the history; the rendered compaction block and payload come
+    out over what the budgets counted, so the final fit has to free room (asserted below, not assumed)."""
+    loop = [call_msg("search", q="Q3 revenue"), resp_msg("search", result=filler(20, 1)),
+            call_msg("fetch", q="Q3 revenue 2"), resp_msg("fetch", result=filler(800, 2))]
+    inputs = _ranked_inputs(loop)
     ranking = [s["id"] for s in build_pack(inputs, DEFAULT, counter=counter, window=32_000).manifest.selected["memory"]]
-    pack = build_pack(inputs, DEFAULT, counter=counter, window=2_400)
-    assert request_tokens(pack.request, counter) <= 2_400 - int(2_400 * DEFAULT.floors.slack)
+    pack = build_pack(inputs, DEFAULT, counter=counter, window=3_200)
+    assert request_tokens(pack.request, counter) <= 3_200 - int(3_200 * DEFAULT.floors.slack)
     events = pack.manifest.truncation_events
-    assert [(e["layer"], e["action"]) for e in events] == [
-        ("evidence", "compress"), ("evidence", "compress"),
-        ("memory", "compress"), ("memory", "compress"), ("memory", "drop"), ("memory", "drop")], events
-    budget_drop, final_drop = events[-2]["ids"], events[-1]["ids"]
-    assert final_drop and final_drop[0] not in budget_drop
-    assert ranking[len(ranking) - len(budget_drop) - len(final_drop):] == final_drop + budget_drop
-    assert [s["id"] for s in pack.manifest.selected["memory"]] == ranking[:len(ranking) - len(budget_drop) - len(final_drop)]
+    final = [e for e in events if e["reason"] == "window still exceeded"]
+    assert final, events  # the final fit did overflow
+    # it dropped Memory only: no Evidence line and no kept turn went while Memory still had lines
+    assert [(e["layer"], e["action"]) for e in final] == [("memory", "drop")] * len(final), events
+    assert not any(e["layer"] == "conversation" and e["action"] == "cut" for e in events), events
+    # recorded after the budget fit, which had dropped Memory's lowest-ranked lines already
+    budget = [e for e in events if e["layer"] == "memory" and e["reason"] == "overflow"]
+    assert len(budget) == 1 and events.index(budget[0]) < events.index(final[0]), events
+    budget_drop, final_drop = budget[0]["ids"], [i for e in final for i in e["ids"]]
+    assert final_drop and not set(final_drop) & set(budget_drop)
+    # lowest-ranked first (the ranking of the memory service's items, without pressure): what the final fit
+    # dropped ranks below every memory it kept and above every one the budget fit dropped
+    kept = [s["id"] for s in pack.manifest.selected["memory"]]
+    assert set(final_drop) <= set(ranking), (ranking, final_drop)
+    position = {i: ranking.index(i) for i in ranking}
+    kept_ranks = [position[i] for i in kept if i in position]
+    budget_ranks = [position[i] for i in budget_drop if i in position]
+    assert kept_ranks and max(kept_ranks) < min(position[i] for i in final_drop), (ranking, kept, final_drop)
+    assert max(position[i] for i in final_drop) < min(budget_ranks), (ranking, final_drop, budget_drop)
+    assert pack.manifest.selected["evidence"], "Evidence kept while Memory was dropped"
 
 
 def _every_layer_inputs():
@@ -757,3 +792,19 @@ def test_failures_section_only_when_it_adds_to_what_the_request_shows(counter):
                                                                          window=8_000).request.messages)
     hidden = replace(make_inputs([], "book it"), failures={"records": [record], "current_turn": 3})
     assert "FAILURES SO FAR" in payload_of(build_pack(hidden, DEFAULT, counter=counter, window=8_000))
+
+
+def test_shortened_lines_never_cut_a_uri(counter):
+    """A retrieved line shortened to its cap keeps an artifact URI in its text whole or not at all (its own URI is
+    appended whole): a cut inside one would show the model an address that names nothing."""
+    from aether_context.pipeline.fit import fit_lines
+    from aether_context.pipeline.select import Line
+
+    uri = "artifact://app/u/s1/" + "/".join(f"part-{k}" for k in range(40)) + "/table.csv"
+    text = "Q3 revenue by region, saved at " + uri + " with " + filler(300, 1)
+    line = Line("ev0", text, counter.count_text(text), "artifact", uri="artifact://app/u/s1/doc0.txt")
+    for cap in range(12, 200, 7):
+        (short,), _ = fit_lines("evidence", (line,), cap + 60, cap, counter)
+        cited = re.findall(r"artifact://[A-Za-z0-9_./:-]*[A-Za-z0-9_/]", short.text)
+        assert set(cited) <= {uri, line.uri}, (cap, short.text)
+        assert short.text.endswith(f"({line.uri})") or line.uri in short.text

@@ -20,6 +20,7 @@ from aether_context.content import (Blob, FunctionCall, FunctionResponse, Messag
 from aether_context.loop.failures import FailureLog
 from aether_context.pipeline import EvidenceItem, MemoryItem, TaskSpec, build_pack, group_turns, request_tokens
 from aether_context.pipeline.decay import blob_key
+from aether_context.pipeline.record import FINAL_CUT_CAUSE
 from aether_context.pipeline.render import PAYLOAD_HEADER
 from aether_context.profile import load_profile
 from aether_context.replay import replay
@@ -254,6 +255,24 @@ def check_cited_uris_are_known(pack, inputs) -> None:
     assert cited <= known, cited - known
 
 
+def test_the_uri_check_catches_a_clipped_uri():
+    """check_cited_uris_are_known fails on a URI cut short (what a clip inside one leaves), not only on an
+    invented one: the property tests above rely on it."""
+    from types import SimpleNamespace
+
+    uri = "artifact://app/u/s1/h3-0-original.txt"
+    inputs = SimpleNamespace(uris={"k": uri}, evidence=(), request=SimpleNamespace(messages=(text_msg("user", "hi"),)))
+    whole = SimpleNamespace(request=SimpleNamespace(messages=(text_msg("user", f"[turn 3] fetch(…) · {uri}"),)))
+    check_cited_uris_are_known(whole, inputs)
+    for clipped in (uri[:-4] + "…", uri[:24] + "…", uri[:-9]):
+        cut = SimpleNamespace(request=SimpleNamespace(messages=(text_msg("user", f"[turn 3] fetch(…) · {clipped}"),)))
+        try:
+            check_cited_uris_are_known(cut, inputs)
+        except AssertionError:
+            continue
+        raise AssertionError(f"a clipped URI passed the check: {clipped}")
+
+
 def replay_through_store(pack) -> None:
     url = f"memory://aether-props/{uuid.uuid4().hex}"
     try:
@@ -308,7 +327,14 @@ def test_later_calls_of_an_invocation(case, more):
         # a turn compacted by an earlier call of the invocation was named by that call's manifest
         check_pack(nxt, nxt_inputs, window, profile, earlier_events=events)
         events += nxt.manifest.truncation_events
-        if nxt.manifest.reused_payload:
+        final_cut = [e for e in nxt.manifest.truncation_events
+                     if e["action"] == "cut" and e["reason"].startswith("window still exceeded")]
+        if nxt.manifest.reused_payload and final_cut and nxt.manifest.cache_break is not None:
+            # nothing could leave the verbatim zone and the window was still exceeded: the final fit cut a
+            # turn the previous call sent (the last resort), and the receipt says so with what it costs
+            assert nxt.manifest.cache_break["cause"] == FINAL_CUT_CAUSE, nxt.manifest.cache_break
+            assert nxt.manifest.prefix_tokens < request_tokens(pack.request, COUNTER)
+        elif nxt.manifest.reused_payload:
             # a status is kept where it was sent and never rides on a function response: the previous
             # request, as sent, is a strict prefix
             stable = pack.request.messages

@@ -8,16 +8,20 @@ which is why the searches below only ever accept a length they have measured to 
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import Callable, Protocol, Sequence, Union, runtime_checkable
 
 __all__ = [
-    "ELLIPSIS", "TextCounting", "TokenCounterLike", "as_count", "clip_text", "fit_lines", "longest_prefix",
+    "ELLIPSIS", "TextCounting", "TokenCounterLike", "URI_RE", "as_count", "clip_text", "fit_lines", "longest_prefix",
     "longest_suffix", "safe_end", "safe_start",
 ]
 
 ELLIPSIS = "…"
 _MAX_MISSES = 64  # consecutive lines that did not fit before the line search gives up
+# An offloaded original's address: the model recalls it by these exact bytes, so no cut ever lands inside
+# one (a clipped URI names nothing). Trailing punctuation is the sentence's, not the URI's.
+URI_RE = re.compile(r"artifact://[^\s\"'<>()\[\]{}`,;|…]*[^\s\"'<>()\[\]{}`,;|….:!?]")
 
 
 @runtime_checkable
@@ -65,15 +69,33 @@ def _unsafe_boundary(text: str, i: int) -> bool:
     return False
 
 
+def _uri_around(text: str, i: int) -> "tuple[int, int] | None":
+    """The span of the artifact URI that a cut at `i` would split, if any."""
+    if "artifact://" not in text:
+        return None
+    for m in URI_RE.finditer(text):
+        if m.start() < i < m.end():
+            return m.span()
+        if m.start() >= i:
+            return None
+    return None
+
+
 def safe_end(text: str, end: int) -> int:
-    """Move a prefix end left until it sits on a character-cluster boundary."""
+    """Move a prefix end left until it sits on a character-cluster boundary, outside any artifact URI."""
+    span = _uri_around(text, end) if 0 < end < len(text) else None
+    if span is not None:
+        end = span[0]
     while 0 < end < len(text) and _unsafe_boundary(text, end):
         end -= 1
     return end
 
 
 def safe_start(text: str, start: int) -> int:
-    """Move a suffix start right until it sits on a character-cluster boundary."""
+    """Move a suffix start right until it sits on a character-cluster boundary, outside any artifact URI."""
+    span = _uri_around(text, start) if 0 < start < len(text) else None
+    if span is not None:
+        start = span[1]
     while 0 < start < len(text) and _unsafe_boundary(text, start):
         start += 1
     return start

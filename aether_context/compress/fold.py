@@ -67,7 +67,20 @@ def fold_tool_pair(
         args = _fit_args(_brief_args(call.args, arg_chars), lambda a: count(render(a)) <= max_tokens)
         if args is not None:
             return render(args)
-    return clip_text(f"[turn {turn_index}] {call.name}(…){suffix}", max_tokens, count)
+    return _keep_uri(f"[turn {turn_index}] {call.name}(…)", suffix, max_tokens, count)
+
+
+def _keep_uri(head: str, suffix: str, max_tokens: int, count: Callable[[str], int]) -> str:
+    """The last resort of a fold line: the URI goes out whole, whatever the cap. The name and arguments
+    go first (then the head is clipped); a line over its soft cap beats a URI the model cannot recall.
+    The fold zone counts each line as rendered, so its budget sees the overrun."""
+    if not suffix:
+        return clip_text(head, max_tokens, count)
+    turn = head.split("] ", 1)[0] + "]"
+    for line in (head + suffix, turn + suffix):
+        if count(line) <= max_tokens:
+            return line
+    return turn + suffix
 
 
 def fold_message(turn_index: int, message: Message, counter: TokenCounterLike, max_tokens: int = 60) -> str:

@@ -9,9 +9,11 @@ nothing disappears silently.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from os.path import commonprefix
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..compress import describe_outcome
+from ..compress._fit import safe_end
 from ..compress.middle_out import middle_out
 from ..content import FunctionResponse, Message, ModelRequest, TextPart, canonical_json
 from ..profile import BudgetProfile
@@ -147,7 +149,10 @@ def fit_lines(layer: str, lines: "tuple[Line, ...]", budget: int, item_max_token
 
 
 def _shorten(line: Line, cap: int, counter: TokenCounting) -> Line:
-    text = counter.truncate_text(line.text, max(1, cap - 2)).rstrip() + "…"
+    cut = counter.truncate_text(line.text, max(1, cap - 2))
+    # never half a URI: the cut moves back to the start of an artifact URI it would split
+    end = safe_end(line.text, len(commonprefix([cut, line.text])))
+    text = line.text[:end].rstrip() + "…"
     if line.uri and line.uri not in text:
         text += f" ({line.uri})"
     return replace(line, text=text, tokens=counter.count_text(text), compressed=True)

@@ -43,8 +43,10 @@ def prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting, 
     events: list[TruncationEvent] = [*orphan_h, *orphan_l]
     n_hist = len(history)
     same_invocation = inputs.previous is not None and inputs.previous.invocation_id == inputs.invocation_id
-    # like pruning, images age only at a new invocation: within one, the sent (cached) prefix stays as it was
-    keep = profile.decay.image_keep_turns + (len(loop) if same_invocation else 0)
+    # like pruning, images age only at a new invocation: an image's age counts the turns before this
+    # invocation's request, never its tool loop, so every call of one invocation (the first one too,
+    # whatever its loop or previous state) describes the same images and the sent (cached) prefix stays
+    keep = profile.decay.image_keep_turns + len(loop)
     turns, images = decay_images(history + loop, keep, inputs.uris)
     if images:
         events.append(TruncationEvent("conversation", "compress", "old inline images replaced by a description + URI", images))

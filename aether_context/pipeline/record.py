@@ -166,8 +166,11 @@ def _state(inputs: PackInputs, profile: BudgetProfile, d: Decisions, counter: To
     )
 
 
+FINAL_CUT_CAUSE = "the final fit cut a kept turn the previous call had sent (window still exceeded)"
+
+
 def cache_break(state: PackState, prev: PackState | None, prefix_tokens: int,
-                compaction: "Compaction | None", evidence_changed: str = "") -> dict | None:
+                compaction: "Compaction | None", evidence_changed: str = "", final_cut: bool = False) -> dict | None:
     """The first stable block that differs from the previous call's request, what it costs, and why.
 
     Appending messages is not a break; changing the system instruction, the tools or any earlier
@@ -186,6 +189,8 @@ def cache_break(state: PackState, prev: PackState | None, prefix_tokens: int,
                 cause = f"compaction ({compaction.reason})"
             elif evidence_changed:
                 cause = evidence_changed
+            elif final_cut:  # the last resort when nothing could leave the verbatim zone
+                cause = FINAL_CUT_CAUSE
             elif i == prev.payload_index and prev.invocation_id != state.invocation_id:
                 cause = "new invocation: the previous payload was replaced by its user message"
             elif i == len(prev.message_digests) - 1:
@@ -273,7 +278,9 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, d: Decisions, state: P
         prefix_tokens=prefix,
         block_hashes={"system": state.system_digest, "tools": state.tools_digest,
                       "payload": sha256_hex(state.payload_text), "compaction": sha256_hex(fit.zone.block)},
-        cache_break=cache_break(state, prev, prefix, d.compaction, d.evidence_changed),
+        cache_break=cache_break(state, prev, prefix, d.compaction, d.evidence_changed,
+                                final_cut=any(e.layer == "conversation" and e.action == "cut"
+                                              and e.reason.startswith("window still exceeded") for e in d.events)),
         compaction=d.compaction.to_json() if d.compaction else None,
         calibration=round(inputs.calibration, 4), packed_for=d.alloc.window, recited=d.recital.status is not None,
         failures=failure_count(inputs),
