@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import cProfile
 import datetime as dt
 import gc
@@ -49,7 +48,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -62,7 +61,6 @@ from trajectories import (DEFAULT_DATA, GatedPlugin, ModelCall, Trajectory, conc
 
 
 from aether_context import ContextPacker, ContextPackPlugin, PackStore, TokenCounter  # noqa: E402
-from aether_context.adk import packer as packer_module  # noqa: E402
 from aether_context.adk import request_from_llm  # noqa: E402
 
 POINTS = (50, 100, 200, 1000)
@@ -91,40 +89,12 @@ class TimedStore(PackStore):
         self.write_s.append(time.perf_counter() - t0)
 
 
-_STAGES: dict[str, float] = {}
-
-
-@contextlib.contextmanager
-def stage_timers() -> Iterator[None]:
-    """Time the packer's stages (collect, build, apply) by wrapping the names `packer.py` calls."""
-    originals = {name: getattr(packer_module, name) for name in ("collect_inputs", "build_pack", "apply_request")}
-
-    async def collect(*a, **k):  # type: ignore[no-untyped-def]
-        t0 = time.perf_counter()
-        try:
-            return await originals["collect_inputs"](*a, **k)
-        finally:
-            _STAGES["collect"] = time.perf_counter() - t0
-
-    def timed(name: str) -> Callable[..., Any]:
-        fn = originals[name]
-
-        def wrapper(*a, **k):  # type: ignore[no-untyped-def]
-            t0 = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                _STAGES[name] = time.perf_counter() - t0
-        return wrapper
-
-    packer_module.collect_inputs = collect
-    packer_module.build_pack = timed("build_pack")
-    packer_module.apply_request = timed("apply_request")
-    try:
-        yield
-    finally:
-        for name, fn in originals.items():
-            setattr(packer_module, name, fn)
+def _stages(timings: dict[str, float]) -> dict[str, float]:
+    """The packer's own stage timings (ms, `CallRecord.timings`) as seconds: the edge's inputs, the
+    pipeline (every build_pack stage), the request rewrite."""
+    edge = timings.get("inputs", 0.0) + timings.get("apply", 0.0)
+    return {"inputs": timings.get("inputs", 0.0) / 1000, "pipeline": (timings.get("total", 0.0) - edge) / 1000,
+            "apply": timings.get("apply", 0.0) / 1000} if timings else {}
 
 
 @dataclass
@@ -155,7 +125,6 @@ class TimedPacker(ContextPacker):
     async def pack(self, callback_context, llm_request):  # type: ignore[no-untyped-def]
         events = len(callback_context.session.events)
         profiling = self._profiler is not None and events >= self._profile_from
-        _STAGES.clear()
         if profiling:
             self._profiler.enable()
         t0, c0 = time.perf_counter(), time.thread_time()
@@ -163,7 +132,7 @@ class TimedPacker(ContextPacker):
         seconds, cpu = time.perf_counter() - t0, time.thread_time() - c0
         if profiling:
             self._profiler.disable()
-        self.samples.append(PackSample(events, seconds, record.manifest, dict(_STAGES), cpu))
+        self.samples.append(PackSample(events, seconds, record.manifest, _stages(record.timings), cpu))
         return record
 
 
@@ -363,10 +332,9 @@ async def _run(args: argparse.Namespace, tmp: Path, *, windows: list[int], deadl
 
     if args.profile_pack:
         prof = cProfile.Profile()
-        with stage_timers():
-            out = await run_config("profile", [long_session], window=windows[0], profile=args.profile, store_root=tmp,
-                                   meter_counter=counter, want=lambda c: False, gate=gate, deadline_s=deadline * 2,
-                                   profiler=prof, profile_from=band(1000)[0])
+        out = await run_config("profile", [long_session], window=windows[0], profile=args.profile, store_root=tmp,
+                               meter_counter=counter, want=lambda c: False, gate=gate, deadline_s=deadline * 2,
+                               profiler=prof, profile_from=band(1000)[0])
         band_packs = [p for p in out.packs if in_band(p.events, 1000)]
         print(f"profiled {len(band_packs)} pack calls at {band(1000)} events, window {windows[0]}: "
               f"p50 {ms(pct([p.seconds for p in band_packs], 50))} ms (with profiler overhead)")
@@ -389,19 +357,18 @@ async def _run(args: argparse.Namespace, tmp: Path, *, windows: list[int], deadl
     tau: dict[str, RunOut] = {}
     long_want = lambda c: c.events >= band(1000)[0] - 4  # noqa: E731 — meter the band (and the call before it)
     loads: list[str] = []
-    with stage_timers():
-        for label, window in configs:
-            tag = label.replace(" ", "_").replace("@", "_")
-            loads.append(f"{label} {os.getloadavg()[0]:.1f}")
-            common = dict(window=window, profile=args.profile, store_root=tmp, meter_counter=counter, deadline_s=deadline)
-            short[label] = await run_config(f"{tag}-short", short_sessions, **common)
-            long[label] = await run_config(f"{tag}-long", [long_session], want=long_want,
-                                           gate=gate if window else None, **common)
-            swe[label] = await run_config(f"{tag}-swe", real_swe, **common)
-            tau[label] = await run_config(f"{tag}-tau", real_tau, **common)
-            print(f"  {label}: " + ", ".join(f"{name} {d[label].wall_s:.0f} s" for name, d in
-                                             (("short", short), ("long", long), ("mini-swe", swe), ("tau", tau))),
-                  flush=True)
+    for label, window in configs:
+        tag = label.replace(" ", "_").replace("@", "_")
+        loads.append(f"{label} {os.getloadavg()[0]:.1f}")
+        common = dict(window=window, profile=args.profile, store_root=tmp, meter_counter=counter, deadline_s=deadline)
+        short[label] = await run_config(f"{tag}-short", short_sessions, **common)
+        long[label] = await run_config(f"{tag}-long", [long_session], want=long_want,
+                                       gate=gate if window else None, **common)
+        swe[label] = await run_config(f"{tag}-swe", real_swe, **common)
+        tau[label] = await run_config(f"{tag}-tau", real_tau, **common)
+        print(f"  {label}: " + ", ".join(f"{name} {d[label].wall_s:.0f} s" for name, d in
+                                         (("short", short), ("long", long), ("mini-swe", swe), ("tau", tau))),
+              flush=True)
 
     plugin_labels = [label for label, w in configs if w is not None]
 
@@ -455,7 +422,7 @@ async def _run(args: argparse.Namespace, tmp: Path, *, windows: list[int], deadl
 
     # ---- side effects and breakdown at 1000 events
     side_rows = ["| window | ADK build p50 ms (no-plugin run → this run) | full builds (not reused) in band "
-                 "| pack p50 ms: collect / build / apply | full-build pack p50 / max | after_tool hook p50 / p95 ms "
+                 "| pack p50 ms: inputs / pipeline / apply | full-build pack p50 / max | after_tool hook p50 / p95 ms "
                  "| GC pauses (s, whole long run) | store writer busy (s) |",
                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     adk_no = pct([c.adk_build_s for c in long["no plugin"].calls if in_band(c.events, 1000) and c.adk_build_s], 50)
@@ -465,7 +432,7 @@ async def _run(args: argparse.Namespace, tmp: Path, *, windows: list[int], deadl
         bp = [p for p in run.packs if in_band(p.events, 1000)]
         full = [p for p in bp if not p.manifest.reused_payload]
         stage = " / ".join(ms(pct([p.stages.get(k, math.nan) for p in bp if k in p.stages], 50))
-                           for k in ("collect", "build_pack", "apply_request"))
+                           for k in ("inputs", "pipeline", "apply"))
         full_s = f"{ms(pct([p.seconds for p in full], 50))} / {ms(max((p.seconds for p in full), default=math.nan))}"
         hook = p50p95([s for e, s in run.after_tool if in_band(e, 1000)])
         side_rows.append(f"| {label} | {ms(adk_no)} → {ms(adk_with)} | {len(full)} of {len(bp)} | {stage} | {full_s} "
@@ -598,8 +565,8 @@ machine do not inflate (garbage-collection pauses still count):
 The second column compares ADK's request build for the same calls without and with the plugin. Two effects move it:
 the offload keeps large tool results compact in the session, so ADK rebuilds smaller contents (faster), and
 garbage-collection pauses, as the plugin keeps more objects alive (pack states, manifests, converted messages) and
-allocates more per call (slower). The collect / build / apply split is measured by wrapping the three calls
-`ContextPacker.pack` makes.
+allocates more per call (slower). The inputs / pipeline / apply split is the packer's own stage record
+(`CallRecord.timings`: the edge's input collection, every `build_pack` stage, the request rewrite).
 
 ## Tokens sent
 

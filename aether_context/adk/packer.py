@@ -48,8 +48,8 @@ from .collect import collect_inputs
 from .event_times import EventTimes, session_now
 from .convert import apply_request, request_from_llm
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool
-from .session_state import (COMPACT_STATE_KEY, SAVED_STATE_KEY, URIS_STATE_KEY, carried_state, read_calibration,
-                            read_pack, write_pack, write_summary)
+from .session_state import (COMPACT_STATE_KEY, SAVED_STATE_KEY, URIS_STATE_KEY, StoredPack, carried_state,
+                            read_calibration, read_pack, write_pack, write_summary)
 from .model_hooks import ModelHooks
 from .slots import MAX_SESSIONS, SessionSlot, SessionSlots, slot_key
 from .tool_hooks import ToolHooks
@@ -126,38 +126,28 @@ class ContextPacker(ModelHooks, ToolHooks):
             return await self._pack(callback_context, llm_request, slot)
 
     async def _pack(self, callback_context: CallbackContext, llm_request: LlmRequest, slot: SessionSlot) -> CallRecord:
-        session = callback_context.session
         slot.last = None  # only this call's pack may be recovered or calibrated
+        timings = StageTimes()  # beside the record, never in the request or the manifest
         try:
             stored = read_pack(callback_context.state, callback_context.agent_name)
             recall = self._offers_recall(callback_context, llm_request, stored.state)
-            flags = stored.notes + stored.flags
-            inputs = await collect_inputs(
-                callback_context, llm_request, keys=self.keys, previous=stored.state,
-                memory_limit=self.memory_pool, artifact_cache=slot.artifacts, now=session_now(session.events),
-                use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags + self._window_flags(llm_request),
-                providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (), cache=self.cache)
-            slot.times = slot.times or EventTimes()
-            inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
-                             compact=bool(callback_context.state.get(COMPACT_STATE_KEY)))
-            inputs = await self._save_images(callback_context, inputs)
-            inputs = replace(inputs, calibration=read_calibration(callback_context.state, inputs.request.model))
-            timings = StageTimes() if logger.isEnabledFor(logging.DEBUG) else None
+            with timings.stage("inputs"):
+                inputs = await self._inputs(callback_context, llm_request, slot, stored, recall)
             pack = await self._off_loop(build_pack, inputs, self.profile, counter=self.counter, window=self.window_tokens,
                                         retriever=self.retriever, cache=self.cache, timings=timings)
-            if timings is not None:
-                logger.debug("aether-context: pack stages for agent %s: %s", callback_context.agent_name, timings)
             saved = callback_context.state.get(SAVED_STATE_KEY) or {}
             without = pack.manifest.tokens_before + sum(saved.get(r.key, 0) for m in inputs.request.messages
                                                         for r in m.responses)
             pack = replace(pack, manifest=pack.manifest.model_copy(update={"tokens_without_plugin": without}))
             slot.replaced = llm_request.contents
-            apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
-                          added={RECALL_TOOL_NAME: self.recall_tool} if recall else {}, original=inputs.request)
+            with timings.stage("apply"):
+                apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
+                              added={RECALL_TOOL_NAME: self.recall_tool} if recall else {}, original=inputs.request)
         except Exception as e:  # fail open: the agent keeps working with the request ADK built
             logger.error("aether-context: packing failed for agent %s; sending the original request",
                          callback_context.agent_name, exc_info=True)
             return self._record_failure(callback_context, llm_request, e)
+        logger.debug("aether-context: pack stages for agent %s: %s", callback_context.agent_name, timings)
         slot.last = pack
         uri = ""
         try:  # the request is rewritten; what follows is bookkeeping, and must not end the agent's run
@@ -173,9 +163,26 @@ class ContextPacker(ModelHooks, ToolHooks):
         except Exception:
             logger.error("aether-context: recording pack %s failed; the packed request goes out",
                          pack.manifest.pack_id, exc_info=True)
-        record = CallRecord(pack.manifest, uri)
+        record = CallRecord(pack.manifest, uri, timings.to_json())
         self.recent.append(record)
         return record
+
+    async def _inputs(self, callback_context: CallbackContext, llm_request: LlmRequest, slot: SessionSlot,
+                      stored: StoredPack, recall: bool) -> PackInputs:
+        """This call's `PackInputs`, assembled once: the edge's collection, event times, saved images, calibration."""
+        session = callback_context.session
+        flags = stored.notes + stored.flags
+        inputs = await collect_inputs(
+            callback_context, llm_request, keys=self.keys, previous=stored.state,
+            memory_limit=self.memory_pool, artifact_cache=slot.artifacts, now=session_now(session.events),
+            use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags + self._window_flags(llm_request),
+            providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (), cache=self.cache)
+        slot.times = slot.times or EventTimes()
+        inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
+                         compact=bool(callback_context.state.get(COMPACT_STATE_KEY)))
+        inputs = await self._save_images(callback_context, inputs)
+        inputs = replace(inputs, calibration=read_calibration(callback_context.state, inputs.request.model))
+        return inputs
 
     def _window_flags(self, llm_request: LlmRequest) -> tuple[str, ...]:
         """A guessed window (unknown model, Ollama route) is flagged in every manifest it shapes."""

@@ -8,7 +8,7 @@ rebuilt byte for byte and re-packed under another profile.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -100,10 +100,13 @@ class Manifest(BaseModel):
 
 @dataclass(frozen=True)
 class CallRecord:
-    """One packed (or failed) model call: its manifest and where the store keeps it (`ContextPacker.recent`)."""
+    """One packed (or failed) model call: its manifest, where the store keeps it, and how long each
+    stage took (milliseconds, `StageTimes.to_json`: the edge's `inputs` and `apply`, the pipeline's
+    stages; kept beside the manifest, which must not vary from run to run)."""
 
     manifest: Manifest
     uri: str
+    timings: "dict[str, float]" = field(default_factory=dict)
 
 
 # --- the writer ------------------------------------------------------------------------------------
