@@ -15,6 +15,7 @@ from google.adk.memory import InMemoryMemoryService  # noqa: E402
 from aether_context import TokenCounter  # noqa: E402
 from context_eval.capture import CallRecord, RunRecord  # noqa: E402
 from context_eval.cost import cost_figures, determinism  # noqa: E402
+from context_eval.failure_lines import failure_lines  # noqa: E402
 from context_eval.identifiers import identifier_uses  # noqa: E402
 from context_eval.locomo import Conversation, Question, Turn, evidence_share, normalize, question_trajectory  # noqa: E402
 from context_eval.run import Job, Services, run_pass  # noqa: E402
@@ -37,6 +38,16 @@ def _conversation(turns: int = 40) -> Conversation:
                  for k in range(turns))
     qs = (Question("What was topic1?", "topic1", ("D1:2",), 4), Question("And topic39?", "topic39", ("D1:40",), 4))
     return Conversation("c1", "Ann", "Bob", ((1_680_000_000.0, chat),), qs)
+
+
+def test_failure_lines_read_the_issue_kinds_and_skip_banners():
+    """The benchmark's own reading of issue 10's failure lines (not the package's broader recognizer)."""
+    text = ("RuntimeWarning: Expected 80 from C header, got 96\nTraceback (most recent call last):\n"
+            '  File "a.py", line 1, in <module>\nValueError: bad\nE       AssertionError: assert 1 == 2\n'
+            "E        +  where 1 = f()\nt.py:12: TypeError\nFAILED (errors=6, skipped=2)\nError: nope\n"
+            "FAIL: printed by the agent's own script\n")
+    assert failure_lines(text) == ["ValueError: bad", "AssertionError: assert 1 == 2", "t.py:12: TypeError",
+                                   "FAILED (errors=6, skipped=2)", "Error: nope"]
 
 
 def test_identifier_uses_come_from_user_and_tool_text():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from aether_context.compress import failure_lines  # the package's own definition of a failure line
+from context_eval.failure_lines import failure_lines  # the definition, not the package's
 from aether_context.compress.error_lines import strip_ansi
 from measure import string_leaves
 from trajectories import Trajectory

@@ -96,10 +96,10 @@ dates, speaker A as the user, speaker B as the agent; the model answers each que
 tau-bench: an identifier use is a tool-call argument value (≥ 3 characters) seen as a whole token in an earlier user
 message or tool result of the episode and not in the system prompt; it counts when the value is in the request of
 the model call that made the tool call. mini-swe-agent: files of `info.submission`'s `diff --git` headers named in
-the final request; the last five distinct real failure lines of the outputs before the final call (the package's
-`aether_context.compress.failure_lines`: traceback exception lines, pytest `E` lines naming an exception or an
-assertion, `file.py:N: XError`, `FAILED`/`FAIL`/`ERROR` lines, `Error:`/`fatal:`/`panic:` lines; first 200
-characters) in the final request; calls over W.
+the final request; the last five distinct real failure lines of the outputs before the final call (the issue's
+definition, read by the benchmark's own `context_eval/failure_lines.py`, not the package's recognizer: traceback
+exception lines, pytest `E` lines naming an exception or an assertion, `file.py:N: XError`, `FAILED`/`ERROR` lines,
+`Error:` lines; first 200 characters) in the final request; calls over W.
 Cost: tokens per call; last fifth = the last ⌈n/5⌉ calls of each run, pooled; calls larger than no plugin's same
 call, and more than 1 % larger (in brackets: those whose pack added no Memory or Evidence, from the manifest's
 `layer_budgets`); prefix-stable share = leading tokens identical to the previous request / the current request's tokens (head
