@@ -110,9 +110,9 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
    frozen turns and messages moved into one `PackCache` owned by the packer (bounded, locked, `stats()`,
    `clear()`; a hit gives the same value as a miss).
 
-Still proportional to the history and not removed here (measured above): passes over every turn in
-`pipeline/build.py` and `pipeline/compress.py` (zone membership, token sums by digest, orphan repair, image decay,
-the per-turn cap) — those modules are being rewritten separately —; the identity or leaf-key check of every
+Still proportional to the history and not removed (measured above): passes over every turn in the stage
+modules (`pipeline/prepare.py`, `fit.py`, `allocate.py`: zone membership, token sums by digest, orphan repair,
+image decay, the per-turn cap); the identity or leaf-key check of every
 content against the previous request (`convert._messages`, a few µs each; a chat pays the leaf walk since each
 call is a new invocation); the retrieval pool itself (every compacted turn stays searchable: BM25 postings and
 one matrix-vector product over it); and, on the store's background thread, re-encoding the recorded inputs'
