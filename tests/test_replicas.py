@@ -140,7 +140,7 @@ def test_a_written_pack_reads_back_as_the_state_the_next_call_sees():
     from aether_context.pipeline.collect import PackState
 
     full = PackState(invocation_id="e-1", agent="a", payload_text="TASK\nGOAL: x", summary={"text": "s"},
-                     message_digests=("a" * 64, "b" * 64), message_tokens=(5, 7), head_tokens=3, sent_tokens=15,
+                     message_digests=("a" * 64, "b" * 64), head_tokens=3, sent_tokens=15,
                      merged_lines=("l",), call_index=4, last_recited=2, compacted_through=3, pinned=(0,),
                      block_text="CONVERSATION SO FAR", evidence_ids=("e",), tool_names=("read_artifact",))
     state: dict = {}

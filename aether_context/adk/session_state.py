@@ -57,9 +57,9 @@ def carried_state(state: PackState) -> PackState:
     """What the next call reads of this call's state: the same whether kept in memory or in the session.
 
     The running summary is kept under its own key; merged lines only serve this call's summary
-    refresh; per-message digests are shortened and per-message tokens summed (`sent_tokens`).
+    refresh; per-message digests are shortened (the request's tokens are one total, `sent_tokens`).
     """
-    return replace(state, summary={}, merged_lines=(), message_tokens=(),
+    return replace(state, summary={}, merged_lines=(),
                    message_digests=tuple(d[:DIGEST_CHARS] for d in state.message_digests))
 
 
@@ -103,7 +103,7 @@ def write_pack(state: MutableMapping[str, Any] | Any, agent: str, pack: PackStat
     """Keep `pack` (already `carried_state`) for the agent's next call; each record only when it changed."""
     body = pack.to_json()
     payload_text, block_text = body.pop("payload_text"), body.pop("block_text")
-    for unused in ("summary", "merged_lines", "message_tokens"):
+    for unused in ("summary", "merged_lines"):
         body.pop(unused, None)
     record = {"v": PACK_STATE_SCHEMA, "state": body, "texts": _texts_digest(payload_text, block_text),
               "free_conversation": free_conversation}

@@ -103,7 +103,6 @@ class PackState:
     kept_history_turns: int = 0
     summary: dict[str, Any] = field(default_factory=dict)  # RunningSummary JSON after this call
     message_digests: tuple[str, ...] = ()
-    message_tokens: tuple[int, ...] = ()
     head_digest: str = ""  # system instruction + tools
     system_digest: str = ""
     tools_digest: str = ""
@@ -133,7 +132,7 @@ class PackState:
         return {
             "invocation_id": self.invocation_id, "agent": self.agent, "payload_text": self.payload_text,
             "kept_history_turns": self.kept_history_turns, "summary": self.summary, "message_digests": list(self.message_digests),
-            "message_tokens": list(self.message_tokens), "head_digest": self.head_digest,
+            "head_digest": self.head_digest,
             "system_digest": self.system_digest, "tools_digest": self.tools_digest, "payload_index": self.payload_index,
             "head_tokens": self.head_tokens, "pack_id": self.pack_id, "pruned": list(self.pruned),
             "merged_lines": list(self.merged_lines), "call_index": self.call_index, "last_recited": self.last_recited,
@@ -149,13 +148,13 @@ class PackState:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "PackState":
         """Reads every version written so far (manifests of older releases lack the newer fields)."""
-        message_tokens = tuple(int(t) for t in d.get("message_tokens", ()))
+        message_tokens = tuple(int(t) for t in d.get("message_tokens", ()))  # manifests before sent_tokens
         head_tokens = int(d.get("head_tokens", 0))
         return cls(
             invocation_id=str(d["invocation_id"]), agent=str(d["agent"]), payload_text=str(d.get("payload_text", "")),
             kept_history_turns=d.get("kept_history_turns", 0), summary=d.get("summary") or {},
             message_digests=tuple(str(x) for x in d.get("message_digests", ())),
-            message_tokens=message_tokens, head_digest=d.get("head_digest", ""),
+            head_digest=d.get("head_digest", ""),
             system_digest=d.get("system_digest", ""), tools_digest=d.get("tools_digest", ""),
             payload_index=d.get("payload_index", -1),
             head_tokens=head_tokens, pack_id=d.get("pack_id", ""), pruned=tuple(d.get("pruned", ())),

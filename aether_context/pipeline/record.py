@@ -151,7 +151,6 @@ def _state(inputs: PackInputs, profile: BudgetProfile, d: Decisions, counter: To
         kept_history_turns=len(fit.history),
         summary=compaction.summary.to_json() if compaction else dict(inputs.summary),
         message_digests=tuple(m.digest for m in stable.messages),
-        message_tokens=tuple(counter.count_message(m) for m in stable.messages),
         sent_tokens=request_tokens(stable, counter),
         head_digest=head_digest(stable), head_tokens=head_tokens(stable, counter), pruned=tuple(sorted(d.pruned)),
         call_index=d.recital.call_index, last_recited=d.recital.last_recited, failures_shown=d.recital.failures_shown,

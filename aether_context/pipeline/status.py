@@ -18,7 +18,7 @@ from ..profile import BudgetProfile
 from ..loop.recitation import build_recitation, drift_score, should_recite
 from ..tokens import MESSAGE_OVERHEAD, TokenCounting
 from ..loop.variation import StructuralVariation
-from .collect import PackInputs, PackState, Turn
+from .collect import PackInputs, Turn
 
 __all__ = ["failure_count", "failures_section", "recitation_reserve", "recitation_message", "PlacedStatus",
            "place_status"]
