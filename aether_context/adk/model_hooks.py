@@ -20,6 +20,7 @@ from ..pipeline.decay import RunningSummary
 from ..windows import context_window
 from .collect import collect_inputs
 from .event_times import session_now
+from .fail_open import fails_open
 from .convert import apply_request
 from .offload import RECALL_TOOL_NAME
 from .recovery import is_token_limit_error, recovery_pack
@@ -37,12 +38,12 @@ logger = logging.getLogger("aether_context")
 class ModelHooks:
     """Mixed into `ContextPacker`: uses its profile, counter, store, slots and the pack thread."""
 
+    @fails_open
     async def after_model(self, callback_context: CallbackContext, llm_response: LlmResponse | None = None) -> None:
         """Learn from the model's reported usage, then refresh the running summary if due."""
         if llm_response is not None and getattr(llm_response, "partial", False):
             return  # a streamed chunk: the usage and the summary are the final response's business
         slot = self.slot(callback_context)
-        slot.replaced = None
         last, slot.last = slot.last, None  # one model response per pack: a second one is not this pack's
         if last is not None and llm_response is not None and llm_response.usage_metadata is not None:
             self._record_usage(callback_context, last, llm_response.usage_metadata)
@@ -92,6 +93,7 @@ class ModelHooks:
         write_summary(callback_context.state, callback_context.agent_name, last.state.summary,
                          RunningSummary(text=text, covered_until=extractive.covered_until).to_json())
 
+    @fails_open
     async def recover(self, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception) -> LlmResponse | None:
         """Retry a request the model rejected as too long, once, after an aggressive repack.
 

@@ -139,7 +139,6 @@ class ContextPacker(ModelHooks, ToolHooks):
             without = pack.manifest.tokens_before + sum(saved.get(r.key, 0) for m in inputs.request.messages
                                                         for r in m.responses)
             pack = replace(pack, manifest=pack.manifest.model_copy(update={"tokens_without_plugin": without}))
-            slot.replaced = llm_request.contents
             with timings.stage("apply"):
                 apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
                               added={RECALL_TOOL_NAME: self.recall_tool} if recall else {}, original=inputs.request)

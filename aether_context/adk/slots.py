@@ -32,7 +32,6 @@ class SessionSlot:
     """
 
     last: "ContextPack | None" = None  # this call's pack, until the model answers (usage, summary refresh)
-    replaced: list | None = None  # ADK's contents the pack replaced, released when the model answers
     times: EventTimes | None = None  # memo of event digests (derived from the session)
     artifacts: dict = field(default_factory=dict)  # artifact descriptions by (session, file), with their version
     shown: dict | None = None  # the last pack's metadata, shown on the model's response (plugin.py)

@@ -16,6 +16,7 @@ from ..loop.failures import FailureLog, FailureRecord, error_text, is_error_resu
 from ..pipeline.render import masked_count
 from ..redact import redact
 from ..compress.compact_json import compact_json
+from .fail_open import fails_open
 from .offload import RECALL_TOOL_NAME, offload_tool_result
 from .session_state import FAILURES_STATE_KEY, SAVED_STATE_KEY, URIS_STATE_KEY, add_note, read_pack
 from .worker import repair_unicode
@@ -46,12 +47,14 @@ class ToolHooks:
         except Exception:
             logger.error("aether-context: could not record the failure of %s", tool.name, exc_info=True)
 
+    @fails_open
     def on_tool_error(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, error: Exception) -> dict | None:
         """Record a raised tool exception; with `failures.errors_as_results` answer the model with it."""
         text = f"{type(error).__name__}: {error}"
         self.record_failure(tool, tool_args, tool_context, text)
         return {"error": text} if self.profile.failures.errors_as_results else None  # None: ADK re-raises
 
+    @fails_open
     async def after_tool(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, result: object) -> dict | None:
         """Save a result whole and return its compact form when it is large; record error-shaped
         results as failures, citing the saved original. A result with invalid Unicode (a lone

@@ -14,9 +14,13 @@ from typing import Iterator
 __all__ = ["StageTimes"]
 
 
+SUBSTAGES = frozenset({"compact"})  # timed inside another stage (compaction runs within select): not added to the total
+
+
 @dataclass
 class StageTimes:
-    """Seconds per stage, summed when a stage runs more than once in one pack (pass one to `build_pack`)."""
+    """Seconds per stage, summed when a stage runs more than once in one pack (pass one to `build_pack`).
+    A sub-stage (`SUBSTAGES`) is shown on its own but already counted in the stage around it."""
 
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -30,7 +34,7 @@ class StageTimes:
 
     @property
     def total(self) -> float:
-        return sum(self.seconds.values())
+        return sum(v for k, v in self.seconds.items() if k not in SUBSTAGES)
 
     def to_json(self) -> dict[str, float]:
         return {k: round(v * 1000, 3) for k, v in self.seconds.items()} | {"total": round(self.total * 1000, 3)}
