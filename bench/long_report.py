@@ -59,7 +59,7 @@ REPORT = """\
 # Benchmark: a call at 1,000 to 10,000 session events (issue 17)
 
 Date: {date}. Command (from the repository root): `.venv/bin/python {command}`.
-Machine: {machine}. Runtime {runtime:.0f} s. Figures are CPU time of the benchmark thread (`time.thread_time`),
+Machine: {machine}. Runtime {runtime:.0f} s. Figures are CPU time of the event-loop thread and the pack thread (where `build_pack` runs; `bench/measure.PackCpuClock`),
 which other processes on this shared machine do not inflate.
 
 **Setup.** `bench/long_sessions.py` seeds a real ADK `InMemorySessionService` session with N events from recorded

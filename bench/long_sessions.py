@@ -109,6 +109,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from aether_context import ContextPacker, ContextPackPlugin, PackStore  # noqa: E402
+from measure import PackCpuClock  # noqa: E402
 from report_sections import pct  # noqa: E402
 
 SIZES = (1_000, 5_000, 10_000)
@@ -123,7 +124,7 @@ def rss_mb() -> float:
 
 
 class MeteredPacker(ContextPacker):
-    """The production packer, with the thread CPU time of each `pack` (what before_model awaits) and
+    """The production packer, with the CPU time of each `pack` (what before_model awaits: loop and pack thread) and
     the store bytes each call wrote (read after the background writer finished, untimed)."""
 
     def __init__(self, **settings: Any):
@@ -131,11 +132,12 @@ class MeteredPacker(ContextPacker):
         self.cpu: list[float] = []
         self.bytes: list[int] = []
         self._written = 0
+        self._clock = PackCpuClock()
 
     async def pack(self, callback_context, llm_request):  # type: ignore[no-untyped-def]
-        c0 = time.thread_time()
+        c0 = self._clock.now()
         record = await super().pack(callback_context, llm_request)
-        self.cpu.append(time.thread_time() - c0)
+        self.cpu.append(self._clock.now() - c0)
         return record
 
     def settle(self) -> None:

@@ -94,3 +94,25 @@ def request_text(req: ModelRequest) -> str:
         for p in m.parts:
             chunks.extend(_part_texts(p))
     return "\n".join(chunks)
+
+
+class PackCpuClock:
+    """CPU seconds of a `pack`: the event-loop thread's (input collection, applying the request) plus
+    the pack thread's, where `build_pack` runs (`aether_context.adk.worker.pack_worker`).
+
+    `time.thread_time()` around an awaited `pack` sees only the loop thread, not the build it
+    awaits on the other thread, so both threads' CPU clocks are read. The store's background
+    writer is not counted: it runs after the call, off the request's path."""
+
+    def __init__(self) -> None:
+        import threading
+        import time
+
+        from aether_context.adk.worker import pack_worker
+
+        ident = pack_worker().submit(threading.get_ident).result()
+        self._pack_clock = time.pthread_getcpuclockid(ident)
+        self._time = time
+
+    def now(self) -> float:
+        return self._time.thread_time() + self._time.clock_gettime(self._pack_clock)

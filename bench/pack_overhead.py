@@ -54,7 +54,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from measure import RequestShape, prefix_share  # noqa: E402
+from measure import PackCpuClock, RequestShape, prefix_share  # noqa: E402
 from report_sections import DEFAULT_FILE, machine, mean, pct, write_section  # noqa: E402
 from trajectories import (DEFAULT_DATA, GatedPlugin, ModelCall, Trajectory, concat_trajectories,  # noqa: E402
                           load_mini_swe, load_tau_airline, replay)
@@ -103,7 +103,7 @@ class PackSample:
     seconds: float
     manifest: Any
     stages: dict[str, float]
-    cpu: float = 0.0  # this thread's CPU time (time.thread_time): not inflated by other processes
+    cpu: float = 0.0  # CPU time of the loop and pack threads (PackCpuClock): not inflated by other processes
 
 
 class TimedPacker(ContextPacker):
@@ -115,6 +115,7 @@ class TimedPacker(ContextPacker):
         self.after_tool_s: list[tuple[int, float]] = []  # (events, seconds) of the plugin's tool-result hook
         self._profiler = profiler
         self._profile_from = profile_from
+        self._clock = PackCpuClock()
 
     async def after_tool(self, tool, tool_args, tool_context, result):  # type: ignore[no-untyped-def]
         t0 = time.perf_counter()
@@ -127,9 +128,9 @@ class TimedPacker(ContextPacker):
         profiling = self._profiler is not None and events >= self._profile_from
         if profiling:
             self._profiler.enable()
-        t0, c0 = time.perf_counter(), time.thread_time()
+        t0, c0 = time.perf_counter(), self._clock.now()
         record = await super().pack(callback_context, llm_request)
-        seconds, cpu = time.perf_counter() - t0, time.thread_time() - c0
+        seconds, cpu = time.perf_counter() - t0, self._clock.now() - c0
         if profiling:
             self._profiler.disable()
         self.samples.append(PackSample(events, seconds, record.manifest, _stages(record.timings), cpu))
@@ -553,7 +554,7 @@ recorded.
 
 {latency}
 
-The same calls in CPU time of the benchmark thread (`time.thread_time`), which other processes on this shared
+The same calls in CPU time of the event-loop and pack threads (`bench/measure.PackCpuClock`), which other processes on this shared
 machine do not inflate (garbage-collection pauses still count):
 
 {cpu}
