@@ -82,17 +82,17 @@ def test_replay_json_is_the_exact_request(saved):
 
 def test_replay_with_profile_shows_the_diff(saved):
     _, pack, uri = saved
-    code, text = run(["replay", uri, "--profile", "research"])
+    code, text = run(["replay", uri, "--profile", "coding_agent"])
     assert code == 0
-    assert "profile default -> profile research" in text and "tokens sent" in text
+    assert "profile default -> profile coding_agent" in text and "tokens sent" in text
     # a unified diff of the two requests, line by line (not JSON)
-    assert "--- recorded (default)" in text and "+++ re-packed (research)" in text and "\n@@ " in text
+    assert "--- recorded (default)" in text and "+++ re-packed (coding_agent)" in text and "\n@@ " in text
     assert f"-checksum {pack.request.checksum}" in text
-    code, text = run(["replay", uri, "--profile", "research", "--json"])
+    code, text = run(["replay", uri, "--profile", "coding_agent", "--json"])
     assert code == 0
     data = json.loads(text)
-    assert data["diff"]["profile"] == ["default", "research"]
-    assert data["manifest"]["profile"] == "research"
+    assert data["diff"]["profile"] == ["default", "coding_agent"]
+    assert data["manifest"]["profile"] == "coding_agent"
     assert ModelRequest.from_json(data["request"]).checksum == data["manifest"]["checksum"]
 
 

@@ -368,6 +368,27 @@ def test_a_compaction_is_not_followed_by_another_at_the_next_invocation(counter,
     assert not [i for i in compacted if i - 1 in compacted], compacted
 
 
+@pytest.mark.parametrize("window, big", [(8_000, 700), (8_000, 1_000), (4_000, 400)])
+def test_a_tool_loop_with_big_outputs_does_not_compact_at_every_call(counter, window, big):
+    """One invocation of tool turns whose outputs are large against the room: the minimum verbatim
+    tail may stay past the compaction target only while it leaves room for more turns. A tail that
+    fills the room recompacts (a cache break, and work over the whole history) at every call."""
+    history: list = []
+    previous = None
+    compacted = []
+    for i in range(24):
+        loop = history + [call_msg("run", cmd=f"step {i}"), resp_msg("run", output=filler(big, i))]
+        pack = build_pack(make_inputs([], "fix the failing tests", loop, invocation_id="inv-1", previous=previous),
+                          DEFAULT, counter=counter, window=window)
+        assert request_tokens(pack.request, counter) <= window - int(window * DEFAULT.floors.slack)
+        if pack.manifest.compaction is not None:
+            compacted.append(i)
+        previous = pack.state
+        history = loop
+    assert len(compacted) >= 2, "the loop never outgrew its room: make it longer"
+    assert not [i for i in compacted if i - 1 in compacted], compacted
+
+
 def test_tail_turns_is_the_minimum_verbatim_tail(counter):
     history = history_turns(60, big=300)
     turns = group_turns(history)

@@ -12,6 +12,7 @@ Turns that left the verbatim zone stay searchable: they are Memory candidates (s
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Iterable
 
 from ..compress.middle_out import middle_out
 from ..compress.values import extract_values, merge_values, render_values
@@ -24,13 +25,14 @@ from .fit import TruncationEvent
 from .cache import PackCache
 from .incremental import turn_key, turn_tokens
 from .prepare import Prepared
-from .render import masked_turns, quote as _quote
+from .render import quote as _quote, turn_masker
 from .select import query_text
 
 __all__ = ["Compaction", "Verbatim", "verbatim_zone", "plan_compaction", "compaction_block", "known_values",
            "BLOCK_HEADER", "compact", "compaction_events"]
 
 BLOCK_HEADER = "CONVERSATION SO FAR"
+GROWTH_TURNS = 3  # a compaction leaves room for about this many more turns before the next one
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,9 @@ def plan_compaction(turns: "tuple[Turn, ...]", *, target: int, min_tail: int, co
                     max_turns: int | None = None) -> tuple[int, tuple[int, ...]]:
     """The new `through`: the newest turns that fit `target` tokens (at least `min_tail` of them).
 
-    `min_tail` turns stay even past `target` while they fit `ceiling` (the conversation's room): a tail
-    that alone fills the room would compact again at every new turn. The newest turn always stays.
+    `min_tail` turns stay even past `target` while they leave room under `ceiling` (the conversation's
+    room) for `GROWTH_TURNS` more turns of their mean size: a tail that alone fills the room would
+    compact again at every new turn, each compaction a cache break. The newest turn always stays.
     The current invocation's request is pinned (it stays verbatim however old it is); the cut never
     moves backwards, so what was compacted stays compacted.
     """
@@ -90,7 +93,8 @@ def plan_compaction(turns: "tuple[Turn, ...]", *, target: int, min_tail: int, co
     through = turns[-1].start + len(turns[-1].messages) if turns else current.through
     for n, turn in enumerate(reversed(turns)):
         size = turn_tokens(turn, counter)
-        if n >= 1 and kept + size > target and (n >= min_tail or kept + size > ceiling * 0.8):
+        grown = kept + size
+        if n >= 1 and grown > target and (n >= min_tail or grown * (1 + GROWTH_TURNS / (n + 1)) > ceiling):
             break
         if max_turns is not None and n >= max_turns:
             break
@@ -121,17 +125,18 @@ def compaction_block(compacted: "tuple[Turn, ...]", summary: RunningSummary, *, 
     return "\n".join(parts), zones.summary, zones.merged_turns, zones.merged_lines
 
 
-def known_values(compacted: "tuple[Turn, ...]", max_tokens: int, counter: TokenCounting,
+def known_values(newest_first: "Iterable[Turn]", max_tokens: int, counter: TokenCounting,
                  cache: PackCache | None = None) -> str:
-    """KNOWN VALUES of the compacted turns: the ids and values they carried (call arguments included),
-    newest value per source, so an identifier read long ago is still there when a call needs it.
+    """KNOWN VALUES of the compacted turns (given newest first): the ids and values they carried (call
+    arguments included), newest value per source, so an identifier read long ago is still there when a
+    call needs it.
 
     Bounded by the cap, not the history: a line costs at least a few tokens, so at most `max_tokens`
     sources can show; the newest turns giving that many are read (each turn's values once, from `cache`)."""
     if max_tokens <= 0:
         return ""
     sets: list = []
-    for turn in reversed(compacted):
+    for turn in newest_first:
         found = _turn_values(turn) if cache is None else cache.get("turn_values", turn_key(turn), lambda t=turn: _turn_values(t))
         sets.extend(vs for vs in found if vs is not None)
         if len(sets) >= max_tokens:
@@ -162,17 +167,19 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
                                       request_index=inputs.request_index, current=zone, ceiling=ceiling,
                                       max_turns=profile.conversation.max_verbatim_turns)
     new = Verbatim(through, pinned, "", zone.compactions + 1)
-    # secrets masked before the block derives from them (a value pulled out of its label's context too)
-    compacted, uris = masked_turns(tuple(prepared.originals.get(t.start, t) for t in turns if not new.keeps(t)),
-                                   inputs.uris)
+    # secrets masked before the block derives from them (a value pulled out of its label's context too);
+    # only the turns read are masked: the newest (known values) and those the summary does not cover
+    compacted = tuple(prepared.originals.get(t.start, t) for t in turns if not new.keeps(t))
+    mask, uris = turn_masker(inputs.uris, cache)
+    summary = RunningSummary.from_json(inputs.summary)
     opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter)
     caps = _block_caps(profile, room, counter.count_text(opening) if opening else 0)
-    values = known_values(compacted, caps["values"], counter, cache)
+    values = known_values(map(mask, reversed(compacted)), caps["values"], counter, cache)
     left = max(0, caps["values"] - (counter.count_text(values) if values else 0))
     fold_cap = min(profile.decay.fold_max_tokens, caps["fold"] + left)
     summary_cap = min(profile.decay.summary_max_tokens, caps["summary"])
     block, summary, merged, merged_lines = compaction_block(
-        compacted, RunningSummary.from_json(inputs.summary), opening=opening,
+        tuple(mask(t) for t in compacted if t.start > summary.covered_until), summary, opening=opening,
         goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=fold_cap, summary_max_tokens=summary_cap,
         uris=uris, values=values, counter=counter, cache=cache)
     new = replace(new, block=block, pins_opening=bool(opening))
