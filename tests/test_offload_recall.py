@@ -13,6 +13,7 @@ from google.adk.artifacts import InMemoryArtifactService
 from google.genai import types
 
 from aether_context import ContextPackPlugin
+from aether_context.profile import load_profile
 from aether_context.adk import request_from_llm
 from aether_context.testing import ScriptedLlm, call
 
@@ -112,3 +113,31 @@ async def test_offload_without_an_artifact_service_uses_the_pack_store(tmp_path)
     got = _recall_response(events)
     assert "line 3000" in got["lines"]
     assert any(p.name.startswith("v") for p in (tmp_path / "packs" / "artifacts").rglob("v*"))
+
+
+async def test_a_result_whose_compact_form_is_no_smaller_is_sent_as_it_is():
+    """Issue 11: under pressure the offload threshold tightens (down to `min_threshold_tokens`), below
+    the compact form's own cap. A JSON result of a few hundred tokens would then be "compacted" into a
+    summary quoting it, plus its URI and a note: more tokens than the result, and the recall tool
+    declared for nothing. It is saved (folds can cite it) but sent as it is."""
+    record = {"reservation_id": "MSJ4OA", "user_id": "amelia_davis_8890", "flights": [
+        {"origin": "DFW", "destination": "SEA", "flight_number": f"HAT{n:03d}", "date": "2024-05-22", "price": 100 + n}
+        for n in range(12)]}
+
+    def get_reservation() -> dict:
+        """Return a reservation."""
+        return record
+
+    llm = ScriptedLlm(turns=[call("get_reservation"), "done"])
+    agent = LlmAgent(name="agent", model=llm, instruction="Work.", tools=[get_reservation])
+    profile = load_profile("default").override(offload={"threshold_tokens": 100, "min_threshold_tokens": 100})
+    plugin = ContextPackPlugin(store="memory://offload-small", window_tokens=16_000, profile=profile)
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService(),
+                    artifact_service=InMemoryArtifactService(), memory_service=InMemoryMemoryService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    events = [ev async for ev in runner.run_async(user_id="u", session_id=session.id, new_message=types.Content(
+        role="user", parts=[types.Part(text="show my reservation")]))]
+    sent = [p for m in request_from_llm(llm.requests[1]).messages for p in m.responses if p.name == "get_reservation"]
+    assert sent[0].response == {"result": record} or sent[0].response == record
+    assert [t.name for t in request_from_llm(llm.requests[1]).tools] == ["get_reservation"]
+    assert events

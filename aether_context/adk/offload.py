@@ -51,6 +51,7 @@ __all__ = ["ArtifactGateway", "ParsedUri", "parse_artifact_uri", "offload_tool_r
 
 RECALL_TOOL_NAME = "read_artifact"
 MAX_URI_CHARS = 2048  # a longer uri argument is refused (error results stay small)
+MAX_COMPACT_SHARE = 0.8  # a result is replaced only by a compact form that saves at least a fifth of it
 _URI = re.compile(r"^artifact://([^/]+)/([^/]+)/([^/]+)/(.+?)(?:#v(\d+))?$")
 
 
@@ -191,11 +192,16 @@ def _original(tool_name: str, result: Any, counter: TokenCounting, save_min_toke
 
 def _compact_form(tool_name: str, result: Any, args: dict, uri: str, tokens: int, settings: OffloadSettings,
                   counter: TokenCounting, redaction: RedactionSettings) -> dict:
+    """The replacement for a large result, or None when it would not save a fifth of it (a threshold
+    tightened under pressure can fall below the compact form's own cap: a bigger "compact" form
+    would cost tokens and declare the recall tool for nothing)."""
     compact = compress_tool_output(tool_name, result, max_tokens=settings.compact_max_tokens, counter=counter,
                                    uri=uri, args=args)
     summary, _ = redact(compact.text, redaction)
     replacement = {"summary": summary, "artifact_uri": uri, "original_tokens": tokens,
                    "note": f"Output offloaded ({compact.kind}); call {RECALL_TOOL_NAME}(uri=...) to read lines or search it."}
+    if counter.count_text(render_payload(replacement)) >= tokens * MAX_COMPACT_SHARE:
+        return None
     return {"replacement": replacement, "digest": response_digest(replacement)}
 
 
@@ -218,9 +224,9 @@ async def offload_tool_result(*, tool_name: str, args: dict, result: Any, ctx: T
     uris[original.digest] = uri
     threshold = effective_threshold(settings, free_conversation_tokens)
     replacement = None
-    if original.tokens > threshold:
-        compact = await run(_compact_form, tool_name, result, args, uri, original.tokens, settings, counter,
-                            redaction or gateway.store.redaction)
+    compact = await run(_compact_form, tool_name, result, args, uri, original.tokens, settings, counter,
+                        redaction or gateway.store.redaction) if original.tokens > threshold else None
+    if compact is not None:
         replacement = compact["replacement"]
         uris[compact["digest"]] = uri
     ctx.state[URIS_STATE_KEY] = uris
