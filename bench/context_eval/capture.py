@@ -40,6 +40,7 @@ class CallRecord:
     pack_error: Optional[str] = None  # the manifest's fail-open error
     packed: bool = False  # an aether-context manifest was read for this call
     added: int = 0  # tokens of Memory and Evidence in the pack (material the session's request lacked)
+    warned: bool = False  # the pack's FAILURES section carries a warning (a repeat, cluster or cascade of failures)
     last_digest: str = ""  # the last content (compared with no plugin's same call: ADK's own last content)
     last_first_part: str = ""  # the last content's role and first part only (what a callback reading parts[0] sees)
     last_is_response: bool = False  # the last content holds a function response
@@ -90,6 +91,7 @@ class Capture:
                          new_invocation=call.index > 0 and call.invocation != self._prev_invocation,
                          compactions=getattr(call, "compactions", 0), head_changed=bool(prev) and prev.head != shape.head)
         self._manifest_fields(rec)
+        rec.warned = rec.packed and any(_failure_warning(m.text) for m in req.messages if m.role == "user")
         if req.messages:
             last = req.messages[-1]
             rec.last_digest, rec.last_first_part = last.digest, Message(last.role, last.parts[:1]).digest
@@ -119,3 +121,12 @@ class Capture:
             self.record.final_text = request_text(self._last)
         self._last = None
         return self.record
+
+
+def _failure_warning(text: str) -> bool:
+    """A FAILURES SO FAR section with a warning line ("  ! ..."): the pack's analysis of the failure log
+    (the same call failing repeatedly, a cluster, a cascade), which no request ADK builds holds."""
+    if "FAILURES SO FAR" not in text:
+        return False
+    section = text.split("FAILURES SO FAR", 1)[1]
+    return any(line.startswith("  ! ") for line in section.splitlines()[1:] if line.startswith("  "))

@@ -34,7 +34,7 @@ class CostFigures:
     last_fifth_tokens: float
     larger_than_none: Optional[float]  # share of calls larger than no plugin's same call
     over_1pct: Optional[int]  # calls more than 1 % above no plugin's same call
-    over_1pct_nothing_added: Optional[int]  # ... of them, calls whose pack added no Memory or Evidence
+    over_1pct_nothing_added: Optional[int]  # ... of them, calls whose pack added no Memory, Evidence or failure warning
     prefix_median: float  # median over runs of the per-run median prefix-stable share
     reprocessed_per_run: float  # mean over runs
     breaks_per_run: float  # mean over runs
@@ -91,7 +91,7 @@ def cost_figures(records: list[RunRecord], none: Optional[list[RunRecord]]) -> C
                 paired += 1
                 larger += c.tokens > b.tokens
                 over += c.tokens > 1.01 * b.tokens
-                bare += c.tokens > 1.01 * b.tokens and not c.added
+                bare += c.tokens > 1.01 * b.tokens and not (c.added or c.warned)
                 if b.last_is_response:
                     responses += 1
                     same_last += c.last_digest == b.last_digest

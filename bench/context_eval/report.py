@@ -102,7 +102,8 @@ exception lines, pytest `E` lines naming an exception or an assertion, `file.py:
 `Error:` lines; first 200 characters) in the final request; calls over W.
 Cost: tokens per call; last fifth = the last ⌈n/5⌉ calls of each run, pooled; calls larger than no plugin's same
 call, and more than 1 % larger (in brackets: those whose pack added no Memory or Evidence, from the manifest's
-`layer_budgets`); prefix-stable share = leading tokens identical to the previous request / the current request's tokens (head
+`layer_budgets`, and no failure warning: a "  ! " line of FAILURES SO FAR, the pack's analysis of repeated or
+clustered failures, which ADK's request never holds); prefix-stable share = leading tokens identical to the previous request / the current request's tokens (head
 = system instruction + tools as one block, then messages by digest), median per run, then the median of the runs;
 re-processed tokens = per call, its tokens minus that shared prefix (all of the first call), summed per run; cache
 break = a call whose previous request is not a prefix of it ("… before the last message": the break reaches

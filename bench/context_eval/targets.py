@@ -95,8 +95,8 @@ def _cost(r: Results) -> list[Check]:
     out.append(_not_above(11, "tau-bench at 8,000: mean tokens per call ≤ no plugin", aether, none, lambda c: c.cost.mean_tokens))
     if aether is not None:
         f = aether.cost
-        out.append(Check(11, "tau-bench at 8,000: no call more than 1 % above no plugin's unless the pack added Memory or "
-                         "Evidence", f.over_1pct_nothing_added == 0,
+        out.append(Check(11, "tau-bench at 8,000: no call more than 1 % above no plugin's unless the pack added Memory, "
+                         "Evidence or a failure warning", f.over_1pct_nothing_added == 0,
                          f"{f.over_1pct_nothing_added} such calls ({f.over_1pct} of {f.calls} calls more than 1 % above)"))
     for w, window in (("tau", 8000), ("tau", 4000), ("locomo-session", 8000), ("locomo-session", 32000)):
         a, n = r.cell(w, "aether", window), r.cell(w, "none", window)
