@@ -796,7 +796,7 @@ def test_stage_timings_are_collected_beside_the_pack_and_never_enter_it(counter)
     plain = build_pack(inputs, DEFAULT, counter=counter, window=4_000)
     assert timed.request.checksum == plain.request.checksum
     assert timed.manifest.model_dump() == plain.manifest.model_dump()
-    assert {"collect", "select", "allocate", "fit", "render", "recite", "record"} <= set(timings.seconds)
+    assert {"collect", "select", "allocate", "fit", "fit_window", "recite", "record"} <= set(timings.seconds)
     assert timed.manifest.compaction is not None and "compact" in timings.seconds  # 120 turns do not fit 4K
     assert all(v >= 0 for v in timings.seconds.values()) and timings.total >= max(timings.seconds.values())
     assert set(timings.to_json()) == set(timings.seconds) | {"total"}

@@ -1,8 +1,10 @@
-"""The whole pipeline for one model call, read top to bottom:
+"""The whole pipeline for one model call, read top to bottom, each step timed under its name:
 
-collect (the ADK edge gives `PackInputs`; `prepare` turns its messages into turns) → select →
-allocate (the conversation policy compacts first when the kept turns exceed their room) → fit →
-render → recite → record.
+collect (the ADK edge gives `PackInputs`; `prepare` turns its messages into turns) → select (the
+conversation policy compacts within it, timed as the `compact` sub-stage, when the kept turns exceed
+their room, then selects again) → allocate → fit (the layers into their budgets; the layout is
+rendered once) → fit_window (the exact count: drop or cut until the rendered request fits the
+window, rendering each new layout once) → recite → record.
 
 `build_pack` is pure: the same `PackInputs` and profile give the same request, byte for byte.
 When the request fits and the pack has nothing to add, it is ADK's request unchanged.
@@ -110,7 +112,7 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
                               conversation_tokens(prepared, plan.zone, counter))
     with stage("fit"):
         fitted = fit_layers(inputs, profile, plan.cands, prepared, plan.zone, plan.frozen, plan.failures, alloc, counter)
-    with stage("render"):
+    with stage("fit_window"):
         limit = alloc.pack_limit - plan.space.reserve
         fitted = fit_to_window(inputs, plan.cands, fitted, plan.failures, limit, counter)
     # the previous payload counts as kept only if the final fit did not have to drop lines from it
