@@ -111,8 +111,7 @@ class ModelHooks:
                 inputs, window = last.inputs, last.manifest.window
             else:
                 inputs = await self._current_inputs(callback_context, llm_request)
-                window = context_window(inputs.request.model, self.window_tokens if self.window_tokens is not None
-                                        else self.profile.window_tokens)
+                window = context_window(inputs.request.model, self.requested_window)
             pack = await self._off_loop(recovery_pack, inputs, self.profile, window, error, counter=self.counter)
             apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
                           added={RECALL_TOOL_NAME: self.recall_tool} if self._recall_now(callback_context, llm_request) else {})
