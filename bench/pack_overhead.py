@@ -28,6 +28,8 @@ Usage::
 `--long` runs sessions of 1,000, 5,000 and 10,000 events (a tool loop and a chat of short user turns,
 seeded by `long_sessions.py`) with no plugin, ADK EventsCompaction and the plugin, and writes its
 own section ('overhead-long').
+
+This module replays and samples; `overhead_report.py` turns the samples into the 'overhead' section.
 """
 
 from __future__ import annotations

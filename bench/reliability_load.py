@@ -1,7 +1,8 @@
 """Reliability under load (issue 13): many users through one plugin, kill -9 during writes, loop stalls.
 
 Scenarios (each a function of the parsed arguments returning its markdown report, registered in
-`SCENARIOS`; `bench/reliability.py --scenarios users,kill,stall` runs them):
+`SCENARIOS`; `bench/reliability.py --scenarios users,kill,stall` runs them; `stall` lives in
+`reliability_stall.py`, the agent they all run in `reliability_agent.py`):
 
 - `users`: 64 concurrent users through ONE Runner and plugin; half of them use the session id
   "main". Each user's messages, tool outputs, saved artifact (`notes.txt`, the same name for all)
