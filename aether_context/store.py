@@ -13,7 +13,8 @@ lists of what was sent are chunk trees (`store_tree`), so the thousandth call wr
 messages and a few KB. Everything written is masked for secrets first (`redact`, on by default);
 files are written atomically and owner-private, on a bounded background writer (`store_io`)
 whose failures are logged and counted, never raised into the agent run. With
-`AETHER_CONTEXT_HMAC_KEY` set, manifests are signed and a manifest that does not verify is refused.
+`AETHER_CONTEXT_HMAC_KEY` set, manifests are signed and a manifest that does not verify is refused
+(the bytes of a manifest or a blob file, sealed and checked: `store_format`).
 
 Usage::
 
@@ -25,13 +26,10 @@ Usage::
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
 import os
 import threading
-import zlib
 from typing import Any
 
 import fsspec
@@ -42,6 +40,7 @@ from .pipeline.build import ContextPack
 from .pipeline.collect import PackInputs
 from .pipeline.record import Manifest
 from .redact import RedactionSettings, redact_value
+from .store_format import HMAC_ENV, manifest_integrity, open_manifest, pack_blob, seal_manifest, unpack_blob
 from .store_io import BackgroundWriter, Lru, WriteStats, write_atomic
 from .store_paths import encode_segment
 from .store_tree import TreeCodec
@@ -51,32 +50,9 @@ logger = logging.getLogger(__name__)
 __all__ = ["PackStore", "DEFAULT_STORE_URL", "HMAC_ENV", "manifest_integrity"]
 
 DEFAULT_STORE_URL = ".aether/packs"
-HMAC_ENV = "AETHER_CONTEXT_HMAC_KEY"
 MARKER = ".aether-store"
 LAYOUT = 2
-_STORE_KEYS = ("integrity", "signature", "storage")  # written by the store, not part of the Manifest model
 _SKIP = frozenset({"inline_data"})  # binary parts are never scanned for secrets
-_PACKED = b"\x00acz1"  # a blob file starting with this holds zlib-compressed content; others hold it as is
-
-
-def manifest_integrity(data: dict[str, Any]) -> str:
-    """sha256 of the manifest JSON without its own `integrity` field."""
-    body = {k: v for k, v in data.items() if k != "integrity"}
-    return "sha256:" + sha256_hex(canonical_json(body))
-
-
-def _signature(key: bytes, data: dict[str, Any]) -> str:
-    body = {k: v for k, v in data.items() if k not in ("integrity", "signature")}
-    return "hmac-sha256:" + hmac.new(key, canonical_json(body).encode("utf-8"), hashlib.sha256).hexdigest()
-
-
-def _pack_blob(data: bytes) -> bytes:
-    """The file content of a blob: compressed when that is smaller (records and chunks of hex
-    references about halve), as is otherwise. The digest is always that of the content."""
-    if len(data) < 128 and not data.startswith(_PACKED):
-        return data
-    packed = _PACKED + zlib.compress(data, 6)
-    return packed if len(packed) < len(data) or data.startswith(_PACKED) else data
 
 
 class PackStore:
@@ -173,25 +149,14 @@ class PackStore:
             return digest
         rel = f"blobs/{digest[:2]}/{digest}"
         if not self.fs.exists(self._path(rel)):
-            self._write(rel, _pack_blob(data))
+            self._write(rel, pack_blob(data))
         self._known.put(digest, True)
         return digest
 
     def get_blob(self, digest: str) -> bytes:
         if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
             raise ManifestError(f"{str(digest)[:80]!r} is not a blob reference")
-        data = self.read_bytes(f"blobs/{digest[:2]}/{digest}")
-        if data.startswith(_PACKED):
-            unpack = zlib.decompressobj()
-            try:
-                data = unpack.decompress(data[len(_PACKED):]) + unpack.flush()
-            except zlib.error as e:
-                raise ManifestError(f"blob {digest} is corrupt: it does not decompress ({e})") from e
-            if unpack.unused_data or not unpack.eof:  # bytes past the stream, or a stream cut short
-                raise ManifestError(f"blob {digest} is corrupt: its compressed stream is damaged")
-        if sha256_hex(data) != digest:
-            raise ManifestError(f"blob {digest} is corrupt: its content no longer matches its hash")
-        return data
+        return unpack_blob(self.read_bytes(f"blobs/{digest[:2]}/{digest}"), digest)
 
     def _put_piece(self, value: Any, *, text: bool = False) -> str:
         return self.put_blob((value if text else canonical_json(value)).encode("utf-8", "surrogatepass"))
@@ -343,11 +308,7 @@ class PackStore:
         self._stats.add("manifests")
 
     def _write_manifest(self, data: dict[str, Any], storage: dict[str, Any], rel: str) -> None:
-        data = {**data, "storage": storage}
-        if self.hmac_key:
-            data["signature"] = _signature(self.hmac_key, data)
-        data["integrity"] = manifest_integrity(data)
-        self._write(rel, json.dumps(data, sort_keys=True, ensure_ascii=False).encode("utf-8"))
+        self._write(rel, seal_manifest(data, storage, self.hmac_key))
 
     def save_usage(self, manifest: Manifest, usage: dict) -> None:
         """What the model reported for a call (prompt and cached tokens), beside its manifest. Never raises."""
@@ -363,36 +324,7 @@ class PackStore:
 
     def read_manifest(self, uri: str) -> tuple[Manifest, dict[str, Any]]:
         """A verified manifest and the store's notes on it (`redacted`, `new_bytes`, `stored_checksum`)."""
-        raw = self.read_bytes(self.rel_from_uri(uri))
-        try:
-            data = json.loads(raw)
-        except ValueError as e:
-            raise ManifestError(f"{uri} is not valid JSON (truncated or corrupt): {e}") from e
-        if not isinstance(data, dict):
-            raise ManifestError(f"{uri} is not a manifest (a JSON object was expected)")
-        integrity = data.pop("integrity", None)
-        if integrity is None:
-            raise ManifestError(f"{uri} has no integrity field: not written by aether-context, or cut short")
-        if manifest_integrity(data) != integrity:
-            raise ManifestError(f"{uri} was modified after it was written (integrity check failed)")
-        self._verify_signature(uri, data)
-        data.pop("signature", None)
-        storage = data.pop("storage", None) or {}
-        try:
-            return Manifest.model_validate(data), storage
-        except Exception as e:
-            raise ManifestError(f"{uri} does not match the manifest schema: {str(e)[:500]}") from e
-
-    def _verify_signature(self, uri: str, data: dict[str, Any]) -> None:
-        if not self.hmac_key:
-            return
-        signature = data.get("signature")
-        if not signature:
-            raise ManifestError(f"{uri} is not signed, but {HMAC_ENV} is set: refused (written without the key, "
-                                "or its signature was removed)")
-        if not isinstance(signature, str) or not hmac.compare_digest(signature, _signature(self.hmac_key, data)):
-            raise ManifestError(f"{uri} has a signature that does not verify: tampered with, or signed with another "
-                                f"key (check {HMAC_ENV})")
+        return open_manifest(self.read_bytes(self.rel_from_uri(uri)), uri, self.hmac_key)
 
     def load_manifest(self, uri: str) -> Manifest:
         """Read and verify a manifest; a truncated, malformed, edited or badly signed file is a `ManifestError`."""

@@ -28,6 +28,8 @@ Usage::
 `--long` runs sessions of 1,000, 5,000 and 10,000 events (a tool loop and a chat of short user turns,
 seeded by `long_sessions.py`) with no plugin, ADK EventsCompaction and the plugin, and writes its
 own section ('overhead-long').
+
+This module replays and samples; `overhead_report.py` turns the samples into the 'overhead' section.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ import datetime as dt
 import gc
 import io
 import logging
-import math
 import os
 import pstats
 import shlex
@@ -55,25 +56,14 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from measure import PackCpuClock, RequestShape, prefix_share  # noqa: E402
-from report_sections import DEFAULT_FILE, machine, mean, pct, write_section  # noqa: E402
+from overhead_report import Measured, band, in_band, ms, set_quick, short_report  # noqa: E402
+from report_sections import DEFAULT_FILE, machine, pct, write_section  # noqa: E402
 from trajectories import (DEFAULT_DATA, GatedPlugin, ModelCall, Trajectory, concat_trajectories,  # noqa: E402
                           load_mini_swe, load_tau_airline, replay)
 
 
 from aether_context import ContextPacker, ContextPackPlugin, PackStore, TokenCounter  # noqa: E402
 from aether_context.adk import request_from_llm  # noqa: E402
-
-POINTS = (50, 100, 200, 1000)
-TARGET_P50_MS = 15.0
-TARGET_GROWTH = 3.0
-_MAX_HALF_BAND = 50  # --quick: 25
-
-
-def band(point: int) -> tuple[int, int]:
-    """Calls whose session holds this many events (±10 %, at least ±5, at most ±50) count for a point."""
-    half = max(5, min(round(0.1 * point), _MAX_HALF_BAND))
-    return point - half, point + half
-
 
 # --------------------------------------------------------------------------- instrumentation
 class TimedStore(PackStore):
@@ -83,9 +73,9 @@ class TimedStore(PackStore):
         super().__init__(url, background=True)
         self.write_s: list[float] = []
 
-    def _save_now(self, pack, rel):  # type: ignore[no-untyped-def]
+    def _save_now(self, *args):  # type: ignore[no-untyped-def]
         t0 = time.perf_counter()
-        super()._save_now(pack, rel)
+        super()._save_now(*args)
         self.write_s.append(time.perf_counter() - t0)
 
 
@@ -247,29 +237,6 @@ async def run_config(label: str, trajectories: Sequence[Trajectory], *, window: 
     return out
 
 
-def in_band(events: int, point: int) -> bool:
-    lo, hi = band(point)
-    return lo <= events <= hi
-
-
-# --------------------------------------------------------------------------- report
-def ms(x: float) -> str:
-    """Seconds as milliseconds; a second or more is written in seconds, with its unit."""
-    return "n/a" if math.isnan(x) else (f"{x * 1000:.1f}" if x < 1 else f"{x:.2f} s")
-
-
-def p50p95(values: Sequence[float]) -> str:
-    if not values:
-        return "n/a"
-    return f"{ms(pct(values, 50))} / {ms(pct(values, 95))}"
-
-
-def fmt_delta(base: float, other: float) -> str:
-    if math.isnan(base) or math.isnan(other) or not base:
-        return "n/a"
-    return f"{other:,.0f} ({(other - base) / base * 100:+.0f} %)"
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=DEFAULT_DATA, help="shared datasets folder (default: %(default)s, from the repo root)")
@@ -300,8 +267,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
     windows = [int(w) for w in args.windows.split(",") if w.strip()]
     quick = args.quick
     deadline = args.deadline or (120.0 if quick else 240.0)
-    global _MAX_HALF_BAND
-    _MAX_HALF_BAND = 25 if quick else 50
+    set_quick(quick)
 
     runs = load_mini_swe(data)
     taus = load_tau_airline(data)
@@ -318,197 +284,45 @@ async def main(argv: Sequence[str] | None = None) -> int:
     gate = band(1000)[0] - (2 * 25 if quick else 2 * 50)  # plugin warm-up (25 / 50 calls) before the 1000-event band
     real_swe = runs[:: 4] if quick else runs
     real_tau = taus[:: 4] if quick else taus[:: 2]
+    sessions = Sessions(short_sessions, long_session, gate, real_swe, real_tau, runs, taus)
 
     counter = TokenCounter()
     with tempfile.TemporaryDirectory(prefix="aether-bench-") as tmp:
-        return await _run(args, Path(tmp), windows=windows, deadline=deadline, gate=gate, counter=counter,
-                          runs=runs, taus=taus, short_sessions=short_sessions, long_session=long_session, real_swe=real_swe,
-                          real_tau=real_tau, t_start=t_start, machine_info=machine_info, argv=argv)
+        return await _run(args, Path(tmp), sessions, windows=windows, deadline=deadline, counter=counter,
+                          t_start=t_start, machine_info=machine_info, argv=argv)
 
 
-async def _run(args: argparse.Namespace, tmp: Path, *, windows: list[int], deadline: float, gate: int,
-               counter: TokenCounter, runs: list[Trajectory], taus: list[Trajectory], short_sessions: list[Trajectory],
-               long_session: Trajectory, real_swe: list[Trajectory], real_tau: list[Trajectory], t_start: float,
-               machine_info: str, argv: Sequence[str] | None) -> int:
+@dataclass
+class Sessions:
+    """The workloads of one benchmark run (see `main`)."""
 
+    short: list[Trajectory]  # long single-invocation sessions up to the 200-event band
+    long: Trajectory  # one session through the 1000-event band
+    gate: int  # events before the plugin joins the long session (its warm-up before the band)
+    real_swe: list[Trajectory]
+    real_tau: list[Trajectory]
+    all_swe: list[Trajectory]
+    all_tau: list[Trajectory]
+
+
+async def _run(args: argparse.Namespace, tmp: Path, sessions: Sessions, *, windows: list[int], deadline: float,
+               counter: TokenCounter, t_start: float, machine_info: str, argv: Sequence[str] | None) -> int:
     if args.profile_pack:
-        prof = cProfile.Profile()
-        out = await run_config("profile", [long_session], window=windows[0], profile=args.profile, store_root=tmp,
-                               meter_counter=counter, want=lambda c: False, gate=gate, deadline_s=deadline * 2,
-                               profiler=prof, profile_from=band(1000)[0])
-        band_packs = [p for p in out.packs if in_band(p.events, 1000)]
-        print(f"profiled {len(band_packs)} pack calls at {band(1000)} events, window {windows[0]}: "
-              f"p50 {ms(pct([p.seconds for p in band_packs], 50))} ms (with profiler overhead)")
-        for key in ("cumulative", "tottime"):
-            s = io.StringIO()
-            pstats.Stats(prof, stream=s).strip_dirs().sort_stats(key).print_stats(25)
-            print(s.getvalue())
-        return 0
-
+        return await _profile_pack(args, tmp, sessions, window=windows[0], deadline=deadline, counter=counter)
     print(f"# pack overhead benchmark — {machine_info}")
-    print(f"sessions: {len(short_sessions)} short ({short_sessions[0].model_calls} calls) + 1 long "
-          f"({long_session.model_calls} calls, plugin from {gate} events); real runs: {len(real_swe)} mini-swe-agent, "
-          f"{len(real_tau)} tau-bench airline; windows {windows}; profile {args.profile!r}; deadline {deadline:.0f} s",
-          flush=True)
-
-    configs: list[tuple[str, int | None]] = [("no plugin", None)] + [(f"plugin@{w // 1000}k", w) for w in windows]
-    short: dict[str, RunOut] = {}
-    long: dict[str, RunOut] = {}
-    swe: dict[str, RunOut] = {}
-    tau: dict[str, RunOut] = {}
-    long_want = lambda c: c.events >= band(1000)[0] - 4  # noqa: E731 — meter the band (and the call before it)
-    loads: list[str] = []
-    for label, window in configs:
-        tag = label.replace(" ", "_").replace("@", "_")
-        loads.append(f"{label} {os.getloadavg()[0]:.1f}")
-        common = dict(window=window, profile=args.profile, store_root=tmp, meter_counter=counter, deadline_s=deadline)
-        short[label] = await run_config(f"{tag}-short", short_sessions, **common)
-        long[label] = await run_config(f"{tag}-long", [long_session], want=long_want,
-                                       gate=gate if window else None, **common)
-        swe[label] = await run_config(f"{tag}-swe", real_swe, **common)
-        tau[label] = await run_config(f"{tag}-tau", real_tau, **common)
-        print(f"  {label}: " + ", ".join(f"{name} {d[label].wall_s:.0f} s" for name, d in
-                                         (("short", short), ("long", long), ("mini-swe", swe), ("tau", tau))),
-              flush=True)
-
-    plugin_labels = [label for label, w in configs if w is not None]
-
-    def runs_for(point: int) -> dict[str, RunOut]:
-        return long if point >= 500 else short
-
-    # ---- latency
-    lat_rows = []
-    p50 = {label: {} for label in plugin_labels}
-    head = "| events (band) | ADK request build, no plugin: p50 / p95 ms (n) |"
-    sep = "| --- | --- |"
-    for label in plugin_labels:
-        head += f" pack {label}: p50 / p95 ms (n) | pack ÷ ADK (p50) |"
-        sep += " --- | --- |"
-    for point in POINTS:
-        src = runs_for(point)
-        adk = [c.adk_build_s for c in src["no plugin"].calls if in_band(c.events, point) and c.adk_build_s is not None]
-        lo, hi = band(point)
-        row = f"| {point} ({lo}–{hi}) | {p50p95(adk)} ({len(adk)}) |"
-        for label in plugin_labels:
-            packs = [p.seconds for p in src[label].packs if in_band(p.events, point)]
-            p50[label][point] = pct(packs, 50)
-            ratio = pct(packs, 50) / pct(adk, 50) if packs and adk else math.nan
-            row += f" {p50p95(packs)} ({len(packs)}) | {ratio:.1f}× |"
-        lat_rows.append(row)
-    for name, src in (("mini-swe-agent runs as recorded, every call", swe), ("tau-bench airline, every call", tau)):
-        adk = [c.adk_build_s for c in src["no plugin"].calls if c.adk_build_s is not None]
-        events = [c.events for c in src["no plugin"].calls]
-        row = f"| {name} (events {min(events)}–{max(events)}) | {p50p95(adk)} ({len(adk)}) |"
-        for label in plugin_labels:
-            packs = [p.seconds for p in src[label].packs]
-            row += f" {p50p95(packs)} ({len(packs)}) | {pct(packs, 50) / pct(adk, 50):.1f}× |"
-        lat_rows.append(row)
-    latency_table = "\n".join([head, sep, *lat_rows])
-
-    # ---- the same in CPU time (robust to other processes on a shared machine)
-    cpu_p50: dict[str, dict[int, float]] = {label: {} for label in plugin_labels}
-    cpu_rows = ["| events (band) | ADK request build, no plugin: CPU p50 / p95 ms |"
-                + "".join(f" pack {lb}: CPU p50 / p95 ms |" for lb in plugin_labels),
-                "| --- | --- |" + " --- |" * len(plugin_labels)]
-    for point in POINTS:
-        src = runs_for(point)
-        adk = [c.adk_build_cpu_s for c in src["no plugin"].calls if in_band(c.events, point) and c.adk_build_cpu_s is not None]
-        row = f"| {point} | {p50p95(adk)} |"
-        for label in plugin_labels:
-            cpus = [p.cpu for p in src[label].packs if in_band(p.events, point)]
-            cpu_p50[label][point] = pct(cpus, 50)
-            row += f" {p50p95(cpus)} |"
-        cpu_rows.append(row)
-    cpu_table = "\n".join(cpu_rows)
-
-    # ---- side effects and breakdown at 1000 events
-    side_rows = ["| window | ADK build p50 ms (no-plugin run → this run) | full builds (not reused) in band "
-                 "| pack p50 ms: inputs / pipeline / apply | full-build pack p50 / max | after_tool hook p50 / p95 ms "
-                 "| GC pauses (s, whole long run) | store writer busy (s) |",
-                 "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    adk_no = pct([c.adk_build_s for c in long["no plugin"].calls if in_band(c.events, 1000) and c.adk_build_s], 50)
-    for label in plugin_labels:
-        run = long[label]
-        adk_with = pct([c.adk_build_s for c in run.calls if in_band(c.events, 1000) and c.adk_build_s], 50)
-        bp = [p for p in run.packs if in_band(p.events, 1000)]
-        full = [p for p in bp if not p.manifest.reused_payload]
-        stage = " / ".join(ms(pct([p.stages.get(k, math.nan) for p in bp if k in p.stages], 50))
-                           for k in ("inputs", "pipeline", "apply"))
-        full_s = f"{ms(pct([p.seconds for p in full], 50))} / {ms(max((p.seconds for p in full), default=math.nan))}"
-        hook = p50p95([s for e, s in run.after_tool if in_band(e, 1000)])
-        side_rows.append(f"| {label} | {ms(adk_no)} → {ms(adk_with)} | {len(full)} of {len(bp)} | {stage} | {full_s} "
-                         f"| {hook} | {long['no plugin'].gc_s:.1f} → {run.gc_s:.1f} | {run.writer_s:.1f} |")
-    side_table = "\n".join(side_rows)
-
-    # ---- tokens
-    tok_head = "| workload | calls | no plugin: mean prompt tokens / call |" + "".join(f" {lb} (vs no plugin) |" for lb in plugin_labels)
-    tok_rows = [tok_head, "| --- | --- | --- |" + " --- |" * len(plugin_labels)]
-
-    def tok_row(name: str, src: dict[str, RunOut], keep: Callable[[Metered], bool] = lambda m: True) -> str:
-        base = [m.tokens for m in src["no plugin"].metered if keep(m)]
-        row = f"| {name} | {len(base)} | {mean(base):,.0f} |"
-        for label in plugin_labels:
-            row += f" {fmt_delta(mean(base), mean([m.tokens for m in src[label].metered if keep(m)]))} |"
-        return row
-
-    tok_rows.append(tok_row(f"mini-swe-agent runs as recorded ({len(real_swe)} runs, 1 invocation each)", swe))
-    tok_rows.append(tok_row(f"tau-bench airline episodes ({len(real_tau)}, a user turn per invocation)", tau))
-    tok_rows.append(tok_row("long session, 200-event band", short, lambda m: in_band(m.events, 200)))
-    tok_rows.append(tok_row("long session, 1000-event band", long, lambda m: in_band(m.events, 1000)))
-    tokens_table = "\n".join(tok_rows)
-
-    # ---- prefix stability
-    pre_rows = ["| workload | config | median prefix_tokens / previous_tokens (manifest) | calls below 0.9 | payload reused "
-                "| as received by the model: median (below 0.9) |", "| --- | --- | --- | --- | --- | --- |"]
-
-    def below(xs: Sequence[float]) -> str:
-        return f"{sum(x < 0.9 for x in xs) / len(xs) * 100:.0f} %" if xs else "n/a"
-
-    def prefix_rows(name: str, src: dict[str, RunOut], keep: Callable[[int], bool] = lambda e: True) -> None:
-        base = [m.prefix_ratio for m in src["no plugin"].metered if m.prefix_ratio is not None and keep(m.events)]
-        pre_rows.append(f"| {name} | no plugin | – | – | – | {pct(base, 50):.3f} ({below(base)}, n={len(base)}) |")
-        for label in plugin_labels:
-            ms_ = [p.manifest for p in src[label].packs if keep(p.events) and p.manifest.previous_tokens > 0]
-            ratios = [m.prefix_tokens / m.previous_tokens for m in ms_]
-            reused = sum(m.reused_payload for m in ms_) / len(ms_) if ms_ else math.nan
-            own = [m.prefix_ratio for m in src[label].metered if m.prefix_ratio is not None and keep(m.events)]
-            pre_rows.append(f"| {name} | {label} | {pct(ratios, 50):.3f} (n={len(ratios)}) | {below(ratios)} "
-                            f"| {reused * 100:.0f} % | {pct(own, 50):.3f} ({below(own)}) |")
-
-    prefix_rows("mini-swe-agent runs", swe)
-    prefix_rows("tau-bench airline", tau)
-    prefix_rows("long session, 1000-event band", long, lambda e: in_band(e, 1000))
-    prefix_table = "\n".join(pre_rows)
-
-    # ---- targets
-    checks = []
-    for label in plugin_labels:
-        at1000, at100 = p50[label][1000], p50[label][100]
-        c1000, c100 = cpu_p50[label][1000], cpu_p50[label][100]
-        ok1 = at1000 <= TARGET_P50_MS / 1000
-        checks.append(f"- {'PASS' if ok1 else 'FAIL'} {label}: p50 pack at 1000 events = {ms(at1000)} ms "
-                      f"(target ≤ {TARGET_P50_MS:.0f} ms; CPU time p50 {ms(c1000)} ms)")
-        growth = at1000 / at100 if at100 else math.nan
-        ok2 = growth <= TARGET_GROWTH
-        checks.append(f"- {'PASS' if ok2 else 'FAIL'} {label}: p50 at 1000 events / p50 at 100 events = {growth:.1f}× "
-                      f"(target ≤ {TARGET_GROWTH:.0f}×; {ms(at1000)} vs {ms(at100)} ms; in CPU time "
-                      f"{c1000 / c100 if c100 else math.nan:.1f}×)")
-    truncated = [f"{k} {run.label}" for d in (short, long, swe, tau) for k, run in d.items() if run.truncated]
-    if truncated:
-        checks.append(f"- NOTE: stopped at the {deadline:.0f} s deadline (fewer samples): {', '.join(truncated)}")
-    checks_text = "\n".join(checks)
-
-    total = time.perf_counter() - t_start
+    print(f"sessions: {len(sessions.short)} short ({sessions.short[0].model_calls} calls) + 1 long "
+          f"({sessions.long.model_calls} calls, plugin from {sessions.gate} events); real runs: {len(sessions.real_swe)} "
+          f"mini-swe-agent, {len(sessions.real_tau)} tau-bench airline; windows {windows}; profile {args.profile!r}; "
+          f"deadline {deadline:.0f} s", flush=True)
+    measured, loads = await _run_configs(args, tmp, sessions, windows=windows, deadline=deadline, counter=counter)
     command = " ".join(["bench/pack_overhead.py", *[shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])]])
-    report = REPORT.format(
+    report = short_report(
+        measured, n_swe=len(sessions.real_swe), n_tau=len(sessions.real_tau), deadline=deadline,
         date=dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"), command=command, machine=machine_info,
-        runtime=total, profile=args.profile, windows=", ".join(str(w) for w in windows),
-        n_short=len(short_sessions), short_calls=short_sessions[0].model_calls, long_calls=long_session.model_calls,
-        long_runs=len(long_session.meta["concatenated"]), gate=gate, n_swe=len(real_swe), n_tau=len(real_tau), all_swe=len(runs), all_tau=len(taus),
-        longest=max(t.model_calls for t in runs),
-        latency=latency_table, cpu=cpu_table, side=side_table, tokens=tokens_table, prefix=prefix_table, checks=checks_text,
-        loads="; ".join(loads),
-    )
+        runtime=time.perf_counter() - t_start, profile=args.profile, windows=", ".join(str(w) for w in windows),
+        n_short=len(sessions.short), short_calls=sessions.short[0].model_calls, long_calls=sessions.long.model_calls,
+        long_runs=len(sessions.long.meta["concatenated"]), gate=sessions.gate, all_swe=len(sessions.all_swe),
+        all_tau=len(sessions.all_tau), longest=max(t.model_calls for t in sessions.all_swe), loads="; ".join(loads))
     print(report)
     if not args.no_write:
         out = write_section(ROOT / args.out, "overhead", report)
@@ -516,75 +330,43 @@ async def _run(args: argparse.Namespace, tmp: Path, *, windows: list[int], deadl
     return 0
 
 
-REPORT = """\
-# Benchmark: pack overhead (ContextPackPlugin in ADK's before_model)
+async def _profile_pack(args: argparse.Namespace, tmp: Path, sessions: Sessions, *, window: int, deadline: float,
+                        counter: TokenCounter) -> int:
+    """--profile-pack: cProfile of `ContextPacker.pack` over the long session's 1000-event band."""
+    prof = cProfile.Profile()
+    out = await run_config("profile", [sessions.long], window=window, profile=args.profile, store_root=tmp,
+                           meter_counter=counter, want=lambda c: False, gate=sessions.gate, deadline_s=deadline * 2,
+                           profiler=prof, profile_from=band(1000)[0])
+    band_packs = [p for p in out.packs if in_band(p.events, 1000)]
+    print(f"profiled {len(band_packs)} pack calls at {band(1000)} events, window {window}: "
+          f"p50 {ms(pct([p.seconds for p in band_packs], 50))} ms (with profiler overhead)")
+    for key in ("cumulative", "tottime"):
+        s = io.StringIO()
+        pstats.Stats(prof, stream=s).strip_dirs().sort_stats(key).print_stats(25)
+        print(s.getvalue())
+    return 0
 
-Date: {date}. Command (from the repository root): `.venv/bin/python {command}`.
-Machine: {machine}. Shared and noisy (1-minute load average when each configuration started: {loads}): figures
-are medians (p50) with p95 beside them. Runtime {runtime:.0f} s.
 
-**Setup.** Real trajectories replayed through an unmodified ADK 2.13 `Runner` by `bench/trajectories.py`: a
-scripted `BaseLlm` returns the recorded assistant turns, recorded tools return the recorded outputs (mini-swe-agent:
-`bash(command=...)` returning `{{"output": ...}}`; tau-bench airline: its tools with declarations inferred from the
-recorded calls). Plugin: `ContextPackPlugin(profile="{profile}", window_tokens=W)` for W in {windows}, with a real
-`PackStore` in a temp directory (background writer); all the plugin's hooks are installed, so its after_tool offload
-(on in the profile) stores large tool results as artifacts and keeps a compact form in the session, as in production.
-The model ignores what it is sent, so every configuration replays the same recorded turns.
-
-**Long sessions.** No recorded run reaches 1000 events (longest: {longest} steps), so long sessions are built
-by concatenating the tool turns of consecutive mini-swe-agent runs into ONE invocation (the first run's system prompt
-and task, then a tool loop of several runs' turns; final answers dropped): {n_short} sessions of {short_calls} model
-calls (to ~220 events, starting at different runs) for the 50/100/200 points, and one of {long_calls} calls ({long_runs}
-runs, ~1050 events) for the 1000 point. A session at call *k* holds 1 + 2*k* events (user message, then a model
-event and a tool event per step). To bound the runtime, in the long session the plugin joins at {gate} events
-(earlier calls get ADK's request unchanged) so its state is warm before the measured band.
-
-**What is timed.** *pack*: `ContextPacker.pack`, the whole before_model work of the plugin (collect inputs, build the
-pack, rewrite the request, queue the store write). The write itself runs on the store's background thread; the replayed
-model answers at once, so the benchmark waits for the writer inside each model call (untimed), as a real model call's
-latency would let it finish: its work neither overlaps nor counts in the timed sections (its total busy time is
-reported below). The plugin's after_tool hook (`ContextPacker.after_tool`, the offload) is timed separately.
-*ADK request build* (the baseline): `BaseLlmFlow._preprocess_async` for the same call, i.e. all of ADK's request
-processors (instructions, tool declarations, contents rebuilt from session events), measured in the no-plugin run of
-the same benchmark process. Tokens: `TokenCounter` (cl100k) over `request_from_llm(request)` with `request_tokens`, for
-the request the model received. Real runs: {n_swe} of the {all_swe} mini-swe-agent runs and {n_tau} of the {all_tau} tau-bench airline episodes as
-recorded.
-
-## Pack latency per model call
-
-{latency}
-
-The same calls in CPU time of the event-loop and pack threads (`bench/measure.PackCpuClock`), which other processes on this shared
-machine do not inflate (garbage-collection pauses still count):
-
-{cpu}
-
-## At 1000 events: where the time goes, and side effects on ADK
-
-{side}
-
-The second column compares ADK's request build for the same calls without and with the plugin. Two effects move it:
-the offload keeps large tool results compact in the session, so ADK rebuilds smaller contents (faster), and
-garbage-collection pauses, as the plugin keeps more objects alive (pack states, manifests, converted messages) and
-allocates more per call (slower). The inputs / pipeline / apply split is the packer's own stage record
-(`CallRecord.timings`: the edge's input collection, every `build_pack` stage, the request rewrite).
-
-## Tokens sent
-
-{tokens}
-
-## Prefix stability
-
-Per call with a previous call in the same session: manifest `prefix_tokens / previous_tokens` and the share of calls
-that reused the previous payload (`reused_payload`); the last column measures the same thing on the requests the
-model received (leading messages identical to the previous request, with an identical system instruction and tools).
-
-{prefix}
-
-## Targets
-
-{checks}
-"""
+async def _run_configs(args: argparse.Namespace, tmp: Path, sessions: Sessions, *, windows: list[int],
+                       deadline: float, counter: TokenCounter) -> tuple[Measured, list[str]]:
+    """Every workload under no plugin, then the plugin at each window; with the load when each started."""
+    configs: list[tuple[str, int | None]] = [("no plugin", None)] + [(f"plugin@{w // 1000}k", w) for w in windows]
+    measured = Measured({}, {}, {}, {}, [label for label, w in configs if w is not None])
+    long_want = lambda c: c.events >= band(1000)[0] - 4  # noqa: E731 — meter the band (and the call before it)
+    loads: list[str] = []
+    for label, window in configs:
+        tag = label.replace(" ", "_").replace("@", "_")
+        loads.append(f"{label} {os.getloadavg()[0]:.1f}")
+        common = dict(window=window, profile=args.profile, store_root=tmp, meter_counter=counter, deadline_s=deadline)
+        measured.short[label] = await run_config(f"{tag}-short", sessions.short, **common)
+        measured.long[label] = await run_config(f"{tag}-long", [sessions.long], want=long_want,
+                                                gate=sessions.gate if window else None, **common)
+        measured.swe[label] = await run_config(f"{tag}-swe", sessions.real_swe, **common)
+        measured.tau[label] = await run_config(f"{tag}-tau", sessions.real_tau, **common)
+        print(f"  {label}: " + ", ".join(f"{name} {d[label].wall_s:.0f} s" for name, d in
+                                         (("short", measured.short), ("long", measured.long),
+                                          ("mini-swe", measured.swe), ("tau", measured.tau))), flush=True)
+    return measured, loads
 
 
 if __name__ == "__main__":

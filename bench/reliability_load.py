@@ -1,7 +1,8 @@
 """Reliability under load (issue 13): many users through one plugin, kill -9 during writes, loop stalls.
 
 Scenarios (each a function of the parsed arguments returning its markdown report, registered in
-`SCENARIOS`; `bench/reliability.py --scenarios users,kill,stall` runs them):
+`SCENARIOS`; `bench/reliability.py --scenarios users,kill,stall` runs them; `stall` lives in
+`reliability_stall.py`, the agent they all run in `reliability_agent.py`):
 
 - `users`: 64 concurrent users through ONE Runner and plugin; half of them use the session id
   "main". Each user's messages, tool outputs, saved artifact (`notes.txt`, the same name for all)
@@ -28,77 +29,17 @@ import json
 import os
 import re
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-MARK = re.compile(r"MARK-u(\d+)-")
-WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa quebec "
-         "romeo sierra tango uniform victor whiskey xray yankee zulu revenue churn latency cache budget").split()
 
-
-def _text(n: int, seed: int) -> str:
-    return " ".join(WORDS[(seed * 7 + i * 3 + i // 5) % len(WORDS)] for i in range(n))
-
-
-# --------------------------------------------------------------------------- a small agent with tools
-def _agent(name: str = "agent"):
-    """An LlmAgent whose scripted model saves notes, fetches a page, then answers (decided per request)."""
-    from google.adk.agents import LlmAgent
-    from google.genai import types
-
-    from aether_context.testing import ScriptedLlm, call
-
-    async def save_notes(marker: str, tool_context) -> dict:
-        """Save the user's notes as notes.txt."""
-        await tool_context.save_artifact("notes.txt", types.Part(text=f"notes of {marker}: {_text(60, len(marker))}"))
-        return {"saved": "notes.txt", "marker": marker}
-
-    def fetch(url: str) -> dict:
-        """Fetch a page."""
-        marker = url.rsplit("/", 1)[-1]
-        return {"url": url, "body": f"{marker} " + _text(1500, len(url))}
-
-    def decide(request) -> Any:
-        last = request.contents[-1] if request.contents else None
-        responses = [p.function_response.name for c in request.contents for p in c.parts or () if p.function_response]
-        texts = [p.text for c in request.contents if c.role == "user" for p in c.parts or () if p.text and "MARK-" in p.text]
-        marker = MARK.search(texts[-1]).group(0) + "x" if texts else "MARK-u0-x"
-        if last is not None and any(p.function_response for p in last.parts or ()):
-            name = [p.function_response.name for p in last.parts if p.function_response][-1]
-            return call("fetch", url=f"https://example.com/{marker}") if name == "save_notes" else "done"
-        if "save_notes" not in responses:
-            return call("save_notes", marker=marker)
-        return "noted"
-
-    llm = ScriptedLlm(turns=[decide])
-    return LlmAgent(name=name, model=llm, instruction="You keep notes for the user.", tools=[save_notes, fetch]), llm
-
-
-def _runner(agent, plugins, store_url: str | None = None):
-    from google.adk.apps.app import App
-    from google.adk.artifacts import InMemoryArtifactService
-    from google.adk.memory import InMemoryMemoryService
-    from google.adk.runners import Runner
-    from google.adk.sessions import InMemorySessionService
-
-    return Runner(app=App(name="reliability", root_agent=agent, plugins=plugins),
-                  session_service=InMemorySessionService(), artifact_service=InMemoryArtifactService(),
-                  memory_service=InMemoryMemoryService())
-
-
-async def _turn(runner, user: str, session: str, text: str) -> None:
-    from google.genai import types
-
-    message = types.Content(role="user", parts=[types.Part(text=text)])
-    async for _ in runner.run_async(user_id=user, session_id=session, new_message=message):
-        pass
+from reliability_agent import MARK, _agent, _runner, _text, _turn  # noqa: E402
+from reliability_stall import stall  # noqa: E402
 
 
 # --------------------------------------------------------------------------- users
@@ -287,120 +228,6 @@ def kill(args: argparse.Namespace) -> str:
     ])
 
 
-# --------------------------------------------------------------------------- loop stalls
-async def _stall_run(with_plugin: bool, sessions: int, turns: int, stagger: float = 0.0, think: float = 0.0) -> dict:
-    """Loop lag while `sessions` run: the first invocation of each (the model loading), then `turns`
-    more once the model is ready. Sessions start `stagger` s apart and wait `think` s between
-    invocations (0, 0: all at once, a burst)."""
-    from aether_context import ContextPackPlugin
-
-    agent, _ = _agent()
-    lags: list[tuple[float, float]] = []  # (time, lag seconds)
-    stop = asyncio.Event()
-
-    async def probe() -> None:
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            await asyncio.sleep(0.002)
-            now = time.perf_counter()
-            lags.append((now, now - t0 - 0.002))
-
-    # built at start-up, before serving (the embedding model then loads on its own thread)
-    plugin = ContextPackPlugin(store="memory://reliability-stall", window_tokens=16_000) if with_plugin else None
-    runner = _runner(agent, [plugin] if plugin else [])
-    probing = asyncio.create_task(probe())
-    await asyncio.sleep(0.05)
-    start = time.perf_counter()
-
-    async def session(i: int, phase: int, n: int) -> None:
-        uid, sid = f"user-{i:02d}", f"s-{i:02d}"
-        if phase == 0:
-            await runner.session_service.create_session(app_name="reliability", user_id=uid, session_id=sid)
-        await asyncio.sleep(i * stagger)
-        for t in range(n):
-            if t:
-                await asyncio.sleep(think)
-            await _turn(runner, uid, sid, f"MARK-u{i:02d}-t{phase}{t} " + _text(60, i * 10 + t))
-
-    first_done = None
-
-    async def watch_first() -> None:
-        nonlocal first_done
-        while first_done is None and plugin is not None:
-            if plugin.packer.recent:
-                first_done = time.perf_counter()
-            await asyncio.sleep(0.001)
-
-    watcher = asyncio.create_task(watch_first())
-    await asyncio.gather(*(session(i, 0, 1) for i in range(sessions)))  # first packs: the model is loading
-    warm_end = time.perf_counter()
-    ready_at = None
-    if plugin is not None:
-        await asyncio.to_thread(plugin.packer.retriever.wait_ready, 120)
-        ready_at = time.perf_counter()
-    await asyncio.sleep(0.05)
-    ordinary_start = time.perf_counter()
-    await asyncio.gather(*(session(i, 1, turns) for i in range(sessions)))
-    end = time.perf_counter()
-    stop.set()
-    await probing
-    watcher.cancel()
-
-    def window(a: float, b: float) -> list[float]:
-        return sorted(lag * 1000 for t, lag in lags if a <= t <= b)
-
-    def stats(xs: list[float]) -> dict:
-        if not xs:
-            return {"n": 0}
-        return {"n": len(xs), "p50": round(statistics.median(xs), 1), "p99": round(xs[int(0.99 * (len(xs) - 1))], 1),
-                "max": round(xs[-1], 1)}
-
-    dense_off = 0
-    if plugin is not None:
-        dense_off = sum(any(f.startswith("dense_ranking_off") for f in r.manifest.flags) for r in plugin.packer.recent)
-    return {"plugin": with_plugin, "first_pack": stats(window(start, first_done or warm_end)),
-            "first_phase": stats(window(start, warm_end)), "ordinary": stats(window(ordinary_start, end)),
-            "model_ready_s": round(ready_at - start, 1) if ready_at else None,
-            "ordinary_calls": sessions * turns, "ordinary_s": round(end - ordinary_start, 1),
-            "lexical_packs": dense_off, "packs": len(plugin.packer.recent) if plugin else 0}
-
-
-def stall(args: argparse.Namespace) -> str:
-    rows = {}
-    for mode in ("without", "with"):
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--stall-child", mode, str(args.sessions), str(args.stall_turns),
-               str(args.stall_stagger / 1000), str(args.stall_think / 1000)]
-        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=290,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
-        line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-        if not line:
-            raise RuntimeError(f"stall child {mode} failed: {out.stderr[-2000:]}")
-        rows[mode] = json.loads(line[-1])
-    w, wo = rows["with"], rows["without"]
-
-    def cell(s: dict) -> str:
-        return f"{s.get('p50', '–')} / {s.get('p99', '–')} / {s.get('max', '–')}" if s.get("n") else "–"
-
-    return "\n".join([
-        "## Event-loop stalls",
-        "",
-        f"{args.sessions} concurrent sessions, each a save-notes tool, a 1.5K-token fetch (offloaded) and an answer per "
-        f"invocation, starting {args.stall_stagger} ms apart with {args.stall_think} ms between a session's invocations "
-        f"(0 and 0: a burst); a probe task sleeps 2 ms in a loop and records how late it wakes (ms: p50 / p99 / max). First "
-        f"phase: one invocation per session from a fresh process (the plugin's MiniLM loads on its warm-up thread: "
-        f"ready after {w['model_ready_s']} s; {w['lexical_packs']} of {w['packs']} packs ranked lexically). Ordinary "
-        f"phase: {args.stall_turns} more invocations per session once the model is ready.",
-        "",
-        "| | first pack | first phase (model loading) | ordinary packs | ordinary phase seconds |",
-        "| --- | --- | --- | --- | --- |",
-        f"| without plugin | – | {cell(wo['first_phase'])} | {cell(wo['ordinary'])} | {wo['ordinary_s']} |",
-        f"| with plugin | {cell(w['first_pack'])} | {cell(w['first_phase'])} | {cell(w['ordinary'])} | {w['ordinary_s']} |",
-        "",
-        f"Stall the plugin adds at p99 in ordinary packs: "
-        f"{round(w['ordinary'].get('p99', 0) - wo['ordinary'].get('p99', 0), 1)} ms (target: none above 50 ms).",
-    ])
-
-
 SCENARIOS = {"users": users, "kill": kill, "stall": stall}
 
 
@@ -417,11 +244,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stall-think", type=float, default=200.0, help="ms between a session's invocations (stall)")
 
 
-if __name__ == "__main__":  # child processes of the kill and stall scenarios
+if __name__ == "__main__":  # child processes of the users and kill scenarios
     if sys.argv[1] == "--child":
         asyncio.run(_child_run(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
     elif sys.argv[1] == "--users-child":
         print(json.dumps(_users_child(int(sys.argv[2]), int(sys.argv[3]))))
-    elif sys.argv[1] == "--stall-child":
-        print(json.dumps(asyncio.run(_stall_run(sys.argv[2] == "with", int(sys.argv[3]), int(sys.argv[4]),
-                                                float(sys.argv[5]), float(sys.argv[6])))))

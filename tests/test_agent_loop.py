@@ -211,7 +211,7 @@ def explode(path: str) -> dict:
 
 async def test_tool_exceptions_become_recorded_error_results_when_asked():
     from aether_context import context_pack_callback, load_profile
-    from aether_context.adk.collect import FAILURES_STATE_KEY
+    from aether_context.adk.session_state import FAILURES_STATE_KEY
 
     profile = load_profile("default").override(failures={"errors_as_results": True})
     cb = context_pack_callback(store="memory://agent-loop-cb", window_tokens=32_000, profile=profile)

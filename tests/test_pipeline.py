@@ -796,7 +796,7 @@ def test_stage_timings_are_collected_beside_the_pack_and_never_enter_it(counter)
     plain = build_pack(inputs, DEFAULT, counter=counter, window=4_000)
     assert timed.request.checksum == plain.request.checksum
     assert timed.manifest.model_dump() == plain.manifest.model_dump()
-    assert {"collect", "select", "allocate", "fit", "render", "recite", "record"} <= set(timings.seconds)
+    assert {"collect", "select", "allocate", "fit", "fit_window", "recite", "record"} <= set(timings.seconds)
     assert timed.manifest.compaction is not None and "compact" in timings.seconds  # 120 turns do not fit 4K
     assert all(v >= 0 for v in timings.seconds.values()) and timings.total >= max(timings.seconds.values())
     assert set(timings.to_json()) == set(timings.seconds) | {"total"}
@@ -813,6 +813,22 @@ def test_failures_section_only_when_it_adds_to_what_the_request_shows(counter):
                                                                          window=8_000).request.messages)
     hidden = replace(make_inputs([], "book it"), failures={"records": [record], "current_turn": 3})
     assert "FAILURES SO FAR" in payload_of(build_pack(hidden, DEFAULT, counter=counter, window=8_000))
+
+
+def test_the_failure_log_is_analysed_once_per_call_even_with_a_compaction(counter, monkeypatch):
+    """The FAILURES SO FAR section is decided for the previous zone and again for the zone a compaction
+    leaves; both read one analysis of the log (it was analysed twice per zone)."""
+    from aether_context.loop.failures import FailureLog
+
+    calls = []
+    analyze = FailureLog.analyze
+    monkeypatch.setattr(FailureLog, "analyze", lambda self, turn: calls.append(turn) or analyze(self, turn))
+    record = {"turn": 1, "tool": "book", "args_digest": "x", "category": "logic", "message": "Error: amount mismatch"}
+    inputs = replace(make_inputs(history_turns(120, big=200), "next", task=TASK),
+                     failures={"records": [record], "current_turn": 3})
+    pack = build_pack(inputs, DEFAULT, counter=counter, window=4_000)
+    assert pack.manifest.compaction is not None and "FAILURES SO FAR" in payload_of(pack)
+    assert len(calls) == 1
 
 
 def test_shortened_lines_never_cut_a_uri(counter):

@@ -120,7 +120,7 @@ async def test_ten_turn_session_fits_and_replays(memory_store_url):
         assert replay(record.uri) == sent
 
     # the packer times its own stages beside each record (benchmarks read them; nothing is patched in)
-    pipeline = {"collect", "select", "allocate", "fit", "render", "recite", "record"}
+    pipeline = {"collect", "select", "allocate", "fit", "fit_window", "recite", "record"}
     assert all({"inputs", "apply", "total"} | pipeline <= set(r.timings) for r in records)
     assert all(r.timings["total"] >= r.timings["inputs"] + r.timings["apply"] for r in records)
 

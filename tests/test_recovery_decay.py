@@ -226,3 +226,16 @@ def test_pruning_clears_old_outputs_only_when_it_reclaims_the_minimum():
     # outputs without a saved original are never cleared
     _, cleared3, _ = prune_tool_outputs(turns, protect_tokens=0, minimum_tokens=0, uris={}, already=frozenset(), counter=COUNTER)
     assert not cleared3
+
+
+async def test_the_answer_to_a_recovered_call_shows_the_recovery_pack():
+    """The response event of the retried request carries the metadata of the pack that was sent
+    (the repack), not of the pack the model rejected."""
+    turns = [call("read_chunk", n=i) for i in range(6)] + ["done reading"]
+    llm = ScriptedLlm(turns=turns, max_input_tokens=3000, prompt_token_counter=count_request)
+    plugin, runner, session, events = await _run(llm, window=32_000, profile=_no_offload())
+    recovered = [r.manifest.pack_id for r in plugin.packer.recent if any(f.startswith("recovery_after")
+                                                                          for f in r.manifest.flags)]
+    shown = [ev.custom_metadata["aether_context"]["pack_id"] for ev in events
+             if ev.custom_metadata and "aether_context" in ev.custom_metadata]
+    assert recovered and set(recovered) <= set(shown)

@@ -91,3 +91,30 @@ async def test_streaming_records_usage_once_per_response():
     assert len(llm.requests) == 3
     assert len(plugin.packer.usage) == 3
     assert [u["pack_id"] for u in plugin.packer.usage] == [r.manifest.pack_id for r in plugin.packer.recent]
+
+
+async def test_a_recovery_after_a_failed_pack_assembles_its_inputs_as_a_pack_does(memory_store_url):
+    """Packing the oversized message fails open; the recovery repack reads this call's inputs the way a
+    pack does, so its manifest carries the edge's flags (here the guessed Ollama window) and its
+    response shows the repack."""
+    from aether_context.windows import window_flag
+
+    llm = ScriptedLlm(model="ollama/scripted", turns=[answer_for_latest_question], max_input_tokens=3_000,
+                      prompt_token_counter=count_request)
+    agent = LlmAgent(name="agent", model=llm, instruction="Answer.", tools=[lookup])
+    plugin = ContextPackPlugin(store=memory_store_url, profile=load_profile("default").override(offload={"enabled": False}))
+    runner = make_runner(agent, plugins=[plugin])
+    sid = await new_session(runner)
+    await run_turn(runner, sid, "QUESTION-ONE: hello?")
+    events = await run_turn(runner, sid, "QUESTION-TWO: please read all of this. " + filler(12_000, seed=3))
+    assert events[-1].content.parts[0].text == "answer to QUESTION-TWO"
+    flag = window_flag("ollama/scripted")
+    records = list(plugin.packer.recent)
+    assert flag and flag in records[0].manifest.flags  # a normal pack of this model is flagged
+    failed = [r.manifest for r in records if r.manifest.error]
+    recovered = [r.manifest for r in records if any(f.startswith("recovery_after") for f in r.manifest.flags)]
+    assert failed and recovered, [r.manifest.flags for r in records]
+    assert flag in recovered[-1].flags
+    shown = [ev.custom_metadata["aether_context"]["pack_id"] for ev in events
+             if ev.custom_metadata and "aether_context" in ev.custom_metadata]
+    assert shown[-1] == recovered[-1].pack_id

@@ -24,7 +24,7 @@ from aether_context.pipeline.build import request_tokens
 from aether_context.testing import ScriptedLlm, call
 from aether_context.tokens import TokenCounter
 
-from conftest import fetch_page, grep_logs, lookup, run_turn
+from conftest import fetch_page, grep_logs, lookup, make_runner, new_session, run_turn
 
 COUNTER = TokenCounter()
 USER_TURNS = ["Audit the billing service pages and logs.", "Check the config key for retries.",
@@ -155,3 +155,35 @@ def test_a_written_pack_reads_back_as_the_state_the_next_call_sees():
 def test_originals_choice_reaches_the_gateway(tmp_path):
     plugin = ContextPackPlugin(store=str(tmp_path / "p"), originals="adk")
     assert plugin.packer.gateway.originals == "adk"
+
+
+async def test_a_note_left_before_the_first_pack_reaches_the_first_manifest(memory_store_url):
+    """A note written while the agent has no pack record yet (before its first pack, or after packing
+    failed open) is kept, reported by the next manifest once, then consumed."""
+    from aether_context.adk.session_state import add_note
+
+    def note_before_packing(callback_context):
+        if read_pack(callback_context.state, "noter").state is None:
+            add_note(callback_context.state, "noter", "summary_failed: before any pack")
+
+    agent = LlmAgent(name="noter", model=ScriptedLlm(turns=["first", "second"]), instruction="Answer.",
+                     before_agent_callback=note_before_packing)
+    plugin = ContextPackPlugin(store=memory_store_url)
+    runner = make_runner(agent, plugins=[plugin])
+    sid = await new_session(runner)
+    await run_turn(runner, sid, "hello")
+    await run_turn(runner, sid, "again")
+    first, second = [r.manifest for r in plugin.packer.recent]
+    assert "summary_failed: before any pack" in first.flags
+    assert "summary_failed: before any pack" not in second.flags
+    assert not any(f.startswith("pack_state_ignored") for f in first.flags + second.flags)
+
+
+def test_add_note_without_a_pack_record_keeps_the_note():
+    from aether_context.adk.session_state import add_note
+
+    state: dict = {}
+    add_note(state, "a", "one")
+    add_note(state, "a", "two")
+    stored = read_pack(state, "a")
+    assert stored.notes == ("one", "two") and stored.state is None and not stored.flags

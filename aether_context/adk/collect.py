@@ -21,7 +21,7 @@ from ..content import ModelRequest, ToolSpec, sha256_hex
 from ..pipeline.collect import EvidenceItem, MemoryItem, PackInputs, PackState
 from ..providers import EvidenceProvider, EvidenceRequest
 from .convert import request_from_llm
-from .session_state import FAILURES_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY  # noqa: F401 (imported from here too)
+from .session_state import FAILURES_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY
 from .task import StateKeys, evidence_from_state, notes_from_state, task_from_state
 
 logger = logging.getLogger(__name__)

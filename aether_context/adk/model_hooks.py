@@ -15,18 +15,17 @@ from google.adk.models.llm_response import LlmResponse
 from ..compress import validate_summary
 from ..pipeline.build import ContextPack
 from ..pipeline.record import CallRecord
-from ..pipeline.collect import PackInputs
 from ..pipeline.decay import RunningSummary
 from ..windows import context_window
-from .collect import collect_inputs
-from .event_times import session_now
 from .fail_open import fails_open
 from .convert import apply_request
 from .offload import RECALL_TOOL_NAME
 from .recovery import is_token_limit_error, recovery_pack
-from .session_state import CALIBRATION_STATE_KEY, add_note, read_calibration, write_calibration, write_summary
+from .session_state import (CALIBRATION_STATE_KEY, add_note, read_calibration, read_pack, write_calibration,
+                            write_summary)
 from .slots import SessionSlot
 from .summarizer import LlmSummarizer
+from .telemetry import pack_metadata
 from .worker import summarize
 
 
@@ -98,8 +97,9 @@ class ModelHooks:
         """Retry a request the model rejected as too long, once, after an aggressive repack.
 
         Only the current call is rebuilt: from its own pack's inputs when it was packed, else (packing
-        failed open, so `llm_request` is ADK's own) from inputs read from the request now. The repack
-        becomes the call's pack, so the model's answer calibrates against what was really sent.
+        failed open, so `llm_request` is ADK's own) from this call's inputs assembled as a pack assembles
+        them (`_inputs`: the cache, the edge's flags, event times, calibration). The repack becomes the
+        call's pack: the model's answer calibrates against what was really sent and shows its metadata.
         Returns the model's response, or None to let the original error surface.
         """
         slot = self.slot(callback_context)
@@ -109,13 +109,15 @@ class ModelHooks:
         try:
             if last is not None and last.inputs.invocation_id == callback_context.invocation_id:
                 inputs, window = last.inputs, last.manifest.window
-            else:
-                inputs = await self._current_inputs(callback_context, llm_request)
-                window = context_window(inputs.request.model, self.window_tokens if self.window_tokens is not None
-                                        else self.profile.window_tokens)
+                recall = self._recall_now(callback_context, llm_request)
+            else:  # packing failed open: this call's inputs, assembled as a normal pack assembles them
+                stored = read_pack(callback_context.state, callback_context.agent_name)
+                recall = self._offers_recall(callback_context, llm_request, stored.state)
+                inputs = await self._inputs(callback_context, llm_request, slot, stored, recall)
+                window = context_window(inputs.request.model, self.requested_window)
             pack = await self._off_loop(recovery_pack, inputs, self.profile, window, error, counter=self.counter)
             apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
-                          added={RECALL_TOOL_NAME: self.recall_tool} if self._recall_now(callback_context, llm_request) else {})
+                          added={RECALL_TOOL_NAME: self.recall_tool} if recall else {})
         except Exception:
             logger.error("aether-context: recovery repack failed; the model's error stands", exc_info=True)
             return None
@@ -123,6 +125,7 @@ class ModelHooks:
         pack = replace(pack, manifest=manifest)
         uri = self.store.save(pack)
         self.recent.append(CallRecord(manifest, uri))
+        slot.shown = pack_metadata(manifest, uri)  # the retried request's pack is what its response shows
         logger.warning("aether-context: model rejected the request as too long (%s); retrying once with %d tokens (%s)",
                        str(error)[:200], manifest.tokens_after, uri)
         model = callback_context.get_invocation_context().agent.canonical_model
@@ -136,13 +139,3 @@ class ModelHooks:
         if final is not None:
             slot.last = pack  # what the model answered: after_model calibrates against it
         return final
-
-    async def _current_inputs(self, callback_context: CallbackContext, llm_request: LlmRequest) -> PackInputs:
-        """This call's inputs read from ADK's own request (when packing failed open and left it as is)."""
-        inputs = await collect_inputs(
-            callback_context, llm_request, keys=self.keys, previous=None, memory_limit=self.memory_pool,
-            artifact_cache=self.slot(callback_context).artifacts, now=session_now(callback_context.session.events),
-            use_memory=self.use_memory, use_artifacts=self.use_artifacts, providers=self.evidence_providers,
-            extra_tools=(self.recall_tool,) if self._recall_now(callback_context, llm_request) else ())
-        return replace(inputs, calibration=read_calibration(callback_context.state, inputs.request.model))
-

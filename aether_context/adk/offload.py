@@ -42,12 +42,13 @@ from ..profile import OffloadSettings
 from ..redact import RedactionSettings, redact
 from ..store import PackStore
 from ..tokens import TokenCounting
-from .collect import OFFLOAD_PREFIX, URIS_STATE_KEY, artifact_uri
+from .collect import OFFLOAD_PREFIX, artifact_uri
+from .session_state import URIS_STATE_KEY
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ArtifactGateway", "ParsedUri", "parse_artifact_uri", "offload_tool_result", "make_recall_tool",
-           "RECALL_TOOL_NAME", "URIS_STATE_KEY", "effective_threshold"]
+           "RECALL_TOOL_NAME", "effective_threshold"]
 
 RECALL_TOOL_NAME = "read_artifact"
 MAX_URI_CHARS = 2048  # a longer uri argument is refused (error results stay small)

@@ -97,6 +97,11 @@ class ContextPacker(ModelHooks, ToolHooks):
         self.gateway = ArtifactGateway(self.store, originals=originals)
         self.recall_tool = make_recall_tool(self.gateway)
 
+    @property
+    def requested_window(self) -> int | None:
+        """The window asked for: the packer's `window_tokens`, else the profile's (None: the model's own)."""
+        return self.window_tokens if self.window_tokens is not None else self.profile.window_tokens
+
     async def _off_loop(self, fn, /, *args, **kwargs):
         """`fn(*args, **kwargs)` on the pack thread: CPU work never stalls the event loop."""
         return await off_loop(fn, *args, **kwargs)
@@ -185,7 +190,7 @@ class ContextPacker(ModelHooks, ToolHooks):
 
     def _window_flags(self, llm_request: LlmRequest) -> tuple[str, ...]:
         """A guessed window (unknown model, Ollama route) is flagged in every manifest it shapes."""
-        flag = window_flag(llm_request.model, self.window_tokens if self.window_tokens is not None else self.profile.window_tokens)
+        flag = window_flag(llm_request.model, self.requested_window)
         return (flag,) if flag else ()
 
     def _recall_now(self, ctx: CallbackContext, llm_request: LlmRequest) -> bool:

@@ -86,13 +86,15 @@ def read_pack(state: MutableMapping[str, Any] | Any, agent: str) -> StoredPack:
         if not isinstance(record, dict) or record.get("v") != PACK_STATE_SCHEMA:
             version = record.get("v") if isinstance(record, dict) else type(record).__name__
             return StoredPack(flags=(f"pack_state_ignored: schema {version!r}, expected {PACK_STATE_SCHEMA}",))
+        notes = tuple(str(n) for n in record.get("notes", ()))[:MAX_NOTES]
+        if "state" not in record:  # notes left before any pack (`add_note`): this call reports them
+            return StoredPack(notes=notes)
         texts = texts if isinstance(texts, dict) and texts.get("v") == PACK_STATE_SCHEMA else {}
         payload_text, block_text = str(texts.get("payload_text", "")), str(texts.get("block_text", ""))
         if record.get("texts") != _texts_digest(payload_text, block_text):
             return StoredPack(flags=("pack_state_ignored: its payload and block texts are missing or changed",))
         pack = PackState.from_json({**record["state"], "payload_text": payload_text, "block_text": block_text})
         free = record.get("free_conversation")
-        notes = tuple(str(n) for n in record.get("notes", ()))[:MAX_NOTES]
         return StoredPack(pack, int(free) if free is not None else None, notes)
     except Exception as e:  # a corrupt record: pack as a first call would, and say so
         logger.warning("aether-context: ignoring the stored pack state of agent %s (%s)", agent, e, exc_info=True)
@@ -115,8 +117,11 @@ def write_pack(state: MutableMapping[str, Any] | Any, agent: str, pack: PackStat
 
 
 def add_note(state: MutableMapping[str, Any] | Any, agent: str, note: str) -> None:
-    """A flag for the agent's next manifest (kept in its pack record, so any replica reports it)."""
+    """A flag for the agent's next manifest (kept in its pack record, so any replica reports it).
+    Before the agent's first pack (or after packing failed open) the record holds the notes alone."""
     record = state.get(pack_state_key(agent))
+    if record is None:
+        record = {"v": PACK_STATE_SCHEMA}
     if isinstance(record, dict) and record.get("v") == PACK_STATE_SCHEMA:
         notes = [*record.get("notes", ()), note[:300]][-MAX_NOTES:]
         state[pack_state_key(agent)] = {**record, "notes": notes}

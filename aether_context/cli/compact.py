@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ..adk.packer import COMPACT_STATE_KEY
+from ..adk.session_state import COMPACT_STATE_KEY
 from ..errors import StoreError
 
 __all__ = ["COMPACT_STATE_KEY", "request_compaction", "session_service"]

@@ -1,8 +1,10 @@
-"""The whole pipeline for one model call, read top to bottom:
+"""The whole pipeline for one model call, read top to bottom, each step timed under its name:
 
-collect (the ADK edge gives `PackInputs`; `prepare` turns its messages into turns) → select →
-allocate (the conversation policy compacts first when the kept turns exceed their room) → fit →
-render → recite → record.
+collect (the ADK edge gives `PackInputs`; `prepare` turns its messages into turns) → select (the
+conversation policy compacts within it, timed as the `compact` sub-stage, when the kept turns exceed
+their room, then selects again) → allocate → fit (the layers into their budgets; the layout is
+rendered once) → fit_window (the exact count: drop or cut until the rendered request fits the
+window, rendering each new layout once) → recite → record.
 
 `build_pack` is pure: the same `PackInputs` and profile give the same request, byte for byte.
 When the request fits and the pack has nothing to add, it is ADK's request unchanged.
@@ -30,6 +32,7 @@ from .record import Decisions, Manifest, record
 from .render import masking, request_tokens
 from .retrieve import Retriever, default_retriever
 from .select import Candidates, select
+from .status import FailureView, failure_view
 from .timing import StageTimes
 
 __all__ = ["ContextPack", "build_pack", "request_tokens", "StageTimes"]
@@ -56,6 +59,7 @@ class Call:
     retriever: Retriever
     cache: PackCache  # what was computed from unchanged history, keyed by content
     failures: str  # FAILURES SO FAR for the previous call's verbatim zone ("" when it would add nothing)
+    failure_log: FailureView  # the failure log analysed once: a compaction shows it for its new zone
 
 
 @dataclass(frozen=True)
@@ -97,9 +101,10 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
     with stage("collect"):
         prepared = prepare(inputs, profile, counter, cache)
         zone = verbatim_zone(inputs.previous, tuple(m.digest for m in inputs.request.messages))
-        failures = failures_to_show(inputs, profile, tuple(t for t in prepared.turns if zone.keeps(t)), counter)
+        failure_log = failure_view(inputs, profile, counter)  # analysed once, shown per zone
+        failures = failures_to_show(failure_log, tuple(t for t in prepared.turns if zone.keeps(t)))
     call = Call(inputs, profile, int(model_window / max(0.5, inputs.calibration)), counter,
-                retriever or default_retriever(profile), cache, failures)
+                retriever or default_retriever(profile), cache, failures, failure_log)
     with stage("select"):
         plan = _plan(call, prepared, zone, stage)
     with stage("allocate"):
@@ -107,7 +112,7 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
                               conversation_tokens(prepared, plan.zone, counter))
     with stage("fit"):
         fitted = fit_layers(inputs, profile, plan.cands, prepared, plan.zone, plan.frozen, plan.failures, alloc, counter)
-    with stage("render"):
+    with stage("fit_window"):
         limit = alloc.pack_limit - plan.space.reserve
         fitted = fit_to_window(inputs, plan.cands, fitted, plan.failures, limit, counter)
     # the previous payload counts as kept only if the final fit did not have to drop lines from it
@@ -156,7 +161,7 @@ def _plan(call: Call, prepared: Prepared, zone: Verbatim, stage) -> Plan:
         # nothing could leave the verbatim zone: the final fit cuts the largest turn instead
         return Plan(zone, frozen, cands, space, None, call.failures, changed)
     zone = compaction.zone
-    failures = failures_to_show(inputs, profile, tuple(t for t in prepared.turns if zone.keeps(t)), counter)
+    failures = failures_to_show(call.failure_log, tuple(t for t in prepared.turns if zone.keeps(t)))
     cands = _select(call, prepared, zone)
     space = room(inputs, profile, call.window, cands, zone, None, failures, counter)
     return Plan(zone, None, cands, space, compaction, failures)

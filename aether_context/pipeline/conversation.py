@@ -28,7 +28,7 @@ from .prepare import Prepared
 from .render import quote as _quote, turn_masker
 from .select import query_text
 
-__all__ = ["Compaction", "Verbatim", "verbatim_zone", "plan_compaction", "compaction_block", "known_values",
+__all__ = ["Compaction", "CompactionBlock", "Verbatim", "verbatim_zone", "plan_compaction", "compaction_block", "known_values",
            "BLOCK_HEADER", "compact", "compaction_events"]
 
 BLOCK_HEADER = "CONVERSATION SO FAR"
@@ -47,6 +47,15 @@ class Verbatim:
 
     def keeps(self, turn: Turn) -> bool:
         return turn.start >= self.through or turn.start in self.pinned
+
+
+@dataclass(frozen=True)
+class CompactionBlock:
+    """The CONVERSATION SO FAR text, the running summary it shows, and the fold lines newly merged into it."""
+
+    text: str
+    summary: RunningSummary
+    merged_lines: tuple[str, ...]  # what an LLM summarizer is given to refine the summary
 
 
 @dataclass(frozen=True)
@@ -107,8 +116,7 @@ def plan_compaction(turns: "tuple[Turn, ...]", *, target: int, min_tail: int, co
 
 def compaction_block(compacted: "tuple[Turn, ...]", summary: RunningSummary, *, opening: str, goal: str,
                      fold_max_tokens: int, summary_max_tokens: int, uris: "dict[str, str]", values: str,
-                     counter: TokenCounting, cache: PackCache | None = None
-                     ) -> tuple[str, RunningSummary, tuple[int, ...], tuple[str, ...]]:
+                     counter: TokenCounting, cache: PackCache | None = None) -> CompactionBlock:
     """The block text for every compacted turn, with the advanced summary and what was merged into it."""
     zones = decay_zones(compacted, summary, goal=goal, fold_max_tokens=fold_max_tokens,
                         summary_max_tokens=summary_max_tokens, uris=uris, counter=counter, cache=cache)
@@ -122,7 +130,7 @@ def compaction_block(compacted: "tuple[Turn, ...]", summary: RunningSummary, *, 
         parts.append("TURNS:\n" + "\n".join(_quote(f"- {line}") for line in zones.fold_lines))
     if values:
         parts.append(values.split("\n", 1)[0] + "\n" + _quote(values.split("\n", 1)[1]) if "\n" in values else values)
-    return "\n".join(parts), zones.summary, zones.merged_turns, zones.merged_lines
+    return CompactionBlock("\n".join(parts), zones.summary, zones.merged_lines)
 
 
 def known_values(newest_first: "Iterable[Turn]", max_tokens: int, counter: TokenCounting,
@@ -178,14 +186,14 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     left = max(0, caps["values"] - (counter.count_text(values) if values else 0))
     fold_cap = min(profile.decay.fold_max_tokens, caps["fold"] + left)
     summary_cap = min(profile.decay.summary_max_tokens, caps["summary"])
-    block, summary, merged, merged_lines = compaction_block(
+    block = compaction_block(
         tuple(mask(t) for t in compacted if t.start > summary.covered_until), summary, opening=opening,
         goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=fold_cap, summary_max_tokens=summary_cap,
         uris=uris, values=values, counter=counter, cache=cache)
-    new = replace(new, block=block, pins_opening=bool(opening))
+    new = replace(new, block=block.text, pins_opening=bool(opening))
     folded = tuple(t.start for t in turns if zone.keeps(t) and not new.keeps(t))
-    return Compaction(new, reason, folded, tokens_before, conversation_tokens(prepared, new, counter), summary,
-                      merged_lines)
+    return Compaction(new, reason, folded, tokens_before, conversation_tokens(prepared, new, counter), block.summary,
+                      block.merged_lines)
 
 
 def _block_caps(profile: BudgetProfile, room: int, opening: int) -> dict[str, int]:

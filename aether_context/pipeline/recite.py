@@ -11,32 +11,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..content import Message, ModelRequest, canonical_json
-from ..loop.failures import FailureLog, FailureRecord
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .collect import PackInputs, Turn
 from .fit import Fit
 from .render import request_tokens
-from .status import Rider, failure_count, failures_section, place_status, recitation_message
+from .status import FailureView, Rider, failure_count, place_status, recitation_message
 
 __all__ = ["Recital", "recite", "failures_to_show"]
 
 
-def failures_to_show(inputs: PackInputs, profile: BudgetProfile, verbatim: "tuple[Turn, ...]",
-                     counter: TokenCounting) -> str:
+def failures_to_show(view: FailureView, verbatim: "tuple[Turn, ...]") -> str:
     """FAILURES SO FAR, unless it would only repeat what the request already shows: every logged
     failure's message and causes are in a turn sent verbatim and the log has no warning (repeat, cluster,
-    cascade) to add. Then the pack has nothing to say about failures and costs nothing for them."""
-    section = failures_section(inputs, profile, int(inputs.failures.get("current_turn", 0)), counter)
-    if not section or int(inputs.failures.get("evicted", 0)):
-        return section
-    records = [FailureRecord.from_json(r) for r in inputs.failures.get("records", ())]
-    log = FailureLog(profile.failures.log, records, 0)
-    if log.analyze(int(inputs.failures.get("current_turn", 0))).warnings:
-        return section
+    cascade) to add. Then the pack has nothing to say about failures and costs nothing for them.
+    `view` is the call's one analysis of the log (`status.failure_view`), read here for each zone."""
+    if not view.section or not view.quiet:
+        return view.section
     shown = [m.text + "".join(canonical_json(r.response) for r in m.responses) for t in verbatim for m in t.messages]
-    visible = all(line and any(line in text for text in shown) for r in records for line in (r.message, *r.causes))
-    return "" if visible else section
+    visible = all(line and any(line in text for text in shown) for line in view.lines)
+    return "" if visible else view.section
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from ..tokens import MESSAGE_OVERHEAD, TokenCounting
 from ..loop.variation import StructuralVariation
 from .collect import PackInputs, Turn
 
-__all__ = ["failure_count", "failures_section", "recitation_reserve", "recitation_message", "PlacedStatus",
+__all__ = ["failure_count", "FailureView", "failure_view", "recitation_reserve", "recitation_message", "PlacedStatus",
            "place_status"]
 
 RECITED_ERRORS = 3  # latest distinct error messages in the status block
@@ -40,12 +40,26 @@ def failure_count(inputs: PackInputs) -> int:
     return len(inputs.failures.get("records", ())) + int(inputs.failures.get("evicted", 0))
 
 
-def failures_section(inputs: PackInputs, profile: BudgetProfile, current_turn: int, counter: TokenCounting) -> str:
-    """FAILURES SO FAR: warnings (repeats, clusters, cascades) then the latest distinct failures."""
+@dataclass(frozen=True)
+class FailureView:
+    """The session's failure log, analysed once per call (a call may need it for two verbatim zones)."""
+
+    section: str = ""  # FAILURES SO FAR ("" without failures)
+    quiet: bool = True  # the log says nothing beyond its failures: no warning, no record evicted
+    lines: tuple[str, ...] = ()  # every logged failure's message and causes
+
+
+def failure_view(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting) -> FailureView:
+    """FAILURES SO FAR (warnings: repeats, clusters, cascades; then the latest distinct failures), from
+    one analysis of the log, with what a verbatim turn must show for the section to add nothing."""
     log = _log(inputs, profile)
     if log is None or not len(log):
-        return ""
-    return render_failures(log.analyze(current_turn), log.records, max_tokens=profile.failures.max_tokens, counter=counter)
+        return FailureView()
+    analysis = log.analyze(int(inputs.failures.get("current_turn", 0)))
+    section = render_failures(analysis, log.records, max_tokens=profile.failures.max_tokens, counter=counter)
+    records = [FailureRecord.from_json(r) for r in inputs.failures.get("records", ())]
+    return FailureView(section, not analysis.warnings and not int(inputs.failures.get("evicted", 0)),
+                       tuple(line for r in records for line in (r.message, *r.causes)))
 
 
 def _first_line(text: str) -> str:

@@ -1,0 +1,108 @@
+"""What the pack store's files hold: a sealed manifest and a blob, each to bytes and back.
+
+Why a module of its own: `store.py` decides where records go and what they reference; the
+bytes of one file (a manifest's integrity hash and optional HMAC signature, a blob compressed
+when that is smaller) are a format of their own, read by `read_manifest` and `get_blob` and
+written once per call.
+
+- A manifest file is its JSON (keys sorted) with `storage` (the store's notes on the write),
+  `signature` (`hmac-sha256:`, when a key is set) and `integrity` (`sha256:` of everything else).
+  Reading checks the integrity first, then the signature; either failing is a `ManifestError`.
+- A blob file starting with `PACKED` holds its content zlib-compressed; any other holds it as is.
+  The blob's name is always the digest of its content, checked on every read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import zlib
+from typing import Any
+
+from .content import canonical_json, sha256_hex
+from .errors import ManifestError
+from .pipeline.record import Manifest
+
+__all__ = ["manifest_integrity", "seal_manifest", "open_manifest", "pack_blob", "unpack_blob", "HMAC_ENV", "PACKED"]
+
+HMAC_ENV = "AETHER_CONTEXT_HMAC_KEY"
+PACKED = b"\x00acz1"  # a blob file starting with this holds zlib-compressed content; others hold it as is
+
+
+def manifest_integrity(data: dict[str, Any]) -> str:
+    """sha256 of the manifest JSON without its own `integrity` field."""
+    body = {k: v for k, v in data.items() if k != "integrity"}
+    return "sha256:" + sha256_hex(canonical_json(body))
+
+
+def _signature(key: bytes, data: dict[str, Any]) -> str:
+    body = {k: v for k, v in data.items() if k not in ("integrity", "signature")}
+    return "hmac-sha256:" + hmac.new(key, canonical_json(body).encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def seal_manifest(data: dict[str, Any], storage: dict[str, Any], hmac_key: bytes | None) -> bytes:
+    """The manifest file: `data` with the store's notes, signed when a key is set, then its integrity hash."""
+    data = {**data, "storage": storage}
+    if hmac_key:
+        data["signature"] = _signature(hmac_key, data)
+    data["integrity"] = manifest_integrity(data)
+    return json.dumps(data, sort_keys=True, ensure_ascii=False).encode("utf-8")
+
+
+def open_manifest(raw: bytes, uri: str, hmac_key: bytes | None) -> tuple[Manifest, dict[str, Any]]:
+    """A verified manifest from its file, and the store's notes on it; anything else is a `ManifestError`."""
+    try:
+        data = json.loads(raw)
+    except ValueError as e:
+        raise ManifestError(f"{uri} is not valid JSON (truncated or corrupt): {e}") from e
+    if not isinstance(data, dict):
+        raise ManifestError(f"{uri} is not a manifest (a JSON object was expected)")
+    integrity = data.pop("integrity", None)
+    if integrity is None:
+        raise ManifestError(f"{uri} has no integrity field: not written by aether-context, or cut short")
+    if manifest_integrity(data) != integrity:
+        raise ManifestError(f"{uri} was modified after it was written (integrity check failed)")
+    _verify_signature(uri, data, hmac_key)
+    data.pop("signature", None)
+    storage = data.pop("storage", None) or {}
+    try:
+        return Manifest.model_validate(data), storage
+    except Exception as e:
+        raise ManifestError(f"{uri} does not match the manifest schema: {str(e)[:500]}") from e
+
+
+def _verify_signature(uri: str, data: dict[str, Any], hmac_key: bytes | None) -> None:
+    if not hmac_key:
+        return
+    signature = data.get("signature")
+    if not signature:
+        raise ManifestError(f"{uri} is not signed, but {HMAC_ENV} is set: refused (written without the key, "
+                            "or its signature was removed)")
+    if not isinstance(signature, str) or not hmac.compare_digest(signature, _signature(hmac_key, data)):
+        raise ManifestError(f"{uri} has a signature that does not verify: tampered with, or signed with another "
+                            f"key (check {HMAC_ENV})")
+
+
+def pack_blob(data: bytes) -> bytes:
+    """The file content of a blob: compressed when that is smaller (records and chunks of hex
+    references about halve), as is otherwise. The digest is always that of the content."""
+    if len(data) < 128 and not data.startswith(PACKED):
+        return data
+    packed = PACKED + zlib.compress(data, 6)
+    return packed if len(packed) < len(data) or data.startswith(PACKED) else data
+
+
+def unpack_blob(data: bytes, digest: str) -> bytes:
+    """A blob's content from its file, checked against its digest."""
+    if data.startswith(PACKED):
+        unpack = zlib.decompressobj()
+        try:
+            data = unpack.decompress(data[len(PACKED):]) + unpack.flush()
+        except zlib.error as e:
+            raise ManifestError(f"blob {digest} is corrupt: it does not decompress ({e})") from e
+        if unpack.unused_data or not unpack.eof:  # bytes past the stream, or a stream cut short
+            raise ManifestError(f"blob {digest} is corrupt: its compressed stream is damaged")
+    if sha256_hex(data) != digest:
+        raise ManifestError(f"blob {digest} is corrupt: its content no longer matches its hash")
+    return data
