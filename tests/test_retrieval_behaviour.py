@@ -233,3 +233,23 @@ def test_an_index_without_its_model_installed_ranks_lexically():
     index.add(DOCS)
     result = index.search("deploy script", k=2)
     assert result.ids[0] == "m3" and result.signals["dense_off"] == 1.0 and not index.dense_available
+
+
+def test_a_compacted_json_result_shows_its_deep_identifiers_in_memory(counter):
+    """A structured tool result becomes a Memory line of its values, identifiers first: its opening
+    characters (a name, an address) would hide the ids a later call types back, deep in the object."""
+    import json as _json
+
+    from aether_context.content import FunctionCall, FunctionResponse, Message
+    from aether_context.pipeline.collect import Turn
+    from aether_context.pipeline.select import history_documents
+
+    record = {"name": {"first_name": "Omar", "last_name": "Davis"}, "address": {"address1": "281 Spruce Street " * 30},
+              "payment_methods": {"credit_card_2929732": {"source": "credit_card"}},
+              "reservations": ["JG7FMM", "2FBBAH"]}
+    turn = Turn(0, (Message("model", (FunctionCall("get_user_details", {"user_id": "omar_davis_3817"}),)),
+                    Message("user", (FunctionResponse("get_user_details", {"result": _json.dumps(record)}),))))
+    assert len(_json.dumps(record)) > 600  # the ids sit past what a clipped JSON line would show
+    text = history_documents((turn,), (1_700_000_000.0, 1_700_000_000.0), counter.count_text)[0].text
+    assert "credit_card_2929732" in text and "JG7FMM" in text and "2FBBAH" in text
+    assert "get_user_details returned" in text

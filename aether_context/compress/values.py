@@ -89,6 +89,20 @@ def extract_values(*, tool: str | None = None, args: Mapping[str, Any] | None = 
     return ValueSet(f"{role} (turn {turn})", turn, fields) if fields else None
 
 
+def structured_result(result: Any) -> bool:
+    """Whether a tool result is structured data (a JSON object or array, ADK's envelope unwrapped):
+    its values, not its first characters, say what it held."""
+    return isinstance(_parse(result), (Mapping, list))
+
+
+def value_line(tool: str, args: Mapping[str, Any], result: Any, max_tokens: int, counter: TokenCounterLike) -> str:
+    """One call and its result as `tool(args) → field=values …` within `max_tokens`: identifiers
+    first, then the values agents type back (the KNOWN VALUES line of a single call)."""
+    vs = extract_values(tool=tool, args=args, result=result)
+    block = render_values([vs], max_tokens, counter, title="VALUES:") if vs is not None else ""
+    return block.split("\n", 1)[1][2:] if "\n" in block else render_call(tool, args)
+
+
 def argument_order(args: Mapping[str, Any]) -> list[str]:
     """Identifier arguments first (`user_id`, `flight_number`, ...), then the rest, each group sorted by name.
 

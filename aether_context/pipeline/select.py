@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 from datetime import datetime, timezone
 
+from ..compress.values import structured_result, value_line
 from ..content import Message, ToolSpec, canonical_json
 from ..profile import BudgetProfile
 from ..retrieval import Document, RetrievalResult
@@ -111,16 +112,27 @@ def split_conversation(inputs: PackInputs, cache: PackCache | None = None) -> Co
     )
 
 
-def _turn_text(turn: Turn) -> str:
-    """A turn in brief: its text, calls and results (what a reader needs to recognise it)."""
+RESULT_LINE_TOKENS = 150  # a structured result's values line (about the 600 characters a text result keeps)
+
+
+def _turn_text(turn: Turn, count_tokens: Callable[[str], int]) -> str:
+    """A turn in brief: its text, calls and results (what a reader needs to recognise it). A structured
+    (JSON) result shows its values, identifiers first, rather than its opening characters: the ids a
+    later call types back are often deep in it (a reservation's flights, a user's payment methods)."""
     bits = []
+    calls = {c.id or c.name: c for m in turn.messages for c in m.calls}
     for m in turn.messages:
         if m.text:
             bits.append(f"{m.role}: {m.text}")
         for c in m.calls:
             bits.append(f"called {c.name}({_clip(canonical_json(c.args), 200)})")
         for r in m.responses:
-            bits.append(f"{r.name} returned {_clip(canonical_json(r.response), 600)}")
+            call = calls.get(r.id or r.name) or calls.get(r.name)
+            if structured_result(r.response):
+                line = value_line(r.name, call.args if call else {}, r.response, RESULT_LINE_TOKENS, count_tokens)
+                bits.append(f"{r.name} returned {line.split(' → ', 1)[1] if ' → ' in line else 'ok'}")
+            else:
+                bits.append(f"{r.name} returned {_clip(canonical_json(r.response), 600)}")
     return _clip(" | ".join(bits), 1500)
 
 
@@ -170,7 +182,7 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
 
 def _history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None, ...]",
                        count_tokens: Callable[[str], int]) -> list[Document]:
-    texts = [_turn_text(t) for t in compacted]
+    texts = [_turn_text(t, count_tokens) for t in compacted]
     docs = []
     for i, turn in enumerate(compacted):
         ts = _turn_time(turn, times)
