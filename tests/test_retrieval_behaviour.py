@@ -244,7 +244,9 @@ def test_a_compacted_json_result_shows_its_deep_identifiers_in_memory(counter):
     from aether_context.pipeline.collect import Turn
     from aether_context.pipeline.select import history_documents
 
-    record = {"name": {"first_name": "Omar", "last_name": "Davis"}, "address": {"address1": "281 Spruce Street " * 30},
+    record = {"name": {"first_name": "Omar", "last_name": "Davis"}, "address": {"address1": "281 Spruce Street"},
+              "flights": [{"flight_number": f"HAT{n:03d}", "date": f"2024-05-{n % 28 + 1:02d}", "origin": "MCO"}
+                          for n in range(12)],
               "payment_methods": {"credit_card_2929732": {"source": "credit_card"}},
               "reservations": ["JG7FMM", "2FBBAH"]}
     turn = Turn(0, (Message("model", (FunctionCall("get_user_details", {"user_id": "omar_davis_3817"}),)),

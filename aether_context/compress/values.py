@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from ..content import FunctionCall, Message, canonical_json
 from ._fit import ELLIPSIS, TokenCounterLike, as_count, safe_end
@@ -90,9 +90,25 @@ def extract_values(*, tool: str | None = None, args: Mapping[str, Any] | None = 
 
 
 def structured_result(result: Any) -> bool:
-    """Whether a tool result is structured data (a JSON object or array, ADK's envelope unwrapped):
-    its values, not its first characters, say what it held."""
-    return isinstance(_parse(result), (Mapping, list))
+    """Whether a tool result is structured data: a JSON object or array (ADK's envelope unwrapped)
+    made mostly of values, not of prose (a command's `{"returncode": 0, "output": "..."}` is prose).
+    Its values, not its first characters, then say what it held."""
+    parsed = _parse(result)
+    if not isinstance(parsed, (Mapping, list)):
+        return False
+    prose = sum(len(leaf) for leaf in _string_leaves(parsed) if len(leaf) > _MAX_VALUE_CHARS)
+    return prose * 2 < len(canonical_json(parsed))
+
+
+def _string_leaves(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _string_leaves(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _string_leaves(item)
 
 
 def value_line(tool: str, args: Mapping[str, Any], result: Any, max_tokens: int, counter: TokenCounterLike) -> str:
