@@ -88,6 +88,21 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
 5,000), before each change. At first a compaction at 5,000 events took 7.3 s and the calls between compactions
 186 ms p50 (tool loop); the chat paid a full conversion of its history on every call.
 
+0. **The clock left out the build.** Until 2026-11-25 this benchmark read `time.thread_time()` around the awaited
+   `pack`, on the event loop's thread, while `build_pack` runs on the pack thread: the published figures (4.3 ms at
+   1,000 and 23.7 ms at 10,000 events, tool loop) were the loop thread's share only. `PackCpuClock` now adds the
+   pack thread's CPU clock. Profiling with the build inline then showed two causes that dwarfed the rest:
+8. **Compaction at nearly every call** (tool loop: about 0.4 s a call at 1,000 events, 3 s at 10,000): the
+   minimum verbatim tail (`tail_turns`) stayed past the compaction target while it fit 80 % of the room, so a loop
+   of large tool outputs came out of each compaction just under the limit, and the next turn compacted again
+   (folding one turn, breaking the prompt cache each time). The tail now stays past the target only while it leaves
+   room for `GROWTH_TURNS` (3) more turns of its mean size (`conversation.plan_compaction`; test
+   `test_a_tool_loop_with_big_outputs_does_not_compact_at_every_call`, seen failing under the old rule).
+9. **Every compacted turn masked for secrets at every compaction** (`render.masked_turns`, 340 ms of a 400 ms
+   compaction at 1,000 events; 12 regular expressions over every old tool output): a compaction now masks only the
+   turns it reads (the newest, for KNOWN VALUES, and those its summary does not cover yet), each once per content
+   (`render.turn_masker`, in the `PackCache`). A compaction at 10,000 events went from about 3 s to about 40 ms.
+
 1. **Known values re-extracted from every compacted turn at every compaction** (`conversation.known_values`,
    7.2 s of a 5,000-event compaction): each turn's values are now extracted once (the packer's `PackCache`, by the
    turn's content) and only the newest turns that can show within the values cap are read.
