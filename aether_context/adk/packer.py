@@ -38,6 +38,7 @@ from ..pipeline.collect import PackInputs, PackState
 from ..pipeline.decay import blob_key
 from ..pipeline.record import CallRecord, Manifest
 from ..pipeline.retrieve import Retriever, default_retriever
+from ..pipeline.warm import warm_ahead
 from ..retrieval.embeddings import Embedder
 from ..profile import BudgetProfile, load_profile
 from ..providers import EvidenceProvider
@@ -54,7 +55,7 @@ from .model_hooks import ModelHooks
 from .slots import MAX_SESSIONS, SessionSlot, SessionSlots, slot_key
 from .tool_hooks import ToolHooks
 from .task import StateKeys
-from .worker import off_loop
+from .worker import off_loop, start_ahead
 
 logger = logging.getLogger("aether_context")
 
@@ -69,7 +70,7 @@ class ContextPacker(ModelHooks, ToolHooks):
                  state_keys: StateKeys | None = None, use_memory: bool = True, use_artifacts: bool = True,
                  memory_pool: int = 1000, keep_recent: int = 1000, summarizer: "Summarizer | SummarizeFn | None" = None,
                  evidence_providers: "Sequence[EvidenceProvider]" = (), embedder: "Embedder | None" = None,
-                 originals: str = "auto", cache: PackCache | None = None):
+                 originals: str = "auto", cache: PackCache | None = None, work_ahead: bool = True):
         self.profile = load_profile(profile)
         # a store built here masks what the profile says; a given PackStore keeps its own `redaction`
         self.store = store if isinstance(store, PackStore) else PackStore(store or DEFAULT_STORE_URL,
@@ -96,6 +97,9 @@ class ContextPacker(ModelHooks, ToolHooks):
         # Where offloaded originals go: "auto" (as durable as the session), "adk" or "store" (see adk.offload)
         self.gateway = ArtifactGateway(self.store, originals=originals)
         self.recall_tool = make_recall_tool(self.gateway)
+        # After a request goes out, compute what the next compaction reads (masking, values, embeddings
+        # of the verbatim turns) on the work-ahead thread: a compaction then costs lookups, not a burst.
+        self.work_ahead = work_ahead
 
     @property
     def requested_window(self) -> int | None:
@@ -167,6 +171,9 @@ class ContextPacker(ModelHooks, ToolHooks):
         except Exception:
             logger.error("aether-context: recording pack %s failed; the packed request goes out",
                          pack.manifest.pack_id, exc_info=True)
+        if self.work_ahead:  # what the next compaction reads, computed while the model answers
+            start_ahead(warm_ahead, pack.inputs, pack.state, self.profile, counter=self.counter,
+                       retriever=self.retriever, cache=self.cache)
         record = CallRecord(pack.manifest, uri, timings.to_json())
         self.recent.append(record)
         return record

@@ -4,8 +4,10 @@ ADK runs every callback on its event loop. The pure build of a pack, embedding, 
 on tool results run on the process's one pack thread (`off_loop`): packers share retrievers and
 embedding caches (one per retrieval settings), so builds run there one at a time, on a thread that
 lives as long as the process. An LLM summary runs under a timeout (`summarize`), a sync
-summarizer on a thread of its own so the timeout can leave it behind. Invalid Unicode from a tool
-is repaired before anything hashes or stores it (`repair_unicode`).
+summarizer on a thread of its own so the timeout can leave it behind. What the next compaction
+will read is computed ahead, after a request has gone out, on a work-ahead thread of its own
+(`start_ahead`: at most one job at a time, dropped when busy). Invalid Unicode from a tool is
+repaired before anything hashes or stores it (`repair_unicode`).
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ import functools
 import inspect
 import re
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor, TimeoutError
 from typing import Any, Callable, Sequence
 
 from ..compress import SummarizeFn, Summarizer
 
-__all__ = ["off_loop", "pack_worker", "summarize", "repair_unicode"]
+__all__ = ["off_loop", "pack_worker", "start_ahead", "wait_ahead", "summarize", "repair_unicode"]
+
+logger = logging.getLogger("aether_context")
 
 _WORKER: list[ThreadPoolExecutor] = []
 _WORKER_LOCK = threading.Lock()
@@ -38,6 +43,59 @@ def pack_worker() -> ThreadPoolExecutor:
 async def off_loop(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     """`fn(*args, **kwargs)` on the pack thread, awaited from the event loop."""
     return await asyncio.get_running_loop().run_in_executor(pack_worker(), functools.partial(fn, *args, **kwargs))
+
+
+_AHEAD: list[Future] = []  # the work-ahead job in flight, if any
+_AHEAD_LOCK = threading.Lock()
+
+
+def start_ahead(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> bool:
+    """Run `fn` on the process's work-ahead thread, after a request has gone out, unless a job is
+    already running there (then dropped: work ahead only fills caches, a compaction computes what
+    it misses). A failure is logged, never raised. Returns whether the job was started."""
+    with _AHEAD_LOCK:
+        if _AHEAD and not _AHEAD[0].done():
+            return False
+        _AHEAD[:] = [_ahead_executor().submit(_quietly, fn, *args, **kwargs)]
+    return True
+
+
+def wait_ahead(timeout: float | None = None) -> bool:
+    """Wait for the work-ahead job in flight (benchmarks and tests: a model call's latency lets it finish)."""
+    with _AHEAD_LOCK:
+        job = _AHEAD[0] if _AHEAD else None
+    if job is None:
+        return True
+    try:
+        job.result(timeout)
+    except TimeoutError:
+        return False
+    return True
+
+
+def ahead_thread_id() -> int:
+    """The work-ahead thread's id (benchmarks read its CPU clock); starts the thread if needed."""
+    with _AHEAD_LOCK:
+        executor = _ahead_executor()
+    return executor.submit(threading.get_ident).result()
+
+
+def _ahead_executor() -> ThreadPoolExecutor:
+    """The work-ahead thread (call with `_AHEAD_LOCK` held)."""
+    if not _WORKER_AHEAD:
+        _WORKER_AHEAD.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="aether-ahead"))
+    return _WORKER_AHEAD[0]
+
+
+def _quietly(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except Exception:  # an optimisation that failed: the next compaction computes what it needs
+        logger.warning("aether-context: work ahead failed", exc_info=True)
+        return None
+
+
+_WORKER_AHEAD: list[ThreadPoolExecutor] = []
 
 
 async def summarize(summarizer: "Summarizer | SummarizeFn", previous: str | None, items: "Sequence[str]", *,

@@ -29,7 +29,7 @@ from .render import quote as _quote, turn_masker
 from .select import query_text
 
 __all__ = ["Compaction", "CompactionBlock", "Verbatim", "verbatim_zone", "plan_compaction", "compaction_block", "known_values",
-           "BLOCK_HEADER", "compact", "compaction_events"]
+           "BLOCK_HEADER", "compact", "compaction_events", "known_values_of"]
 
 BLOCK_HEADER = "CONVERSATION SO FAR"
 GROWTH_TURNS = 3  # a compaction leaves room for about this many more turns before the next one
@@ -145,12 +145,17 @@ def known_values(newest_first: "Iterable[Turn]", max_tokens: int, counter: Token
         return ""
     sets: list = []
     for turn in newest_first:
-        found = _turn_values(turn) if cache is None else cache.get("turn_values", turn_key(turn), lambda t=turn: _turn_values(t))
+        found = known_values_of(turn, cache)
         sets.extend(vs for vs in found if vs is not None)
         if len(sets) >= max_tokens:
             break
     merged = merge_values(sets)
     return render_values(merged, max_tokens, counter) if merged else ""
+
+
+def known_values_of(turn: Turn, cache: PackCache | None = None) -> tuple:
+    """The value sets one (masked) turn carried, computed once per content with a `cache`."""
+    return _turn_values(turn) if cache is None else cache.get("turn_values", turn_key(turn), lambda: _turn_values(turn))
 
 
 BLOCK_SHARE = 0.6  # of the compaction target: the most the block may take (the verbatim tail keeps the rest)

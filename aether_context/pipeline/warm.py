@@ -1,0 +1,52 @@
+"""Work ahead: what the next compaction will read, computed while the model answers.
+
+A compaction reads the turns it moves out of the verbatim zone: their secrets masked, the values
+they carried (KNOWN VALUES) and, once they are Memory candidates, their retrieval documents'
+embeddings. Done at the compaction, that is a burst (a tool loop's compaction embedded and
+scanned three or four large turns at once, ten times a normal call). Every one of those results
+is kept by content (the `PackCache`, the retriever's embedding cache), so computing them for the
+turns still verbatim, after a call's request has gone out, leaves the compaction only lookups.
+
+`warm_ahead` never changes a pack: it only fills caches whose hits equal their misses.
+"""
+
+from __future__ import annotations
+
+from ..profile import BudgetProfile
+from ..retrieval.turns import TURNS_AFTER, TURNS_BEFORE
+from ..tokens import TokenCounting
+from .cache import PackCache
+from .collect import PackInputs, PackState
+from .conversation import known_values_of, verbatim_zone
+from .prepare import prepare
+from .render import masking, turn_masker
+from .retrieve import Retriever
+from .select import history_documents
+
+__all__ = ["warm_ahead"]
+
+
+def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, counter: TokenCounting,
+               retriever: Retriever, cache: PackCache) -> int:
+    """Mask, extract the values of, and embed the documents of the turns `state` left verbatim (the
+    pack built from `inputs`); returns how many turns were read."""
+    with masking(profile.redaction):
+        prepared = prepare(inputs, profile, counter, cache)
+        zone = verbatim_zone(state, tuple(m.digest for m in inputs.request.messages))
+        kept = tuple(t for t in prepared.turns if zone.keeps(t))
+        if not kept:
+            return 0
+        mask, _ = turn_masker(inputs.uris, cache)
+        for turn in kept:
+            known_values_of(mask(prepared.originals.get(turn.start, turn)), cache)
+    if retriever.ready():
+        # each kept turn's document as a compaction will build it: with the turns after it, and
+        # without them (the newest turn a compaction moves has its neighbours still verbatim)
+        turns, texts = prepared.turns, []
+        first = next(i for i, t in enumerate(turns) if zone.keeps(t))
+        for i in range(first, len(turns)):
+            lo = max(0, i - TURNS_BEFORE)
+            for hi in {min(len(turns), i + 1 + TURNS_AFTER), i + 1}:
+                texts.append(history_documents(turns[lo:hi], inputs.message_times, counter.count_text)[i - lo].search_text)
+        retriever.cache.rows(texts)
+    return len(kept)
