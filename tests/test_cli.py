@@ -80,19 +80,22 @@ def test_replay_json_is_the_exact_request(saved):
     assert request.checksum == pack.manifest.checksum
 
 
-def test_replay_with_profile_shows_the_diff(saved):
+def test_replay_with_profile_shows_the_diff(saved, tmp_path):
     _, pack, uri = saved
-    code, text = run(["replay", uri, "--profile", "coding_agent"])
+    # a profile that packs this history differently: every turn cut to 64 tokens
+    path = tmp_path / "short_turns.yaml"
+    path.write_text("name: short_turns\nconversation: {max_turn_tokens: 64}\n")
+    code, text = run(["replay", uri, "--profile", str(path)])
     assert code == 0
-    assert "profile default -> profile coding_agent" in text and "tokens sent" in text
+    assert "profile default -> profile short_turns" in text and "tokens sent" in text
     # a unified diff of the two requests, line by line (not JSON)
-    assert "--- recorded (default)" in text and "+++ re-packed (coding_agent)" in text and "\n@@ " in text
+    assert "--- recorded (default)" in text and "+++ re-packed (short_turns)" in text and "\n@@ " in text
     assert f"-checksum {pack.request.checksum}" in text
-    code, text = run(["replay", uri, "--profile", "coding_agent", "--json"])
+    code, text = run(["replay", uri, "--profile", str(path), "--json"])
     assert code == 0
     data = json.loads(text)
-    assert data["diff"]["profile"] == ["default", "coding_agent"]
-    assert data["manifest"]["profile"] == "coding_agent"
+    assert data["diff"]["profile"] == ["default", "short_turns"]
+    assert data["manifest"]["profile"] == "short_turns"
     assert ModelRequest.from_json(data["request"]).checksum == data["manifest"]["checksum"]
 
 

@@ -141,3 +141,30 @@ async def test_a_result_whose_compact_form_is_no_smaller_is_sent_as_it_is():
     assert sent[0].response == {"result": record} or sent[0].response == record
     assert [t.name for t in request_from_llm(llm.requests[1]).tools] == ["get_reservation"]
     assert events
+
+
+async def test_the_threshold_tightens_only_once_the_recall_tool_is_declared():
+    """Issue 11: declaring the recall tool changes the tools, so the whole request is re-processed. The
+    first offload must pay for that: under pressure the threshold tightens (down to
+    `min_threshold_tokens`) only once a result over the full threshold declared the tool."""
+    medium = "\n".join(f"row {i}: order=A{i:05d} status=shipped carrier=ups weight={i % 9}kg" for i in range(60))
+
+    def medium_report() -> str:
+        """Return a medium report."""
+        return medium
+
+    turns = [call("medium_report"), call("big_log"), call("medium_report"), "done"]
+    llm = ScriptedLlm(turns=turns)
+    agent = LlmAgent(name="agent", model=llm, instruction="Work.", tools=[medium_report, big_log])
+    plugin = ContextPackPlugin(store="memory://offload-tighten", window_tokens=3_000)
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService(),
+                    artifact_service=InMemoryArtifactService(), memory_service=InMemoryMemoryService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    events = [ev async for ev in runner.run_async(user_id="u", session_id=session.id, new_message=types.Content(
+        role="user", parts=[types.Part(text="check the reports")]))]
+    plugin.packer.store.flush()
+    replies = [r.response for ev in events for r in ev.get_function_responses() if r.name == "medium_report"]
+    tokens = plugin.packer.counter.count_text(medium)
+    assert plugin.packer.profile.offload.min_threshold_tokens < tokens < plugin.packer.profile.offload.threshold_tokens
+    assert "artifact_uri" not in replies[0]  # before the recall tool exists: sent as it is
+    assert "artifact_uri" in replies[1]  # after the big log declared it: the tightened threshold applies

@@ -68,10 +68,15 @@ class ToolHooks:
         offloaded = None
         if self.profile.offload.enabled and not own:
             try:
+                stored = read_pack(tool_context.state, tool_context.agent_name)
+                # The threshold tightens under pressure only once the recall tool is declared: the first
+                # offload declares it, a change of the tools that re-processes the whole request, so only
+                # a result over the full threshold pays for that.
+                declared = stored.state is not None and RECALL_TOOL_NAME in stored.state.tool_names
                 offloaded = await offload_tool_result(
                     tool_name=tool.name, args=tool_args, result=sent, ctx=tool_context,
                     gateway=self.gateway, settings=self.profile.offload, counter=self.counter,
-                    free_conversation_tokens=read_pack(tool_context.state, tool_context.agent_name).free_conversation,
+                    free_conversation_tokens=stored.free_conversation if declared else None,
                     redaction=self.profile.redaction, run=self._off_loop)
                 if offloaded is not None:
                     await self._note_saving(tool_context, sent, offloaded)

@@ -32,7 +32,7 @@ __all__ = ["Compaction", "CompactionBlock", "Verbatim", "verbatim_zone", "plan_c
            "BLOCK_HEADER", "compact", "compaction_events", "known_values_of"]
 
 BLOCK_HEADER = "CONVERSATION SO FAR"
-GROWTH_TURNS = 3  # a compaction leaves room for about this many more turns before the next one
+GROWTH_TURNS = 2  # a compaction leaves room for about this many more turns before the next one
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,8 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     room = int(target * BLOCK_SHARE)  # block and tail come down to the target together: later calls append
     through, pinned = plan_compaction(turns, target=max(0, target - int(target * BLOCK_SHARE)),
                                       min_tail=profile.conversation.tail_turns, counter=counter,
-                                      request_index=inputs.request_index, current=zone, ceiling=ceiling,
+                                      request_index=inputs.request_index, current=zone,
+                                      ceiling=max(0, ceiling - room),  # what the block may take is not the tail's
                                       max_turns=profile.conversation.max_verbatim_turns)
     new = Verbatim(through, pinned, "", zone.compactions + 1)
     # secrets masked before the block derives from them (a value pulled out of its label's context too);
