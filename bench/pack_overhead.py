@@ -64,6 +64,7 @@ from trajectories import (DEFAULT_DATA, GatedPlugin, ModelCall, Trajectory, conc
 
 from aether_context import ContextPacker, ContextPackPlugin, PackStore, TokenCounter  # noqa: E402
 from aether_context.adk import request_from_llm  # noqa: E402
+from aether_context.adk.worker import wait_ahead  # noqa: E402
 
 # --------------------------------------------------------------------------- instrumentation
 class TimedStore(PackStore):
@@ -215,10 +216,11 @@ async def run_config(label: str, trajectories: Sequence[Trajectory], *, window: 
             meter = RequestMeter(meter_counter, want)
 
             def during_model(call: ModelCall, llm_request: Any, meter: RequestMeter = meter) -> None:
-                # A real model call lasts long enough for the store's writer to finish: let it, untimed,
-                # so its work neither overlaps the next timed section nor counts in it.
+                # A real model call lasts long enough for the store's writer and the work ahead to finish:
+                # let them, untimed, so their work neither overlaps the next timed section nor counts in it.
                 if packer is not None:
                     packer.store.flush()
+                    wait_ahead()
                 meter(call, llm_request)
 
             left = None if deadline_s is None else max(1.0, deadline_s - (time.perf_counter() - started))
