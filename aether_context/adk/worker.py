@@ -27,17 +27,22 @@ __all__ = ["off_loop", "pack_worker", "start_ahead", "wait_ahead", "summarize", 
 
 logger = logging.getLogger("aether_context")
 
-_WORKER: list[ThreadPoolExecutor] = []
-_WORKER_LOCK = threading.Lock()
+_THREADS: dict[str, ThreadPoolExecutor] = {}
+_THREADS_LOCK = threading.Lock()
+
+
+def _thread(name: str) -> ThreadPoolExecutor:
+    """The process's one thread named `name` (`aether-<name>`), started on first use, living as long as the process."""
+    with _THREADS_LOCK:
+        if name not in _THREADS:
+            _THREADS[name] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"aether-{name}")
+        return _THREADS[name]
 
 
 def pack_worker() -> ThreadPoolExecutor:
     """The process's one pack thread: packers share retrievers and embedding caches (one per retrieval
-    settings), so all builds run there, one at a time, on a thread that lives as long as the process."""
-    with _WORKER_LOCK:
-        if not _WORKER:
-            _WORKER.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="aether-pack"))
-        return _WORKER[0]
+    settings), so all builds run there, one at a time."""
+    return _thread("pack")
 
 
 async def off_loop(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -56,7 +61,7 @@ def start_ahead(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> bool:
     with _AHEAD_LOCK:
         if _AHEAD and not _AHEAD[0].done():
             return False
-        _AHEAD[:] = [_ahead_executor().submit(_quietly, fn, *args, **kwargs)]
+        _AHEAD[:] = [_thread("ahead").submit(_quietly, fn, *args, **kwargs)]
     return True
 
 
@@ -75,16 +80,7 @@ def wait_ahead(timeout: float | None = None) -> bool:
 
 def ahead_thread_id() -> int:
     """The work-ahead thread's id (benchmarks read its CPU clock); starts the thread if needed."""
-    with _AHEAD_LOCK:
-        executor = _ahead_executor()
-    return executor.submit(threading.get_ident).result()
-
-
-def _ahead_executor() -> ThreadPoolExecutor:
-    """The work-ahead thread (call with `_AHEAD_LOCK` held)."""
-    if not _WORKER_AHEAD:
-        _WORKER_AHEAD.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="aether-ahead"))
-    return _WORKER_AHEAD[0]
+    return _thread("ahead").submit(threading.get_ident).result()
 
 
 def _quietly(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -93,9 +89,6 @@ def _quietly(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     except Exception:  # an optimisation that failed: the next compaction computes what it needs
         logger.warning("aether-context: work ahead failed", exc_info=True)
         return None
-
-
-_WORKER_AHEAD: list[ThreadPoolExecutor] = []
 
 
 async def summarize(summarizer: "Summarizer | SummarizeFn", previous: str | None, items: "Sequence[str]", *,

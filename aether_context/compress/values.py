@@ -111,12 +111,12 @@ def _string_leaves(value: Any) -> Iterator[str]:
             yield from _string_leaves(item)
 
 
-def value_line(tool: str, args: Mapping[str, Any], result: Any, max_tokens: int, counter: TokenCounterLike) -> str:
-    """One call and its result as `tool(args) → field=values …` within `max_tokens`: identifiers
-    first, then the values agents type back (the KNOWN VALUES line of a single call)."""
+def result_values(tool: str, args: Mapping[str, Any], result: Any, max_tokens: int, counter: TokenCounterLike) -> str:
+    """A call's result as `field=values …` within `max_tokens`, identifiers first, then the values agents
+    type back: its KNOWN VALUES line without the call's label ("" when no field fits)."""
     vs = extract_values(tool=tool, args=args, result=result)
-    block = render_values([vs], max_tokens, counter, title="VALUES:") if vs is not None else ""
-    return block.split("\n", 1)[1][2:] if "\n" in block else render_call(tool, args)
+    line = render_values([vs], max_tokens, counter, title="VALUES:").partition("\n")[2] if vs is not None else ""
+    return line.partition(" → ")[2]
 
 
 def argument_order(args: Mapping[str, Any]) -> list[str]:

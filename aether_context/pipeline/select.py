@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 from datetime import datetime, timezone
 
-from ..compress.values import structured_result, value_line
+from ..compress.values import result_values, structured_result
 from ..content import Message, ToolSpec, canonical_json
 from ..profile import BudgetProfile
 from ..retrieval import Document, RetrievalResult
@@ -129,8 +129,8 @@ def _turn_text(turn: Turn, count_tokens: Callable[[str], int]) -> str:
         for r in m.responses:
             call = calls.get(r.id or r.name) or calls.get(r.name)
             if structured_result(r.response):
-                line = value_line(r.name, call.args if call else {}, r.response, RESULT_LINE_TOKENS, count_tokens)
-                bits.append(f"{r.name} returned {line.split(' → ', 1)[1] if ' → ' in line else 'ok'}")
+                values = result_values(r.name, call.args if call else {}, r.response, RESULT_LINE_TOKENS, count_tokens)
+                bits.append(f"{r.name} returned {values or 'ok'}")
             else:
                 bits.append(f"{r.name} returned {_clip(canonical_json(r.response), 600)}")
     return _clip(" | ".join(bits), 1500)
@@ -164,20 +164,23 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
             same += 1
         same = max(0, same - TURNS_AFTER) if same < len(run[0]) or same < len(compacted) else same
     docs = list(run[2][:same]) if run is not None else []
-    keys = {}
-    for i in range(same, len(compacted)):
-        lo, hi = max(0, i - TURNS_BEFORE), min(len(compacted), i + 1 + TURNS_AFTER)
-        for k in range(lo, hi):
-            if k not in keys:
-                keys[k] = turn_key(compacted[k])
-        key = (tuple(keys[k] for k in range(lo, hi)), i - lo, stamps[i], counted_by)
-        doc = cache.lookup("history_document", key)
-        if doc is None:
-            doc = _history_documents(compacted[lo:hi], times, count_tokens)[i - lo]
-            cache.put("history_document", key, doc)
-        docs.append(doc)
+    docs += [history_document(compacted, i, times, count_tokens, cache) for i in range(same, len(compacted))]
     cache.put("history_run", run_key, (compacted, stamps, docs))  # holds the turns: their ids stay theirs
     return docs
+
+
+def history_document(turns: "tuple[Turn, ...]", i: int, times: "tuple[float | None, ...]",
+                     count_tokens: Callable[[str], int], cache: PackCache | None = None, *,
+                     following: bool = True) -> Document:
+    """The Memory document of `turns[i]`, its context read from the turns around it (the one after it
+    only if `following`: the newest turn a compaction moves has its next turn still verbatim). With a
+    `cache`, built once per content of the turns it reads and its time."""
+    lo, hi = max(0, i - TURNS_BEFORE), (min(len(turns), i + 1 + TURNS_AFTER) if following else i + 1)
+    build = lambda: _history_documents(turns[lo:hi], times, count_tokens)[i - lo]  # noqa: E731
+    if cache is None:
+        return build()
+    key = (tuple(turn_key(t) for t in turns[lo:hi]), i - lo, _turn_time(turns[i], times), counter_key(count_tokens))
+    return cache.get("history_document", key, build)
 
 
 def _history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None, ...]",

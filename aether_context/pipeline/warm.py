@@ -13,7 +13,6 @@ turns still verbatim, after a call's request has gone out, leaves the compaction
 from __future__ import annotations
 
 from ..profile import BudgetProfile
-from ..retrieval.turns import TURNS_AFTER, TURNS_BEFORE
 from ..tokens import TokenCounting
 from .cache import PackCache
 from .collect import PackInputs, PackState
@@ -21,7 +20,7 @@ from .conversation import known_values_of, verbatim_zone
 from .prepare import prepare
 from .render import masking, turn_masker
 from .retrieve import Retriever
-from .select import history_documents
+from .select import history_document
 
 __all__ = ["warm_ahead"]
 
@@ -40,13 +39,11 @@ def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, 
         for turn in kept:
             known_values_of(mask(prepared.originals.get(turn.start, turn)), cache)
     if retriever.ready():
-        # each kept turn's document as a compaction will build it: with the turns after it, and
-        # without them (the newest turn a compaction moves has its neighbours still verbatim)
-        turns, texts = prepared.turns, []
+        # each kept turn's document as a compaction will build it (kept in `cache`, where the compaction
+        # looks it up): with the turn after it, and without it (the newest turn a compaction moves)
+        turns = prepared.turns
         first = next(i for i, t in enumerate(turns) if zone.keeps(t))
-        for i in range(first, len(turns)):
-            lo = max(0, i - TURNS_BEFORE)
-            for hi in {min(len(turns), i + 1 + TURNS_AFTER), i + 1}:
-                texts.append(history_documents(turns[lo:hi], inputs.message_times, counter.count_text)[i - lo].search_text)
-        retriever.cache.rows(texts)
+        retriever.cache.rows([history_document(turns, i, inputs.message_times, counter.count_text, cache,
+                                               following=following).search_text
+                              for i in range(first, len(turns)) for following in (True, False)])
     return len(kept)
