@@ -264,3 +264,28 @@ def test_a_pool_that_only_grows_ranks_as_a_fresh_retriever_does():
         fresh = Retriever(embedder=HashingEmbedder()).rank("ns", "memory", "charlie step", pool, k=5,
                                                            count_tokens=counter.count_text, now=None)
         assert [(i.document.id, i.score) for i in got.items] == [(i.document.id, i.score) for i in fresh.items], n
+
+
+def test_sampled_conversion_of_a_grown_history_equals_a_full_conversion():
+    """`grown` (the session's events only grew): samples of the last request's contents stand for
+    all of them; a history that shrank, shifted or changed at a sample is checked content by content."""
+    rng = random.Random(5)
+    for trial in range(30):
+        contents, cache = list(_contents()), PackCache()
+        for step in range(10):
+            got = convert._messages(_adk_copies(contents), cache, grown=True, scope="s")
+            assert got == _fresh(_adk_copies(contents)), (trial, step)
+            action = rng.random()
+            if action < 0.5:  # the session grows
+                contents += [types.Content(role=rng.choice(["user", "model"]), parts=[types.Part(text=f"n {trial}.{step}.{j}")])
+                             for j in range(rng.randint(1, 3))]
+            elif action < 0.6:  # an earlier content rebuilt with equal values (new payload objects)
+                k = rng.randrange(len(contents))
+                contents[k] = types.Content.model_validate(contents[k].model_dump())
+            elif action < 0.75:  # the last content changed (a merged response, another branch's turn)
+                contents[-1] = types.Content(role="user", parts=[types.Part(text=f"changed {trial}.{step}")])
+            elif action < 0.9 and len(contents) > 3:  # a run replaced by one summary (the history shifted)
+                a = rng.randrange(1, len(contents) - 2)
+                contents = contents[:a] + [types.Content(role="model", parts=[types.Part(text=f"sum {step}")])] + contents[a + 2:]
+            else:  # cut from the end
+                contents = contents[: max(1, len(contents) - 3)]

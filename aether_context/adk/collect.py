@@ -216,10 +216,12 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys:
                          memory_limit: int, artifact_cache: dict, now: float, use_memory: bool = True,
                          use_artifacts: bool = True, summary_chars: int = 400,
                          extra_tools: "tuple[BaseTool, ...]" = (), edge_flags: "tuple[str, ...]" = (),
-                         providers: "Sequence[EvidenceProvider]" = (), cache: "PackCache | None" = None) -> PackInputs:
+                         providers: "Sequence[EvidenceProvider]" = (), cache: "PackCache | None" = None,
+                         grown: bool = False, scope: Any = None) -> PackInputs:
     """`extra_tools` (the recall tool) are declared in the pack and kept whatever the step allows;
-    `cache` (the packer's) makes converting the unchanged history nearly free."""
-    request = request_from_llm(llm_request, cache)
+    `cache` (the packer's) makes converting the unchanged history nearly free (`grown`: the session's
+    events only grew since the last call of `scope`, see `convert.request_from_llm`)."""
+    request = request_from_llm(llm_request, cache, grown, scope)
     added = tuple(ToolSpec(t.name, t._get_declaration().model_dump(mode="json", exclude_none=True))
                   for t in extra_tools if t.name not in {s.name for s in request.tools})
     if added:

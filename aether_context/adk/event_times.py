@@ -27,6 +27,17 @@ class EventTimes:
         # gave: a session's events only grow, so a call reads only the events after them.
         self._read: tuple[int, Any, dict[str, float]] | None = None
 
+    def only_grew(self, events: Sequence[Any]) -> bool:
+        """Whether the session's events only grew since the last call read them: the same events, then
+        new ones none of which rewrites the past (a rewind, an EventsCompaction). Reads the new events only."""
+        if self._read is None:
+            return False
+        n, last, _ = self._read
+        if not (0 < n <= len(events) and _event_key(events[n - 1]) == last):
+            return False
+        return not any(e.actions is not None and (e.actions.compaction is not None or e.actions.rewind_before_invocation_id)
+                       for e in events[n:])
+
     def message_times(self, events: Sequence[Any], request: ModelRequest) -> tuple[float | None, ...]:
         by_digest: dict[str, float] = {}
         start = 0

@@ -183,12 +183,14 @@ class ContextPacker(ModelHooks, ToolHooks):
         """This call's `PackInputs`, assembled once: the edge's collection, event times, saved images, calibration."""
         session = callback_context.session
         flags = stored.notes + stored.flags
+        slot.times = slot.times or EventTimes()
+        grown = slot.times.only_grew(session.events)
         inputs = await collect_inputs(
             callback_context, llm_request, keys=self.keys, previous=stored.state,
             memory_limit=self.memory_pool, artifact_cache=slot.artifacts, now=session_now(session.events),
             use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags + self._window_flags(llm_request),
-            providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (), cache=self.cache)
-        slot.times = slot.times or EventTimes()
+            providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (), cache=self.cache,
+            grown=grown, scope=slot_key(session.app_name, session.user_id, session.id, callback_context.agent_name))
         inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
                          compact=bool(callback_context.state.get(COMPACT_STATE_KEY)))
         inputs = await self._save_images(callback_context, inputs)
