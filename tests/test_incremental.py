@@ -289,3 +289,31 @@ def test_sampled_conversion_of_a_grown_history_equals_a_full_conversion():
                 contents = contents[:a] + [types.Content(role="model", parts=[types.Part(text=f"sum {step}")])] + contents[a + 2:]
             else:  # cut from the end
                 contents = contents[: max(1, len(contents) - 3)]
+
+
+def test_a_zone_split_by_bisection_equals_testing_every_turn():
+    from aether_context.pipeline.conversation import Verbatim
+    rng = random.Random(11)
+    for trial in range(200):
+        starts = sorted(rng.sample(range(60), rng.randint(0, 30)))
+        turns = tuple(Turn(s, (_msg("text", s),)) for s in starts)
+        zone = Verbatim(through=rng.randint(0, 62), pinned=tuple(rng.sample(range(62), rng.randint(0, 4))))
+        assert zone.split(turns) == (tuple(t for t in turns if not zone.keeps(t)), tuple(t for t in turns if zone.keeps(t)))
+
+
+def test_mapped_and_running_totals_equal_a_fresh_pass_as_a_sequence_grows_and_changes():
+    from aether_context.pipeline.incremental import mapped, running_totals
+    rng = random.Random(13)
+    cache = PackCache()
+    items = [f"x{i}" for i in range(20)]
+    for step in range(300):
+        seq = tuple(items)
+        assert mapped("len", seq, len, cache) == tuple(len(x) for x in seq)
+        assert running_totals("len", seq, len, cache) == tuple(sum(len(x) for x in seq[:i + 1]) for i in range(len(seq)))
+        action = rng.random()
+        if action < 0.5:
+            items += [f"y{step}" * rng.randint(1, 3) for _ in range(rng.randint(1, 3))]
+        elif action < 0.7 and len(items) > 1:
+            items[rng.randrange(1, len(items))] = f"z{step}"
+        elif len(items) > 2:
+            items = items[: rng.randrange(1, len(items))]

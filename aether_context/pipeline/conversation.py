@@ -11,6 +11,7 @@ Turns that left the verbatim zone stay searchable: they are Memory candidates (s
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, replace
 from typing import Iterable
 
@@ -47,6 +48,26 @@ class Verbatim:
 
     def keeps(self, turn: Turn) -> bool:
         return turn.start >= self.through or turn.start in self.pinned
+
+    def split(self, turns: "tuple[Turn, ...]") -> "tuple[tuple[Turn, ...], tuple[Turn, ...]]":
+        """(compacted, kept) of `turns` in order of start (as `prepare` gives them), found by
+        bisection: a call then costs the pinned requests, not a test of every turn."""
+        k = bisect_left(turns, self.through, key=_start)
+        at = [i for p, i in ((p, bisect_left(turns, p, 0, k, key=_start)) for p in sorted(set(self.pinned)))
+              if i < k and turns[i].start == p]
+        compacted: tuple[Turn, ...] = ()
+        lo = 0
+        for i in at:
+            compacted += turns[lo:i]
+            lo = i + 1
+        return compacted + turns[lo:k], tuple(turns[i] for i in at) + turns[k:]
+
+    def kept(self, turns: "tuple[Turn, ...]") -> "tuple[Turn, ...]":
+        return self.split(turns)[1]
+
+
+def _start(turn: Turn) -> int:
+    return turn.start
 
 
 @dataclass(frozen=True)

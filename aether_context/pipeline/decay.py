@@ -16,7 +16,7 @@ from ..content import Blob, FunctionCall, FunctionResponse, Message, TextPart, s
 from ..tokens import TokenCounting
 from .cache import PackCache, counter_key
 from .collect import Turn
-from .incremental import turn_key
+from .incremental import mapped, turn_key
 
 __all__ = ["RunningSummary", "fold_turn", "decay_zones", "Zones", "decay_images", "blob_key", "prune_tool_outputs"]
 
@@ -106,13 +106,19 @@ def decay_zones(folded: Sequence[Turn], previous: RunningSummary, *, goal: str, 
     return Zones(summary, tuple(lines[cut:]), tuple(t.start for t in uncovered[:cut]), tuple(lines[:cut]))
 
 
-def decay_images(turns: Sequence[Turn], keep_turns: int, uris: "dict[str, str]") -> tuple[tuple[Turn, ...], tuple[str, ...]]:
-    """Inline images older than `keep_turns` turns become a one-line description with their URI."""
+def decay_images(turns: Sequence[Turn], keep_turns: int, uris: "dict[str, str]",
+                 cache: "PackCache | None" = None) -> tuple[tuple[Turn, ...], tuple[str, ...]]:
+    """Inline images older than `keep_turns` turns become a one-line description with their URI.
+    Which turns carry an image is carried from the last call for its unchanged turns (`cache`)."""
+    turns = tuple(turns)
+    with_images = mapped("has_images", turns, _has_images, cache)
+    if not any(with_images):
+        return turns, ()
     out: list[Turn] = []
     changed: list[str] = []
     last = len(turns) - keep_turns
     for i, t in enumerate(turns):
-        if i >= last or not any(m.blobs for m in t.messages):
+        if i >= last or not with_images[i]:
             out.append(t)
             continue
         msgs = []
@@ -130,6 +136,10 @@ def decay_images(turns: Sequence[Turn], keep_turns: int, uris: "dict[str, str]")
             msgs.append(Message(m.role, tuple(parts)))
         out.append(Turn(t.start, tuple(msgs)))
     return tuple(out), tuple(changed)
+
+
+def _has_images(turn: Turn) -> bool:
+    return any(m.blobs for m in turn.messages)
 
 
 def _response_tokens(turn: Turn, counter: TokenCounting) -> int:

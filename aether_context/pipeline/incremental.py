@@ -9,14 +9,15 @@ the cache it is given; results equal a fresh computation (and are one, without a
 
 from __future__ import annotations
 
-from typing import Sequence
+from itertools import accumulate
+from typing import Any, Callable, Hashable, Sequence
 
 from ..content import Message
 from ..tokens import TokenCounting
 from .cache import PackCache
 from .collect import Turn, group_turns
 
-__all__ = ["grouped_turns", "turn_tokens", "turns_tokens", "turn_key"]
+__all__ = ["grouped_turns", "turn_tokens", "turns_tokens", "turn_key", "mapped", "running_totals"]
 
 
 def turn_key(turn: Turn) -> tuple:
@@ -64,3 +65,49 @@ def turn_tokens(turn: Turn, counter: TokenCounting) -> int:
 
 def turns_tokens(turns: Sequence[Turn], counter: TokenCounting) -> int:
     return sum(turn_tokens(t, counter) for t in turns)
+
+
+def _shared(old: tuple, new: tuple) -> int:
+    """How many leading items of `new` are the items of `old` (by identity, or equal values: the
+    functions memoised below are pure, so an equal item gives an equal result)."""
+    n = min(len(old), len(new))
+    if n and old[n - 1] is new[n - 1] and old[:n] == new[:n]:  # one C-level pass: identity first
+        return n
+    i = 0
+    while i < n and old[i] is new[i]:
+        i += 1
+    return i
+
+
+def _carried(cache: PackCache | None, kind: Hashable, items: tuple) -> "tuple[int, Any, tuple]":
+    """What the last call of `kind` over a sequence starting with the same item left: how many of
+    its items `items` still starts with, and its results."""
+    if cache is None or not items:
+        return 0, None, ()
+    hit = cache.lookup("carried", (kind, id(items[0])))
+    if hit is None:
+        return 0, None, ()
+    return _shared(hit[0], items), hit[1], hit[0]
+
+
+def mapped(kind: Hashable, items: Sequence, fn: Callable[[Any], Any], cache: PackCache | None) -> tuple:
+    """`tuple(fn(x) for x in items)` for a pure `fn` (`kind` names it and its parameters), reusing the
+    results of the last call whose items began with the same object: a call then maps what is new."""
+    items, kind = tuple(items), ("mapped", kind)
+    same, old, _ = _carried(cache, kind, items)
+    out = (old[:same] if same else ()) + tuple(fn(x) for x in items[same:])
+    if cache is not None and items:
+        cache.put("carried", (kind, id(items[0])), (items, out))  # holds the items: their ids stay theirs
+    return out
+
+
+def running_totals(kind: Hashable, items: Sequence, weight: Callable[[Any], int], cache: PackCache | None) -> tuple[int, ...]:
+    """The running totals of `weight` over `items` (`totals[i]` = the sum of the first i + 1), the
+    unchanged leading part carried from the last call: a range's sum is then one subtraction."""
+    items, kind = tuple(items), ("totals", kind)
+    same, old, _ = _carried(cache, kind, items)
+    base = old[same - 1] if same else 0
+    out = (old[:same] if same else ()) + tuple(accumulate((weight(x) for x in items[same:]), initial=base))[1:]
+    if cache is not None and items:
+        cache.put("carried", (kind, id(items[0])), (items, out))
+    return out

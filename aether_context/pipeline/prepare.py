@@ -38,8 +38,8 @@ class Prepared:
 def prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting, cache: PackCache | None = None) -> Prepared:
     """Orphan repair, image decay, pruning of old tool outputs and the per-turn cap."""
     conv = split_conversation(inputs, cache)
-    history, orphan_h = repair_orphans(conv.history)
-    loop, orphan_l = repair_orphans(conv.loop)
+    history, orphan_h = repair_orphans(conv.history, cache)
+    loop, orphan_l = repair_orphans(conv.loop, cache)
     events: list[TruncationEvent] = [*orphan_h, *orphan_l]
     n_hist = len(history)
     same_invocation = inputs.previous is not None and inputs.previous.invocation_id == inputs.invocation_id
@@ -47,7 +47,7 @@ def prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting, 
     # invocation's request, never its tool loop, so every call of one invocation (the first one too,
     # whatever its loop or previous state) describes the same images and the sent (cached) prefix stays
     keep = profile.decay.image_keep_turns + len(loop)
-    turns, images = decay_images(history + loop, keep, inputs.uris)
+    turns, images = decay_images(history + loop, keep, inputs.uris, cache)
     if images:
         events.append(TruncationEvent("conversation", "compress", "old inline images replaced by a description + URI", images))
     already = frozenset(inputs.previous.pruned) if inputs.previous else frozenset()
