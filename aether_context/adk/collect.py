@@ -8,6 +8,7 @@ import re
 import logging
 from dataclasses import replace
 from datetime import datetime
+from itertools import compress
 from typing import Any, Sequence
 
 from google.adk.agents.callback_context import CallbackContext
@@ -17,8 +18,9 @@ from google.genai import types
 from google.adk.tools.base_tool import BaseTool
 
 from ..pipeline.cache import PackCache
-from ..content import ModelRequest, ToolSpec, sha256_hex
+from ..content import Message, ModelRequest, ToolSpec, sha256_hex
 from ..pipeline.collect import EvidenceItem, MemoryItem, PackInputs, PackState
+from ..pipeline.incremental import mapped
 from ..providers import EvidenceProvider, EvidenceRequest
 from .convert import request_from_llm
 from .session_state import FAILURES_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY
@@ -212,6 +214,11 @@ def _describe(part: types.Part | None, chars: int) -> str:
     return "(binary artifact)"
 
 
+def _is_instruction(message: Message) -> bool:
+    """ADK's dynamic-instruction message (static_instruction mode)."""
+    return message.role == "user" and INSTRUCTION_MARKER in message.text
+
+
 async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys: StateKeys, previous: PackState | None,
                          memory_limit: int, artifact_cache: dict, now: float, use_memory: bool = True,
                          use_artifacts: bool = True, summary_chars: int = 400,
@@ -246,7 +253,7 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys:
             evidence += list(found)
     return PackInputs(
         request=request, request_index=index, task=task, evidence=tuple(evidence), memory=tuple(memory),
-        instruction_indices=tuple(i for i, m in enumerate(request.messages) if m.role == "user" and INSTRUCTION_MARKER in m.text),
+        instruction_indices=tuple(compress(range(len(request.messages)), mapped("instruction", request.messages, _is_instruction, cache))),
         app_name=session.app_name, user_id=session.user_id, session_id=session.id,
         invocation_id=ctx.invocation_id, agent=ctx.agent_name, now=now, previous=previous,
         uris=dict(state.get(URIS_STATE_KEY) or {}),

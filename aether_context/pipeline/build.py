@@ -128,7 +128,8 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
     with stage("record"):
         events = (*prepared.events, *compaction_events(plan.compaction), *selection_events(plan.cands), *fitted.events)
         decisions = Decisions(model_window, alloc, plan.cands, fitted.fit, plan.compaction, reused,
-                              recital, prepared.pruned, events, plan.evidence_changed)
+                              recital, prepared.pruned, events, plan.evidence_changed,
+                              request_tokens(inputs.request, counter, call.cache))
         out = record(inputs, profile, decisions, counter)
     return ContextPack(request=recital.request, manifest=out.manifest, state=out.state, inputs=inputs)
 

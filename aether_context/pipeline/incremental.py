@@ -17,7 +17,7 @@ from ..tokens import TokenCounting
 from .cache import PackCache
 from .collect import Turn, group_turns
 
-__all__ = ["grouped_turns", "turn_tokens", "turns_tokens", "turn_key", "mapped", "running_totals"]
+__all__ = ["grouped_turns", "turn_tokens", "turns_tokens", "turn_key", "mapped", "running_totals", "shared_prefix"]
 
 
 def turn_key(turn: Turn) -> tuple:
@@ -67,7 +67,7 @@ def turns_tokens(turns: Sequence[Turn], counter: TokenCounting) -> int:
     return sum(turn_tokens(t, counter) for t in turns)
 
 
-def _shared(old: tuple, new: tuple) -> int:
+def shared_prefix(old: tuple, new: tuple) -> int:
     """How many leading items of `new` are the items of `old` (by identity, or equal values: the
     functions memoised below are pure, so an equal item gives an equal result)."""
     n = min(len(old), len(new))
@@ -87,7 +87,7 @@ def _carried(cache: PackCache | None, kind: Hashable, items: tuple) -> "tuple[in
     hit = cache.lookup("carried", (kind, id(items[0])))
     if hit is None:
         return 0, None, ()
-    return _shared(hit[0], items), hit[1], hit[0]
+    return shared_prefix(hit[0], items), hit[1], hit[0]
 
 
 def mapped(kind: Hashable, items: Sequence, fn: Callable[[Any], Any], cache: PackCache | None) -> tuple:

@@ -125,6 +125,7 @@ class Decisions:
     pruned: frozenset[int]
     events: "tuple[TruncationEvent, ...]"
     evidence_changed: str = ""  # why a frozen payload was rebuilt (a new version of an item it sent)
+    tokens_before: int = 0  # the request as ADK built it (counted where the call's cache is)
 
 
 @dataclass(frozen=True)
@@ -276,7 +277,7 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, d: Decisions, state: P
         truncation_events=[e.to_json() for e in d.events], artifact_uris=sorted({ln.uri for ln in fit.evidence if ln.uri}),
         selected={"evidence": _lines_json(fit.evidence), "memory": _lines_json(fit.memory)},
         flags=flags, evidence_needed=list(inputs.task.evidence_needed),
-        tokens_before=request_tokens(inputs.request, counter), tokens_after=request_tokens(request, counter),
+        tokens_before=d.tokens_before, tokens_after=request_tokens(request, counter),
         prefix_tokens=prefix,
         block_hashes={"system": state.system_digest, "tools": state.tools_digest,
                       "payload": sha256_hex(state.payload_text), "compaction": sha256_hex(fit.zone.block)},
