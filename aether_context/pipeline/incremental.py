@@ -71,10 +71,10 @@ def shared_prefix(old: tuple, new: tuple) -> int:
     """How many leading items of `new` are the items of `old` (by identity, or equal values: the
     functions memoised below are pure, so an equal item gives an equal result)."""
     n = min(len(old), len(new))
-    if n and old[n - 1] is new[n - 1] and old[:n] == new[:n]:  # one C-level pass: identity first
+    if old[:n] == new[:n]:  # one C-level pass, each item by identity first
         return n
     i = 0
-    while i < n and old[i] is new[i]:
+    while i < n and (old[i] is new[i] or old[i] == new[i]):
         i += 1
     return i
 

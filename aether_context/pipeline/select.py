@@ -21,7 +21,7 @@ from ..tokens import TokenCounting
 from .allocate import Signals
 from .collect import PackInputs, TaskSpec, Turn
 from .cache import PackCache, counter_key
-from .incremental import grouped_turns, turn_key
+from .incremental import grouped_turns, shared_prefix, turn_key
 
 __all__ = ["Line", "Conversation", "Candidates", "select", "query_text", "split_conversation", "history_documents"]
 
@@ -136,6 +136,10 @@ def _turn_text(turn: Turn, count_tokens: Callable[[str], int]) -> str:
     return _clip(" | ".join(bits), 1500)
 
 
+def _start(turn: Turn) -> int:
+    return turn.start
+
+
 def _turn_time(turn: Turn, times: "tuple[float | None, ...]") -> float | None:
     return times[turn.start] if turn.start < len(times) else None
 
@@ -151,17 +155,15 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
     if cache is None or not compacted:
         return _history_documents(compacted, times, count_tokens)
     counted_by = counter_key(count_tokens)
-    stamps = [_turn_time(t, times) for t in compacted]
+    stamps = (tuple(map(times.__getitem__, map(_start, compacted))) if compacted[-1].start < len(times)
+              else tuple(_turn_time(t, times) for t in compacted))  # turns in order: the last start is the largest
     # The previous call's pool of this conversation: its leading turns that are the same objects
     # (and times) keep their documents, but for the last TURNS_AFTER (their context reads the next turn).
     run_key = ("history_run", id(compacted[0]), counted_by)
     run = cache.lookup("history_run", run_key)
     same = 0
     if run is not None:
-        for a, b, ta, tb in zip(run[0], compacted, run[1], stamps):
-            if a is not b or ta != tb:
-                break
-            same += 1
+        same = min(shared_prefix(run[0], compacted), shared_prefix(run[1], stamps))
         same = max(0, same - TURNS_AFTER) if same < len(run[0]) or same < len(compacted) else same
     docs = list(run[2][:same]) if run is not None else []
     docs += [history_document(compacted, i, times, count_tokens, cache) for i in range(same, len(compacted))]
