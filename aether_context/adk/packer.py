@@ -31,9 +31,10 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.tools.tool_context import ToolContext
 
 from ..compress import SummarizeFn, Summarizer
-from ..content import sha256_hex
+from ..content import Message, sha256_hex
 from ..pipeline.build import ContextPack, StageTimes, build_pack, request_tokens
 from ..pipeline.cache import PackCache
+from ..pipeline.incremental import mapped
 from ..pipeline.collect import PackInputs, PackState
 from ..pipeline.decay import blob_key
 from ..pipeline.record import CallRecord, Manifest
@@ -219,12 +220,12 @@ class ContextPacker(ModelHooks, ToolHooks):
     async def _save_images(self, ctx: CallbackContext, inputs: PackInputs) -> PackInputs:
         """Save inline images to the artifact store once, so their decayed form can cite a URI."""
         uris = inputs.uris
-        for message in inputs.request.messages:
-            for blob in message.blobs:
-                key = blob_key(blob.data)
-                if key not in uris:
-                    ext = blob.mime_type.split("/")[-1].split(";")[0]
-                    uris = {**uris, key: await self.gateway.save(ctx, f"attachment/{key}.{ext}", blob.data, blob.mime_type)}
+        blobs = mapped("blobs", inputs.request.messages, _blobs, self.cache)  # the history's, carried from the last call
+        for blob in (b for found in blobs if found for b in found):
+            key = blob_key(blob.data)
+            if key not in uris:
+                ext = blob.mime_type.split("/")[-1].split(";")[0]
+                uris = {**uris, key: await self.gateway.save(ctx, f"attachment/{key}.{ext}", blob.data, blob.mime_type)}
         if uris is inputs.uris:
             return inputs
         ctx.state[URIS_STATE_KEY] = uris
@@ -254,6 +255,10 @@ class ContextPacker(ModelHooks, ToolHooks):
         record = CallRecord(manifest, uri)
         self.recent.append(record)
         return record
+
+
+def _blobs(message: Message) -> tuple:
+    return tuple(message.blobs)
 
 
 def _log_pack(pack: ContextPack) -> None:

@@ -100,7 +100,7 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
     # Calibrated: if the model counts 20 % more than our tokenizer, pack for a window 20 % smaller.
     with stage("collect"):
         prepared = prepare(inputs, profile, counter, cache)
-        zone = verbatim_zone(inputs.previous, tuple(m.digest for m in inputs.request.messages))
+        zone = verbatim_zone(inputs.previous, inputs.request.messages)
         failure_log = failure_view(inputs, profile, counter)  # analysed once, shown per zone
         failures = failures_to_show(failure_log, zone.kept(prepared.turns))
     call = Call(inputs, profile, int(model_window / max(0.5, inputs.calibration)), counter,

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass, replace
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from ..compress.middle_out import middle_out
 from ..compress.values import extract_values, merge_values, render_values
+from ..content import Message
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .allocate import conversation_tokens
@@ -97,13 +98,13 @@ class Compaction:
                 "count": self.zone.compactions}
 
 
-def verbatim_zone(previous: PackState | None, messages_digests: "tuple[str, ...]") -> Verbatim:
-    """The previous call's zone, if the history it was cut from is still the same; else none."""
+def verbatim_zone(previous: PackState | None, messages: "Sequence[Message]") -> Verbatim:
+    """The previous call's zone, if the history it was cut from is still the same (the message at its
+    boundary has the digest it had); else none."""
     if previous is None or previous.compacted_through <= 0:
         return Verbatim()
     through = previous.compacted_through
-    if through > len(messages_digests) or (through < len(messages_digests)
-                                             and messages_digests[through] != previous.boundary_digest):
+    if through > len(messages) or (through < len(messages) and messages[through].digest != previous.boundary_digest):
         return Verbatim()  # ADK's history changed under us (its own compaction, a rewind): start again
     return Verbatim(through, previous.pinned, previous.block_text, previous.compactions, previous.pins_opening)
 

@@ -197,14 +197,20 @@ def _history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None
     return docs
 
 
-def _lines(result: RetrievalResult, render: Callable[[Document], str], counter: TokenCounting) -> tuple[Line, ...]:
-    """Ranked lines with every score that placed them (recorded in the manifest)."""
+def _lines(result: RetrievalResult, render: Callable[[Document], str], counter: TokenCounting,
+           cache: PackCache | None = None) -> tuple[Line, ...]:
+    """Ranked lines with every score that placed them (recorded in the manifest). A document's line
+    and its tokens are kept by the document's content (`cache`): the same memory ranks on many calls."""
     out = []
     for item in result.items:
         doc = item.document
-        text = render(doc)
+        if cache is None:
+            text, tokens = render(doc), None
+        else:
+            key = (render.__name__, doc.id, doc.text, doc.timestamp, str(doc.metadata.get("uri", "")), counter_key(counter))
+            text, tokens = cache.get("line", key, lambda: (lambda t: (t, counter.count_text(t)))(render(doc)))
         sources = tuple(dict.fromkeys(item.sources)) if item.sources else (doc.source,)  # each source once
-        out.append(Line(id=doc.id, text=text, tokens=counter.count_text(text), source="+".join(sources),
+        out.append(Line(id=doc.id, text=text, tokens=counter.count_text(text) if tokens is None else tokens, source="+".join(sources),
                         uri=str(doc.metadata.get("uri", "")), score=round(item.score, 6), timestamp=doc.timestamp,
                         scores={"bm25": round(item.bm25, 4), "dense": round(item.dense, 4), "fused": round(item.fused, 4),
                                 "freshness": round(item.freshness, 4), "mmr": round(item.mmr, 4)}))
@@ -257,18 +263,19 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
                                count_tokens=counter.count_text, now=now, exclude=verbatim)
     if ev_docs and ev_result.signals.get("empty_query"):  # nothing to rank by: the app's order
         ev_result = _in_given_order(ev_docs, query)
-    evidence = _lines(ev_result, _render_evidence, counter)
+    evidence = _lines(ev_result, _render_evidence, counter, cache)
     mem_result = _relevant(retriever.rank(namespace, "memory", query, mem_docs, k=_k(profile.memory.top_k, mem_docs),
                                           count_tokens=counter.count_text, now=now,
                                           exclude=verbatim + [e.summary for e in inputs.evidence]), threshold)
-    memory = _lines(mem_result, _render_memory, counter)
+    memory = _lines(mem_result, _render_memory, counter, cache)
     flags.extend(_retrieval_flags(ev_result, mem_result))
 
     signals = _signals(inputs.task, conv, mem_result, bool(memory))
     shown_ev, shown_mem = {ln.id for ln in evidence}, {ln.id for ln in memory}  # once: the pool holds every compacted turn
     unselected = {
         "evidence": tuple(d.id for d in ev_docs if d.id not in shown_ev),
-        "memory": tuple(d.id for d in mem_docs if d.source != "history" and d.id not in shown_mem),
+        # the pool's compacted turns (source "history") come after the remembered facts: only these are read
+        "memory": tuple(d.id for d in mem_docs[:len(inputs.memory)] if d.source != "history" and d.id not in shown_mem),
     }
     return Candidates(tools=tools, evidence=evidence, memory=memory, conversation=conv, signals=signals,
                       flags=tuple(flags), unselected=unselected)
