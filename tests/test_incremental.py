@@ -317,3 +317,26 @@ def test_mapped_and_running_totals_equal_a_fresh_pass_as_a_sequence_grows_and_ch
             items[rng.randrange(1, len(items))] = f"z{step}"
         elif len(items) > 2:
             items = items[: rng.randrange(1, len(items))]
+
+
+def test_pruning_carried_from_the_last_call_equals_a_fresh_pruning():
+    """Outputs cleared as a session grows, more of them saved (URIs added) and some cleared before:
+    the carried outcome equals a pruning with no cache at all."""
+    from aether_context.pipeline.decay import prune_tool_outputs
+    counter, cache, rng = TokenCounter(), PackCache(), random.Random(17)
+    msgs: list[Message] = [_msg("text", 0)]
+    uris: dict[str, str] = {}
+    already: frozenset[int] = frozenset()
+    for step in range(60):
+        msgs += [_msg("call", step), Message("user", (FunctionResponse("bash", {"output": f"out {step} " * 40}),))]
+        turns = grouped_turns(msgs, cache=cache)
+        for t in turns:  # most outputs are saved; a few never are
+            for m in t.messages:
+                for r in m.responses:
+                    if rng.random() < 0.8 and r.key not in uris:
+                        uris = {**uris, r.key: f"artifact://x/{r.key[:8]}"}
+        kwargs = dict(protect_tokens=rng.choice([0, 200, 600]), minimum_tokens=rng.choice([0, 100, 400]), uris=uris,
+                      already=already, counter=counter, consider_new=rng.random() < 0.8)
+        got = prune_tool_outputs(turns, cache=cache, **kwargs)
+        assert got == prune_tool_outputs(turns, **kwargs), step
+        already = got[1]
