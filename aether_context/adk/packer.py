@@ -149,6 +149,7 @@ class ContextPacker(ModelHooks, ToolHooks):
             without = pack.manifest.tokens_before + sum(saved.get(r.key, 0) for m in inputs.request.messages
                                                         for r in m.responses)
             pack = replace(pack, manifest=pack.manifest.model_copy(update={"tokens_without_plugin": without}))
+            replaced = llm_request.contents  # ADK's copies of the history, released below
             with timings.stage("apply"):
                 apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
                               added={RECALL_TOOL_NAME: self.recall_tool} if recall else {}, original=inputs.request)
@@ -173,8 +174,11 @@ class ContextPacker(ModelHooks, ToolHooks):
             logger.error("aether-context: recording pack %s failed; the packed request goes out",
                          pack.manifest.pack_id, exc_info=True)
         if self.work_ahead:  # what the next compaction reads, computed while the model answers
-            start_ahead(warm_ahead, pack.inputs, pack.state, self.profile, counter=self.counter,
-                       retriever=self.retriever, cache=self.cache)
+            # ADK's per-request copies of a long history (10,000 contents: about 10 ms for CPython to
+            # free) are released on the work-ahead thread, while the model answers, not before it is asked
+            start_ahead(_release_then(replaced, warm_ahead), pack.inputs, pack.state, self.profile,
+                        counter=self.counter, retriever=self.retriever, cache=self.cache)
+        del replaced
         record = CallRecord(pack.manifest, uri, timings.to_json())
         self.recent.append(record)
         return record
@@ -255,6 +259,18 @@ class ContextPacker(ModelHooks, ToolHooks):
         record = CallRecord(manifest, uri)
         self.recent.append(record)
         return record
+
+
+def _release_then(replaced: list, fn):
+    """`fn`, then the release of the last reference to `replaced`, on the thread that runs the job."""
+    held = [replaced]
+
+    def job(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            held.clear()
+    return job
 
 
 def _blobs(message: Message) -> tuple:
