@@ -340,3 +340,27 @@ def test_pruning_carried_from_the_last_call_equals_a_fresh_pruning():
         got = prune_tool_outputs(turns, cache=cache, **kwargs)
         assert got == prune_tool_outputs(turns, **kwargs), step
         already = got[1]
+
+
+def test_carried_checksum_and_inputs_digest_equal_a_fresh_hash_as_a_session_grows_and_changes():
+    from conftest import make_inputs
+    from aether_context.pipeline.incremental import inputs_digest, request_checksum
+    rng = random.Random(19)
+    cache = PackCache()
+    msgs = _random_messages(rng, 5)
+    for step in range(60):
+        inputs = make_inputs(msgs)
+        times = tuple(rng.choice([None, 1.7e9 + i, float(i)]) for i in range(len(inputs.request.messages)))
+        inputs = replace(inputs, message_times=times)
+        fresh = replace(inputs, request=replace(inputs.request))  # no cached checksum
+        assert request_checksum(inputs.request, cache) == fresh.request.checksum, step
+        assert inputs_digest(inputs, cache) == fresh.digest, step
+        action = rng.random()
+        if action < 0.6:
+            msgs = msgs + _random_messages(rng, rng.randint(1, 3))
+        elif action < 0.8 and len(msgs) > 2:
+            msgs = msgs[: rng.randrange(1, len(msgs))]
+        else:
+            msgs = [_msg("text", 500 + step)] + msgs[1:]
+    tricky = replace(inputs, summary={"text": "\x00message_times\x00"})  # the stand-in in the inputs' own text
+    assert inputs_digest(tricky, cache) == replace(tricky, request=replace(tricky.request)).digest

@@ -25,6 +25,7 @@ from .allocate import Room, allocate_pack, conversation_tokens, room
 from .collect import PackInputs, PackState
 from .conversation import Compaction, Verbatim, compact, compaction_events, verbatim_zone
 from .evidence_change import change_cause, changed_evidence
+from .incremental import inputs_digest
 from .fit import fit_layers, fit_to_window, selection_events
 from .prepare import Prepared, prepare
 from .recite import failures_to_show, recite
@@ -129,7 +130,7 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
         events = (*prepared.events, *compaction_events(plan.compaction), *selection_events(plan.cands), *fitted.events)
         decisions = Decisions(model_window, alloc, plan.cands, fitted.fit, plan.compaction, reused,
                               recital, prepared.pruned, events, plan.evidence_changed,
-                              request_tokens(inputs.request, counter, call.cache))
+                              request_tokens(inputs.request, counter, call.cache), inputs_digest(inputs, call.cache))
         out = record(inputs, profile, decisions, counter)
     return ContextPack(request=recital.request, manifest=out.manifest, state=out.state, inputs=inputs)
 

@@ -126,6 +126,7 @@ class Decisions:
     events: "tuple[TruncationEvent, ...]"
     evidence_changed: str = ""  # why a frozen payload was rebuilt (a new version of an item it sent)
     tokens_before: int = 0  # the request as ADK built it (counted where the call's cache is)
+    inputs_digest: str = ""  # `inputs.digest` (computed where the call's cache is); "" computes it here
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ def _state(inputs: PackInputs, profile: BudgetProfile, d: Decisions, counter: To
         head_digest=head_digest(stable), head_tokens=head_tokens(stable, counter), pruned=tuple(sorted(d.pruned)),
         call_index=d.recital.call_index, last_recited=d.recital.last_recited, failures_shown=d.recital.failures_shown,
         merged_lines=compaction.merged_lines if compaction else (),
-        pack_id="pk_" + sha256_hex(f"{inputs.digest}/{d.window}/{profile.model_dump_json()}")[:24],
+        pack_id="pk_" + sha256_hex(f"{d.inputs_digest or inputs.digest}/{d.window}/{profile.model_dump_json()}")[:24],
         system_digest=sha256_hex(stable.system_instruction),
         tools_digest=sha256_hex(canonical_json([[t.to_json() for t in stable.tools], list(stable.other_tools)])),
         payload_index=payload_index, compacted_through=fit.zone.through, pinned=fit.zone.pinned,
