@@ -20,6 +20,7 @@ past it the extractive summary stays.
 from __future__ import annotations
 
 import collections
+from itertools import chain, repeat
 import logging
 import time
 from dataclasses import replace
@@ -146,8 +147,8 @@ class ContextPacker(ModelHooks, ToolHooks):
             pack = await self._off_loop(build_pack, inputs, self.profile, counter=self.counter, window=self.window_tokens,
                                         retriever=self.retriever, cache=self.cache, timings=timings)
             saved = callback_context.state.get(SAVED_STATE_KEY) or {}
-            without = pack.manifest.tokens_before + sum(saved.get(r.key, 0) for m in inputs.request.messages
-                                                        for r in m.responses)
+            keys = mapped("response_keys", inputs.request.messages, _response_keys, self.cache) if saved else ()
+            without = pack.manifest.tokens_before + sum(map(saved.get, chain.from_iterable(keys), repeat(0)))
             pack = replace(pack, manifest=pack.manifest.model_copy(update={"tokens_without_plugin": without}))
             replaced = llm_request.contents  # ADK's copies of the history, released below
             with timings.stage("apply"):
@@ -271,6 +272,10 @@ def _release_then(replaced: list, fn):
         finally:
             held.clear()
     return job
+
+
+def _response_keys(message: Message) -> tuple[str, ...]:
+    return tuple(r.key for r in message.responses)
 
 
 def _blobs(message: Message) -> tuple:

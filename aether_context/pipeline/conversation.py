@@ -11,7 +11,7 @@ Turns that left the verbatim zone stay searchable: they are Memory candidates (s
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
@@ -205,21 +205,25 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     new = Verbatim(through, pinned, "", zone.compactions + 1)
     # secrets masked before the block derives from them (a value pulled out of its label's context too);
     # only the turns read are masked: the newest (known values) and those the summary does not cover
-    compacted = tuple(prepared.originals.get(t.start, t) for t in turns if not new.keeps(t))
+    # the compacted turns before any cut (fold lines name what was cut), read lazily: newest first for
+    # the values (which stop at their cap), those the summary does not cover yet for the block
+    compacted = new.split(turns)[0]
+    original = lambda t: prepared.originals.get(t.start, t)  # noqa: E731
     mask, uris = turn_masker(inputs.uris, cache)
     summary = RunningSummary.from_json(inputs.summary)
     opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter)
     caps = _block_caps(profile, room, counter.count_text(opening) if opening else 0)
-    values = known_values(map(mask, reversed(compacted)), caps["values"], counter, cache)
+    values = known_values(map(mask, map(original, reversed(compacted))), caps["values"], counter, cache)
     left = max(0, caps["values"] - (counter.count_text(values) if values else 0))
     fold_cap = min(profile.decay.fold_max_tokens, caps["fold"] + left)
     summary_cap = min(profile.decay.summary_max_tokens, caps["summary"])
     block = compaction_block(
-        tuple(mask(t) for t in compacted if t.start > summary.covered_until), summary, opening=opening,
+        tuple(mask(original(t)) for t in compacted[bisect_right(compacted, summary.covered_until, key=_start):]),
+        summary, opening=opening,
         goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=fold_cap, summary_max_tokens=summary_cap,
         uris=uris, values=values, counter=counter, cache=cache)
     new = replace(new, block=block.text, pins_opening=bool(opening))
-    folded = tuple(t.start for t in turns if zone.keeps(t) and not new.keeps(t))
+    folded = tuple(t.start for t in zone.kept(turns) if not new.keeps(t))
     return Compaction(new, reason, folded, tokens_before, conversation_tokens(prepared, new, counter), block.summary,
                       block.merged_lines)
 
@@ -240,7 +244,7 @@ def _opening(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: Bu
     request = prepared.conversation.request
     if request is not None and request.text == text:
         return ""
-    if any(zone.keeps(t) and any(m.role == "user" and m.text == text for m in t.messages) for t in prepared.turns):
+    if any(any(m.role == "user" and m.text == text for m in t.messages) for t in zone.kept(prepared.turns)):
         return ""
     return middle_out(text, min(profile.task.opening_max_tokens, int(window * profile.task.opening_max_share), cap), counter)
 

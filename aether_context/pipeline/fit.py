@@ -9,6 +9,7 @@ nothing disappears silently.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from operator import itemgetter
 from os.path import commonprefix
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -117,7 +118,7 @@ def bounded_turns(turns: "tuple[Turn, ...]", max_turn_tokens: int, counter: Toke
         return t2, TruncationEvent(layer, "cut", "turn over max_turn_tokens", (turn_id(t),), before, turn_tokens(t2, counter))
 
     outcomes = mapped(("bounded_turn", layer, max_turn_tokens, counter_key(counter)), turns, bound, cache)
-    return tuple(o[0] for o in outcomes), tuple(o[1] for o in outcomes if o[1] is not None)
+    return tuple(map(itemgetter(0), outcomes)), tuple(filter(None, map(itemgetter(1), outcomes)))
 
 
 def fit_lines(layer: str, lines: "tuple[Line, ...]", budget: int, item_max_tokens: int, counter: TokenCounting,
