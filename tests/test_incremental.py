@@ -364,3 +364,23 @@ def test_carried_checksum_and_inputs_digest_equal_a_fresh_hash_as_a_session_grow
             msgs = [_msg("text", 500 + step)] + msgs[1:]
     tricky = replace(inputs, summary={"text": "\x00message_times\x00"})  # the stand-in in the inputs' own text
     assert inputs_digest(tricky, cache) == replace(tricky, request=replace(tricky.request)).digest
+
+
+def test_kept_contents_found_by_carried_positions_equal_a_full_scan():
+    rng = random.Random(23)
+    cache = PackCache()
+    msgs = _random_messages(rng, 8)
+    for step in range(80):
+        original = ModelRequest("m", "sys", tuple(msgs))
+        contents = [object() for _ in msgs]  # ADK's copies: new objects on every call
+        sent = ModelRequest("m", "sys", tuple(rng.sample(msgs, min(len(msgs), 5))) + (_msg("text", 9000 + step),))
+        expected = {m.digest: c for m, c in zip(original.messages, contents)}
+        assert convert._kept(sent, original, contents, cache) == {m.digest: expected[m.digest] for m in sent.messages
+                                                                   if m.digest in expected}, step
+        action = rng.random()
+        if action < 0.6:
+            msgs = msgs + _random_messages(rng, rng.randint(1, 3)) + rng.sample(msgs, 1)  # repeats: the newest wins
+        elif action < 0.8 and len(msgs) > 2:
+            msgs = msgs[: rng.randrange(1, len(msgs))]
+        else:
+            msgs = [_msg("text", 700 + step)] + msgs[1:]

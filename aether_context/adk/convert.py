@@ -13,6 +13,7 @@ from google.adk.models.llm_request import LlmRequest
 from google.genai import types
 
 from ..pipeline.cache import PackCache
+from ..pipeline.incremental import extended
 from ..content import _split_extra, Blob, FunctionCall, FunctionResponse, Message, ModelRequest, OpaquePart, Part, TextPart, ToolSpec
 
 __all__ = ["to_message", "to_content", "request_from_llm", "apply_request", "llm_request_from"]
@@ -290,17 +291,20 @@ def _tools_config(request: ModelRequest) -> list[types.Tool] | None:
 
 
 def apply_request(llm_request: LlmRequest, request: ModelRequest, *, declared: "set[str]",
-                  added: "dict[str, Any] | None" = None, original: "ModelRequest | None" = None) -> None:
+                  added: "dict[str, Any] | None" = None, original: "ModelRequest | None" = None,
+                  cache: "PackCache | None" = None) -> None:
     """Rewrite `llm_request` in place to send `request` (the only place a request is mutated).
 
     `declared` are the function names the original request declared: those not kept by the pack
     leave `tools_dict` too; anything else there (not a declared function) is left alone. `added`
     are tools the pack itself declares (the recall tool), by name. `original` is the core view of
-    `llm_request` as it came in: messages the pack left unchanged go out as ADK's own Content objects.
+    `llm_request` as it came in: messages the pack left unchanged go out as ADK's own Content objects
+    (found by digest: the newest content of each; with a `cache`, the positions by digest are carried
+    from the last call over the same history).
     """
     # Everything is built before anything is assigned: a failure leaves the request as it came in.
     keep = {t.name for t in request.tools}
-    kept = {m.digest: c for m, c in zip(original.messages, llm_request.contents)} if original is not None else {}
+    kept = _kept(request, original, llm_request.contents, cache) if original is not None else {}
     contents = [kept.get(m.digest) or to_content(m) for m in request.messages]
     had_callables = [t for t in (llm_request.config.tools or []) if not isinstance(t, types.Tool)]
     tools = (_tools_config(request) or []) + had_callables or None
@@ -310,6 +314,18 @@ def apply_request(llm_request: LlmRequest, request: ModelRequest, *, declared: "
     llm_request.config.system_instruction = request.system_instruction
     llm_request.config.tools = tools
     llm_request.tools_dict = tools_dict
+
+
+def _kept(request: ModelRequest, original: ModelRequest, contents: "list[types.Content]",
+          cache: "PackCache | None") -> "dict[str, types.Content]":
+    """ADK's content for each message of `request` that `original` holds (by digest, the newest)."""
+    def feed(state: "tuple[dict[str, int], int]", more: tuple) -> "tuple[dict[str, int], int]":
+        where, n = dict(state[0]), state[1]
+        where.update((m.digest, n + i) for i, m in enumerate(more))
+        return where, n + len(more)
+
+    where, _ = extended("positions", original.messages, lambda: ({}, 0), feed, cache)
+    return {m.digest: contents[where[m.digest]] for m in request.messages if m.digest in where}
 
 
 def llm_request_from(request: ModelRequest) -> LlmRequest:

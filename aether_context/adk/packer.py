@@ -147,13 +147,14 @@ class ContextPacker(ModelHooks, ToolHooks):
             pack = await self._off_loop(build_pack, inputs, self.profile, counter=self.counter, window=self.window_tokens,
                                         retriever=self.retriever, cache=self.cache, timings=timings)
             saved = callback_context.state.get(SAVED_STATE_KEY) or {}
-            keys = mapped("response_keys", inputs.request.messages, _response_keys, self.cache) if saved else ()
+            keys = mapped("message_response_keys", inputs.request.messages, _response_keys, self.cache) if saved else ()
             without = pack.manifest.tokens_before + sum(map(saved.get, chain.from_iterable(keys), repeat(0)))
             pack = replace(pack, manifest=pack.manifest.model_copy(update={"tokens_without_plugin": without}))
             replaced = llm_request.contents  # ADK's copies of the history, released below
             with timings.stage("apply"):
                 apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
-                              added={RECALL_TOOL_NAME: self.recall_tool} if recall else {}, original=inputs.request)
+                              added={RECALL_TOOL_NAME: self.recall_tool} if recall else {}, original=inputs.request,
+                              cache=self.cache)
         except Exception as e:  # fail open: the agent keeps working with the request ADK built
             logger.error("aether-context: packing failed for agent %s; sending the original request",
                          callback_context.agent_name, exc_info=True)

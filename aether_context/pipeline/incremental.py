@@ -19,7 +19,7 @@ from .cache import PackCache
 from .collect import PackInputs, Turn, group_turns
 
 __all__ = ["grouped_turns", "turn_tokens", "turns_tokens", "turn_key", "mapped", "running_totals", "shared_prefix",
-           "request_checksum", "inputs_digest"]
+           "extended", "request_checksum", "inputs_digest"]
 
 
 def turn_key(turn: Turn) -> tuple:
@@ -115,7 +115,7 @@ def running_totals(kind: Hashable, items: Sequence, weight: Callable[[Any], int]
     return out
 
 
-def _extended(kind: Hashable, items: tuple, start: Callable[[], Any], feed: Callable[[Any, tuple], Any],
+def extended(kind: Hashable, items: tuple, start: Callable[[], Any], feed: Callable[[Any, tuple], Any],
               cache: PackCache | None) -> Any:
     """A state built by feeding `items` in order (`feed(state, more)` returns the new state), carried
     from the last call when `items` still begins with all of its items; else built from `start()`."""
@@ -143,7 +143,7 @@ def request_checksum(request: ModelRequest, cache: PackCache | None) -> str:
             n += 1
         return hasher, n
 
-    hasher, _ = _extended(("checksum", head), request.messages,
+    hasher, _ = extended(("checksum", head), request.messages,
                           lambda: (hashlib.sha256(f'{head},"messages":['.encode()), 0), feed, cache)
     final = hasher.copy()
     final.update(b"]}")
@@ -163,6 +163,6 @@ def inputs_digest(inputs: PackInputs, cache: PackCache | None) -> str:
     text, marker = canonical_json(data), canonical_json(_TIMES)
     if text.count(marker) != 1:  # the stand-in is in the inputs' own text: no shortcut
         return inputs.digest
-    times = _extended("times_json", tuple(inputs.message_times), lambda: "",
+    times = extended("times_json", tuple(inputs.message_times), lambda: "",
                       lambda old, more: old + "".join("," + canonical_json(t) for t in more), cache)
     return sha256_hex(request_checksum(inputs.request, cache) + text.replace(marker, "[" + times[1:] + "]"))
