@@ -6,6 +6,7 @@ URI, and the per-turn cap. What each repair touched is a `TruncationEvent`.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from ..profile import BudgetProfile
@@ -16,7 +17,7 @@ from .decay import decay_images, prune_tool_outputs
 from .fit import TruncationEvent, bounded_turns, repair_orphans
 from .select import Conversation, split_conversation
 
-__all__ = ["Prepared", "prepare"]
+__all__ = ["Prepared", "TurnsByStart", "prepare"]
 
 
 @dataclass(frozen=True)
@@ -27,12 +28,28 @@ class Prepared:
     history: tuple[Turn, ...]
     loop: tuple[Turn, ...]
     pruned: frozenset[int]
-    originals: dict[int, Turn]  # turn start -> the turn before any cut (fold lines name what was cut)
+    originals: "TurnsByStart"  # turn start -> the turn before any cut (fold lines name what was cut)
     events: tuple[TruncationEvent, ...]
 
     @property
     def turns(self) -> tuple[Turn, ...]:
         return self.history + self.loop
+
+
+@dataclass(frozen=True)
+class TurnsByStart:
+    """Turns (in order of start) looked up by start, by bisection: a call reads the few it needs
+    rather than indexing every turn of the history."""
+
+    turns: tuple[Turn, ...]
+
+    def get(self, start: int, default: "Turn | None" = None) -> "Turn | None":
+        i = bisect_left(self.turns, start, key=_start)
+        return self.turns[i] if i < len(self.turns) and self.turns[i].start == start else default
+
+
+def _start(turn: Turn) -> int:
+    return turn.start
 
 
 def prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting, cache: PackCache | None = None) -> Prepared:
@@ -60,7 +77,7 @@ def prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting, 
         if fresh:
             events.append(TruncationEvent("conversation", "compress", "old tool outputs cleared to their URI (pruning)",
                                           tuple(f"turn-{k}" for k in fresh)))
-    originals = {t.start: t for t in turns}
+    originals = TurnsByStart(tuple(turns))
     turns, cuts = bounded_turns(tuple(turns), profile.conversation.max_turn_tokens, counter, cache=cache)
     events.extend(cuts)
     return Prepared(conv, turns[:n_hist], turns[n_hist:], pruned, originals, tuple(events))
