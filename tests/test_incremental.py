@@ -264,3 +264,123 @@ def test_a_pool_that_only_grows_ranks_as_a_fresh_retriever_does():
         fresh = Retriever(embedder=HashingEmbedder()).rank("ns", "memory", "charlie step", pool, k=5,
                                                            count_tokens=counter.count_text, now=None)
         assert [(i.document.id, i.score) for i in got.items] == [(i.document.id, i.score) for i in fresh.items], n
+
+
+def test_sampled_conversion_of_a_grown_history_equals_a_full_conversion():
+    """`grown` (the session's events only grew): samples of the last request's contents stand for
+    all of them; a history that shrank, shifted or changed at a sample is checked content by content."""
+    rng = random.Random(5)
+    for trial in range(30):
+        contents, cache = list(_contents()), PackCache()
+        for step in range(10):
+            got = convert._messages(_adk_copies(contents), cache, grown=True, scope="s")
+            assert got == _fresh(_adk_copies(contents)), (trial, step)
+            action = rng.random()
+            if action < 0.5:  # the session grows
+                contents += [types.Content(role=rng.choice(["user", "model"]), parts=[types.Part(text=f"n {trial}.{step}.{j}")])
+                             for j in range(rng.randint(1, 3))]
+            elif action < 0.6:  # an earlier content rebuilt with equal values (new payload objects)
+                k = rng.randrange(len(contents))
+                contents[k] = types.Content.model_validate(contents[k].model_dump())
+            elif action < 0.75:  # the last content changed (a merged response, another branch's turn)
+                contents[-1] = types.Content(role="user", parts=[types.Part(text=f"changed {trial}.{step}")])
+            elif action < 0.9 and len(contents) > 3:  # a run replaced by one summary (the history shifted)
+                a = rng.randrange(1, len(contents) - 2)
+                contents = contents[:a] + [types.Content(role="model", parts=[types.Part(text=f"sum {step}")])] + contents[a + 2:]
+            else:  # cut from the end
+                contents = contents[: max(1, len(contents) - 3)]
+
+
+def test_a_zone_split_by_bisection_equals_testing_every_turn():
+    from aether_context.pipeline.conversation import Verbatim
+    rng = random.Random(11)
+    for trial in range(200):
+        starts = sorted(rng.sample(range(60), rng.randint(0, 30)))
+        turns = tuple(Turn(s, (_msg("text", s),)) for s in starts)
+        zone = Verbatim(through=rng.randint(0, 62), pinned=tuple(rng.sample(range(62), rng.randint(0, 4))))
+        assert zone.split(turns) == (tuple(t for t in turns if not zone.keeps(t)), tuple(t for t in turns if zone.keeps(t)))
+
+
+def test_mapped_and_running_totals_equal_a_fresh_pass_as_a_sequence_grows_and_changes():
+    from aether_context.pipeline.incremental import mapped, running_totals
+    rng = random.Random(13)
+    cache = PackCache()
+    items = [f"x{i}" for i in range(20)]
+    for step in range(300):
+        seq = tuple(items)
+        assert mapped("len", seq, len, cache) == tuple(len(x) for x in seq)
+        assert running_totals("len", seq, len, cache) == tuple(sum(len(x) for x in seq[:i + 1]) for i in range(len(seq)))
+        action = rng.random()
+        if action < 0.5:
+            items += [f"y{step}" * rng.randint(1, 3) for _ in range(rng.randint(1, 3))]
+        elif action < 0.7 and len(items) > 1:
+            items[rng.randrange(1, len(items))] = f"z{step}"
+        elif len(items) > 2:
+            items = items[: rng.randrange(1, len(items))]
+
+
+def test_pruning_carried_from_the_last_call_equals_a_fresh_pruning():
+    """Outputs cleared as a session grows, more of them saved (URIs added) and some cleared before:
+    the carried outcome equals a pruning with no cache at all."""
+    from aether_context.pipeline.decay import prune_tool_outputs
+    counter, cache, rng = TokenCounter(), PackCache(), random.Random(17)
+    msgs: list[Message] = [_msg("text", 0)]
+    uris: dict[str, str] = {}
+    already: frozenset[int] = frozenset()
+    for step in range(60):
+        msgs += [_msg("call", step), Message("user", (FunctionResponse("bash", {"output": f"out {step} " * 40}),))]
+        turns = grouped_turns(msgs, cache=cache)
+        for t in turns:  # most outputs are saved; a few never are
+            for m in t.messages:
+                for r in m.responses:
+                    if rng.random() < 0.8 and r.key not in uris:
+                        uris = {**uris, r.key: f"artifact://x/{r.key[:8]}"}
+        kwargs = dict(protect_tokens=rng.choice([0, 200, 600]), minimum_tokens=rng.choice([0, 100, 400]), uris=uris,
+                      already=already, counter=counter, consider_new=rng.random() < 0.8)
+        got = prune_tool_outputs(turns, cache=cache, **kwargs)
+        assert got == prune_tool_outputs(turns, **kwargs), step
+        already = got[1]
+
+
+def test_carried_checksum_and_inputs_digest_equal_a_fresh_hash_as_a_session_grows_and_changes():
+    from conftest import make_inputs
+    from aether_context.pipeline.incremental import inputs_digest, request_checksum
+    rng = random.Random(19)
+    cache = PackCache()
+    msgs = _random_messages(rng, 5)
+    for step in range(60):
+        inputs = make_inputs(msgs)
+        times = tuple(rng.choice([None, 1.7e9 + i, float(i)]) for i in range(len(inputs.request.messages)))
+        inputs = replace(inputs, message_times=times)
+        fresh = replace(inputs, request=replace(inputs.request))  # no cached checksum
+        assert request_checksum(inputs.request, cache) == fresh.request.checksum, step
+        assert inputs_digest(inputs, cache) == fresh.digest, step
+        action = rng.random()
+        if action < 0.6:
+            msgs = msgs + _random_messages(rng, rng.randint(1, 3))
+        elif action < 0.8 and len(msgs) > 2:
+            msgs = msgs[: rng.randrange(1, len(msgs))]
+        else:
+            msgs = [_msg("text", 500 + step)] + msgs[1:]
+    tricky = replace(inputs, summary={"text": "\x00message_times\x00"})  # the stand-in in the inputs' own text
+    assert inputs_digest(tricky, cache) == replace(tricky, request=replace(tricky.request)).digest
+
+
+def test_kept_contents_found_by_carried_positions_equal_a_full_scan():
+    rng = random.Random(23)
+    cache = PackCache()
+    msgs = _random_messages(rng, 8)
+    for step in range(80):
+        original = ModelRequest("m", "sys", tuple(msgs))
+        contents = [object() for _ in msgs]  # ADK's copies: new objects on every call
+        sent = ModelRequest("m", "sys", tuple(rng.sample(msgs, min(len(msgs), 5))) + (_msg("text", 9000 + step),))
+        expected = {m.digest: c for m, c in zip(original.messages, contents)}
+        assert convert._kept(sent, original, contents, cache) == {m.digest: expected[m.digest] for m in sent.messages
+                                                                   if m.digest in expected}, step
+        action = rng.random()
+        if action < 0.6:
+            msgs = msgs + _random_messages(rng, rng.randint(1, 3)) + rng.sample(msgs, 1)  # repeats: the newest wins
+        elif action < 0.8 and len(msgs) > 2:
+            msgs = msgs[: rng.randrange(1, len(msgs))]
+        else:
+            msgs = [_msg("text", 700 + step)] + msgs[1:]

@@ -8,6 +8,7 @@ import re
 import logging
 from dataclasses import replace
 from datetime import datetime
+from itertools import compress
 from typing import Any, Sequence
 
 from google.adk.agents.callback_context import CallbackContext
@@ -17,8 +18,9 @@ from google.genai import types
 from google.adk.tools.base_tool import BaseTool
 
 from ..pipeline.cache import PackCache
-from ..content import ModelRequest, ToolSpec, sha256_hex
+from ..content import Message, ModelRequest, ToolSpec, sha256_hex
 from ..pipeline.collect import EvidenceItem, MemoryItem, PackInputs, PackState
+from ..pipeline.incremental import mapped
 from ..providers import EvidenceProvider, EvidenceRequest
 from .convert import request_from_llm
 from .session_state import FAILURES_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY
@@ -212,14 +214,21 @@ def _describe(part: types.Part | None, chars: int) -> str:
     return "(binary artifact)"
 
 
+def _is_instruction(message: Message) -> bool:
+    """ADK's dynamic-instruction message (static_instruction mode)."""
+    return message.role == "user" and INSTRUCTION_MARKER in message.text
+
+
 async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys: StateKeys, previous: PackState | None,
                          memory_limit: int, artifact_cache: dict, now: float, use_memory: bool = True,
                          use_artifacts: bool = True, summary_chars: int = 400,
                          extra_tools: "tuple[BaseTool, ...]" = (), edge_flags: "tuple[str, ...]" = (),
-                         providers: "Sequence[EvidenceProvider]" = (), cache: "PackCache | None" = None) -> PackInputs:
+                         providers: "Sequence[EvidenceProvider]" = (), cache: "PackCache | None" = None,
+                         grown: bool = False, scope: Any = None) -> PackInputs:
     """`extra_tools` (the recall tool) are declared in the pack and kept whatever the step allows;
-    `cache` (the packer's) makes converting the unchanged history nearly free."""
-    request = request_from_llm(llm_request, cache)
+    `cache` (the packer's) makes converting the unchanged history nearly free (`grown`: the session's
+    events only grew since the last call of `scope`, see `convert.request_from_llm`)."""
+    request = request_from_llm(llm_request, cache, grown, scope)
     added = tuple(ToolSpec(t.name, t._get_declaration().model_dump(mode="json", exclude_none=True))
                   for t in extra_tools if t.name not in {s.name for s in request.tools})
     if added:
@@ -244,7 +253,7 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys:
             evidence += list(found)
     return PackInputs(
         request=request, request_index=index, task=task, evidence=tuple(evidence), memory=tuple(memory),
-        instruction_indices=tuple(i for i, m in enumerate(request.messages) if m.role == "user" and INSTRUCTION_MARKER in m.text),
+        instruction_indices=tuple(compress(range(len(request.messages)), mapped("instruction", request.messages, _is_instruction, cache))),
         app_name=session.app_name, user_id=session.user_id, session_id=session.id,
         invocation_id=ctx.invocation_id, agent=ctx.agent_name, now=now, previous=previous,
         uris=dict(state.get(URIS_STATE_KEY) or {}),

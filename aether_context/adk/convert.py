@@ -13,6 +13,7 @@ from google.adk.models.llm_request import LlmRequest
 from google.genai import types
 
 from ..pipeline.cache import PackCache
+from ..pipeline.incremental import extended
 from ..content import _split_extra, Blob, FunctionCall, FunctionResponse, Message, ModelRequest, OpaquePart, Part, TextPart, ToolSpec
 
 __all__ = ["to_message", "to_content", "request_from_llm", "apply_request", "llm_request_from"]
@@ -184,25 +185,51 @@ def _unchanged(content: types.Content, sig: "tuple[str, tuple[PartSignature, ...
     return True
 
 
-def _messages(contents: "list[types.Content]", cache: "PackCache | None") -> tuple[Message, ...]:
+def _samples(n: int) -> list[int]:
+    """Where a grown history is checked against the last request: the last content it had, then
+    back at doubling steps, and the first (about log2(n) positions, the newest most densely)."""
+    out, i, step = [], n - 1, 1
+    while i > 0:
+        out.append(i)
+        i, step = i - step, step * 2
+    return out + [0]
+
+
+def _unchanged_prefix(contents: "list[types.Content]", sigs: list, msgs: list, grown: bool) -> int:
+    """How many leading contents are unchanged since the last request of the conversation.
+
+    When the session's events only `grown` (the edge saw no rewind and no EventsCompaction since),
+    what ADK builds from them only grows too, or changes at its end (another branch, a merged
+    response): the last request's contents still being there, at the sampled positions, then means
+    they all are (a call checks about log2(n) contents, not n).
+    A sample counts as unchanged by its payload objects, else by value (a content ADK rebuilds each
+    call, e.g. another agent's turn, converts to an equal message). Otherwise every content is
+    compared in order, up to the first that changed."""
+    n = len(sigs)
+    if grown and n <= len(contents) and all(_unchanged(contents[i], sigs[i]) or to_message(contents[i]) == msgs[i]
+                                  for i in _samples(n)):
+        return n
+    same = 0
+    for c, sig in zip(contents, sigs):
+        if not _unchanged(c, sig):
+            break
+        same += 1
+    return same
+
+
+def _messages(contents: "list[types.Content]", cache: "PackCache | None", grown: bool = False,
+              scope: Any = None) -> tuple[Message, ...]:
     """All contents converted. With a `cache`, the leading contents unchanged since the last request
-    of the same conversation (same payload objects) take its messages without being keyed one by one."""
+    of the same conversation (`_unchanged_prefix`) take its messages without being keyed one by one."""
     if not contents:
         return ()
     first = _signature(contents[0]) if cache is not None else None
     if first is None or not first[1]:
         return tuple(to_message(c, cache) for c in contents)
-    key = (first[0], first[1][0][2])  # the first payload's key: checked below, its leaves held by the entry
+    key = (scope, first[0], first[1][0][2])  # the first payload's key: checked below, its leaves held by the entry
     run = cache.lookup("run", key)
-    same = 0
-    if run is not None:
-        for c, sig in zip(contents, run[0]):
-            if not _unchanged(c, sig):
-                break
-            same += 1
-        sigs, msgs = run[0][:same], run[1][:same]
-    else:
-        sigs, msgs = [], []
+    same = _unchanged_prefix(contents, run[0], run[1], grown) if run is not None else 0
+    sigs, msgs = (run[0][:same], run[1][:same]) if run is not None else ([], [])
     sigs += [_signature(c) for c in contents[same:]]
     msgs += [to_message(c, cache) for c in contents[same:]]
     cache.put("run", key, (sigs, msgs))
@@ -227,11 +254,14 @@ def _system_text(value: Any) -> str:
     return str(value)
 
 
-def request_from_llm(llm_request: LlmRequest, cache: "PackCache | None" = None) -> ModelRequest:
+def request_from_llm(llm_request: LlmRequest, cache: "PackCache | None" = None, grown: bool = False,
+                     scope: Any = None) -> ModelRequest:
     """The core view of an ADK request: system text, messages, function tools, other tools.
 
     `cache` (the packer's) makes converting an unchanged history nearly free; without it every
-    content is converted (same result)."""
+    content is converted (same result). `grown`: the session's events only grew since the last
+    request of `scope` (one agent of one session; no rewind, no compaction), so a sampled check of
+    the history against that request is enough."""
     specs: list[ToolSpec] = []
     other: list[dict[str, Any]] = []
     for tool in llm_request.config.tools or []:
@@ -246,7 +276,7 @@ def request_from_llm(llm_request: LlmRequest, cache: "PackCache | None" = None) 
     return ModelRequest(
         model=llm_request.model or "",
         system_instruction=_system_text(llm_request.config.system_instruction),
-        messages=_messages(llm_request.contents, cache),
+        messages=_messages(llm_request.contents, cache, grown, scope),
         tools=tuple(specs),
         other_tools=tuple(other),
     )
@@ -261,17 +291,20 @@ def _tools_config(request: ModelRequest) -> list[types.Tool] | None:
 
 
 def apply_request(llm_request: LlmRequest, request: ModelRequest, *, declared: "set[str]",
-                  added: "dict[str, Any] | None" = None, original: "ModelRequest | None" = None) -> None:
+                  added: "dict[str, Any] | None" = None, original: "ModelRequest | None" = None,
+                  cache: "PackCache | None" = None) -> None:
     """Rewrite `llm_request` in place to send `request` (the only place a request is mutated).
 
     `declared` are the function names the original request declared: those not kept by the pack
     leave `tools_dict` too; anything else there (not a declared function) is left alone. `added`
     are tools the pack itself declares (the recall tool), by name. `original` is the core view of
-    `llm_request` as it came in: messages the pack left unchanged go out as ADK's own Content objects.
+    `llm_request` as it came in: messages the pack left unchanged go out as ADK's own Content objects
+    (found by digest: the newest content of each; with a `cache`, the positions by digest are carried
+    from the last call over the same history).
     """
     # Everything is built before anything is assigned: a failure leaves the request as it came in.
     keep = {t.name for t in request.tools}
-    kept = {m.digest: c for m, c in zip(original.messages, llm_request.contents)} if original is not None else {}
+    kept = _kept(request, original, llm_request.contents, cache) if original is not None else {}
     contents = [kept.get(m.digest) or to_content(m) for m in request.messages]
     had_callables = [t for t in (llm_request.config.tools or []) if not isinstance(t, types.Tool)]
     tools = (_tools_config(request) or []) + had_callables or None
@@ -281,6 +314,18 @@ def apply_request(llm_request: LlmRequest, request: ModelRequest, *, declared: "
     llm_request.config.system_instruction = request.system_instruction
     llm_request.config.tools = tools
     llm_request.tools_dict = tools_dict
+
+
+def _kept(request: ModelRequest, original: ModelRequest, contents: "list[types.Content]",
+          cache: "PackCache | None") -> "dict[str, types.Content]":
+    """ADK's content for each message of `request` that `original` holds (by digest, the newest)."""
+    def feed(state: "tuple[dict[str, int], int]", more: tuple) -> "tuple[dict[str, int], int]":
+        where, n = dict(state[0]), state[1]
+        where.update((m.digest, n + i) for i, m in enumerate(more))
+        return where, n + len(more)
+
+    where, _ = extended("positions", original.messages, lambda: ({}, 0), feed, cache)
+    return {m.digest: contents[where[m.digest]] for m in request.messages if m.digest in where}
 
 
 def llm_request_from(request: ModelRequest) -> LlmRequest:

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from typing import Any, Sequence
 
 from ..content import ModelRequest
+from ..pipeline.incremental import shared_prefix
 from .convert import to_message
 
 __all__ = ["EventTimes", "session_now"]
@@ -26,6 +27,19 @@ class EventTimes:
         # The events read last call (how many, the last one's key) and the digest -> time map they
         # gave: a session's events only grow, so a call reads only the events after them.
         self._read: tuple[int, Any, dict[str, float]] | None = None
+        # The messages timed last call, their times and the digests no event had: a call times its new messages.
+        self._times: "tuple[tuple, tuple[float | None, ...], set[str]] | None" = None
+
+    def only_grew(self, events: Sequence[Any]) -> bool:
+        """Whether the session's events only grew since the last call read them: the same events, then
+        new ones none of which rewrites the past (a rewind, an EventsCompaction). Reads the new events only."""
+        if self._read is None:
+            return False
+        n, last, _ = self._read
+        if not (0 < n <= len(events) and _event_key(events[n - 1]) == last):
+            return False
+        return not any(e.actions is not None and (e.actions.compaction is not None or e.actions.rewind_before_invocation_id)
+                       for e in events[n:])
 
     def message_times(self, events: Sequence[Any], request: ModelRequest) -> tuple[float | None, ...]:
         by_digest: dict[str, float] = {}
@@ -34,6 +48,7 @@ class EventTimes:
             n, last, known = self._read
             if 0 < n <= len(events) and _event_key(events[n - 1]) == last:
                 by_digest, start = known, n  # only ever added to
+        added: set[str] = set()
         for event in events[start:]:
             if event.content is None or not event.content.parts:
                 continue
@@ -44,16 +59,32 @@ class EventTimes:
                 self._digests[key] = hit
                 while len(self._digests) > self._max:
                     self._digests.popitem(last=False)
-            by_digest.setdefault(hit[0], hit[1])
+            if hit[0] not in by_digest:
+                by_digest[hit[0]] = hit[1]
+                added.add(hit[0])
         if events:
             self._read = (len(events), _event_key(events[-1]), by_digest)
-        times: list[float | None] = []
-        last: float | None = None
-        for message in request.messages:
-            ts = by_digest.get(message.digest, last)
-            times.append(ts)
+        return self._times_of(request.messages, by_digest, added, incremental=start > 0)
+
+    def _times_of(self, messages: tuple, by_digest: "dict[str, float]", added: "set[str]",
+                  incremental: bool) -> tuple[float | None, ...]:
+        """Each message's time, or the one before it. The last call's times stand for its unchanged
+        leading messages unless a new event gave a time to a digest they had none for."""
+        same, times, missing = 0, (), set()
+        if incremental and self._times is not None and not (self._times[2] & added):
+            same = shared_prefix(self._times[0], messages)
+            times, missing = self._times[1][:same], self._times[2]
+        out: list[float | None] = list(times)
+        last: float | None = out[-1] if out else None
+        for message in messages[same:]:
+            ts = by_digest.get(message.digest)
+            if ts is None:
+                missing.add(message.digest)
+                ts = last
+            out.append(ts)
             last = ts
-        return tuple(times)
+        self._times = (messages, tuple(out), missing)
+        return self._times[1]
 
 
 def _event_key(event: Any) -> str:

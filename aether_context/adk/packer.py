@@ -20,6 +20,7 @@ past it the extractive summary stays.
 from __future__ import annotations
 
 import collections
+from itertools import chain, repeat
 import logging
 import time
 from dataclasses import replace
@@ -31,9 +32,10 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.tools.tool_context import ToolContext
 
 from ..compress import SummarizeFn, Summarizer
-from ..content import sha256_hex
+from ..content import Message, sha256_hex
 from ..pipeline.build import ContextPack, StageTimes, build_pack, request_tokens
 from ..pipeline.cache import PackCache
+from ..pipeline.incremental import mapped
 from ..pipeline.collect import PackInputs, PackState
 from ..pipeline.decay import blob_key
 from ..pipeline.record import CallRecord, Manifest
@@ -145,12 +147,14 @@ class ContextPacker(ModelHooks, ToolHooks):
             pack = await self._off_loop(build_pack, inputs, self.profile, counter=self.counter, window=self.window_tokens,
                                         retriever=self.retriever, cache=self.cache, timings=timings)
             saved = callback_context.state.get(SAVED_STATE_KEY) or {}
-            without = pack.manifest.tokens_before + sum(saved.get(r.key, 0) for m in inputs.request.messages
-                                                        for r in m.responses)
+            keys = mapped("message_response_keys", inputs.request.messages, _response_keys, self.cache) if saved else ()
+            without = pack.manifest.tokens_before + sum(map(saved.get, chain.from_iterable(keys), repeat(0)))
             pack = replace(pack, manifest=pack.manifest.model_copy(update={"tokens_without_plugin": without}))
+            replaced = llm_request.contents  # ADK's copies of the history, released below
             with timings.stage("apply"):
                 apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
-                              added={RECALL_TOOL_NAME: self.recall_tool} if recall else {}, original=inputs.request)
+                              added={RECALL_TOOL_NAME: self.recall_tool} if recall else {}, original=inputs.request,
+                              cache=self.cache)
         except Exception as e:  # fail open: the agent keeps working with the request ADK built
             logger.error("aether-context: packing failed for agent %s; sending the original request",
                          callback_context.agent_name, exc_info=True)
@@ -172,8 +176,11 @@ class ContextPacker(ModelHooks, ToolHooks):
             logger.error("aether-context: recording pack %s failed; the packed request goes out",
                          pack.manifest.pack_id, exc_info=True)
         if self.work_ahead:  # what the next compaction reads, computed while the model answers
-            start_ahead(warm_ahead, pack.inputs, pack.state, self.profile, counter=self.counter,
-                       retriever=self.retriever, cache=self.cache)
+            # ADK's per-request copies of a long history (10,000 contents: about 10 ms for CPython to
+            # free) are released on the work-ahead thread, while the model answers, not before it is asked
+            start_ahead(_release_then(replaced, warm_ahead), pack.inputs, pack.state, self.profile,
+                        counter=self.counter, retriever=self.retriever, cache=self.cache)
+        del replaced
         record = CallRecord(pack.manifest, uri, timings.to_json())
         self.recent.append(record)
         return record
@@ -183,12 +190,14 @@ class ContextPacker(ModelHooks, ToolHooks):
         """This call's `PackInputs`, assembled once: the edge's collection, event times, saved images, calibration."""
         session = callback_context.session
         flags = stored.notes + stored.flags
+        slot.times = slot.times or EventTimes()
+        grown = slot.times.only_grew(session.events)
         inputs = await collect_inputs(
             callback_context, llm_request, keys=self.keys, previous=stored.state,
             memory_limit=self.memory_pool, artifact_cache=slot.artifacts, now=session_now(session.events),
             use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags + self._window_flags(llm_request),
-            providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (), cache=self.cache)
-        slot.times = slot.times or EventTimes()
+            providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (), cache=self.cache,
+            grown=grown, scope=slot_key(session.app_name, session.user_id, session.id, callback_context.agent_name))
         inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
                          compact=bool(callback_context.state.get(COMPACT_STATE_KEY)))
         inputs = await self._save_images(callback_context, inputs)
@@ -217,12 +226,12 @@ class ContextPacker(ModelHooks, ToolHooks):
     async def _save_images(self, ctx: CallbackContext, inputs: PackInputs) -> PackInputs:
         """Save inline images to the artifact store once, so their decayed form can cite a URI."""
         uris = inputs.uris
-        for message in inputs.request.messages:
-            for blob in message.blobs:
-                key = blob_key(blob.data)
-                if key not in uris:
-                    ext = blob.mime_type.split("/")[-1].split(";")[0]
-                    uris = {**uris, key: await self.gateway.save(ctx, f"attachment/{key}.{ext}", blob.data, blob.mime_type)}
+        blobs = mapped("blobs", inputs.request.messages, _blobs, self.cache)  # the history's, carried from the last call
+        for blob in (b for found in blobs if found for b in found):
+            key = blob_key(blob.data)
+            if key not in uris:
+                ext = blob.mime_type.split("/")[-1].split(";")[0]
+                uris = {**uris, key: await self.gateway.save(ctx, f"attachment/{key}.{ext}", blob.data, blob.mime_type)}
         if uris is inputs.uris:
             return inputs
         ctx.state[URIS_STATE_KEY] = uris
@@ -252,6 +261,26 @@ class ContextPacker(ModelHooks, ToolHooks):
         record = CallRecord(manifest, uri)
         self.recent.append(record)
         return record
+
+
+def _release_then(replaced: list, fn):
+    """`fn`, then the release of the last reference to `replaced`, on the thread that runs the job."""
+    held = [replaced]
+
+    def job(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            held.clear()
+    return job
+
+
+def _response_keys(message: Message) -> tuple[str, ...]:
+    return tuple(r.key for r in message.responses)
+
+
+def _blobs(message: Message) -> tuple:
+    return tuple(message.blobs)
 
 
 def _log_pack(pack: ContextPack) -> None:

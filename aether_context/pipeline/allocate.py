@@ -204,7 +204,7 @@ class Room:
 def conversation_tokens(prepared: "Prepared", zone: "Verbatim", counter: TokenCounting) -> int:
     """What the conversation takes with this verbatim zone: its block and the turns it keeps."""
     block = counter.count_text(zone.block) + 4 if zone.block else 0
-    return block + turns_tokens(tuple(t for t in prepared.turns if zone.keeps(t)), counter)
+    return block + turns_tokens(zone.kept(prepared.turns), counter)
 
 
 def status_reserve(inputs: "PackInputs", profile: BudgetProfile, zone: "Verbatim", failures: str, room: int) -> int:

@@ -25,6 +25,7 @@ from .allocate import Room, allocate_pack, conversation_tokens, room
 from .collect import PackInputs, PackState
 from .conversation import Compaction, Verbatim, compact, compaction_events, verbatim_zone
 from .evidence_change import change_cause, changed_evidence
+from .incremental import inputs_digest
 from .fit import fit_layers, fit_to_window, selection_events
 from .prepare import Prepared, prepare
 from .recite import failures_to_show, recite
@@ -100,9 +101,9 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
     # Calibrated: if the model counts 20 % more than our tokenizer, pack for a window 20 % smaller.
     with stage("collect"):
         prepared = prepare(inputs, profile, counter, cache)
-        zone = verbatim_zone(inputs.previous, tuple(m.digest for m in inputs.request.messages))
+        zone = verbatim_zone(inputs.previous, inputs.request.messages)
         failure_log = failure_view(inputs, profile, counter)  # analysed once, shown per zone
-        failures = failures_to_show(failure_log, tuple(t for t in prepared.turns if zone.keeps(t)))
+        failures = failures_to_show(failure_log, zone.kept(prepared.turns))
     call = Call(inputs, profile, int(model_window / max(0.5, inputs.calibration)), counter,
                 retriever or default_retriever(profile), cache, failures, failure_log)
     with stage("select"):
@@ -128,7 +129,8 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
     with stage("record"):
         events = (*prepared.events, *compaction_events(plan.compaction), *selection_events(plan.cands), *fitted.events)
         decisions = Decisions(model_window, alloc, plan.cands, fitted.fit, plan.compaction, reused,
-                              recital, prepared.pruned, events, plan.evidence_changed)
+                              recital, prepared.pruned, events, plan.evidence_changed,
+                              request_tokens(inputs.request, counter, call.cache), inputs_digest(inputs, call.cache))
         out = record(inputs, profile, decisions, counter)
     return ContextPack(request=recital.request, manifest=out.manifest, state=out.state, inputs=inputs)
 
@@ -146,7 +148,7 @@ def _plan(call: Call, prepared: Prepared, zone: Verbatim, stage) -> Plan:
     space = room(inputs, profile, call.window, cands, zone, frozen, call.failures, counter)
     kept = conversation_tokens(prepared, zone, counter)
     max_turns = profile.conversation.max_verbatim_turns
-    too_many = max_turns is not None and sum(1 for t in prepared.turns if zone.keeps(t)) > max_turns
+    too_many = max_turns is not None and len(zone.kept(prepared.turns)) > max_turns
     if not (inputs.compact or kept > space.conversation_cap or too_many):
         return Plan(zone, frozen, cands, space, None, call.failures, changed)
     with stage("compact"):
@@ -161,15 +163,14 @@ def _plan(call: Call, prepared: Prepared, zone: Verbatim, stage) -> Plan:
         # nothing could leave the verbatim zone: the final fit cuts the largest turn instead
         return Plan(zone, frozen, cands, space, None, call.failures, changed)
     zone = compaction.zone
-    failures = failures_to_show(call.failure_log, tuple(t for t in prepared.turns if zone.keeps(t)))
+    failures = failures_to_show(call.failure_log, zone.kept(prepared.turns))
     cands = _select(call, prepared, zone)
     space = room(inputs, profile, call.window, cands, zone, None, failures, counter)
     return Plan(zone, None, cands, space, compaction, failures)
 
 
 def _select(call: Call, prepared: Prepared, zone: Verbatim) -> Candidates:
-    compacted = tuple(t for t in prepared.turns if not zone.keeps(t))
-    kept = tuple(t for t in prepared.turns if zone.keeps(t))
+    compacted, kept = zone.split(prepared.turns)
     return select(call.inputs, call.profile, counter=call.counter, retriever=call.retriever,
                   conversation=prepared.conversation, compacted=compacted, kept=kept, cache=call.cache)
 

@@ -11,11 +11,13 @@ Turns that left the verbatim zone stay searchable: they are Memory candidates (s
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, replace
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from ..compress.middle_out import middle_out
 from ..compress.values import extract_values, merge_values, render_values
+from ..content import Message
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .allocate import conversation_tokens
@@ -48,6 +50,26 @@ class Verbatim:
     def keeps(self, turn: Turn) -> bool:
         return turn.start >= self.through or turn.start in self.pinned
 
+    def split(self, turns: "tuple[Turn, ...]") -> "tuple[tuple[Turn, ...], tuple[Turn, ...]]":
+        """(compacted, kept) of `turns` in order of start (as `prepare` gives them), found by
+        bisection: a call then costs the pinned requests, not a test of every turn."""
+        k = bisect_left(turns, self.through, key=_start)
+        at = [i for p, i in ((p, bisect_left(turns, p, 0, k, key=_start)) for p in sorted(set(self.pinned)))
+              if i < k and turns[i].start == p]
+        compacted: tuple[Turn, ...] = ()
+        lo = 0
+        for i in at:
+            compacted += turns[lo:i]
+            lo = i + 1
+        return compacted + turns[lo:k], tuple(turns[i] for i in at) + turns[k:]
+
+    def kept(self, turns: "tuple[Turn, ...]") -> "tuple[Turn, ...]":
+        return self.split(turns)[1]
+
+
+def _start(turn: Turn) -> int:
+    return turn.start
+
 
 @dataclass(frozen=True)
 class CompactionBlock:
@@ -76,13 +98,13 @@ class Compaction:
                 "count": self.zone.compactions}
 
 
-def verbatim_zone(previous: PackState | None, messages_digests: "tuple[str, ...]") -> Verbatim:
-    """The previous call's zone, if the history it was cut from is still the same; else none."""
+def verbatim_zone(previous: PackState | None, messages: "Sequence[Message]") -> Verbatim:
+    """The previous call's zone, if the history it was cut from is still the same (the message at its
+    boundary has the digest it had); else none."""
     if previous is None or previous.compacted_through <= 0:
         return Verbatim()
     through = previous.compacted_through
-    if through > len(messages_digests) or (through < len(messages_digests)
-                                             and messages_digests[through] != previous.boundary_digest):
+    if through > len(messages) or (through < len(messages) and messages[through].digest != previous.boundary_digest):
         return Verbatim()  # ADK's history changed under us (its own compaction, a rewind): start again
     return Verbatim(through, previous.pinned, previous.block_text, previous.compactions, previous.pins_opening)
 
@@ -183,21 +205,25 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     new = Verbatim(through, pinned, "", zone.compactions + 1)
     # secrets masked before the block derives from them (a value pulled out of its label's context too);
     # only the turns read are masked: the newest (known values) and those the summary does not cover
-    compacted = tuple(prepared.originals.get(t.start, t) for t in turns if not new.keeps(t))
+    # the compacted turns before any cut (fold lines name what was cut), read lazily: newest first for
+    # the values (which stop at their cap), those the summary does not cover yet for the block
+    compacted = new.split(turns)[0]
+    original = lambda t: prepared.originals.get(t.start, t)  # noqa: E731
     mask, uris = turn_masker(inputs.uris, cache)
     summary = RunningSummary.from_json(inputs.summary)
     opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter)
     caps = _block_caps(profile, room, counter.count_text(opening) if opening else 0)
-    values = known_values(map(mask, reversed(compacted)), caps["values"], counter, cache)
+    values = known_values(map(mask, map(original, reversed(compacted))), caps["values"], counter, cache)
     left = max(0, caps["values"] - (counter.count_text(values) if values else 0))
     fold_cap = min(profile.decay.fold_max_tokens, caps["fold"] + left)
     summary_cap = min(profile.decay.summary_max_tokens, caps["summary"])
     block = compaction_block(
-        tuple(mask(t) for t in compacted if t.start > summary.covered_until), summary, opening=opening,
+        tuple(mask(original(t)) for t in compacted[bisect_right(compacted, summary.covered_until, key=_start):]),
+        summary, opening=opening,
         goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=fold_cap, summary_max_tokens=summary_cap,
         uris=uris, values=values, counter=counter, cache=cache)
     new = replace(new, block=block.text, pins_opening=bool(opening))
-    folded = tuple(t.start for t in turns if zone.keeps(t) and not new.keeps(t))
+    folded = tuple(t.start for t in zone.kept(turns) if not new.keeps(t))
     return Compaction(new, reason, folded, tokens_before, conversation_tokens(prepared, new, counter), block.summary,
                       block.merged_lines)
 
@@ -218,7 +244,7 @@ def _opening(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: Bu
     request = prepared.conversation.request
     if request is not None and request.text == text:
         return ""
-    if any(zone.keeps(t) and any(m.role == "user" and m.text == text for m in t.messages) for t in prepared.turns):
+    if any(any(m.role == "user" and m.text == text for m in t.messages) for t in zone.kept(prepared.turns)):
         return ""
     return middle_out(text, min(profile.task.opening_max_tokens, int(window * profile.task.opening_max_share), cap), counter)
 

@@ -8,6 +8,7 @@ cap. Fold lines and the summary carry the URIs of the originals, so compaction i
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -16,7 +17,7 @@ from ..content import Blob, FunctionCall, FunctionResponse, Message, TextPart, s
 from ..tokens import TokenCounting
 from .cache import PackCache, counter_key
 from .collect import Turn
-from .incremental import turn_key
+from .incremental import mapped, running_totals, shared_prefix, turn_key
 
 __all__ = ["RunningSummary", "fold_turn", "decay_zones", "Zones", "decay_images", "blob_key", "prune_tool_outputs"]
 
@@ -106,13 +107,19 @@ def decay_zones(folded: Sequence[Turn], previous: RunningSummary, *, goal: str, 
     return Zones(summary, tuple(lines[cut:]), tuple(t.start for t in uncovered[:cut]), tuple(lines[:cut]))
 
 
-def decay_images(turns: Sequence[Turn], keep_turns: int, uris: "dict[str, str]") -> tuple[tuple[Turn, ...], tuple[str, ...]]:
-    """Inline images older than `keep_turns` turns become a one-line description with their URI."""
+def decay_images(turns: Sequence[Turn], keep_turns: int, uris: "dict[str, str]",
+                 cache: "PackCache | None" = None) -> tuple[tuple[Turn, ...], tuple[str, ...]]:
+    """Inline images older than `keep_turns` turns become a one-line description with their URI.
+    Which turns carry an image is carried from the last call for its unchanged turns (`cache`)."""
+    turns = tuple(turns)
+    with_images = mapped("has_images", turns, _has_images, cache)
+    if not any(with_images):
+        return turns, ()
     out: list[Turn] = []
     changed: list[str] = []
     last = len(turns) - keep_turns
     for i, t in enumerate(turns):
-        if i >= last or not any(m.blobs for m in t.messages):
+        if i >= last or not with_images[i]:
             out.append(t)
             continue
         msgs = []
@@ -132,9 +139,17 @@ def decay_images(turns: Sequence[Turn], keep_turns: int, uris: "dict[str, str]")
     return tuple(out), tuple(changed)
 
 
+def _has_images(turn: Turn) -> bool:
+    return any(m.blobs for m in turn.messages)
+
+
 def _response_tokens(turn: Turn, counter: TokenCounting) -> int:
     # message counts are cached by digest; re-serialising every response on every call is not
     return sum(counter.count_message(m) for m in turn.messages if m.responses)
+
+
+def _response_keys(turn: Turn) -> tuple[str, ...]:
+    return tuple(r.key for m in turn.messages for r in m.responses)
 
 
 def prune_tool_outputs(turns: Sequence[Turn], *, protect_tokens: int, minimum_tokens: int, uris: "dict[str, str]",
@@ -147,31 +162,63 @@ def prune_tool_outputs(turns: Sequence[Turn], *, protect_tokens: int, minimum_to
     reclaims at least `minimum_tokens` at once (so the prefix changes rarely); turns cleared before
     stay cleared. Returns the turns, every cleared turn start, and the newly cleared ones. With
     `consider_new` False only the turns cleared before are cleared again (a frozen pack). A cleared
-    turn is built once (`cache`, by its content and URIs): later calls get the same object back.
+    turn is built once (`cache`, by its content and URIs): later calls get the same object back, and
+    the turns' output sizes, keys and outcome are carried from the last call (`_pruned`).
     """
+    turns = tuple(turns)
+    keys = mapped("response_keys", turns, _response_keys, cache)
+    totals = running_totals(("response_tokens", counter_key(counter)), turns, lambda t: _response_tokens(t, counter), cache)
+    total = totals[-1] if totals else 0
     fresh: list[Turn] = []
-    if consider_new and (already or sum(_response_tokens(t, counter) for t in turns) >= protect_tokens + minimum_tokens):
-        seen = 0
-        for t in reversed(turns):
-            responses = [r for m in t.messages for r in m.responses]
-            if seen >= protect_tokens and responses and t.start not in already and all(r.key in uris for r in responses):
-                fresh.append(t)
-            seen += _response_tokens(t, counter)
+    if consider_new and (already or total >= protect_tokens + minimum_tokens):
+        # turn i has `total - totals[i]` tokens of outputs after it: past the protected ones for i < older
+        older = bisect_right(totals, total - protect_tokens)
+        fresh = [turns[i] for i in range(older - 1, -1, -1)
+                 if keys[i] and turns[i].start not in already and all(k in uris for k in keys[i])]
         if sum(_response_tokens(t, counter) for t in fresh) < minimum_tokens:
             fresh = []
-    cleared = set(already) | {t.start for t in fresh}
+    cleared = frozenset(already) | {t.start for t in fresh}
     if not cleared:
-        return tuple(turns), frozenset(), ()
-    out = []
-    for t in turns:
+        return turns, frozenset(), ()
+    return _pruned(turns, keys, cleared, uris, cache), cleared, tuple(t.start for t in fresh)
+
+
+def _pruned(turns: "tuple[Turn, ...]", keys: "tuple[tuple[str, ...], ...]", cleared: "frozenset[int]",
+            uris: "dict[str, str]", cache: PackCache | None) -> tuple[Turn, ...]:
+    """The turns with the `cleared` ones cleared. A turn's outcome depends on the turn, whether it is
+    cleared and its outputs' URIs: the last call's outcome stands for its unchanged leading turns
+    when turns were only cleared since and URIs only added, but for those the additions touch."""
+    def one(t: Turn) -> Turn:
         if t.start not in cleared:
-            out.append(t)
-        elif cache is None:
-            out.append(_cleared_turn(t, uris))
-        else:
-            key = (turn_key(t), tuple(uris.get(r.key, "") for m in t.messages for r in m.responses))
-            out.append(cache.get("cleared_turn", key, lambda t=t: _cleared_turn(t, uris)))
-    return tuple(out), frozenset(cleared), tuple(t.start for t in fresh)
+            return t
+        if cache is None:
+            return _cleared_turn(t, uris)
+        key = (turn_key(t), tuple(uris.get(r.key, "") for m in t.messages for r in m.responses))
+        return cache.get("cleared_turn", key, lambda: _cleared_turn(t, uris))
+
+    hit = cache.lookup("carried", ("pruned", id(turns[0]))) if cache is not None and turns else None
+    same = 0
+    if hit is not None and hit[1] <= cleared and hit[2].items() <= uris.items():
+        old_turns, old_cleared, old_uris, old_out = hit
+        same = shared_prefix(old_turns, turns)
+        out = list(old_out[:same])
+        added = uris.keys() - old_uris.keys()
+        redo = {i for i in range(same) if keys[i] and not added.isdisjoint(keys[i])} if added else set()
+        redo |= {i for i in (bisect_left(turns, s, 0, same, key=_start) for s in cleared - old_cleared)
+                 if i < same and turns[i].start in cleared}
+        for i in redo:
+            out[i] = one(turns[i])
+    else:
+        out = []
+    out += [one(t) for t in turns[same:]]
+    result = tuple(out)
+    if cache is not None and turns:
+        cache.put("carried", ("pruned", id(turns[0])), (turns, cleared, dict(uris), result))
+    return result
+
+
+def _start(turn: Turn) -> int:
+    return turn.start
 
 
 def _cleared_turn(t: Turn, uris: "dict[str, str]") -> Turn:

@@ -9,6 +9,7 @@ nothing disappears silently.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from operator import itemgetter
 from os.path import commonprefix
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -21,7 +22,7 @@ from ..tokens import TokenCounting
 from .allocate import LAYER_OVERHEAD, Allocation
 from .collect import PackInputs, PackState, Turn
 from .cache import PackCache, counter_key
-from .incremental import turn_key, turn_tokens
+from .incremental import mapped, turn_key, turn_tokens
 from .render import render_pack, render_payload, request_tokens
 
 if TYPE_CHECKING:
@@ -78,40 +79,46 @@ def cut_turn(turn: Turn, max_tokens: int, counter: TokenCounting) -> Turn:
     return Turn(turn.start, tuple(msgs))
 
 
-def repair_orphans(turns: "tuple[Turn, ...]") -> tuple[tuple[Turn, ...], tuple[TruncationEvent, ...]]:
+def repair_orphans(turns: "tuple[Turn, ...]", cache: "PackCache | None" = None
+                   ) -> tuple[tuple[Turn, ...], tuple[TruncationEvent, ...]]:
     """Rewrite function responses whose call is gone (cut by an earlier compaction) as user text.
 
     Gemini rejects a response without its call; as text the result stays visible and in place.
+    Each turn's repair depends on the turn alone: with a `cache`, the unchanged leading turns of the
+    last call keep theirs (`incremental.mapped`).
     """
-    out, ids = [], []
-    for t in turns:
-        if t.is_orphan_response:
-            ids.append(turn_id(t))
-            brief = "; ".join(f"{r.name} → {describe_outcome(r.name, r.response)}" for m in t.messages for r in m.responses)
-            t = Turn(t.start, (Message("user", (TextPart(f"[turn {t.start}] tool result whose call is no longer in the history: {brief}"),)),))
-        out.append(t)
-    events = (TruncationEvent("conversation", "compress", "orphaned function response rewritten as text", tuple(ids)),) if ids else ()
-    return tuple(out), events
+    turns = tuple(turns)
+    repaired = mapped("repair_orphan", turns, _repaired, cache)
+    ids = () if repaired == turns else tuple(turn_id(t) for t, r in zip(turns, repaired) if r is not t)
+    events = (TruncationEvent("conversation", "compress", "orphaned function response rewritten as text", ids),) if ids else ()
+    return repaired, events
+
+
+def _repaired(t: Turn) -> Turn:
+    if not t.is_orphan_response:
+        return t
+    brief = "; ".join(f"{r.name} → {describe_outcome(r.name, r.response)}" for m in t.messages for r in m.responses)
+    return Turn(t.start, (Message("user", (TextPart(f"[turn {t.start}] tool result whose call is no longer in the history: {brief}"),)),))
 
 
 def bounded_turns(turns: "tuple[Turn, ...]", max_turn_tokens: int, counter: TokenCounting,
                   layer: str = "conversation", cache: "PackCache | None" = None
                   ) -> tuple[tuple[Turn, ...], tuple[TruncationEvent, ...]]:
-    """Apply the per-turn cap; each cut is an event (a turn cut once is cut again from the `cache`)."""
-    out, events = [], []
-    for t in turns:
+    """Apply the per-turn cap; each cut is an event. With a `cache`, the unchanged leading turns of
+    the last call keep their outcome (`incremental.mapped`), and a turn cut once is cut again from it."""
+    def bound(t: Turn) -> "tuple[Turn, TruncationEvent | None]":
         before = turn_tokens(t, counter)
-        if before > max_turn_tokens:
-            if cache is None:
-                t2 = cut_turn(t, max_turn_tokens, counter)
-            else:  # the same turn is cut again on every later call: by its content, the same cut
-                t2 = cache.get("cut_turn", (turn_key(t), max_turn_tokens, counter_key(counter)),
-                               lambda t=t: cut_turn(t, max_turn_tokens, counter))
-            after = turn_tokens(t2, counter)
-            events.append(TruncationEvent(layer, "cut", "turn over max_turn_tokens", (turn_id(t),), before, after))
-            t = t2
-        out.append(t)
-    return tuple(out), tuple(events)
+        if before <= max_turn_tokens:
+            return t, None
+        if cache is None:
+            t2 = cut_turn(t, max_turn_tokens, counter)
+        else:  # the same turn is cut again on every later call: by its content, the same cut
+            t2 = cache.get("cut_turn", (turn_key(t), max_turn_tokens, counter_key(counter)),
+                           lambda: cut_turn(t, max_turn_tokens, counter))
+        return t2, TruncationEvent(layer, "cut", "turn over max_turn_tokens", (turn_id(t),), before, turn_tokens(t2, counter))
+
+    outcomes = mapped(("bounded_turn", layer, max_turn_tokens, counter_key(counter)), turns, bound, cache)
+    return tuple(map(itemgetter(0), outcomes)), tuple(filter(None, map(itemgetter(1), outcomes)))
 
 
 def fit_lines(layer: str, lines: "tuple[Line, ...]", budget: int, item_max_tokens: int, counter: TokenCounting,
@@ -203,8 +210,7 @@ def fit_layers(inputs: PackInputs, profile: BudgetProfile, cands: "Candidates", 
 
     A frozen payload (same invocation, same zone) is sent as it was: its lines are not refitted.
     """
-    history = tuple(t for t in prepared.history if zone.keeps(t))
-    loop = tuple(t for t in prepared.loop if zone.keeps(t))
+    history, loop = zone.kept(prepared.history), zone.kept(prepared.loop)
     events: tuple[TruncationEvent, ...] = ()
     if frozen is not None:
         ev = tuple(ln for ln in cands.evidence if ln.id in frozen.evidence_ids)

@@ -9,14 +9,17 @@ the cache it is given; results equal a fresh computation (and are one, without a
 
 from __future__ import annotations
 
-from typing import Sequence
+import hashlib
+from itertools import accumulate
+from typing import Any, Callable, Hashable, Sequence
 
-from ..content import Message
+from ..content import Message, ModelRequest, canonical_json, sha256_hex
 from ..tokens import TokenCounting
 from .cache import PackCache
-from .collect import Turn, group_turns
+from .collect import PackInputs, Turn, group_turns
 
-__all__ = ["grouped_turns", "turn_tokens", "turns_tokens", "turn_key"]
+__all__ = ["grouped_turns", "turn_tokens", "turns_tokens", "turn_key", "mapped", "running_totals", "shared_prefix",
+           "extended", "request_checksum", "inputs_digest"]
 
 
 def turn_key(turn: Turn) -> tuple:
@@ -64,3 +67,102 @@ def turn_tokens(turn: Turn, counter: TokenCounting) -> int:
 
 def turns_tokens(turns: Sequence[Turn], counter: TokenCounting) -> int:
     return sum(turn_tokens(t, counter) for t in turns)
+
+
+def shared_prefix(old: tuple, new: tuple) -> int:
+    """How many leading items of `new` are the items of `old` (by identity, or equal values: the
+    functions memoised below are pure, so an equal item gives an equal result)."""
+    n = min(len(old), len(new))
+    if old[:n] == new[:n]:  # one C-level pass, each item by identity first
+        return n
+    i = 0
+    while i < n and (old[i] is new[i] or old[i] == new[i]):
+        i += 1
+    return i
+
+
+def _carried(cache: PackCache | None, kind: Hashable, items: tuple) -> "tuple[int, Any, tuple]":
+    """What the last call of `kind` over a sequence starting with the same item left: how many of
+    its items `items` still starts with, and its results."""
+    if cache is None or not items:
+        return 0, None, ()
+    hit = cache.lookup("carried", (kind, id(items[0])))
+    if hit is None:
+        return 0, None, ()
+    return shared_prefix(hit[0], items), hit[1], hit[0]
+
+
+def mapped(kind: Hashable, items: Sequence, fn: Callable[[Any], Any], cache: PackCache | None) -> tuple:
+    """`tuple(fn(x) for x in items)` for a pure `fn` (`kind` names it and its parameters), reusing the
+    results of the last call whose items began with the same object: a call then maps what is new."""
+    items, kind = tuple(items), ("mapped", kind)
+    same, old, _ = _carried(cache, kind, items)
+    out = (old[:same] if same else ()) + tuple(fn(x) for x in items[same:])
+    if cache is not None and items:
+        cache.put("carried", (kind, id(items[0])), (items, out))  # holds the items: their ids stay theirs
+    return out
+
+
+def running_totals(kind: Hashable, items: Sequence, weight: Callable[[Any], int], cache: PackCache | None) -> tuple[int, ...]:
+    """The running totals of `weight` over `items` (`totals[i]` = the sum of the first i + 1), the
+    unchanged leading part carried from the last call: a range's sum is then one subtraction."""
+    items, kind = tuple(items), ("totals", kind)
+    same, old, _ = _carried(cache, kind, items)
+    base = old[same - 1] if same else 0
+    out = (old[:same] if same else ()) + tuple(accumulate((weight(x) for x in items[same:]), initial=base))[1:]
+    if cache is not None and items:
+        cache.put("carried", (kind, id(items[0])), (items, out))
+    return out
+
+
+def extended(kind: Hashable, items: tuple, start: Callable[[], Any], feed: Callable[[Any, tuple], Any],
+              cache: PackCache | None) -> Any:
+    """A state built by feeding `items` in order (`feed(state, more)` returns the new state), carried
+    from the last call when `items` still begins with all of its items; else built from `start()`."""
+    same, old, old_items = _carried(cache, kind, items)
+    if old is not None and same == len(old_items):
+        state = feed(old, items[same:])
+    else:
+        state = feed(start(), items)
+    if cache is not None and items:
+        cache.put("carried", (kind, id(items[0])), (items, state))
+    return state
+
+
+def request_checksum(request: ModelRequest, cache: PackCache | None) -> str:
+    """`request.checksum`, hashing on from the last call's hash state of the same history: sha256
+    reads its input in order, so the canonical JSON's unchanged beginning is not hashed again."""
+    if cache is None or not request.messages:
+        return request.checksum
+    head = canonical_json({"head": request.head_json()})[:-1]  # '{"head":...' : keys in order, head first
+
+    def feed(state: "tuple[Any, int]", more: tuple) -> "tuple[Any, int]":
+        hasher, n = state[0].copy(), state[1]
+        for m in more:
+            hasher.update(f'{"," if n else ""}"{m.digest}"'.encode())
+            n += 1
+        return hasher, n
+
+    hasher, _ = extended(("checksum", head), request.messages,
+                          lambda: (hashlib.sha256(f'{head},"messages":['.encode()), 0), feed, cache)
+    final = hasher.copy()
+    final.update(b"]}")
+    return "sha256:" + final.hexdigest()
+
+
+_TIMES = "\x00message_times\x00"  # stands in for the event times in the inputs' JSON, then replaced
+
+
+def inputs_digest(inputs: PackInputs, cache: PackCache | None) -> str:
+    """`inputs.digest`, with the request's checksum and the event times' JSON carried from the last
+    call (`request_checksum`; the times' JSON extended by the new messages' times only)."""
+    if cache is None or not inputs.message_times:
+        return inputs.digest
+    data = inputs.to_json_without_request()
+    data["message_times"] = _TIMES
+    text, marker = canonical_json(data), canonical_json(_TIMES)
+    if text.count(marker) != 1:  # the stand-in is in the inputs' own text: no shortcut
+        return inputs.digest
+    times = extended("times_json", tuple(inputs.message_times), lambda: "",
+                      lambda old, more: old + "".join("," + canonical_json(t) for t in more), cache)
+    return sha256_hex(request_checksum(inputs.request, cache) + text.replace(marker, "[" + times[1:] + "]"))

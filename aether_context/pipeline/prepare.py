@@ -6,6 +6,7 @@ URI, and the per-turn cap. What each repair touched is a `TruncationEvent`.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from ..profile import BudgetProfile
@@ -16,7 +17,7 @@ from .decay import decay_images, prune_tool_outputs
 from .fit import TruncationEvent, bounded_turns, repair_orphans
 from .select import Conversation, split_conversation
 
-__all__ = ["Prepared", "prepare"]
+__all__ = ["Prepared", "TurnsByStart", "prepare"]
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class Prepared:
     history: tuple[Turn, ...]
     loop: tuple[Turn, ...]
     pruned: frozenset[int]
-    originals: dict[int, Turn]  # turn start -> the turn before any cut (fold lines name what was cut)
+    originals: "TurnsByStart"  # turn start -> the turn before any cut (fold lines name what was cut)
     events: tuple[TruncationEvent, ...]
 
     @property
@@ -35,11 +36,27 @@ class Prepared:
         return self.history + self.loop
 
 
+@dataclass(frozen=True)
+class TurnsByStart:
+    """Turns (in order of start) looked up by start, by bisection: a call reads the few it needs
+    rather than indexing every turn of the history."""
+
+    turns: tuple[Turn, ...]
+
+    def get(self, start: int, default: "Turn | None" = None) -> "Turn | None":
+        i = bisect_left(self.turns, start, key=_start)
+        return self.turns[i] if i < len(self.turns) and self.turns[i].start == start else default
+
+
+def _start(turn: Turn) -> int:
+    return turn.start
+
+
 def prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting, cache: PackCache | None = None) -> Prepared:
     """Orphan repair, image decay, pruning of old tool outputs and the per-turn cap."""
     conv = split_conversation(inputs, cache)
-    history, orphan_h = repair_orphans(conv.history)
-    loop, orphan_l = repair_orphans(conv.loop)
+    history, orphan_h = repair_orphans(conv.history, cache)
+    loop, orphan_l = repair_orphans(conv.loop, cache)
     events: list[TruncationEvent] = [*orphan_h, *orphan_l]
     n_hist = len(history)
     same_invocation = inputs.previous is not None and inputs.previous.invocation_id == inputs.invocation_id
@@ -47,7 +64,7 @@ def prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting, 
     # invocation's request, never its tool loop, so every call of one invocation (the first one too,
     # whatever its loop or previous state) describes the same images and the sent (cached) prefix stays
     keep = profile.decay.image_keep_turns + len(loop)
-    turns, images = decay_images(history + loop, keep, inputs.uris)
+    turns, images = decay_images(history + loop, keep, inputs.uris, cache)
     if images:
         events.append(TruncationEvent("conversation", "compress", "old inline images replaced by a description + URI", images))
     already = frozenset(inputs.previous.pruned) if inputs.previous else frozenset()
@@ -60,7 +77,7 @@ def prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting, 
         if fresh:
             events.append(TruncationEvent("conversation", "compress", "old tool outputs cleared to their URI (pruning)",
                                           tuple(f"turn-{k}" for k in fresh)))
-    originals = {t.start: t for t in turns}
+    originals = TurnsByStart(tuple(turns))
     turns, cuts = bounded_turns(tuple(turns), profile.conversation.max_turn_tokens, counter, cache=cache)
     events.extend(cuts)
     return Prepared(conv, turns[:n_hist], turns[n_hist:], pruned, originals, tuple(events))

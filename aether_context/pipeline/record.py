@@ -125,6 +125,8 @@ class Decisions:
     pruned: frozenset[int]
     events: "tuple[TruncationEvent, ...]"
     evidence_changed: str = ""  # why a frozen payload was rebuilt (a new version of an item it sent)
+    tokens_before: int = 0  # the request as ADK built it (counted where the call's cache is)
+    inputs_digest: str = ""  # `inputs.digest` (computed where the call's cache is); "" computes it here
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,7 @@ def _state(inputs: PackInputs, profile: BudgetProfile, d: Decisions, counter: To
         head_digest=head_digest(stable), head_tokens=head_tokens(stable, counter), pruned=tuple(sorted(d.pruned)),
         call_index=d.recital.call_index, last_recited=d.recital.last_recited, failures_shown=d.recital.failures_shown,
         merged_lines=compaction.merged_lines if compaction else (),
-        pack_id="pk_" + sha256_hex(f"{inputs.digest}/{d.window}/{profile.model_dump_json()}")[:24],
+        pack_id="pk_" + sha256_hex(f"{d.inputs_digest or inputs.digest}/{d.window}/{profile.model_dump_json()}")[:24],
         system_digest=sha256_hex(stable.system_instruction),
         tools_digest=sha256_hex(canonical_json([[t.to_json() for t in stable.tools], list(stable.other_tools)])),
         payload_index=payload_index, compacted_through=fit.zone.through, pinned=fit.zone.pinned,
@@ -276,7 +278,7 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, d: Decisions, state: P
         truncation_events=[e.to_json() for e in d.events], artifact_uris=sorted({ln.uri for ln in fit.evidence if ln.uri}),
         selected={"evidence": _lines_json(fit.evidence), "memory": _lines_json(fit.memory)},
         flags=flags, evidence_needed=list(inputs.task.evidence_needed),
-        tokens_before=request_tokens(inputs.request, counter), tokens_after=request_tokens(request, counter),
+        tokens_before=d.tokens_before, tokens_after=request_tokens(request, counter),
         prefix_tokens=prefix,
         block_hashes={"system": state.system_digest, "tools": state.tools_digest,
                       "payload": sha256_hex(state.payload_text), "compaction": sha256_hex(fit.zone.block)},

@@ -25,7 +25,8 @@ from ..content import FunctionCall, FunctionResponse, Message, ModelRequest, Tex
 from ..redact import MASK, RedactionSettings, redact, redact_value
 from ..tokens import TokenCounting
 from .collect import TaskSpec, Turn
-from .incremental import turn_key
+from .cache import PackCache, counter_key
+from .incremental import running_totals, turn_key
 
 if TYPE_CHECKING:
     from .cache import PackCache
@@ -207,9 +208,14 @@ def render_pack(inputs: "PackInputs", cands: "Candidates", fit: "Fit") -> ModelR
                           loop=fit.loop, instructions=cands.conversation.instructions)
 
 
-def request_tokens(request: ModelRequest, counter: TokenCounting) -> int:
-    """Tokens of a whole request: system instruction, tool declarations and messages."""
-    return head_tokens(request, counter) + sum(counter.count_message(m) for m in request.messages)
+def request_tokens(request: ModelRequest, counter: TokenCounting, cache: "PackCache | None" = None) -> int:
+    """Tokens of a whole request: system instruction, tool declarations and messages. With a `cache`,
+    the messages' running total is carried from the last call over the same history (a session's
+    whole request then costs its new messages)."""
+    if cache is None or not request.messages:
+        return head_tokens(request, counter) + sum(counter.count_message(m) for m in request.messages)
+    totals = running_totals(("message_tokens", counter_key(counter)), request.messages, counter.count_message, cache)
+    return head_tokens(request, counter) + totals[-1]
 
 
 def head_tokens(request: ModelRequest, counter: TokenCounting) -> int:

@@ -21,7 +21,7 @@ from ..tokens import TokenCounting
 from .allocate import Signals
 from .collect import PackInputs, TaskSpec, Turn
 from .cache import PackCache, counter_key
-from .incremental import grouped_turns, turn_key
+from .incremental import grouped_turns, shared_prefix, turn_key
 
 __all__ = ["Line", "Conversation", "Candidates", "select", "query_text", "split_conversation", "history_documents"]
 
@@ -136,6 +136,10 @@ def _turn_text(turn: Turn, count_tokens: Callable[[str], int]) -> str:
     return _clip(" | ".join(bits), 1500)
 
 
+def _start(turn: Turn) -> int:
+    return turn.start
+
+
 def _turn_time(turn: Turn, times: "tuple[float | None, ...]") -> float | None:
     return times[turn.start] if turn.start < len(times) else None
 
@@ -151,17 +155,15 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
     if cache is None or not compacted:
         return _history_documents(compacted, times, count_tokens)
     counted_by = counter_key(count_tokens)
-    stamps = [_turn_time(t, times) for t in compacted]
+    stamps = (tuple(map(times.__getitem__, map(_start, compacted))) if compacted[-1].start < len(times)
+              else tuple(_turn_time(t, times) for t in compacted))  # turns in order: the last start is the largest
     # The previous call's pool of this conversation: its leading turns that are the same objects
     # (and times) keep their documents, but for the last TURNS_AFTER (their context reads the next turn).
     run_key = ("history_run", id(compacted[0]), counted_by)
     run = cache.lookup("history_run", run_key)
     same = 0
     if run is not None:
-        for a, b, ta, tb in zip(run[0], compacted, run[1], stamps):
-            if a is not b or ta != tb:
-                break
-            same += 1
+        same = min(shared_prefix(run[0], compacted), shared_prefix(run[1], stamps))
         same = max(0, same - TURNS_AFTER) if same < len(run[0]) or same < len(compacted) else same
     docs = list(run[2][:same]) if run is not None else []
     docs += [history_document(compacted, i, times, count_tokens, cache) for i in range(same, len(compacted))]
@@ -195,14 +197,20 @@ def _history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None
     return docs
 
 
-def _lines(result: RetrievalResult, render: Callable[[Document], str], counter: TokenCounting) -> tuple[Line, ...]:
-    """Ranked lines with every score that placed them (recorded in the manifest)."""
+def _lines(result: RetrievalResult, render: Callable[[Document], str], counter: TokenCounting,
+           cache: PackCache | None = None) -> tuple[Line, ...]:
+    """Ranked lines with every score that placed them (recorded in the manifest). A document's line
+    and its tokens are kept by the document's content (`cache`): the same memory ranks on many calls."""
     out = []
     for item in result.items:
         doc = item.document
-        text = render(doc)
+        if cache is None:
+            text, tokens = render(doc), None
+        else:
+            key = (render.__name__, doc.id, doc.text, doc.timestamp, str(doc.metadata.get("uri", "")), counter_key(counter))
+            text, tokens = cache.get("line", key, lambda: (lambda t: (t, counter.count_text(t)))(render(doc)))
         sources = tuple(dict.fromkeys(item.sources)) if item.sources else (doc.source,)  # each source once
-        out.append(Line(id=doc.id, text=text, tokens=counter.count_text(text), source="+".join(sources),
+        out.append(Line(id=doc.id, text=text, tokens=counter.count_text(text) if tokens is None else tokens, source="+".join(sources),
                         uri=str(doc.metadata.get("uri", "")), score=round(item.score, 6), timestamp=doc.timestamp,
                         scores={"bm25": round(item.bm25, 4), "dense": round(item.dense, 4), "fused": round(item.fused, 4),
                                 "freshness": round(item.freshness, 4), "mmr": round(item.mmr, 4)}))
@@ -255,18 +263,19 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
                                count_tokens=counter.count_text, now=now, exclude=verbatim)
     if ev_docs and ev_result.signals.get("empty_query"):  # nothing to rank by: the app's order
         ev_result = _in_given_order(ev_docs, query)
-    evidence = _lines(ev_result, _render_evidence, counter)
+    evidence = _lines(ev_result, _render_evidence, counter, cache)
     mem_result = _relevant(retriever.rank(namespace, "memory", query, mem_docs, k=_k(profile.memory.top_k, mem_docs),
                                           count_tokens=counter.count_text, now=now,
                                           exclude=verbatim + [e.summary for e in inputs.evidence]), threshold)
-    memory = _lines(mem_result, _render_memory, counter)
+    memory = _lines(mem_result, _render_memory, counter, cache)
     flags.extend(_retrieval_flags(ev_result, mem_result))
 
     signals = _signals(inputs.task, conv, mem_result, bool(memory))
     shown_ev, shown_mem = {ln.id for ln in evidence}, {ln.id for ln in memory}  # once: the pool holds every compacted turn
     unselected = {
         "evidence": tuple(d.id for d in ev_docs if d.id not in shown_ev),
-        "memory": tuple(d.id for d in mem_docs if d.source != "history" and d.id not in shown_mem),
+        # the pool's compacted turns (source "history") come after the remembered facts: only these are read
+        "memory": tuple(d.id for d in mem_docs[:len(inputs.memory)] if d.source != "history" and d.id not in shown_mem),
     }
     return Candidates(tools=tools, evidence=evidence, memory=memory, conversation=conv, signals=signals,
                       flags=tuple(flags), unselected=unselected)

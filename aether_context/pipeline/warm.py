@@ -31,8 +31,8 @@ def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, 
     pack built from `inputs`); returns how many turns were read."""
     with masking(profile.redaction):
         prepared = prepare(inputs, profile, counter, cache)
-        zone = verbatim_zone(state, tuple(m.digest for m in inputs.request.messages))
-        kept = tuple(t for t in prepared.turns if zone.keeps(t))
+        zone = verbatim_zone(state, inputs.request.messages)
+        kept = zone.kept(prepared.turns)
         if not kept:
             return 0
         mask, _ = turn_masker(inputs.uris, cache)
