@@ -56,3 +56,32 @@ async def test_a_growing_session_converts_as_a_cold_packer_and_a_rewind_checks_e
         await run_turn(runner, sid, f"After the rewind, round {i} again with other words.")
     assert len(witness.checked) == 27 and all(witness.checked)
     assert witness.grown[18] is False  # the rewind event: every content checked
+
+
+def _event(author: str, *parts) -> "Event":
+    from google.adk.events.event import Event
+    from google.genai import types
+    return Event(author=author, invocation_id="inv", content=types.Content(role="user" if author == "user" else "model",
+                                                                            parts=list(parts)))
+
+
+def test_a_late_response_to_an_older_call_is_not_growth():
+    """A long-running tool's late response answers a call made before the last call: ADK moves it back
+    beside its call, so the history changed in the middle and the sampled check must not be trusted."""
+    from google.genai import types
+    from aether_context.adk.event_times import EventTimes
+    from aether_context.content import ModelRequest
+
+    def fc(i):
+        return types.Part(function_call=types.FunctionCall(name="lookup", args={}, id=i))
+
+    def fr(i):
+        return types.Part(function_response=types.FunctionResponse(name="lookup", response={"ok": 1}, id=i))
+
+    events = [_event("user", types.Part(text="start")), _event("worker", fc("a")), _event("user", fr("a"))]
+    times = EventTimes()
+    times.message_times(events, ModelRequest(model="m", system_instruction="", messages=()))
+    grown = events + [_event("worker", fc("b")), _event("user", fr("b"))]
+    assert times.only_grew(grown)  # a call and its answer, both new: growth at the end
+    late = events + [_event("user", types.Part(text="later")), _event("user", fr("a"))]
+    assert not times.only_grew(late)  # answers the older call "a": every content is checked

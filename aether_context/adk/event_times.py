@@ -38,8 +38,11 @@ class EventTimes:
         n, last, _ = self._read
         if not (0 < n <= len(events) and _event_key(events[n - 1]) == last):
             return False
-        return not any(e.actions is not None and (e.actions.compaction is not None or e.actions.rewind_before_invocation_id)
-                       for e in events[n:])
+        new = events[n:]
+        if any(e.actions is not None and (e.actions.compaction is not None or e.actions.rewind_before_invocation_id)
+               for e in new):
+            return False
+        return not _answers_older_calls(new)
 
     def message_times(self, events: Sequence[Any], request: ModelRequest) -> tuple[float | None, ...]:
         by_digest: dict[str, float] = {}
@@ -85,6 +88,20 @@ class EventTimes:
             last = ts
         self._times = (messages, tuple(out), missing)
         return self._times[1]
+
+
+def _answers_older_calls(new: Sequence[Any]) -> bool:
+    """Whether a new event answers a function call made before them (a long-running tool's late
+    response): ADK moves such a response back beside its call, which changes the middle of the
+    history, not its end."""
+    called: set[str] = set()
+    for event in new:
+        for part in (event.content.parts or ()) if event.content is not None else ():
+            if part.function_call is not None and part.function_call.id:
+                called.add(part.function_call.id)
+            elif part.function_response is not None and part.function_response.id not in called:
+                return True
+    return False
 
 
 def _event_key(event: Any) -> str:
