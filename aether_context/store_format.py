@@ -8,6 +8,8 @@ written once per call.
 - A manifest file is its JSON (keys sorted) with `storage` (the store's notes on the write),
   `signature` (`hmac-sha256:`, when a key is set) and `integrity` (`sha256:` of everything else).
   Reading checks the integrity first, then the signature; either failing is a `ManifestError`.
+  Since layout 3 the file holds the call's identity and `record`, the reference of the node that
+  holds its other fields (`store_delta`); the store's `resolve` reads it.
 - A blob file starting with `PACKED` holds its content zlib-compressed; any other holds it as is.
   The blob's name is always the digest of its content, checked on every read.
 """
