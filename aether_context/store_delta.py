@@ -27,6 +27,7 @@ Equality is strict (`1` is not `1.0` nor `True`), so
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable
 
 from .content import canonical_json
@@ -37,6 +38,7 @@ __all__ = ["diff", "apply", "same", "RecordChain", "MAX_DEPTH", "MAX_PATCH", "MI
 MAX_DEPTH = 16  # nodes a chain grows before a key: what a reader follows at most, and the key's share of the writes
 MAX_PATCH = 4096  # bytes of patch JSON past which a key is written instead (the record changed too much)
 KEY_INLINE = 8192  # bytes: a key's lists and maps up to this size stay in the key's node
+READ_CACHE_CHARS = 8_000_000  # records a reader keeps as text, by total length
 MAX_READ_DEPTH = 1024  # a reader's bound (another writer may have chosen a longer chain)
 MIN_RUN = 2  # a list patch reuses at least this many items of the old list, else the list is written anew
 
@@ -173,9 +175,14 @@ class RecordChain:
         self._put, self._get, self._encode, self._decode = put_piece, get_piece, encode, decode
         self._leaf = leaf or encode  # for the values of a patch: pieces a later call would not share stay inline
         self._last = Lru(scopes)  # scope -> (node ref, its record, chain depth)
+        # node ref -> its record as JSON text (a node never changes: it is named by its content), so a
+        # reader going through a session's calls (list, timeline, report) reads each node once; text, so
+        # no caller can change what the next one gets
+        self._read = Lru(1024, max_weight=READ_CACHE_CHARS, weigh=lambda ref, text: len(text))
 
     def clear(self) -> None:
         self._last.clear()
+        self._read.clear()
 
     def put(self, value: Any, scope: tuple | None, **fields: Any) -> str:
         """Store `value` (plain JSON) as one node (with `fields`, e.g. a layout number); its reference."""
@@ -207,14 +214,23 @@ class RecordChain:
 
     def get(self, ref: str, node: dict[str, Any] | None = None) -> Any:
         """The record a node holds (`node`: its content, when the caller has read it already)."""
-        node = self._get(ref) if node is None else node
-        patches = []
-        while "base" in node:
-            if len(patches) >= MAX_READ_DEPTH:
+        chain: list[tuple[str, Any]] = []  # (ref, patch) from this node back to one known or whole
+        at = ref
+        while True:
+            known = self._read.get(at)
+            if known is not None:
+                value = json.loads(known)
+                break
+            node = self._get(at) if node is None else node
+            if "base" not in node:
+                value = self._decode(node["value"])
+                self._read.put(at, json.dumps(value))
+                break
+            if len(chain) >= MAX_READ_DEPTH:
                 raise ValueError(f"record {ref} is a chain of more than {MAX_READ_DEPTH} nodes")
-            patches.append(node["patch"])
-            node = self._get(node["base"])
-        value = self._decode(node["value"])
-        for patch in reversed(patches):
+            chain.append((at, node["patch"]))
+            at, node = node["base"], None
+        for at, patch in reversed(chain):
             value = apply(value, patch, self._decode)
+            self._read.put(at, json.dumps(value))
         return value
