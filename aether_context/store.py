@@ -3,14 +3,16 @@
 Layout under the store URL::
 
     .aether-store                                   marks the store (its absence: the folder was deleted)
-    blobs/<aa>/<sha256>                             one message, head, record or chunk, stored once by its hash
+    blobs/<aa>/<sha256>                             one message, head, record node or chunk, stored once by its hash
     <app>/<user>/<session>/<agent>/<pack_id>/manifest.json (and usage.json)
     artifacts/<app>/<user>/<session>/<file>/v<n>    originals, when ADK's artifact service is not durable
 
 Ids become path segments reversibly (`store_paths`): no two ids share a folder and none leaves
-the root. A call costs its new content only: messages are blobs named by their digest and the
-lists of what was sent are chunk trees (`store_tree`), so the thousandth call writes its new
-messages and a few KB. Everything written is masked for secrets first (`redact`, on by default);
+the root. A call costs its new content only: messages are blobs named by their digest, and its
+records (the manifest's fields, the request's and ADK's message lists, the recorded inputs) are
+nodes of per-session chains of patches (`store_delta`; a key now and then, whose long lists are
+chunk trees shared with the keys before it: `store_tree`), so the thousandth call writes its new
+messages and a few KB. The manifest file keeps the call's identity and the reference of its node. Everything written is masked for secrets first (`redact`, on by default);
 files are written atomically and owner-private, on a bounded background writer (`store_io`)
 whose failures are logged and counted, never raised into the agent run. With
 `AETHER_CONTEXT_HMAC_KEY` set, manifests are signed and a manifest that does not verify is refused
@@ -43,6 +45,7 @@ from .redact import RedactionSettings, redact_value
 from .store_format import HMAC_ENV, manifest_integrity, open_manifest, pack_blob, seal_manifest, unpack_blob
 from .store_io import BackgroundWriter, Lru, WriteStats, write_atomic
 from .store_paths import encode_segment
+from .store_delta import RecordChain
 from .store_tree import TreeCodec
 
 logger = logging.getLogger(__name__)
@@ -51,8 +54,11 @@ __all__ = ["PackStore", "DEFAULT_STORE_URL", "HMAC_ENV", "manifest_integrity"]
 
 DEFAULT_STORE_URL = ".aether/packs"
 MARKER = ".aether-store"
-LAYOUT = 2
+LAYOUT = 3  # 3: records as chains of patches (`store_delta`); 2 (whole records) still reads
 _SKIP = frozenset({"inline_data"})  # binary parts are never scanned for secrets
+# kept in the manifest file itself (listing and finding a call read them); the rest is a record chain node
+MANIFEST_INLINE = ("schema_version", "pack_id", "created_at", "app_name", "user_id", "session_id", "invocation_id",
+                   "agent")
 
 
 class PackStore:
@@ -72,6 +78,8 @@ class PackStore:
                                         on_full=on_full, background=background)
         self._known = Lru(cache_size)  # message digest -> (stored digest, secrets masked); blob digests -> True
         self._tree = TreeCodec(self._put_piece, self._get_piece, memo_size=4096)
+        self._records = RecordChain(self._put_piece, self._get_piece, self._tree.encode, self._tree.decode,
+                                    leaf=self._tree.encode_inline)
         # string -> (masked string, count): recorded inputs repeat call after call; at most ~8M characters
         self._scanned = Lru(16384, max_weight=8_000_000, weigh=lambda k, v: len(k) + len(v[0]))
         self._lists = Lru(16)  # (kind, app, user, session, agent) -> the last message digests and stored list
@@ -85,6 +93,7 @@ class PackStore:
         self._tree.clear()
         self._scanned.clear()
         self._lists.clear()
+        self._records.clear()
 
     # ---------------------------------------------------------------- paths and URIs
     def _path(self, rel: str) -> str:
@@ -129,6 +138,7 @@ class PackStore:
         self._known.clear()
         self._tree.clear()
         self._lists.clear()
+        self._records.clear()
         if not self.fs.exists(path):
             self._write(MARKER, json.dumps({"layout": LAYOUT}).encode("utf-8"))
         self._marked = True
@@ -239,12 +249,12 @@ class PackStore:
         stored = self._put_messages(request.messages, scope)
         head, n_head = self._redacted(request.head_json())
         refs = [s for s, _ in stored]
-        record = {"v": LAYOUT, "head": self._put_piece(head), "messages": self._tree.put_list(refs)}
+        record = {"head": self._put_piece(head), "messages": refs}
         masked = n_head + sum(n for _, n in stored)
         # nothing masked: what is stored is the request itself, whose checksum is already known
         checksum = request.checksum if not masked else "sha256:" + sha256_hex(
             canonical_json({"head": head, "messages": refs}))
-        return self._put_piece(record), masked, checksum
+        return self._records.put(record, scope, v=LAYOUT), masked, checksum
 
     def put_request(self, request: ModelRequest) -> str:
         return self._put_request_counted(request)[0]
@@ -252,6 +262,8 @@ class PackStore:
     def get_request(self, ref: str) -> ModelRequest:
         try:
             record = self._get_piece(ref)
+            if isinstance(record, dict) and record.get("v") == 3:  # a node of a record chain
+                record = self._records.get(ref, record)
             data = dict(self._get_piece(record["head"]))
             messages = record["messages"]
             refs = messages if isinstance(messages, list) else self._tree.get_list(messages)
@@ -263,15 +275,19 @@ class PackStore:
     def put_inputs(self, inputs: PackInputs) -> str:
         data, _ = self._redacted(inputs.to_json_without_request())
         scope = ("inputs", inputs.app_name, inputs.user_id, inputs.session_id, inputs.agent)
-        record = {"v": LAYOUT, "fields": self._tree.encode(data),
-                  "request": {"ref": self._put_request_counted(inputs.request, scope)[0]}}
-        return self._put_piece(record)
+        record = {"fields": data, "request": self._put_request_counted(inputs.request, scope)[0]}
+        return self._records.put(record, ("fields",) + scope[1:], v=LAYOUT)
 
     def get_inputs(self, ref: str) -> PackInputs:
         try:
             record = self._get_piece(ref)
-            data = dict(self._tree.decode(record["fields"])) if "fields" in record else dict(record)
-            data["request"] = self.get_request(record["request"]["ref"]).to_json()
+            if isinstance(record, dict) and record.get("v") == 3:  # a node of a record chain
+                record = self._records.get(ref, record)
+                data, request_ref = dict(record["fields"]), record["request"]
+            else:
+                data = dict(self._tree.decode(record["fields"])) if "fields" in record else dict(record)
+                request_ref = record["request"]["ref"]
+            data["request"] = self.get_request(request_ref).to_json()
             return PackInputs.from_json(data)
         except (KeyError, TypeError, ValueError) as e:
             raise ManifestError(f"inputs record {ref} is malformed: {type(e).__name__}: {e}") from e
@@ -295,7 +311,8 @@ class PackStore:
         storage: dict[str, Any] = {"layout": LAYOUT, "redacted": 0}
         if pack is not None:
             manifest = pack.manifest
-            request_ref, n, stored_checksum = self._put_request_counted(pack.request)
+            ids = (pack.inputs.app_name, pack.inputs.user_id, pack.inputs.session_id, pack.inputs.agent)
+            request_ref, n, stored_checksum = self._put_request_counted(pack.request, ("sent",) + ids)
             manifest = manifest.model_copy(update={"request_ref": request_ref, "inputs_ref": self.put_inputs(pack.inputs)})
             storage["redacted"] = n
             if stored_checksum != manifest.checksum:
@@ -308,7 +325,11 @@ class PackStore:
         self._stats.add("manifests")
 
     def _write_manifest(self, data: dict[str, Any], storage: dict[str, Any], rel: str) -> None:
-        self._write(rel, seal_manifest(data, storage, self.hmac_key))
+        """The file: the call's identity inline, the rest a node of the session's record chain (`store_delta`)."""
+        inline = {k: data[k] for k in MANIFEST_INLINE if k in data}
+        scope = ("manifest",) + tuple(str(data.get(k, "")) for k in ("app_name", "user_id", "session_id", "agent"))
+        record = self._records.put({k: v for k, v in data.items() if k not in inline}, scope, v=LAYOUT)
+        self._write(rel, seal_manifest({**inline, "record": record}, storage, self.hmac_key))
 
     def save_usage(self, manifest: Manifest, usage: dict) -> None:
         """What the model reported for a call (prompt and cached tokens), beside its manifest. Never raises."""
@@ -324,7 +345,7 @@ class PackStore:
 
     def read_manifest(self, uri: str) -> tuple[Manifest, dict[str, Any]]:
         """A verified manifest and the store's notes on it (`redacted`, `new_bytes`, `stored_checksum`)."""
-        return open_manifest(self.read_bytes(self.rel_from_uri(uri)), uri, self.hmac_key)
+        return open_manifest(self.read_bytes(self.rel_from_uri(uri)), uri, self.hmac_key, self._records.get)
 
     def load_manifest(self, uri: str) -> Manifest:
         """Read and verify a manifest; a truncated, malformed, edited or badly signed file is a `ManifestError`."""

@@ -8,6 +8,8 @@ written once per call.
 - A manifest file is its JSON (keys sorted) with `storage` (the store's notes on the write),
   `signature` (`hmac-sha256:`, when a key is set) and `integrity` (`sha256:` of everything else).
   Reading checks the integrity first, then the signature; either failing is a `ManifestError`.
+  Since layout 3 the file holds the call's identity and `record`, the reference of the node that
+  holds its other fields (`store_delta`); the store's `resolve` reads it.
 - A blob file starting with `PACKED` holds its content zlib-compressed; any other holds it as is.
   The blob's name is always the digest of its content, checked on every read.
 """
@@ -18,7 +20,7 @@ import hashlib
 import hmac
 import json
 import zlib
-from typing import Any
+from typing import Any, Callable
 
 from .content import canonical_json, sha256_hex
 from .errors import ManifestError
@@ -50,8 +52,11 @@ def seal_manifest(data: dict[str, Any], storage: dict[str, Any], hmac_key: bytes
     return json.dumps(data, sort_keys=True, ensure_ascii=False).encode("utf-8")
 
 
-def open_manifest(raw: bytes, uri: str, hmac_key: bytes | None) -> tuple[Manifest, dict[str, Any]]:
-    """A verified manifest from its file, and the store's notes on it; anything else is a `ManifestError`."""
+def open_manifest(raw: bytes, uri: str, hmac_key: bytes | None,
+                  resolve: Callable[[str], dict[str, Any]] | None = None) -> tuple[Manifest, dict[str, Any]]:
+    """A verified manifest from its file, and the store's notes on it; anything else is a `ManifestError`.
+
+    A file with a `record` (layout 3) keeps most fields in the store, by reference: `resolve` reads them."""
     try:
         data = json.loads(raw)
     except ValueError as e:
@@ -66,10 +71,25 @@ def open_manifest(raw: bytes, uri: str, hmac_key: bytes | None) -> tuple[Manifes
     _verify_signature(uri, data, hmac_key)
     data.pop("signature", None)
     storage = data.pop("storage", None) or {}
+    record = data.pop("record", None)
+    if record is not None:
+        data = {**data, **_resolved(uri, record, resolve)}
     try:
         return Manifest.model_validate(data), storage
     except Exception as e:
         raise ManifestError(f"{uri} does not match the manifest schema: {str(e)[:500]}") from e
+
+
+def _resolved(uri: str, record: Any, resolve: Callable[[str], dict[str, Any]] | None) -> dict[str, Any]:
+    if resolve is None:
+        raise ManifestError(f"{uri} keeps its fields in the store (layout 3): read it through a PackStore")
+    try:
+        fields = resolve(record)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ManifestError(f"{uri} has a malformed record: {type(e).__name__}: {e}") from e
+    if not isinstance(fields, dict):
+        raise ManifestError(f"{uri} has a malformed record: its fields are not an object")
+    return fields
 
 
 def _verify_signature(uri: str, data: dict[str, Any], hmac_key: bytes | None) -> None:

@@ -98,21 +98,26 @@ class TreeCodec:
                     self._memo.popitem(last=False)
         return ref
 
-    def encode(self, value: Any) -> Any:
-        """`value` with big strings, long lists and big dicts replaced by references."""
+    def encode(self, value: Any, *, chunk: bool = True) -> Any:
+        """`value` with big strings, long lists and big dicts replaced by references (with `chunk`
+        False, only big strings: lists and dicts stay inline)."""
         if isinstance(value, str):
             return {"$s": self._put(value, text=True)} if len(value) > BIG_STRING else value
         if isinstance(value, (list, tuple)):
-            items = [self.encode(v) for v in value]
-            tree = self.put_list(items, by_content=True)
+            items = [self.encode(v, chunk=chunk) for v in value]
+            tree = self.put_list(items, by_content=True) if chunk else {"depth": 0}
             return {"$l": tree} if tree["depth"] else items
         if isinstance(value, dict):
-            if len(value) > BIG_LIST:
+            if chunk and len(value) > BIG_LIST:
                 return {"$m": self.put_list([[k, self.encode(v)] for k, v in value.items()], by_content=True)}
             if any(isinstance(k, str) and k.startswith("$") for k in value):
-                return {"$d": [[k, self.encode(v)] for k, v in value.items()]}
-            return {k: self.encode(v) for k, v in value.items()}
+                return {"$d": [[k, self.encode(v, chunk=chunk)] for k, v in value.items()]}
+            return {k: self.encode(v, chunk=chunk) for k, v in value.items()}
         return value
+
+    def encode_inline(self, value: Any) -> Any:
+        """`encode` without chunking: big strings only (for values written once, such as a patch's)."""
+        return self.encode(value, chunk=False)
 
     # ------------------------------------------------------------------------------ decode
     def get_list(self, tree: dict[str, Any]) -> list[Any]:

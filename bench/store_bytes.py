@@ -6,33 +6,46 @@ on-disk `PackStore`. For the calls around 1,000 and 10,000 events it reports wha
 to the store (blobs + manifest) next to its new content (the canonical JSON of its new messages).
 
 `--whole N` also packs and saves every call of an N-event session from its first event and
-compares the store's total size with the size of the session's own events.
+compares the store's total size with the size of the session's own events (their canonical JSON:
+smaller than ADK's event JSON, so the stricter ratio). `--replay N` runs recorded sessions of about N
+model calls through a real ADK Runner with the plugin from their first call -- a tool loop of
+concatenated mini-swe-agent runs and a chat of consecutive tau-bench airline episodes -- and reports
+the whole store against ADK's JSON of the session's events (`long_sessions._events_bytes`, as
+`pack_overhead.py --long` does). Both print what the store's bytes are, by kind of file.
 
 Usage::
 
     .venv/bin/python bench/store_bytes.py                  # 1,000 and 10,000 events, ~1 min
     .venv/bin/python bench/store_bytes.py --events 1000    # one size
     .venv/bin/python bench/store_bytes.py --events --whole 1000   # total store size of one session
+    PYTHONPATH=.:bench .venv/bin/python bench/store_bytes.py --events --replay 300   # recorded sessions, ~3 min
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import collections
+import json
 import os
 import statistics
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from aether_context.content import FunctionCall, FunctionResponse, Message, ModelRequest, TextPart, canonical_json  # noqa: E402
 from aether_context.pipeline import PackInputs, TaskSpec, build_pack  # noqa: E402
 from aether_context.pipeline.cache import PackCache  # noqa: E402
 from aether_context.profile import load_profile  # noqa: E402
 from aether_context.store import PackStore  # noqa: E402
+from aether_context.store_format import PACKED  # noqa: E402
 from aether_context.tokens import TokenCounter  # noqa: E402
 
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
@@ -69,9 +82,9 @@ def measure(events: int, calls: int, url: str) -> dict[str, float]:
         messages += new
         pack = build_pack(inputs_at(messages, pack.state), profile, counter=counter, window=8_000, cache=cache)
         before = store.stats().get("bytes", 0)
-        start = time.perf_counter()
+        start = time.thread_time()  # the write runs on this thread (background=False): its CPU, not the machine's load
         store.save(pack)
-        seconds.append(time.perf_counter() - start)
+        seconds.append(time.thread_time() - start)
         added.append(store.stats()["bytes"] - before)
         new_content.append(sum(len(canonical_json(m.to_json()).encode()) for m in new))
     return {"events": len(messages), "bytes_p50": statistics.median(added), "bytes_max": max(added),
@@ -91,9 +104,79 @@ def whole_session(events: int, url: str) -> dict[str, float]:
         i += 1
         pack = build_pack(inputs_at(messages, pack.state if pack else None), profile, counter=counter, window=8_000, cache=cache)
         store.save(pack)
-    total = sum(f.stat().st_size for f in Path(url).rglob("*") if f.is_file())
     size = sum(len(canonical_json(m.to_json()).encode()) for m in messages)
-    return {"events": len(messages), "calls": i, "store": total, "events_size": size}
+    return {"events": len(messages), "calls": i, "store": _files(Path(url)), "events_size": size,
+            "kinds": breakdown(Path(url))}
+
+
+def _kind(path: Path, raw: bytes) -> str:
+    """What a store file holds, read from its content."""
+    if path.name in ("manifest.json", "usage.json", ".aether-store"):
+        return path.name
+    if "artifacts" in path.parts:
+        return "offloaded original"
+    data = zlib.decompress(raw[len(PACKED):]) if raw.startswith(PACKED) else raw
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return "big string"
+    if not isinstance(value, dict):
+        return "other"
+    if "chunk" in value:
+        return "list chunk"
+    if "role" in value and "parts" in value:
+        return "message"
+    if "base" in value and "patch" in value:
+        return "record patch"  # a node of a record chain: the previous record plus what changed
+    if "value" in value:
+        return "record key"  # a record whole (a chain's first node)
+    if {"request", "v"} <= set(value) or {"head", "messages"} <= set(value):
+        return "inputs record" if "fields" in value else "request record"  # layout 2
+    return "request head" if "system_instruction" in value else "other"
+
+
+def breakdown(root: Path) -> str:
+    """Bytes by kind of file, largest first."""
+    files, size = collections.Counter(), collections.Counter()
+    for f in root.rglob("*"):
+        if f.is_file():
+            raw = f.read_bytes()
+            kind = _kind(f, raw)
+            files[kind] += 1
+            size[kind] += len(raw)
+    total = max(1, sum(size.values()))
+    return "; ".join(f"{k} {v / 1024:.0f} KB ({100 * v / total:.0f} %, {files[k]} files)" for k, v in size.most_common())
+
+
+def replayed(kind: str, calls: int, root: Path) -> dict[str, Any]:
+    """A recorded session of about `calls` model calls through a Runner, the plugin from its first call."""
+    from long_sessions import _events_bytes
+    from replay_adk import replay
+    from trajectories import Trajectory, concat_trajectories, load_mini_swe, load_tau_airline
+
+    from aether_context import ContextPacker, ContextPackPlugin
+
+    if kind == "tool loop":
+        trajectory = concat_trajectories(load_mini_swe(), min_model_calls=calls, ident="first-loop")
+    else:
+        episodes, invocations = load_tau_airline(), []
+        for episode in episodes:
+            invocations += episode.invocations
+            if sum(len(i.turns) for i in invocations) >= calls:
+                break
+        first = episodes[0]
+        trajectory = Trajectory(id="first-chat", source=first.source, system=first.system, tools=first.tools,
+                                invocations=tuple(invocations))
+    packer = ContextPacker(profile="default", store=PackStore(str(root), background=True), window_tokens=8_000)
+    result = asyncio.run(replay(trajectory, plugins=[ContextPackPlugin(packer=packer)], keep_requests="none",
+                                on_request=lambda call, request: packer.store.flush()))
+    packer.store.flush()
+    return {"calls": len(result.calls), "events": len(result.session.events),
+            "events_size": _events_bytes(result.session), "store": _files(root), "kinds": breakdown(root)}
+
+
+def _files(root: Path) -> int:
+    return sum(f.stat().st_size for f in Path(root).rglob("*") if f.is_file())
 
 
 def main() -> None:
@@ -101,9 +184,11 @@ def main() -> None:
     parser.add_argument("--events", type=int, nargs="*", default=[1000, 10000])
     parser.add_argument("--calls", type=int, default=9)
     parser.add_argument("--whole", type=int, default=0, help="also save every call of a session of this many events")
+    parser.add_argument("--replay", type=int, default=0,
+                        help="also replay recorded sessions of about this many model calls, the plugin from the first")
     args = parser.parse_args()
     print("| session events | bytes written per call p50 (max) | the call's new content p50 | overhead p50 | "
-          "write ms p50 |")
+          "write CPU ms p50 |")
     print("| --- | --- | --- | --- | --- |")
     for n in args.events:
         with tempfile.TemporaryDirectory() as tmp:
@@ -115,7 +200,13 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             r = whole_session(args.whole, os.path.join(tmp, "packs"))
         print(f"\nwhole session: {r['events']:,} events, {r['calls']} calls: store {r['store'] / 2**20:.1f} MB, "
-              f"its events {r['events_size'] / 2**20:.2f} MB ({r['store'] / r['events_size']:.1f}x)")
+              f"its events {r['events_size'] / 2**20:.2f} MB ({r['store'] / r['events_size']:.1f}x)\n  {r['kinds']}")
+    for kind in ("tool loop", "chat") if args.replay else ():
+        with tempfile.TemporaryDirectory() as tmp:
+            r = replayed(kind, args.replay, Path(tmp) / "packs")
+        print(f"\nrecorded {kind}, plugin from the first call: {r['events']:,} events, {r['calls']} calls: store "
+              f"{r['store'] / 2**20:.2f} MB, ADK's JSON of its events {r['events_size'] / 2**20:.2f} MB "
+              f"({r['store'] / r['events_size']:.2f}x)\n  {r['kinds']}", flush=True)
 
 
 if __name__ == "__main__":

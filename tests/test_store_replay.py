@@ -105,7 +105,7 @@ def _saved(counter, url):
 
 
 @pytest.mark.parametrize("field, value", [
-    ("tokens_after", 1), ("checksum", "sha256:" + "0" * 64), ("profile", "research"), ("flags", ["injected"]),
+    ("created_at", 1.0), ("invocation_id", "other"), ("pack_id", "pk_other"), ("record", "0" * 64),
 ])
 def test_tampered_manifest(counter, store_url, field, value):
     store, _, uri, rel = _saved(counter, store_url)
@@ -263,7 +263,7 @@ def test_blobs_grow_only_by_new_messages(counter, store_url):
     # every distinct message once (the sent request and ADK's share the verbatim history: fewer files than
     # two copies), plus the head, the records and the chunks of the long lists
     distinct = {m.digest for m in pack.request.messages} | {m.digest for m in pack.inputs.request.messages}
-    assert len(distinct) < before <= len(distinct) + 1 + 3 + 10
+    assert len(distinct) < before <= len(distinct) + 1 + 3 + 4 + 10  # + the keys of the four records
     for i in range(3):  # three more calls of the same invocation
         loop = loop + [call_msg("search", q=str(i)), resp_msg("search", result=filler(80, i))]
         pack = _pack(counter, history=history, loop=loop, previous=pack.state)
@@ -330,7 +330,7 @@ def test_file_store_layout(counter, tmp_path):
     manifest_path = tmp_path / "packs" / "app" / "u" / "s1" / "analyst" / pack.manifest.pack_id / "manifest.json"
     assert manifest_path.is_file()
     data = json.loads(manifest_path.read_text())
-    assert data["storage"]["layout"] == 2 and data["storage"]["redacted"] == 0
+    assert data["storage"]["layout"] == 3 and data["storage"]["redacted"] == 0 and len(data["record"]) == 64
     assert data["integrity"].startswith("sha256:") and data["schema_version"] == 2
     digest = pack.request.messages[0].digest
     assert (tmp_path / "packs" / "blobs" / digest[:2] / digest).is_file()

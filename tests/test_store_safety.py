@@ -254,7 +254,10 @@ def test_without_a_key_an_edit_with_recomputed_hash_is_not_detectable(counter, m
     monkeypatch.delenv(HMAC_ENV, raising=False)
     store = PackStore(memory_store_url, background=False)
     uri = store.save(_pack(counter))
-    _edit(store, uri, lambda d: d.update(tokens_after=1))
+    # the fields live in a content-addressed node: an edit writes a node on it and points the file there
+    edited = store._put_piece({"v": 3, "base": json.loads(store.read_bytes(store.rel_from_uri(uri)))["record"],
+                               "patch": {"$o": {"tokens_after": 1}}})
+    _edit(store, uri, lambda d: d.update(record=edited))
     assert store.load_manifest(uri).tokens_after == 1  # why signing exists: integrity alone is not tamper evidence
 
 
