@@ -283,3 +283,32 @@ async def test_a_compaction_inside_a_tool_loop_keeps_the_payload_cached(memory_s
         if i not in changed:  # only the block and the turns after it are re-processed
             payload = head_tokens(sent[i], counter) + counter.count_message(sent[i].messages[0])
             assert records[i].manifest.prefix_tokens >= payload
+
+
+def run_tests(target: str) -> dict:
+    """Run a test file."""
+    return {"output": f"<returncode>1</returncode>\n{filler(220, seed=len(target))}\nFAILED {target}::test_x"}
+
+
+async def _coding_loop_compactions(store: str, profile) -> "list[int]":
+    from aether_context.testing import call
+
+    script = [call("run_tests", target=f"tests/test_{i}.py") for i in range(40)] + ["done"]
+    agent, llm = scripted_agent(script, tools=(run_tests,))
+    p = plugin(store, 8_000, profile=profile)
+    runner = make_runner(agent, plugins=[p])
+    await run_turn(runner, await new_session(runner), "Make the test suite pass. " + filler(200, seed=9))
+    return [i for i, r in enumerate(p.packer.recent) if r.manifest.compaction]
+
+
+async def test_a_coding_loop_compacts_rarely(memory_store_url):
+    """Issue 11: each compaction re-processes the verbatim tail. In `coding_agent` the minimum tail
+    leaves room for `growth_turns` (8) more turns, so a long loop of regular tool turns goes several calls
+    between compactions; leaving room for two (the default profile's) compacts every two or three calls."""
+    from aether_context import load_profile
+
+    coding = load_profile("coding_agent")
+    rare = await _coding_loop_compactions(memory_store_url, coding)
+    often = await _coding_loop_compactions(memory_store_url, coding.override(conversation={"growth_turns": 2}))
+    assert len(rare) >= 2 and len(often) > len(rare), (rare, often)
+    assert min(b - a for a, b in zip(rare, rare[1:])) >= 4, rare
