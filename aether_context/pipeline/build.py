@@ -163,7 +163,7 @@ def _plan(call: Call, prepared: Prepared, zone: Verbatim, stage) -> Plan:
     failures = failures_to_show(call.failure_log, tuple(t for t in prepared.turns if zone.keeps(t)))
     if held is not None and failures:  # the held payload shows the failures it was built with: the
         zone = replace(zone, block=zone.block + "\n" + failures_section(failures))  # block shows them now
-        compaction = replace(compaction, zone=zone)
+        compaction = replace(compaction, zone=zone, tokens_after=conversation_tokens(prepared, zone, counter))
     cands = _select(call, prepared, zone)
     space = room(inputs, profile, call.window, cands, zone, held, failures, counter)
     return Plan(zone, held, cands, space, compaction, failures)
