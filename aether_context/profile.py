@@ -92,9 +92,11 @@ class ConversationSettings(_Strict):
     """How history is kept: verbatim while the request fits; one compaction under pressure."""
 
     tail_turns: int = Field(6, ge=1, description=(
-        "The minimum verbatim tail: a compaction keeps at least this many newest turns (a message, or a call "
-        "with its responses) while they leave room, beside the compaction block, for two more turns of their "
-        "size (else the next call would compact again). History is verbatim while it fits; a floor, not a cap."))
+        "The minimum verbatim tail: a compaction keeps at least this many newest turns (a message, or a call with "
+        "its responses) while they leave room, beside the block, for `growth_turns` more. A floor, not a cap."))
+    growth_turns: int = Field(2, ge=0, description=(
+        "Turns of room the minimum tail leaves after a compaction; each compaction re-processes the tail, so "
+        "a larger value makes compactions rarer in long tool loops."))
     compact_to: float = Field(0.5, gt=0, le=1, description=(
         "When the conversation outgrows its room, compact it in one step down to this share of that room, so "
         "the following calls (and invocations) append without rewriting the prefix (cache stability)."))

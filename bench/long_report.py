@@ -99,7 +99,7 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
    minimum verbatim tail (`tail_turns`) stayed past the compaction target while it fit 80 % of the room, so a loop
    of large tool outputs came out of each compaction just under the limit, and the next turn compacted again
    (folding one turn, breaking the prompt cache each time). The tail now stays past the target only while it leaves
-   room, beside what the block may take, for `GROWTH_TURNS` (2) more turns of its mean size (`conversation.plan_compaction`; test
+   room, beside what the block may take, for `conversation.growth_turns` (2 by default) more turns of its mean size (`conversation.plan_compaction`; test
    `test_a_tool_loop_with_big_outputs_does_not_compact_at_every_call`, seen failing under the old rule).
 9. **Every compacted turn masked for secrets at every compaction** (`render.masked_turns`, 340 ms of a 400 ms
    compaction at 1,000 events; 12 regular expressions over every old tool output): a compaction now masks only the

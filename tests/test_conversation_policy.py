@@ -251,3 +251,64 @@ def test_a_failing_work_ahead_job_is_logged_not_raised(caplog):
     assert start_ahead(lambda: 1 / 0)
     assert wait_ahead(timeout=10)
     assert "work ahead failed" in caplog.text
+
+
+async def test_a_compaction_inside_a_tool_loop_keeps_the_payload_cached(memory_store_url):
+    """Issue 11: the task came before the loop's turns, so a compaction inside the loop writes its block
+    after the payload, which stays where the cached prefix has it; the recall tool the block's URIs need
+    is declared by that same call (one cache break, not a second one for the tools)."""
+    from aether_context.pipeline import request_tokens
+    from aether_context.pipeline.render import head_tokens
+    from aether_context.testing import call
+    from aether_context.tokens import TokenCounter
+
+    script = [call("search_flights", origin=f"city{i}", destination=f"town{i}") for i in range(14)] + ["done"]
+    agent, llm = scripted_agent(script, tools=(search_flights,))
+    counter = TokenCounter()
+    llm.prompt_token_counter = lambda req: request_tokens(request_from_llm(req), counter)
+    p = plugin(memory_store_url, 4_000)
+    runner = make_runner(agent, plugins=[p])
+    await run_turn(runner, await new_session(runner), "Find me a flight out of any city this week. " + filler(300, seed=4))
+    sent = [request_from_llm(r) for r in llm.requests]
+    records = list(p.packer.recent)
+    compactions = [i for i, r in enumerate(records) if r.manifest.compaction]
+    tools = [[t.name for t in r.tools] for r in sent]
+    assert compactions and compactions[0] > 0 and "read_artifact" in tools[-1]
+    changed = [i for i in range(1, len(tools)) if tools[i] != tools[i - 1]]
+    assert changed and all(i in compactions for i in changed)  # the recall tool joined a compaction's call
+    assert len(compactions) > len(changed)
+    for i in compactions:
+        assert sent[i].messages[0] == sent[i - 1].messages[0]  # the payload, as the previous call sent it
+        assert sent[i].messages[1].text.startswith("CONVERSATION SO FAR")
+        if i not in changed:  # only the block and the turns after it are re-processed
+            payload = head_tokens(sent[i], counter) + counter.count_message(sent[i].messages[0])
+            assert records[i].manifest.prefix_tokens >= payload
+
+
+def run_tests(target: str) -> dict:
+    """Run a test file."""
+    return {"output": f"<returncode>1</returncode>\n{filler(220, seed=len(target))}\nFAILED {target}::test_x"}
+
+
+async def _coding_loop_compactions(store: str, profile) -> "list[int]":
+    from aether_context.testing import call
+
+    script = [call("run_tests", target=f"tests/test_{i}.py") for i in range(40)] + ["done"]
+    agent, llm = scripted_agent(script, tools=(run_tests,))
+    p = plugin(store, 8_000, profile=profile)
+    runner = make_runner(agent, plugins=[p])
+    await run_turn(runner, await new_session(runner), "Make the test suite pass. " + filler(200, seed=9))
+    return [i for i, r in enumerate(p.packer.recent) if r.manifest.compaction]
+
+
+async def test_a_coding_loop_compacts_rarely(memory_store_url):
+    """Issue 11: each compaction re-processes the verbatim tail. In `coding_agent` the minimum tail
+    leaves room for `growth_turns` (8) more turns, so a long loop of regular tool turns goes several calls
+    between compactions; leaving room for two (the default profile's) compacts every two or three calls."""
+    from aether_context import load_profile
+
+    coding = load_profile("coding_agent")
+    rare = await _coding_loop_compactions(memory_store_url, coding)
+    often = await _coding_loop_compactions(memory_store_url, coding.override(conversation={"growth_turns": 2}))
+    assert len(rare) >= 2 and len(often) > len(rare), (rare, often)
+    assert min(b - a for a, b in zip(rare, rare[1:])) >= 4, rare

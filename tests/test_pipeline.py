@@ -732,7 +732,9 @@ def test_other_agent_state_is_not_reused(counter):
     assert not p.manifest.reused_payload
 
 
-def test_overflow_within_invocation_forces_a_rebuild(counter):
+def test_overflow_within_invocation_compacts_behind_the_payload(counter):
+    """A compaction inside the tool loop keeps the payload as sent; the block follows it (the request
+    came before the turns the block holds), and the history it replaced is gone from the prefix."""
     history = history_turns(8, big=600)
     tools = [tool_spec("search")]
     window = 6_000
@@ -741,7 +743,9 @@ def test_overflow_within_invocation_forces_a_rebuild(counter):
     p2 = build_pack(make_inputs(history, "dig in", loop, task=TASK, tools=tools, previous=p1.state), DEFAULT,
                     counter=counter, window=window)
     m = p2.manifest
-    assert not m.reused_payload
+    assert m.compaction and m.reused_payload
+    assert p2.request.messages[0].text.startswith(p1.state.payload_text)
+    assert p2.request.messages[1].text.startswith("CONVERSATION SO FAR")
     assert m.prefix_tokens < m.previous_tokens
     assert request_tokens(p2.request, counter) <= window - int(window * 0.12)
     assert orphan_responses(p2.request.messages) == []

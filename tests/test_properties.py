@@ -329,7 +329,11 @@ def test_later_calls_of_an_invocation(case, more):
         events += nxt.manifest.truncation_events
         final_cut = [e for e in nxt.manifest.truncation_events
                      if e["action"] == "cut" and e["reason"].startswith("window still exceeded")]
-        if nxt.manifest.reused_payload and final_cut and nxt.manifest.cache_break is not None:
+        if nxt.manifest.reused_payload and nxt.manifest.compaction:
+            # a compaction inside the loop: the payload is kept as sent, first, and the block follows it
+            assert nxt.state.payload_index == 0 and nxt.state.payload_text == pack.state.payload_text
+            assert nxt.request.messages[1].text.startswith("CONVERSATION SO FAR")
+        elif nxt.manifest.reused_payload and final_cut and nxt.manifest.cache_break is not None:
             # nothing could leave the verbatim zone and the window was still exceeded: the final fit cut a
             # turn the previous call sent (the last resort), and the receipt says so with what it costs
             assert nxt.manifest.cache_break["cause"] == FINAL_CUT_CAUSE, nxt.manifest.cache_break

@@ -90,7 +90,8 @@ def test_decay_zones_keep_pairs_valid_and_cap_the_summary():
     msgs = pack.request.messages
     assert request_tokens(pack.request, COUNTER) <= 8000 - int(8000 * profile.floors.slack)
     assert orphan_responses(msgs) == []
-    block = msgs[0].text  # the compaction block leads the request
+    block = msgs[1].text  # the compaction block follows the payload: it holds this invocation's tool turns
+    assert msgs[0].text.startswith("CONTEXT PACK") and "USER REQUEST" in msgs[0].text
     assert block.startswith("CONVERSATION SO FAR") and "\nTURNS:\n  - [turn " in block
     summary = pack.state.summary
     assert summary["text"].startswith("Goal:") and summary["covered_until"] >= 0

@@ -28,7 +28,7 @@ from .task import StateKeys, evidence_from_state, notes_from_state, task_from_st
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["collect_inputs", "framework_tools", "FRAMEWORK_TOOL_NAMES", "find_request_index", "opening_request", "INSTRUCTION_MARKER", "artifact_uri"]
+__all__ = ["collect_inputs", "declare_tools", "with_tools", "framework_tools", "FRAMEWORK_TOOL_NAMES", "find_request_index", "opening_request", "INSTRUCTION_MARKER", "artifact_uri"]
 
 INSTRUCTION_MARKER = "<<<BEGIN_SYSTEM_INSTRUCTION>>>"
 _OTHER_AGENT_PREFIX = "For context:"
@@ -219,6 +219,22 @@ def _is_instruction(message: Message) -> bool:
     return message.role == "user" and INSTRUCTION_MARKER in message.text
 
 
+def with_tools(request: ModelRequest, tools: "tuple[BaseTool, ...]") -> ModelRequest:
+    """`request` with `tools` declared after its own (those it already declares are left as they are)."""
+    added = tuple(ToolSpec(t.name, t._get_declaration().model_dump(mode="json", exclude_none=True))
+                  for t in tools if t.name not in {s.name for s in request.tools})
+    return replace(request, tools=request.tools + added) if added else request
+
+
+def declare_tools(inputs: PackInputs, tools: "tuple[BaseTool, ...]") -> PackInputs:
+    """`inputs` as `collect_inputs` gives them with `tools` among its `extra_tools`: declared, and kept
+    whatever the step allows (the recall tool joining a call that re-processes its request anyway)."""
+    task = inputs.task
+    if task.tools is not None:
+        task = replace(task, tools=task.tools + tuple(t.name for t in tools if t.name not in task.tools))
+    return replace(inputs, request=with_tools(inputs.request, tools), task=task)
+
+
 async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys: StateKeys, previous: PackState | None,
                          memory_limit: int, artifact_cache: dict, now: float, use_memory: bool = True,
                          use_artifacts: bool = True, summary_chars: int = 400,
@@ -228,11 +244,7 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys:
     """`extra_tools` (the recall tool) are declared in the pack and kept whatever the step allows;
     `cache` (the packer's) makes converting the unchanged history nearly free (`grown`: the session's
     events only grew since the last call of `scope`, see `convert.request_from_llm`)."""
-    request = request_from_llm(llm_request, cache, grown, scope)
-    added = tuple(ToolSpec(t.name, t._get_declaration().model_dump(mode="json", exclude_none=True))
-                  for t in extra_tools if t.name not in {s.name for s in request.tools})
-    if added:
-        request = replace(request, tools=request.tools + added)
+    request = with_tools(request_from_llm(llm_request, cache, grown, scope), extra_tools)
     index = find_request_index(request, ctx.user_content)
     state = ctx.state
     session = ctx.session

@@ -47,7 +47,7 @@ from ..providers import EvidenceProvider
 from ..store import DEFAULT_STORE_URL, PackStore
 from ..tokens import TokenCounter, TokenCounting
 from ..windows import window_flag
-from .collect import collect_inputs
+from .collect import collect_inputs, declare_tools
 from .event_times import EventTimes, session_now
 from .convert import apply_request, request_from_llm
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool
@@ -144,8 +144,10 @@ class ContextPacker(ModelHooks, ToolHooks):
             recall = self._offers_recall(callback_context, llm_request, stored.state)
             with timings.stage("inputs"):
                 inputs = await self._inputs(callback_context, llm_request, slot, stored, recall)
-            pack = await self._off_loop(build_pack, inputs, self.profile, counter=self.counter, window=self.window_tokens,
-                                        retriever=self.retriever, cache=self.cache, timings=timings)
+            pack = await self._build(inputs, timings)
+            if not recall and self._recall_joins(callback_context, pack):
+                recall, inputs = True, declare_tools(inputs, (self.recall_tool,))
+                pack = await self._build(inputs, timings)
             saved = callback_context.state.get(SAVED_STATE_KEY) or {}
             keys = mapped("message_response_keys", inputs.request.messages, _response_keys, self.cache) if saved else ()
             without = pack.manifest.tokens_before + sum(map(saved.get, chain.from_iterable(keys), repeat(0)))
@@ -184,6 +186,17 @@ class ContextPacker(ModelHooks, ToolHooks):
         record = CallRecord(pack.manifest, uri, timings.to_json())
         self.recent.append(record)
         return record
+
+    async def _build(self, inputs: PackInputs, timings: StageTimes) -> ContextPack:
+        return await self._off_loop(build_pack, inputs, self.profile, counter=self.counter, window=self.window_tokens,
+                                    retriever=self.retriever, cache=self.cache, timings=timings)
+
+    def _recall_joins(self, ctx: CallbackContext, pack: ContextPack) -> bool:
+        """A compaction whose block cites an original declares the recall tool at once: a change of the
+        tools re-processes the whole request, and this call re-processes all but ADK's head anyway (the
+        next call would otherwise declare it and re-process everything again)."""
+        return (self.profile.offload.enabled and pack.manifest.compaction is not None
+                and "artifact://" in pack.state.block_text and bool(ctx.state.get(URIS_STATE_KEY)))
 
     async def _inputs(self, callback_context: CallbackContext, llm_request: LlmRequest, slot: SessionSlot,
                       stored: StoredPack, recall: bool) -> PackInputs:

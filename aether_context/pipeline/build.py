@@ -13,7 +13,7 @@ When the request fits and the pack has nothing to add, it is ADK's request uncha
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..content import ModelRequest
 from ..errors import BudgetError
@@ -30,7 +30,7 @@ from .fit import fit_layers, fit_to_window, selection_events
 from .prepare import Prepared, prepare
 from .recite import failures_to_show, recite
 from .record import Decisions, Manifest, record
-from .render import masking, request_tokens
+from .render import failures_section, masking, request_tokens
 from .retrieve import Retriever, default_retriever
 from .select import Candidates, select
 from .status import FailureView, failure_view
@@ -153,20 +153,36 @@ def _plan(call: Call, prepared: Prepared, zone: Verbatim, stage) -> Plan:
         return Plan(zone, frozen, cands, space, None, call.failures, changed)
     with stage("compact"):
         reason = "asked for (packer.compact)" if inputs.compact else "conversation over its room"
-        # compacted turns become Memory candidates: the target leaves Memory its share of the room
-        cap = room(inputs, profile, call.window, cands, zone, frozen, call.failures, counter,
-                   memory_wanted=True).conversation_cap
-        compaction = compact(inputs, profile, prepared, zone, target=int(cap * profile.conversation.compact_to),
-                             ceiling=cap, reason=reason, tokens_before=kept, window=call.window, counter=counter,
-                             cache=call.cache)
+        held = frozen if not inputs.compact else None
+        compaction = _compact(call, prepared, zone, cands, held, reason, kept)
+        if held is not None and inputs.request_index not in compaction.zone.pinned:
+            held = None  # the cut stays before this invocation: the payload is rebuilt, Memory gets its share
+            compaction = _compact(call, prepared, zone, cands, None, reason, kept)
     if not compaction.folded and not inputs.compact:
         # nothing could leave the verbatim zone: the final fit cuts the largest turn instead
         return Plan(zone, frozen, cands, space, None, call.failures, changed)
     zone = compaction.zone
     failures = failures_to_show(call.failure_log, zone.kept(prepared.turns))
+    if held is not None and failures:  # the held payload shows the failures it was built with: the
+        zone = replace(zone, block=zone.block + "\n" + failures_section(failures))  # block shows them now
+        compaction = replace(compaction, zone=zone, tokens_after=conversation_tokens(prepared, zone, counter))
     cands = _select(call, prepared, zone)
-    space = room(inputs, profile, call.window, cands, zone, None, failures, counter)
-    return Plan(zone, None, cands, space, compaction, failures)
+    space = room(inputs, profile, call.window, cands, zone, held, failures, counter)
+    return Plan(zone, held, cands, space, compaction, failures)
+
+
+def _compact(call: Call, prepared: Prepared, zone: Verbatim, cands: Candidates, held: PackState | None,
+             reason: str, kept: int) -> Compaction:
+    """One compaction down to `compact_to` of the conversation's room. With the payload `held` as sent (a
+    cut inside this invocation's tool loop: the block then follows the payload, which stays cached), its
+    Memory is frozen with it and the conversation has the whole room; otherwise compacted turns become
+    Memory candidates and the target leaves Memory its share."""
+    inputs, profile, counter = call.inputs, call.profile, call.counter
+    cap = room(inputs, profile, call.window, cands, zone, held, call.failures, counter,
+               memory_wanted=held is None).conversation_cap
+    return compact(inputs, profile, prepared, zone, target=int(cap * profile.conversation.compact_to),
+                   ceiling=cap, reason=reason, tokens_before=kept, window=call.window, counter=counter,
+                   cache=call.cache)
 
 
 def _select(call: Call, prepared: Prepared, zone: Verbatim) -> Candidates:

@@ -34,7 +34,6 @@ __all__ = ["Compaction", "CompactionBlock", "Verbatim", "verbatim_zone", "plan_c
            "BLOCK_HEADER", "compact", "compaction_events", "known_values_of"]
 
 BLOCK_HEADER = "CONVERSATION SO FAR"
-GROWTH_TURNS = 2  # a compaction leaves room for about this many more turns before the next one
 
 
 @dataclass(frozen=True)
@@ -110,13 +109,14 @@ def verbatim_zone(previous: PackState | None, messages: "Sequence[Message]") -> 
 
 
 def plan_compaction(turns: "tuple[Turn, ...]", *, target: int, min_tail: int, counter: TokenCounting,
-                    request_index: int | None, current: Verbatim, ceiling: int,
+                    request_index: int | None, current: Verbatim, ceiling: int, growth_turns: int = 2,
                     max_turns: int | None = None) -> tuple[int, tuple[int, ...]]:
     """The new `through`: the newest turns that fit `target` tokens (at least `min_tail` of them).
 
     `min_tail` turns stay even past `target` while they leave room under `ceiling` (the conversation's
-    room) for `GROWTH_TURNS` more turns of their mean size: a tail that alone fills the room would
-    compact again at every new turn, each compaction a cache break. The newest turn always stays.
+    room) for `growth_turns` more turns of their mean size: a tail that nearly fills the room would
+    compact again within a turn or two, each compaction a cache break that re-processes the tail.
+    The newest turn always stays.
     The current invocation's request is pinned (it stays verbatim however old it is); the cut never
     moves backwards, so what was compacted stays compacted.
     """
@@ -125,7 +125,7 @@ def plan_compaction(turns: "tuple[Turn, ...]", *, target: int, min_tail: int, co
     for n, turn in enumerate(reversed(turns)):
         size = turn_tokens(turn, counter)
         grown = kept + size
-        if n >= 1 and grown > target and (n >= min_tail or grown * (1 + GROWTH_TURNS / (n + 1)) > ceiling):
+        if n >= 1 and grown > target and (n >= min_tail or grown * (1 + growth_turns / (n + 1)) > ceiling):
             break
         if max_turns is not None and n >= max_turns:
             break
@@ -201,6 +201,7 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
                                       min_tail=profile.conversation.tail_turns, counter=counter,
                                       request_index=inputs.request_index, current=zone,
                                       ceiling=max(0, ceiling - room),  # what the block may take is not the tail's
+                                      growth_turns=profile.conversation.growth_turns,
                                       max_turns=profile.conversation.max_verbatim_turns)
     new = Verbatim(through, pinned, "", zone.compactions + 1)
     # secrets masked before the block derives from them (a value pulled out of its label's context too);

@@ -23,7 +23,7 @@ from .allocate import LAYER_OVERHEAD, Allocation
 from .collect import PackInputs, PackState, Turn
 from .cache import PackCache, counter_key
 from .incremental import mapped, turn_key, turn_tokens
-from .render import render_pack, render_payload, request_tokens
+from .render import block_follows, render_pack, render_payload, request_tokens
 
 if TYPE_CHECKING:
     from .conversation import Verbatim
@@ -184,11 +184,13 @@ class Fit:
     evidence: "tuple[Line, ...]"
     memory: "tuple[Line, ...]"
     payload_text: str  # "" when the user's message goes out as it is
+    block_after_payload: bool = False  # the block holds this invocation's own turns (see `render.block_follows`)
 
     @property
     def payload_index(self) -> int:
-        """Where the payload (or the user's message sent as it is) sits: after the block and the history."""
-        return (1 if self.zone.block else 0) + sum(len(t.messages) for t in self.history)
+        """Where the payload (or the user's message sent as it is) sits: after the block and the history,
+        or first when the block follows it."""
+        return (1 if self.zone.block and not self.block_after_payload else 0) + sum(len(t.messages) for t in self.history)
 
     def payload_at(self, inputs: PackInputs) -> int | None:
         """The payload's index when this call sends one (or the user's message as it is), else None."""
@@ -211,18 +213,19 @@ def fit_layers(inputs: PackInputs, profile: BudgetProfile, cands: "Candidates", 
     A frozen payload (same invocation, same zone) is sent as it was: its lines are not refitted.
     """
     history, loop = zone.kept(prepared.history), zone.kept(prepared.loop)
+    late = block_follows(inputs, zone)
     events: tuple[TruncationEvent, ...] = ()
     if frozen is not None:
         ev = tuple(ln for ln in cands.evidence if ln.id in frozen.evidence_ids)
         mem = tuple(ln for ln in cands.memory if ln.id in frozen.memory_ids)
-        fit = Fit(zone, history, loop, ev, mem, frozen.payload_text)
+        fit = Fit(zone, history, loop, ev, mem, frozen.payload_text, late)
     else:
         ev, e1 = fit_lines("evidence", cands.evidence, max(0, alloc.budgets["evidence"] - LAYER_OVERHEAD),
                            profile.evidence.item_max_tokens, counter, older_first=True)
         mem, e2 = fit_lines("memory", cands.memory, max(0, alloc.budgets["memory"] - LAYER_OVERHEAD),
                             profile.memory.item_max_tokens, counter)
         text = render_payload(inputs.task, cands.conversation.request, ev, mem, failures).sent_text()
-        fit, events = Fit(zone, history, loop, ev, mem, text), (*e1, *e2)
+        fit, events = Fit(zone, history, loop, ev, mem, text, late), (*e1, *e2)
     return Fitted(fit, render_pack(inputs, cands, fit), events)
 
 
