@@ -134,11 +134,33 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
    frozen turns and messages moved into one `PackCache` owned by the packer (bounded, locked, `stats()`,
    `clear()`; a hit gives the same value as a miss).
 
-Still proportional to the history and not removed (measured above): passes over every turn in the stage
-modules (`pipeline/prepare.py`, `fit.py`, `allocate.py`: zone membership, token sums by digest, orphan repair,
-image decay, the per-turn cap); the identity or leaf-key check of every
-content against the previous request (`convert._messages`, a few µs each; a chat pays the leaf walk since each
-call is a new invocation); the retrieval pool itself (every compacted turn stays searchable: BM25 postings and
-one matrix-vector product over it); and, on the store's background thread, re-encoding the recorded inputs'
-per-message lists (their chunks are shared, so the bytes stay flat).
+11. **Every content checked against the previous request** (`convert._messages`, 0.64 s per 11 calls profiled at
+   10,000 events, tool loop): when the session's events only grew since the slot's last call (no rewind, no ADK
+   compaction event, no late response to an older call), the previous request's contents are checked at about
+   log2(n) positions (`convert._unchanged_prefix`, `EventTimes.only_grew`); otherwise every content, as before
+   (`tests/test_incremental_session.py`: a witness converting every request cold, a rewind, a late response).
+   0.64 s → 0.005 s.
+12. **Per-turn passes redone every call** (`prepare`: orphan repair, image check, the per-turn cap and its token
+   count, 0.52 s; pruning 0.33 s in the chat): `incremental.mapped` and `running_totals` reuse what the unchanged
+   leading turns gave; the verbatim zone is split by bisection (`Verbatim.split`), pruning carries its cleared
+   history. 0.52 s → 0.04 s.
+13. **Whole-request sums and digests** (`record`: the inputs' digest and the request's token count, 0.35 s):
+   the checksum and the inputs digest continue sha256's state over the unchanged part
+   (`incremental.request_checksum`), the token count is a running total. 0.35 s → 0.01 s.
+14. **Smaller whole-history passes:** event times, the instruction indices, the digest map `apply_request` built
+   to find ADK's contents (now positions carried from the last call), the unselected-Memory list, a dict of
+   every turn for the originals (now bisection), the tokens-without-plugin sum.
+15. **ADK's replaced copies freed on the request's path**: once the packed request replaces them, CPython freed
+   ADK's per-request copies of 10,000 contents on the loop thread (about 10 ms); they are now released on the
+   work-ahead thread, after its job (its column above).
+   Median profiled call, tool loop at 10,000 events: 117 → 23 ms.
+
+Still proportional to the history (measured above): the retrieval pool itself (every compacted turn stays
+searchable: BM25 postings and one matrix-vector product over it) and a few C-speed passes under 1 ms at 10,000
+events (tuple comparisons of the unchanged run, copies of the URI map). Not removed, and why the targets still
+fail where they do: a chat call embeds its new question (MiniLM on this CPU, about 20 ms: a fixed cost per
+question, not per event, so the chat's p50 is flat from 1,000 to 10,000 events but above 15 ms); and a
+compaction call (45–90 ms) still builds the new block's KNOWN VALUES and summary and selects Memory again, and
+embeds the documents of turns whose text changed since the work ahead read them, so where a tool loop of large
+outputs compacts every few calls (8K window) its p95 is a compaction call.
 """
