@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from typing import Iterable
 
 from ..compress.middle_out import middle_out
-from ..compress.values import extract_values, merge_values, render_values
+from ..content import canonical_json
+from ..compress.values import extract_values, merge_values, parameter_names, render_values
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .allocate import conversation_tokens
@@ -134,13 +135,14 @@ def compaction_block(compacted: "tuple[Turn, ...]", summary: RunningSummary, *, 
 
 
 def known_values(newest_first: "Iterable[Turn]", max_tokens: int, counter: TokenCounting,
-                 cache: PackCache | None = None) -> str:
+                 cache: PackCache | None = None, visible: str = "", params: frozenset[str] = frozenset()) -> str:
     """KNOWN VALUES of the compacted turns (given newest first): the ids and values they carried (call
     arguments included), newest value per source, so an identifier read long ago is still there when a
     call needs it.
 
     Bounded by the cap, not the history: a line costs at least a few tokens, so at most `max_tokens`
-    sources can show; the newest turns giving that many are read (each turn's values once, from `cache`)."""
+    sources can show; the newest turns giving that many are read (each turn's values once, from `cache`).
+    A value the `visible` text (the verbatim turns, the pinned opening request) holds is not repeated."""
     if max_tokens <= 0:
         return ""
     sets: list = []
@@ -149,8 +151,8 @@ def known_values(newest_first: "Iterable[Turn]", max_tokens: int, counter: Token
         sets.extend(vs for vs in found if vs is not None)
         if len(sets) >= max_tokens:
             break
-    merged = merge_values(sets)
-    return render_values(merged, max_tokens, counter) if merged else ""
+    merged = merge_values(sets, visible=visible)
+    return render_values(merged, max_tokens, counter, params=params) if merged else ""
 
 
 def known_values_of(turn: Turn, cache: PackCache | None = None) -> tuple:
@@ -159,7 +161,8 @@ def known_values_of(turn: Turn, cache: PackCache | None = None) -> tuple:
 
 
 BLOCK_SHARE = 0.6  # of the compaction target: the most the block may take (the verbatim tail keeps the rest)
-_FLOOR_SHARES = {"fold": 0.2, "summary": 0.1}  # of the block's room, kept for fold lines and the summary
+_FLOOR_SHARES = {"fold": 0.2, "summary": 0.1}  # of the block's room, for fold lines and the summary ...
+_FOLD_KEEPS = 0.1  # ... of which values that need more room take all but this share (the summary's floor first)
 _OPENING_SHARE = 0.3  # of the block's room, at most, for the pinned opening request
 
 
@@ -170,8 +173,9 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
 
     The block takes its parts by need, in the order a later call needs them: the pinned opening
     request, then KNOWN VALUES (an id read long ago is what a later call types back: values are
-    the densest part), then fold lines and the summary, each with a floor so the block still
-    says what happened; what a part leaves flows to the next one.
+    the densest part), then fold lines and the summary. Those two have floors, so the block still
+    says what happened; values that need more take the summary's floor and part of the fold lines'
+    (`_FOLD_KEEPS` stays), and what the values leave of their share goes to fold lines.
     """
     turns = prepared.turns
     room = int(target * BLOCK_SHARE)  # block and tail come down to the target together: later calls append
@@ -187,11 +191,12 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     mask, uris = turn_masker(inputs.uris, cache)
     summary = RunningSummary.from_json(inputs.summary)
     opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter)
-    caps = _block_caps(profile, room, counter.count_text(opening) if opening else 0)
-    values = known_values(map(mask, reversed(compacted)), caps["values"], counter, cache)
-    left = max(0, caps["values"] - (counter.count_text(values) if values else 0))
-    fold_cap = min(profile.decay.fold_max_tokens, caps["fold"] + left)
-    summary_cap = min(profile.decay.summary_max_tokens, caps["summary"])
+    opening_tokens = counter.count_text(opening) if opening else 0
+    visible = "\n".join([opening, *(_turn_text(t) for t in turns if new.keeps(t))])
+    params = parameter_names(t.declaration for t in inputs.request.tools)
+    values_cap = min(profile.decay.values_max_tokens, max(0, room - opening_tokens - int(room * _FOLD_KEEPS)))
+    values = known_values(map(mask, reversed(compacted)), values_cap, counter, cache, visible, params)
+    fold_cap, summary_cap = _block_caps(profile, room, opening_tokens, counter.count_text(values) if values else 0)
     block = compaction_block(
         tuple(mask(t) for t in compacted if t.start > summary.covered_until), summary, opening=opening,
         goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=fold_cap, summary_max_tokens=summary_cap,
@@ -202,11 +207,16 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
                       block.merged_lines)
 
 
-def _block_caps(profile: BudgetProfile, room: int, opening: int) -> dict[str, int]:
-    """The block's room after the opening request: floors for folds and summary, the rest to values."""
-    floors = {k: int(room * share) for k, share in _FLOOR_SHARES.items()}
-    values = min(profile.decay.values_max_tokens, max(0, room - opening - sum(floors.values())))
-    return {"values": values, **floors}
+def _block_caps(profile: BudgetProfile, room: int, opening: int, values: int) -> tuple[int, int]:
+    """The fold lines' and the summary's caps once the values took `values` tokens of the block's room
+    after the opening request: their floors, less what values that needed more took of them (the
+    summary's first), and fold lines get what values left of their own share."""
+    fold, summary = (int(room * _FLOOR_SHARES[k]) for k in ("fold", "summary"))
+    share = min(profile.decay.values_max_tokens, max(0, room - opening - fold - summary))  # the values' own share
+    over = max(0, values - share)
+    summary_cap = max(0, summary - over)
+    fold_cap = max(0, fold - max(0, over - summary)) + max(0, share - values)
+    return min(profile.decay.fold_max_tokens, fold_cap), min(profile.decay.summary_max_tokens, summary_cap)
 
 
 def _opening(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: BudgetProfile, window: int,
@@ -246,3 +256,9 @@ def _turn_values(turn: Turn) -> tuple:
             sets.append(extract_values(tool=c.name, args=c.args, result=match.response if match else None,
                                        turn=turn.start))
     return tuple(sets)
+
+
+def _turn_text(turn: Turn) -> str:
+    """What a verbatim turn shows: its texts, calls' arguments and responses."""
+    return "\n".join(m.text + "".join(canonical_json(c.args) for c in m.calls)
+                     + "".join(canonical_json(r.response) for r in m.responses) for m in turn.messages)
