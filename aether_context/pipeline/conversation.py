@@ -164,6 +164,7 @@ BLOCK_SHARE = 0.6  # of the compaction target: the most the block may take (the 
 _FLOOR_SHARES = {"fold": 0.2, "summary": 0.1}  # of the block's room, for fold lines and the summary ...
 _FOLD_KEEPS = 0.1  # ... of which values that need more room take all but this share (the summary's floor first)
 _OPENING_SHARE = 0.3  # of the block's room, at most, for the pinned opening request
+_VALUES_CLAIM = 0.25  # of the compaction target: what values that need more than the block may take from the tail
 
 
 def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone: Verbatim, *, target: int,
@@ -175,28 +176,45 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     request, then KNOWN VALUES (an id read long ago is what a later call types back: values are
     the densest part), then fold lines and the summary. Those two have floors, so the block still
     says what happened; values that need more take the summary's floor and part of the fold lines'
-    (`_FOLD_KEEPS` stays), and what the values leave of their share goes to fold lines.
+    (`_FOLD_KEEPS` stays), then up to `_VALUES_CLAIM` of the target from the verbatim tail (the zone
+    is planned again for the larger block); what the values leave of their share goes to fold lines.
+    When the values fit their share, nothing is claimed.
     """
-    turns = prepared.turns
-    room = int(target * BLOCK_SHARE)  # block and tail come down to the target together: later calls append
-    through, pinned = plan_compaction(turns, target=max(0, target - int(target * BLOCK_SHARE)),
-                                      min_tail=profile.conversation.tail_turns, counter=counter,
-                                      request_index=inputs.request_index, current=zone,
-                                      ceiling=max(0, ceiling - room),  # what the block may take is not the tail's
-                                      max_turns=profile.conversation.max_verbatim_turns)
-    new = Verbatim(through, pinned, "", zone.compactions + 1)
-    # secrets masked before the block derives from them (a value pulled out of its label's context too);
-    # only the turns read are masked: the newest (known values) and those the summary does not cover
-    compacted = tuple(prepared.originals.get(t.start, t) for t in turns if not new.keeps(t))
+    turns, room = prepared.turns, int(target * BLOCK_SHARE)  # block and tail come down to the target together
     mask, uris = turn_masker(inputs.uris, cache)
-    summary = RunningSummary.from_json(inputs.summary)
-    opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter)
-    opening_tokens = counter.count_text(opening) if opening else 0
-    visible = "\n".join([opening, *(_turn_text(t) for t in turns if new.keeps(t))])
     params = parameter_names(t.declaration for t in inputs.request.tools)
-    values_cap = min(profile.decay.values_max_tokens, max(0, room - opening_tokens - int(room * _FOLD_KEEPS)))
-    values = known_values(map(mask, reversed(compacted)), values_cap, counter, cache, visible, params)
-    fold_cap, summary_cap = _block_caps(profile, room, opening_tokens, counter.count_text(values) if values else 0)
+
+    def plan(block_room: int, extra: int) -> tuple:
+        """The zone when the block may take `block_room`, and its opening and values (`extra` tokens over
+        their share): the tail keeps the rest of the target, and what the block may take is not the tail's."""
+        through, pinned = plan_compaction(turns, target=max(0, target - block_room),
+                                          min_tail=profile.conversation.tail_turns, counter=counter,
+                                          request_index=inputs.request_index, current=zone,
+                                          ceiling=max(0, ceiling - block_room),
+                                          max_turns=profile.conversation.max_verbatim_turns)
+        new = Verbatim(through, pinned, "", zone.compactions + 1)
+        # secrets masked before the block derives from them (a value pulled out of its label's context too)
+        compacted = tuple(prepared.originals.get(t.start, t) for t in turns if not new.keeps(t))
+        opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter)
+        opening_tokens = counter.count_text(opening) if opening else 0
+        visible = "\n".join([opening, *(_turn_text(t) for t in turns if new.keeps(t))])
+        cap = min(profile.decay.values_max_tokens, max(0, room - opening_tokens - int(room * _FOLD_KEEPS)) + extra)
+        values = known_values(map(mask, reversed(compacted)), profile.decay.values_max_tokens, counter, cache,
+                              visible, params)
+        need = counter.count_text(values) if values else 0
+        if need > cap:
+            values = known_values(map(mask, reversed(compacted)), cap, counter, cache, visible, params)
+        return new, compacted, opening, opening_tokens, values, need - cap
+
+    new, compacted, opening, opening_tokens, values, short = plan(room, 0)
+    if short > 0:  # the values need more: the block takes room from the verbatim tail, up to _VALUES_CLAIM
+        extra = min(short, int(target * _VALUES_CLAIM))
+        new, compacted, opening, opening_tokens, values, _ = plan(room + extra, extra)
+    else:
+        extra = 0
+    summary = RunningSummary.from_json(inputs.summary)
+    used = counter.count_text(values) if values else 0
+    fold_cap, summary_cap = _block_caps(profile, room, opening_tokens, max(0, used - extra))
     block = compaction_block(
         tuple(mask(t) for t in compacted if t.start > summary.covered_until), summary, opening=opening,
         goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=fold_cap, summary_max_tokens=summary_cap,
