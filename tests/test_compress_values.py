@@ -168,8 +168,13 @@ def test_fields_named_like_a_tool_parameter_come_before_other_values():
     assert "cabin=basic_economy" in ranked and "cabin=" not in plain
 
 
-def test_a_call_with_nothing_to_show_keeps_its_label_only_when_it_names_an_id():
-    bare = merge_values([extract_values(tool="calculate", args={"expression": "152 + 103"}, turn=4)])
-    assert render_values(bare, 1000, COUNTER) == ""  # an expression is no value an agent types back
-    pending = merge_values([extract_values(tool="cancel_reservation", args={"reservation_id": "YAX4DR"}, turn=5)])
-    assert render_values(pending, 1000, COUNTER) == "KNOWN VALUES:\n- cancel_reservation(reservation_id=YAX4DR)"
+def test_a_call_with_nothing_to_show_gets_only_the_room_every_value_left():
+    calc = extract_values(tool="calculate", args={"expression": "152 + 103"}, turn=4)
+    booking = extract_values(tool="get_reservation_details", args={"reservation_id": "YAX4DR"}, result=RESERVATION,
+                             turn=3)
+    sets = merge_values([booking, calc])
+    assert sets[0].source.startswith("calculate(")  # the newest source
+    full = render_values(sets, 1000, COUNTER)
+    assert "calculate(expression=" in full
+    tight = render_values(sets, COUNTER.count_text(full) - 5, COUNTER)
+    assert "calculate(" not in tight and "payment_id=certificate_7504069" in tight

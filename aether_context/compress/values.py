@@ -261,8 +261,8 @@ def render_values(sets: Iterable[ValueSet], max_tokens: int, counter: TokenCount
             for f, (name, values) in enumerate(vs.fields):
                 if _field_rank(name, values, params) == rank and shown[k].get(f, 0) < min(limit, len(values)):
                     attempt(k, f, limit)
-            if cost[k] is None and vs.call and rank == 3 and limit == _ALL and _names_id(vs.source):
-                attempt(k, None, 0)  # a call with nothing else to show: its arguments, if they name an id
+            if cost[k] is None and vs.call and rank == 3 and limit == _ALL:
+                attempt(k, None, 0)  # a call with nothing else to show: its arguments, with the room left
     lines = [_line(vs, shown[k]) for k, vs in enumerate(sets) if cost[k] is not None]
     while lines and count("\n".join([title, *lines])) > max_tokens:  # counts are not quite additive
         lines.pop()
@@ -364,10 +364,6 @@ def _text_fields(text: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
             if value and value not in values:
                 values.append(value)
     return tuple((name, tuple(values)) for name, values in found.items() if values)
-
-
-def _names_id(label: str) -> bool:
-    return any(_IDLIKE.match(v) for v in _label_values(label))
 
 
 def _label_values(label: str) -> set[str]:
