@@ -83,8 +83,10 @@ def test_merge_keeps_the_newest_result_per_call_and_drops_repeated_values():
     assert [m.source for m in merged] == ["get_reservation_details(reservation_id=YAX4DR)",
                                           "get_user_details(user_id=mia_li_3668)", "user (turn 1)"]
     assert fields(merged[0])["insurance"] == ("yes",)  # the newest value of the same call
+    assert "reservation_id" not in fields(merged[0])  # the call's own argument is in its label
     assert "certificate_7504069" not in fields(merged[1])["payment_methods"]  # shown by the newer source
-    assert merged[2].fields == ()  # YAX4DR is already in the newer call's label
+    # a label is not a field: it may not fit, so the user's own mention of an id stays
+    assert fields(merged[2]) == {"codes": ("YAX4DR",)}
 
 
 def test_render_fits_the_cap_and_keeps_identifiers_first():
@@ -104,8 +106,10 @@ def test_render_fits_the_cap_and_keeps_identifiers_first():
         assert block == render_values(sets, cap, COUNTER)  # deterministic
     small = render_values(sets, 150, COUNTER)
     assert small.startswith("KNOWN VALUES:\n- search_direct_flight(")
-    assert "flights.flight_number=HAT136,HAT039" in small and "payment_history.payment_id=certificate_7504069" in small
-    assert "prices.business" in full and "prices.business" not in small  # plain numbers give way to identifiers
+    # field paths shortened where the short name is the source's only one; prices and seats keep theirs
+    assert "flight_number=HAT136,HAT039" in small and " payment_id=certificate_7504069" in small
+    assert "prices.economy=" in full and "available_seats.economy=" in full and " business=" in full
+    assert "prices.economy" not in small  # plain numbers give way to identifiers
     assert render_values(sets, 3, COUNTER) == ""
 
 
@@ -123,8 +127,54 @@ def test_values_from_messages_pair_calls_with_their_responses():
                                         "get_reservation_details(reservation_id=YAX4DR)",
                                         "get_user_details(user_id=mia_li_3668)"]
     merged = merge_values(sets)
-    assert fields(merged[1])["flights.flight_number"] == ("HAT136", "HAT039")  # the answered call, not the bare one
+    answered = next(m for m in merged if m.source.startswith("get_reservation_details"))
+    assert fields(answered)["flight_number"] == ("HAT136", "HAT039")  # the answered call, not the bare one
     envelope = {"summary": "reservation_id: YAX4DR\nflights: [2 items; first: {flight_number}]\n1. flight_number=HAT136",
                 "artifact_uri": "artifact://a/u/s/tool-output/r.json#v0", "original_tokens": 900, "note": "offloaded"}
     offloaded = extract_values(tool="get_reservation_details", args={"reservation_id": "YAX4DR"}, result=envelope)
     assert "HAT136" in offloaded.values() and not any("artifact://" in v for v in offloaded.values())
+    assert not {"flight_number", "v0"} & set(offloaded.values())  # a shape's key list and the URI are no values
+
+
+def test_values_come_from_where_they_were_read_and_are_shown_once():
+    """Tool results and the user's texts first, newest first; the model's own texts only add what
+    no other source shows; nothing the verbatim turns already show is repeated."""
+    user = extract_values(tool="get_user_details", args={"user_id": "mia_li_3668"}, result=USER, turn=2)
+    said = extract_values(text="Your reservations are NO6JO3 and AIXC49; I can use certificate_7504069 or LX99.",
+                          role="model", turn=5)
+    asked = extract_values(text="Please rebook NO6JO3 onto HAT136.", turn=6)
+    merged = merge_values([user, said, asked], visible="the agent said: visa card credit_card_4421486")
+    assert [m.source for m in merged] == ["user (turn 6)", "get_user_details(user_id=mia_li_3668)", "model (turn 5)"]
+    assert fields(merged[2]) == {"codes": ("LX99",)}  # the rest of what the model said came from the tool
+    assert "credit_card_4421486" not in merged[1].values()  # visible in a verbatim turn
+    assert "NO6JO3" in fields(merged[0])["codes"] and "NO6JO3" not in fields(merged[1])["reservations"]
+
+
+def test_fields_named_like_a_tool_parameter_come_before_other_values():
+    """A result's fields that a declared tool takes as arguments (`cabin`, a flight's `date`) are what an
+    agent passes back: they get room before names, amounts and the rest."""
+    from aether_context.compress.values import parameter_names
+
+    declarations = [{"name": "update_flights", "parameters": {"type": "object", "properties": {
+        "cabin": {"type": "string"},
+        "flights": {"type": "array", "items": {"type": "object", "properties": {"date": {}, "flight_number": {}}}}}}}]
+    params = parameter_names(declarations)
+    assert params == {"cabin", "flights", "date", "flight_number"}
+    sets = merge_values([extract_values(tool="get_reservation_details", args={"reservation_id": "YAX4DR"},
+                                        result={**RESERVATION, "cabin": "basic_economy"}, turn=3),
+                         extract_values(tool="calculate", args={"expression": "152 + 103"}, result="255.0", turn=4)])
+    plain = render_values(sets, 60, COUNTER)
+    ranked = render_values(sets, 60, COUNTER, params=params)
+    assert "cabin=basic_economy" in ranked and "cabin=" not in plain
+
+
+def test_a_call_with_nothing_to_show_gets_only_the_room_every_value_left():
+    calc = extract_values(tool="calculate", args={"expression": "152 + 103"}, turn=4)
+    booking = extract_values(tool="get_reservation_details", args={"reservation_id": "YAX4DR"}, result=RESERVATION,
+                             turn=3)
+    sets = merge_values([booking, calc])
+    assert sets[0].source.startswith("calculate(")  # the newest source
+    full = render_values(sets, 1000, COUNTER)
+    assert "calculate(expression=" in full
+    tight = render_values(sets, COUNTER.count_text(full) - 5, COUNTER)
+    assert "calculate(" not in tight and "payment_id=certificate_7504069" in tight

@@ -312,3 +312,54 @@ async def test_a_coding_loop_compacts_rarely(memory_store_url):
     often = await _coding_loop_compactions(memory_store_url, coding.override(conversation={"growth_turns": 2}))
     assert len(rare) >= 2 and len(often) > len(rare), (rare, often)
     assert min(b - a for a, b in zip(rare, rare[1:])) >= 4, rare
+
+
+def get_user(user_id: str) -> dict:
+    """Look up a user."""
+    return {"user_id": user_id, "name": {"first_name": "Mia", "last_name": "Li"}, "dob": "1990-04-05",
+            "address": {"address1": "975 Sunset Drive", "city": "Austin", "zip": "78750"},
+            "payment_methods": {"credit_card_4421486": {"source": "credit_card", "last_four": "7447"},
+                                "gift_card_7091239": {"source": "gift_card", "amount": 157}},
+            "reservations": ["NO6JO3", "AIXC49"], "membership": "gold"}
+
+
+def calculate(expression: str) -> str:
+    """Compute an expression."""
+    return str(sum(int(x) for x in expression.split("+")))
+
+
+def pay_flight(reservation_id: str, payment_id: str) -> dict:
+    """Pay for a reservation."""
+    return {"reservation_id": reservation_id, "payment_id": payment_id, "status": "paid"}
+
+
+async def test_ids_read_early_survive_model_chatter_and_tool_noise_at_a_small_window(memory_store_url):
+    """At 4K, the KNOWN VALUES of the compaction block have room for a few lines. They go to where the
+    values were read (the user's message, the tool results), not to the model's own texts, which repeat
+    codes it already read, nor to calls with nothing worth typing back (a calculation's expression)."""
+    from aether_context.testing import call
+
+    script = [call("get_user", user_id="mia_li_3668")]
+    for i in range(9):
+        said = types.Part(text=f"Options: HAT{100 + i}, HAT{200 + i} from JFK via ORD to SEA at ${120 + i}, "
+                                f"or LAX{i}B; " + filler(60, seed=i))
+        script += [[said, call("calculate", expression=f"{100 + i} + {23 * i} + {7 * i}")],
+                   call("search_flights", origin=f"JFK{i}", destination=f"SEA{i}")]
+    uses: list[str] = []
+
+    def pay(req):  # the model now needs the user's id and a payment id read at the first call
+        uses.append("\n".join(m.text + " ".join(str(r.response) for r in m.responses)
+                              for m in request_from_llm(req).messages))
+        return call("pay_flight", reservation_id="NO6JO3", payment_id="gift_card_7091239")
+
+    agent, llm = scripted_agent(script + [pay, "done"], tools=(get_user, calculate, search_flights, pay_flight))
+    from aether_context.pipeline import request_tokens
+    from aether_context.tokens import TokenCounter
+    counter = TokenCounter()
+    llm.prompt_token_counter = lambda req: request_tokens(request_from_llm(req), counter)
+    p = plugin(memory_store_url, 4_000)
+    runner = make_runner(agent, plugins=[p])
+    sid = await new_session(runner)
+    await run_turn(runner, sid, "Hi, I am mia_li_3668. Pay for my reservation with the gift card, cheapest flight.")
+    assert sum(1 for r in p.packer.recent if r.manifest.compaction) >= 2
+    assert uses and all(v in uses[0] for v in ("gift_card_7091239", "NO6JO3", "mia_li_3668"))

@@ -23,9 +23,10 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from ..content import FunctionCall, Message, canonical_json
 from ._fit import ELLIPSIS, TokenCounterLike, as_count, safe_end
+from ._value_forms import compact_form, parameter_names, short_fields
 
 __all__ = ["ValueSet", "extract_values", "values_from_messages", "merge_values", "render_values", "render_call",
-           "argument_order"]
+           "argument_order", "parameter_names"]
 
 _MAX_VALUE_CHARS = 80  # longer strings are prose, not values
 _MAX_LEAVES = 400  # per source: a huge result keeps its first values, not all of them
@@ -39,6 +40,7 @@ _ID_FIELD = re.compile(r"(?:^|[._])(?:id|ids|number|code|key|email|name|dob|date
                        r"path|file|url|ids|emails|codes|dates|amounts|paths|urls|names|keys)$|_id$|Id$", re.I)
 _ID_ARG = re.compile(r"(?:^|_)(?:id|ids|number|code|key|uuid|ref)$|Id$", re.I)
 _IDLIKE = re.compile(r"^(?=.*[A-Za-z])(?=.*\d)[\w.@+-]{3,}$|^[A-Z][A-Z0-9]{2,11}$")  # letters and digits, or a code
+_WORD = re.compile(r"[\w.@+-]*\w")  # a whole token of a text, as values are written
 _ID_KEY = re.compile(r"^[A-Za-z][\w-]*\d{3,}$|^(?=.*\d)[A-Z0-9]{5,12}$")  # a dict key that is an id
 
 # Values in free text: what an agent later types back as an argument.
@@ -70,6 +72,11 @@ class ValueSet:
 
     def values(self) -> list[str]:
         return [v for _, vs in self.fields for v in vs]
+
+    @property
+    def derived(self) -> bool:
+        """A model's own text: its values mostly repeat what it read from the user or a tool."""
+        return not self.call and self.source.startswith("model ")
 
 
 def extract_values(*, tool: str | None = None, args: Mapping[str, Any] | None = None, result: Any = None,
@@ -172,31 +179,53 @@ def render_call(tool: str, args: Mapping[str, Any], max_chars: int = _ARG_CHARS)
     return f"{tool}({', '.join(parts)})"
 
 
-def merge_values(sets: Iterable[ValueSet | None]) -> list[ValueSet]:
-    """One set per source, newest first: the newest result of the same call replaces the older one, and an
-    identifier a newer source already shows is dropped from older ones (fields left empty go too)."""
+def merge_values(sets: Iterable[ValueSet | None], *, visible: str = "") -> list[ValueSet]:
+    """One set per source, in the order room goes to them: where values come from (tool results, the
+    user's texts) newest first, then the model's own texts, which mostly repeat what it read. The newest
+    result of the same call replaces the older one; field paths are shortened to the names that say
+    something (`flights.flight_number` → `flight_number`, same names merged). A value is shown once: an
+    identifier an earlier source shows is dropped from later ones (numbers and dates keep their
+    context), a model text keeps only values no other source shows, and nothing the `visible` text (the
+    verbatim turns) already holds is repeated. Sources left without fields go, unless they are calls."""
     latest: dict[str, ValueSet] = {}
     for vs in sets:
         if vs is not None and (vs.source not in latest or vs.turn >= latest[vs.source].turn):
             latest[vs.source] = vs
-    ordered = sorted(latest.values(), key=lambda v: (-v.turn, v.source))
-    shown: set[str] = set()
+    ordered = sorted(latest.values(), key=lambda v: (v.derived, -v.turn, v.source))
+    shown: set[str] = set()  # identifiers shown
+    every: set[str] = set()  # every value shown
+    words = set(_WORD.findall(visible))
     merged = []
     for vs in ordered:
-        if vs.call:
-            shown.update(_label_values(vs.source))
         fields = []
-        for name, values in vs.fields:  # an identifier shown once is enough; numbers and dates keep their context
-            fresh = tuple(v for v in values if v not in shown or not _IDLIKE.match(v))
+        own = _label_values(vs.source) if vs.call else set()  # the call's arguments are in its label
+        for name, values in short_fields(vs.fields):
+            fresh = tuple(v for v in values if v not in own and not _seen(v, shown, every, vs.derived)
+                          and not _visible(v, visible, words))
             if fresh:
                 fields.append((name, fresh))
             shown.update(v for v in fresh if _IDLIKE.match(v))
-        merged.append(ValueSet(vs.source, vs.turn, tuple(fields), vs.call))
+            every.update(fresh)
+        if fields or vs.call:
+            merged.append(ValueSet(vs.source, vs.turn, tuple(fields), vs.call))
     return merged
 
 
+def _seen(value: str, shown: set[str], every: set[str], derived: bool) -> bool:
+    return value in every if derived else value in shown
+
+
+def _visible(value: str, text: str, words: set[str]) -> bool:
+    """`value` occurs in `text` as a whole token (`words`: the text's tokens, for values without spaces)."""
+    if not text:
+        return False
+    if " " not in value:
+        return value in words
+    return value in text and re.search(rf"(?<!\w){re.escape(value)}(?!\w)", text) is not None
+
+
 def render_values(sets: Iterable[ValueSet], max_tokens: int, counter: TokenCounterLike, *,
-                  title: str = "KNOWN VALUES:") -> str:
+                  title: str = "KNOWN VALUES:", params: frozenset[str] = frozenset()) -> str:
     """`title` then one line per source, newest first: `- source → field=v1,v2 …`, within `max_tokens`.
 
     Room goes first to every source's identifiers (ids, codes, emails), then to the values agents type
@@ -225,28 +254,30 @@ def render_values(sets: Iterable[ValueSet], max_tokens: int, counter: TokenCount
         else:
             shown[k] = before
 
-    for rank in (0, 1, 2):
-        for limit in (_FIRST_VALUES, _ALL):
-            for k, vs in enumerate(sets):
-                if max_tokens - used < _MIN_ROOM:
-                    break  # no field or label fits in what is left
-                for f, (name, values) in enumerate(vs.fields):
-                    if _field_rank(name, values) == rank and shown[k].get(f, 0) < min(limit, len(values)):
-                        attempt(k, f, limit)
-                if cost[k] is None and vs.call:
-                    attempt(k, None, 0)  # a call with no identifier field still shows its arguments
+    for rank, limit in ((r, n) for r in range(4) for n in (_FIRST_VALUES, _ALL)):
+        for k, vs in enumerate(sets):
+            if max_tokens - used < _MIN_ROOM:
+                break  # no field or label fits in what is left
+            for f, (name, values) in enumerate(vs.fields):
+                if _field_rank(name, values, params) == rank and shown[k].get(f, 0) < min(limit, len(values)):
+                    attempt(k, f, limit)
+            if cost[k] is None and vs.call and rank == 3 and limit == _ALL:
+                attempt(k, None, 0)  # a call with nothing else to show: its arguments, with the room left
     lines = [_line(vs, shown[k]) for k, vs in enumerate(sets) if cost[k] is not None]
     while lines and count("\n".join([title, *lines])) > max_tokens:  # counts are not quite additive
         lines.pop()
     return "\n".join([title, *lines]) if lines else ""
 
 
-def _field_rank(name: str, values: tuple[str, ...]) -> int:
-    """0 identifiers (ids, codes, emails), 1 other typed-back values (names, dates, amounts, paths), 2 the rest."""
+def _field_rank(name: str, values: tuple[str, ...], params: frozenset[str] = frozenset()) -> int:
+    """0 identifiers (ids, codes, emails), 1 fields named like a tool's parameter, 2 other typed-back
+    values (names, dates, amounts, paths), 3 the rest."""
     if _ID_ARG.search(name) or name.lower().endswith(("email", "emails", "ids", "codes")) or all(
             _IDLIKE.match(v) for v in values):
         return 0
-    return 1 if _ID_FIELD.search(name) else 2
+    if name.rsplit(".", 1)[-1] in params:
+        return 1
+    return 2 if _ID_FIELD.search(name) else 3
 
 
 def _line(vs: ValueSet, shown: Mapping[int, int]) -> str:
@@ -261,7 +292,14 @@ def _line(vs: ValueSet, shown: Mapping[int, int]) -> str:
 def _result_fields(result: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
     collected: dict[str, list[str]] = {}
     budget = [_MAX_LEAVES]
-    _walk(_parse(result), "", collected, budget)
+    compact = compact_form(result)
+    if compact is None:
+        _walk(_parse(result), "", collected, budget)
+    else:  # an offloaded result: the values its compact form still shows
+        _walk(compact[0], "", collected, budget)
+        for name, values in _text_fields(compact[1]):
+            for value in values:
+                _add(collected, name, value, budget)
     return tuple((name, tuple(values)) for name, values in collected.items())
 
 

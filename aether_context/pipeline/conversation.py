@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
 from ..compress.middle_out import middle_out
-from ..compress.values import extract_values, merge_values, render_values
-from ..content import Message
+from ..compress.values import extract_values, merge_values, parameter_names, render_values
+from ..content import Message, canonical_json
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .allocate import conversation_tokens
@@ -156,13 +156,14 @@ def compaction_block(compacted: "tuple[Turn, ...]", summary: RunningSummary, *, 
 
 
 def known_values(newest_first: "Iterable[Turn]", max_tokens: int, counter: TokenCounting,
-                 cache: PackCache | None = None) -> str:
+                 cache: PackCache | None = None, visible: str = "", params: frozenset[str] = frozenset()) -> str:
     """KNOWN VALUES of the compacted turns (given newest first): the ids and values they carried (call
     arguments included), newest value per source, so an identifier read long ago is still there when a
     call needs it.
 
     Bounded by the cap, not the history: a line costs at least a few tokens, so at most `max_tokens`
-    sources can show; the newest turns giving that many are read (each turn's values once, from `cache`)."""
+    sources can show; the newest turns giving that many are read (each turn's values once, from `cache`).
+    A value the `visible` text (the verbatim turns, the pinned opening request) holds is not repeated."""
     if max_tokens <= 0:
         return ""
     sets: list = []
@@ -171,8 +172,8 @@ def known_values(newest_first: "Iterable[Turn]", max_tokens: int, counter: Token
         sets.extend(vs for vs in found if vs is not None)
         if len(sets) >= max_tokens:
             break
-    merged = merge_values(sets)
-    return render_values(merged, max_tokens, counter) if merged else ""
+    merged = merge_values(sets, visible=visible)
+    return render_values(merged, max_tokens, counter, params=params) if merged else ""
 
 
 def known_values_of(turn: Turn, cache: PackCache | None = None) -> tuple:
@@ -181,8 +182,10 @@ def known_values_of(turn: Turn, cache: PackCache | None = None) -> tuple:
 
 
 BLOCK_SHARE = 0.6  # of the compaction target: the most the block may take (the verbatim tail keeps the rest)
-_FLOOR_SHARES = {"fold": 0.2, "summary": 0.1}  # of the block's room, kept for fold lines and the summary
+_FLOOR_SHARES = {"fold": 0.2, "summary": 0.1}  # of the block's room, for fold lines and the summary ...
+_FOLD_KEEPS = 0.1  # ... of which values that need more room take all but this share (the summary's floor first)
 _OPENING_SHARE = 0.3  # of the block's room, at most, for the pinned opening request
+_VALUES_CLAIM = 0.25  # of the compaction target: what values that need more than the block may take from the tail
 
 
 def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone: Verbatim, *, target: int,
@@ -192,32 +195,51 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
 
     The block takes its parts by need, in the order a later call needs them: the pinned opening
     request, then KNOWN VALUES (an id read long ago is what a later call types back: values are
-    the densest part), then fold lines and the summary, each with a floor so the block still
-    says what happened; what a part leaves flows to the next one.
+    the densest part), then fold lines and the summary. Those two have floors, so the block still
+    says what happened; values that need more take the summary's floor and part of the fold lines'
+    (`_FOLD_KEEPS` stays), then up to `_VALUES_CLAIM` of the target from the verbatim tail (the zone
+    is planned again for the larger block); what the values leave of their share goes to fold lines.
+    When the values fit their share, nothing is claimed.
     """
-    turns = prepared.turns
-    room = int(target * BLOCK_SHARE)  # block and tail come down to the target together: later calls append
-    through, pinned = plan_compaction(turns, target=max(0, target - int(target * BLOCK_SHARE)),
-                                      min_tail=profile.conversation.tail_turns, counter=counter,
-                                      request_index=inputs.request_index, current=zone,
-                                      ceiling=max(0, ceiling - room),  # what the block may take is not the tail's
-                                      growth_turns=profile.conversation.growth_turns,
-                                      max_turns=profile.conversation.max_verbatim_turns)
-    new = Verbatim(through, pinned, "", zone.compactions + 1)
-    # secrets masked before the block derives from them (a value pulled out of its label's context too);
-    # only the turns read are masked: the newest (known values) and those the summary does not cover
-    # the compacted turns before any cut (fold lines name what was cut), read lazily: newest first for
-    # the values (which stop at their cap), those the summary does not cover yet for the block
-    compacted = new.split(turns)[0]
-    original = lambda t: prepared.originals.get(t.start, t)  # noqa: E731
+    turns, room = prepared.turns, int(target * BLOCK_SHARE)  # block and tail come down to the target together
+    original = lambda t: prepared.originals.get(t.start, t)  # noqa: E731 (the turn before any cut)
     mask, uris = turn_masker(inputs.uris, cache)
+    params = parameter_names(t.declaration for t in inputs.request.tools)
+
+    def plan(block_room: int, extra: int) -> tuple:
+        """The zone when the block may take `block_room`, and its opening and values (`extra` tokens over
+        their share): the tail keeps the rest of the target, and what the block may take is not the tail's."""
+        through, pinned = plan_compaction(turns, target=max(0, target - block_room),
+                                          min_tail=profile.conversation.tail_turns, counter=counter,
+                                          request_index=inputs.request_index, current=zone,
+                                          ceiling=max(0, ceiling - block_room),
+                                          growth_turns=profile.conversation.growth_turns,
+                                          max_turns=profile.conversation.max_verbatim_turns)
+        new = Verbatim(through, pinned, "", zone.compactions + 1)
+        # secrets masked before the block derives from them (a value pulled out of its label's context too);
+        # the compacted turns' originals are read lazily: newest first for the values (which stop at their
+        # cap), and only those the summary does not cover yet for the block
+        compacted, kept = new.split(turns)
+        opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter)
+        opening_tokens = counter.count_text(opening) if opening else 0
+        visible = "\n".join([opening, *map(_turn_text, kept)])
+        cap = min(profile.decay.values_max_tokens, max(0, room - opening_tokens - int(room * _FOLD_KEEPS)) + extra)
+        values = known_values(map(mask, map(original, reversed(compacted))), profile.decay.values_max_tokens,
+                              counter, cache, visible, params)
+        need = counter.count_text(values) if values else 0
+        if need > cap:
+            values = known_values(map(mask, map(original, reversed(compacted))), cap, counter, cache, visible, params)
+        return new, compacted, opening, opening_tokens, values, need - cap
+
+    new, compacted, opening, opening_tokens, values, short = plan(room, 0)
+    if short > 0:  # the values need more: the block takes room from the verbatim tail, up to _VALUES_CLAIM
+        extra = min(short, int(target * _VALUES_CLAIM))
+        new, compacted, opening, opening_tokens, values, _ = plan(room + extra, extra)
+    else:
+        extra = 0
     summary = RunningSummary.from_json(inputs.summary)
-    opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter)
-    caps = _block_caps(profile, room, counter.count_text(opening) if opening else 0)
-    values = known_values(map(mask, map(original, reversed(compacted))), caps["values"], counter, cache)
-    left = max(0, caps["values"] - (counter.count_text(values) if values else 0))
-    fold_cap = min(profile.decay.fold_max_tokens, caps["fold"] + left)
-    summary_cap = min(profile.decay.summary_max_tokens, caps["summary"])
+    used = counter.count_text(values) if values else 0
+    fold_cap, summary_cap = _block_caps(profile, room, opening_tokens, max(0, used - extra))
     block = compaction_block(
         tuple(mask(original(t)) for t in compacted[bisect_right(compacted, summary.covered_until, key=_start):]),
         summary, opening=opening,
@@ -229,11 +251,16 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
                       block.merged_lines)
 
 
-def _block_caps(profile: BudgetProfile, room: int, opening: int) -> dict[str, int]:
-    """The block's room after the opening request: floors for folds and summary, the rest to values."""
-    floors = {k: int(room * share) for k, share in _FLOOR_SHARES.items()}
-    values = min(profile.decay.values_max_tokens, max(0, room - opening - sum(floors.values())))
-    return {"values": values, **floors}
+def _block_caps(profile: BudgetProfile, room: int, opening: int, values: int) -> tuple[int, int]:
+    """The fold lines' and the summary's caps once the values took `values` tokens of the block's room
+    after the opening request: their floors, less what values that needed more took of them (the
+    summary's first), and fold lines get what values left of their own share."""
+    fold, summary = (int(room * _FLOOR_SHARES[k]) for k in ("fold", "summary"))
+    share = min(profile.decay.values_max_tokens, max(0, room - opening - fold - summary))  # the values' own share
+    over = max(0, values - share)
+    summary_cap = max(0, summary - over)
+    fold_cap = max(0, fold - max(0, over - summary)) + max(0, share - values)
+    return min(profile.decay.fold_max_tokens, fold_cap), min(profile.decay.summary_max_tokens, summary_cap)
 
 
 def _opening(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: BudgetProfile, window: int,
@@ -273,3 +300,9 @@ def _turn_values(turn: Turn) -> tuple:
             sets.append(extract_values(tool=c.name, args=c.args, result=match.response if match else None,
                                        turn=turn.start))
     return tuple(sets)
+
+
+def _turn_text(turn: Turn) -> str:
+    """What a verbatim turn shows: its texts, calls' arguments and responses."""
+    return "\n".join(m.text + "".join(canonical_json(c.args) for c in m.calls)
+                     + "".join(canonical_json(r.response) for r in m.responses) for m in turn.messages)
