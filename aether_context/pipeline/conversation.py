@@ -231,12 +231,11 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
             values = known_values(map(mask, map(original, reversed(compacted))), cap, counter, cache, visible, params)
         return new, compacted, opening, opening_tokens, values, need - cap
 
+    extra = 0
     new, compacted, opening, opening_tokens, values, short = plan(room, 0)
     if short > 0:  # the values need more: the block takes room from the verbatim tail, up to _VALUES_CLAIM
         extra = min(short, int(target * _VALUES_CLAIM))
         new, compacted, opening, opening_tokens, values, _ = plan(room + extra, extra)
-    else:
-        extra = 0
     summary = RunningSummary.from_json(inputs.summary)
     used = counter.count_text(values) if values else 0
     fold_cap, summary_cap = _block_caps(profile, room, opening_tokens, max(0, used - extra))
