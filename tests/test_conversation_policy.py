@@ -184,14 +184,8 @@ async def test_an_identifier_from_an_early_tool_result_reaches_the_call_that_use
 
     script += [pay, "done"]
     agent, llm = scripted_agent(script, tools=(get_reservation, search_flights))
-    from aether_context.pipeline import request_tokens
-    from aether_context.tokens import TokenCounter
-    counter = TokenCounter()
-    llm.prompt_token_counter = lambda req: request_tokens(request_from_llm(req), counter)
-    p = plugin(memory_store_url, 4_000)
-    runner = make_runner(agent, plugins=[p])
-    sid = await new_session(runner)
-    await run_turn(runner, sid, "Please rebook my reservation YAX4DR onto a later flight and pay with my card.")
+    p = await _one_turn_at(4_000, agent, llm, memory_store_url,
+                           "Please rebook my reservation YAX4DR onto a later flight and pay with my card.")
     assert any(r.manifest.compaction for r in p.packer.recent)  # the first result left the verbatim zone
     assert uses and "credit_card_4421486" in uses[0] and "mia_li_3668" in uses[0]
 
@@ -353,13 +347,19 @@ async def test_ids_read_early_survive_model_chatter_and_tool_noise_at_a_small_wi
         return call("pay_flight", reservation_id="NO6JO3", payment_id="gift_card_7091239")
 
     agent, llm = scripted_agent(script + [pay, "done"], tools=(get_user, calculate, search_flights, pay_flight))
+    p = await _one_turn_at(4_000, agent, llm, memory_store_url,
+                           "Hi, I am mia_li_3668. Pay for my reservation with the gift card, cheapest flight.")
+    assert sum(1 for r in p.packer.recent if r.manifest.compaction) >= 2
+    assert uses and all(v in uses[0] for v in ("gift_card_7091239", "NO6JO3", "mia_li_3668"))
+
+
+async def _one_turn_at(window: int, agent, llm, store: str, message: str):
+    """One user turn through a plugin at `window`, the scripted model counting its prompts as the pack does."""
     from aether_context.pipeline import request_tokens
     from aether_context.tokens import TokenCounter
     counter = TokenCounter()
     llm.prompt_token_counter = lambda req: request_tokens(request_from_llm(req), counter)
-    p = plugin(memory_store_url, 4_000)
+    p = plugin(store, window)
     runner = make_runner(agent, plugins=[p])
-    sid = await new_session(runner)
-    await run_turn(runner, sid, "Hi, I am mia_li_3668. Pay for my reservation with the gift card, cheapest flight.")
-    assert sum(1 for r in p.packer.recent if r.manifest.compaction) >= 2
-    assert uses and all(v in uses[0] for v in ("gift_card_7091239", "NO6JO3", "mia_li_3668"))
+    await run_turn(runner, await new_session(runner), message)
+    return p
