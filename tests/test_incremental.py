@@ -384,3 +384,22 @@ def test_kept_contents_found_by_carried_positions_equal_a_full_scan():
             msgs = msgs[: rng.randrange(1, len(msgs))]
         else:
             msgs = [_msg("text", 700 + step)] + msgs[1:]
+
+
+def test_carried_orphan_repair_reports_only_the_orphans():
+    """A turn equal to the last call's (rebuilt as a new object) keeps its carried repair, and only the
+    turns really rewritten are named in the manifest's truncation event, as a cold pass names them."""
+    from aether_context.pipeline.fit import repair_orphans
+
+    orphan = Turn(0, (Message("user", (FunctionResponse("search", {"hits": 3}),)),))
+
+    def text(i: int, words: str) -> Turn:
+        return Turn(i, (Message("user" if i % 2 else "model", (TextPart(words),)),))
+
+    cache = PackCache()
+    repair_orphans((orphan, text(1, "a"), text(2, "b")), cache)
+    again = (orphan, text(1, "a"), text(2, "b"), text(3, "c"))  # equal turns, new objects
+    carried, events = repair_orphans(again, cache)
+    cold, cold_events = repair_orphans(again)
+    assert carried == cold and events == cold_events
+    assert events[0].ids == ("turn-0:" + orphan.messages[0].digest[:8],)

@@ -89,7 +89,7 @@ def repair_orphans(turns: "tuple[Turn, ...]", cache: "PackCache | None" = None
     """
     turns = tuple(turns)
     repaired = mapped("repair_orphan", turns, _repaired, cache)
-    ids = () if repaired == turns else tuple(turn_id(t) for t, r in zip(turns, repaired) if r is not t)
+    ids = () if repaired == turns else tuple(turn_id(t) for t, r in zip(turns, repaired) if r != t)
     events = (TruncationEvent("conversation", "compress", "orphaned function response rewritten as text", ids),) if ids else ()
     return repaired, events
 
