@@ -8,11 +8,12 @@ state, memory and artifacts; everything after this stage is a pure function of `
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from ..content import Message, ModelRequest, canonical_json, sha256_hex
 
-__all__ = ["TaskSpec", "EvidenceItem", "MemoryItem", "PackInputs", "PackState", "Turn", "group_turns"]
+__all__ = ["TaskSpec", "EvidenceItem", "MemoryItem", "PackInputs", "PackState", "Turn", "turn_start", "group_turns"]
 
 
 @dataclass(frozen=True)
@@ -258,6 +259,10 @@ class Turn:
     def is_orphan_response(self) -> bool:
         """Function responses whose call is not in this turn (e.g. cut by an earlier compaction)."""
         return bool(self.messages[0].responses) and not any(m.calls for m in self.messages)
+
+
+# A turn's start: the order of every turn sequence, so the key to bisect them by (C-level, no call per turn).
+turn_start = attrgetter("start")
 
 
 def group_turns(messages: "tuple[Message, ...] | list[Message]", offset: int = 0) -> list[Turn]:

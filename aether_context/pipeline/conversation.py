@@ -21,7 +21,7 @@ from ..content import Message, canonical_json
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .allocate import conversation_tokens
-from .collect import PackInputs, PackState, Turn
+from .collect import PackInputs, PackState, Turn, turn_start
 from .decay import RunningSummary, decay_zones
 from .fit import TruncationEvent
 from .cache import PackCache
@@ -52,8 +52,8 @@ class Verbatim:
     def split(self, turns: "tuple[Turn, ...]") -> "tuple[tuple[Turn, ...], tuple[Turn, ...]]":
         """(compacted, kept) of `turns` in order of start (as `prepare` gives them), found by
         bisection: a call then costs the pinned requests, not a test of every turn."""
-        k = bisect_left(turns, self.through, key=_start)
-        at = [i for p, i in ((p, bisect_left(turns, p, 0, k, key=_start)) for p in sorted(set(self.pinned)))
+        k = bisect_left(turns, self.through, key=turn_start)
+        at = [i for p, i in ((p, bisect_left(turns, p, 0, k, key=turn_start)) for p in sorted(set(self.pinned)))
               if i < k and turns[i].start == p]
         compacted: tuple[Turn, ...] = ()
         lo = 0
@@ -65,9 +65,6 @@ class Verbatim:
     def kept(self, turns: "tuple[Turn, ...]") -> "tuple[Turn, ...]":
         return self.split(turns)[1]
 
-
-def _start(turn: Turn) -> int:
-    return turn.start
 
 
 @dataclass(frozen=True)
@@ -240,7 +237,7 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     used = counter.count_text(values) if values else 0
     fold_cap, summary_cap = _block_caps(profile, room, opening_tokens, max(0, used - extra))
     block = compaction_block(
-        tuple(mask(original(t)) for t in compacted[bisect_right(compacted, summary.covered_until, key=_start):]),
+        tuple(mask(original(t)) for t in compacted[bisect_right(compacted, summary.covered_until, key=turn_start):]),
         summary, opening=opening,
         goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=fold_cap, summary_max_tokens=summary_cap,
         uris=uris, values=values, counter=counter, cache=cache)

@@ -16,7 +16,7 @@ from ..compress import ExtractiveSummarizer, fold_message, fold_tool_pair
 from ..content import Blob, FunctionCall, FunctionResponse, Message, TextPart, sha256_hex
 from ..tokens import TokenCounting
 from .cache import PackCache, counter_key
-from .collect import Turn
+from .collect import Turn, turn_start
 from .incremental import mapped, running_totals, shared_prefix, turn_key
 
 __all__ = ["RunningSummary", "fold_turn", "decay_zones", "Zones", "decay_images", "blob_key", "prune_tool_outputs"]
@@ -204,7 +204,7 @@ def _pruned(turns: "tuple[Turn, ...]", keys: "tuple[tuple[str, ...], ...]", clea
         out = list(old_out[:same])
         added = uris.keys() - old_uris.keys()
         redo = {i for i in range(same) if keys[i] and not added.isdisjoint(keys[i])} if added else set()
-        redo |= {i for i in (bisect_left(turns, s, 0, same, key=_start) for s in cleared - old_cleared)
+        redo |= {i for i in (bisect_left(turns, s, 0, same, key=turn_start) for s in cleared - old_cleared)
                  if i < same and turns[i].start in cleared}
         for i in redo:
             out[i] = one(turns[i])
@@ -216,9 +216,6 @@ def _pruned(turns: "tuple[Turn, ...]", keys: "tuple[tuple[str, ...], ...]", clea
         cache.put("carried", ("pruned", id(turns[0])), (turns, cleared, dict(uris), result))
     return result
 
-
-def _start(turn: Turn) -> int:
-    return turn.start
 
 
 def _cleared_turn(t: Turn, uris: "dict[str, str]") -> Turn:

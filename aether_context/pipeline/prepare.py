@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .cache import PackCache
-from .collect import PackInputs, Turn
+from .collect import PackInputs, Turn, turn_start
 from .decay import decay_images, prune_tool_outputs
 from .fit import TruncationEvent, bounded_turns, repair_orphans
 from .select import Conversation, split_conversation
@@ -44,12 +44,9 @@ class TurnsByStart:
     turns: tuple[Turn, ...]
 
     def get(self, start: int, default: "Turn | None" = None) -> "Turn | None":
-        i = bisect_left(self.turns, start, key=_start)
+        i = bisect_left(self.turns, start, key=turn_start)
         return self.turns[i] if i < len(self.turns) and self.turns[i].start == start else default
 
-
-def _start(turn: Turn) -> int:
-    return turn.start
 
 
 def prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting, cache: PackCache | None = None) -> Prepared:

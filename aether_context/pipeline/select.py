@@ -19,7 +19,7 @@ from ..retrieval.turns import TURNS_AFTER, TURNS_BEFORE, neighbours, turn_contex
 from .retrieve import Retriever
 from ..tokens import TokenCounting
 from .allocate import Signals
-from .collect import PackInputs, TaskSpec, Turn
+from .collect import PackInputs, TaskSpec, Turn, turn_start
 from .cache import PackCache, counter_key
 from .incremental import grouped_turns, shared_prefix, turn_key
 
@@ -136,9 +136,6 @@ def _turn_text(turn: Turn, count_tokens: Callable[[str], int]) -> str:
     return _clip(" | ".join(bits), 1500)
 
 
-def _start(turn: Turn) -> int:
-    return turn.start
-
 
 def _turn_time(turn: Turn, times: "tuple[float | None, ...]") -> float | None:
     return times[turn.start] if turn.start < len(times) else None
@@ -155,7 +152,7 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
     if cache is None or not compacted:
         return _history_documents(compacted, times, count_tokens)
     counted_by = counter_key(count_tokens)
-    stamps = (tuple(map(times.__getitem__, map(_start, compacted))) if compacted[-1].start < len(times)
+    stamps = (tuple(map(times.__getitem__, map(turn_start, compacted))) if compacted[-1].start < len(times)
               else tuple(_turn_time(t, times) for t in compacted))  # turns in order: the last start is the largest
     # The previous call's pool of this conversation: its leading turns that are the same objects
     # (and times) keep their documents, but for the last TURNS_AFTER (their context reads the next turn).
