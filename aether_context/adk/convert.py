@@ -198,7 +198,8 @@ def _samples(n: int) -> list[int]:
 def _unchanged_prefix(contents: "list[types.Content]", sigs: list, msgs: list, grown: bool) -> int:
     """How many leading contents are unchanged since the last request of the conversation.
 
-    When the session's events only `grown` (the edge saw no rewind and no EventsCompaction since),
+    When the session's events only `grown` (the edge saw no rewind, no EventsCompaction and no late
+    response to an older call since: `EventTimes.only_grew`),
     what ADK builds from them only grows too, or changes at its end (another branch, a merged
     response): the last request's contents still being there, at the sampled positions, then means
     they all are (a call checks about log2(n) contents, not n).
@@ -260,7 +261,7 @@ def request_from_llm(llm_request: LlmRequest, cache: "PackCache | None" = None, 
 
     `cache` (the packer's) makes converting an unchanged history nearly free; without it every
     content is converted (same result). `grown`: the session's events only grew since the last
-    request of `scope` (one agent of one session; no rewind, no compaction), so a sampled check of
+    request of `scope` (one agent of one session; `EventTimes.only_grew`), so a sampled check of
     the history against that request is enough."""
     specs: list[ToolSpec] = []
     other: list[dict[str, Any]] = []
