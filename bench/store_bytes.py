@@ -106,7 +106,18 @@ def whole_session(events: int, url: str) -> dict[str, float]:
         store.save(pack)
     size = sum(len(canonical_json(m.to_json()).encode()) for m in messages)
     return {"events": len(messages), "calls": i, "store": _files(Path(url)), "events_size": size,
-            "kinds": breakdown(Path(url))}
+            "adk_events_size": _adk_events_bytes(messages), "kinds": breakdown(Path(url))}
+
+
+def _adk_events_bytes(messages: list[Message]) -> int:
+    """The same messages as the ADK events a session service keeps (ids, author, timestamp, as
+    `pack_overhead.py --long` counts them): the issue's "the session's own events"."""
+    from google.adk.events import Event
+
+    from aether_context.adk.convert import to_content
+
+    return sum(len(Event(invocation_id="inv-1", author="user" if m.role == "user" else "coder",
+                         content=to_content(m)).model_dump_json(exclude_none=True).encode()) for m in messages)
 
 
 def _kind(path: Path, raw: bytes) -> str:
@@ -200,7 +211,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             r = whole_session(args.whole, os.path.join(tmp, "packs"))
         print(f"\nwhole session: {r['events']:,} events, {r['calls']} calls: store {r['store'] / 2**20:.1f} MB, "
-              f"its events {r['events_size'] / 2**20:.2f} MB ({r['store'] / r['events_size']:.1f}x)\n  {r['kinds']}")
+              f"its events {r['events_size'] / 2**20:.2f} MB as canonical messages ({r['store'] / r['events_size']:.1f}x), "
+              f"{r['adk_events_size'] / 2**20:.2f} MB as ADK events ({r['store'] / r['adk_events_size']:.1f}x)\n  {r['kinds']}")
     for kind in ("tool loop", "chat") if args.replay else ():
         with tempfile.TemporaryDirectory() as tmp:
             r = replayed(kind, args.replay, Path(tmp) / "packs")
