@@ -363,3 +363,29 @@ async def _one_turn_at(window: int, agent, llm, store: str, message: str):
     runner = make_runner(agent, plugins=[p])
     await run_turn(runner, await new_session(runner), message)
     return p
+
+
+async def test_a_compaction_with_a_frozen_payload_ranks_once(memory_store_url, monkeypatch):
+    """Issue 17: a compaction inside a tool loop keeps the payload (its Evidence and Memory) as sent, so the
+    room is known without ranking: the call ranks for the zone it keeps, not also for the one it leaves
+    (which doubled a compaction call's retrieval)."""
+    import aether_context.pipeline.build as build
+    from aether_context.testing import call
+
+    ranked: list[int] = []
+    held: list[int] = []  # rankings of each plan that compacted and kept the payload
+    select, plan = build.select, build._plan
+    monkeypatch.setattr(build, "select", lambda *a, **kw: ranked.append(1) or select(*a, **kw))
+
+    def counted(*a, **kw):
+        before = len(ranked)
+        out = plan(*a, **kw)
+        if out.compaction is not None and out.frozen is not None:
+            held.append(len(ranked) - before)
+        return out
+    monkeypatch.setattr(build, "_plan", counted)
+    script = [call("search_flights", origin=f"city{i}", destination=f"town{i}") for i in range(14)] + ["done"]
+    agent, _ = scripted_agent(script, tools=(search_flights,))
+    runner = make_runner(agent, plugins=[plugin(memory_store_url, 4_000)])
+    await run_turn(runner, await new_session(runner), "Find me a flight out of any city this week. " + filler(300, seed=4))
+    assert held and held == [1] * len(held), held

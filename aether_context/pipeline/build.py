@@ -32,7 +32,7 @@ from .recite import failures_to_show, recite
 from .record import Decisions, Manifest, record
 from .render import failures_section, masking, request_tokens
 from .retrieve import Retriever, default_retriever
-from .select import Candidates, select
+from .select import Candidates, frame_candidates, select
 from .status import FailureView, failure_view
 from .timing import StageTimes
 
@@ -137,30 +137,38 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
 
 def _plan(call: Call, prepared: Prepared, zone: Verbatim, stage) -> Plan:
     """Select for the previous call's zone; when the kept turns exceed their room, compact once and
-    select again for the new zone (compacted turns become Memory candidates)."""
+    select again for the new zone (compacted turns become Memory candidates).
+
+    With the payload frozen, the room is known before any ranking (Evidence and Memory are inside
+    the payload): a call that compacts then ranks once, for the zone it keeps, not the one it leaves."""
     inputs, profile, counter = call.inputs, call.profile, call.counter
     frozen = _frozen_payload(inputs, profile, zone)
     refreshed = changed_evidence(frozen, inputs.evidence) if frozen is not None else ()
     if refreshed:  # a new version reaches this very call: the payload is rebuilt (a recorded cache break)
         frozen = None
     changed = change_cause(refreshed) if refreshed else ""
-    cands = _select(call, prepared, zone)
+    ranked: list[Candidates] = []
+
+    def ranked_here() -> Candidates:  # the candidates for the previous call's zone, ranked once if needed
+        if not ranked:
+            ranked.append(_select(call, prepared, zone))
+        return ranked[0]
+    cands = frame_candidates(inputs, prepared.conversation) if frozen is not None else ranked_here()
     space = room(inputs, profile, call.window, cands, zone, frozen, call.failures, counter)
     kept = conversation_tokens(prepared, zone, counter)
     max_turns = profile.conversation.max_verbatim_turns
     too_many = max_turns is not None and len(zone.kept(prepared.turns)) > max_turns
     if not (inputs.compact or kept > space.conversation_cap or too_many):
-        return Plan(zone, frozen, cands, space, None, call.failures, changed)
+        return Plan(zone, frozen, ranked_here(), space, None, call.failures, changed)
     with stage("compact"):
         reason = "asked for (packer.compact)" if inputs.compact else "conversation over its room"
         held = frozen if not inputs.compact else None
-        compaction = _compact(call, prepared, zone, cands, held, reason, kept)
-        if held is not None and inputs.request_index not in compaction.zone.pinned:
-            held = None  # the cut stays before this invocation: the payload is rebuilt, Memory gets its share
-            compaction = _compact(call, prepared, zone, cands, None, reason, kept)
+        compaction = _compact(call, prepared, zone, cands if held is not None else ranked_here(), held, reason, kept)
+        if compaction is None:  # the cut stays before this invocation: the payload is rebuilt, Memory gets its share
+            held, compaction = None, _compact(call, prepared, zone, ranked_here(), None, reason, kept)
     if not compaction.folded and not inputs.compact:
         # nothing could leave the verbatim zone: the final fit cuts the largest turn instead
-        return Plan(zone, frozen, cands, space, None, call.failures, changed)
+        return Plan(zone, frozen, ranked_here(), space, None, call.failures, changed)
     zone = compaction.zone
     failures = failures_to_show(call.failure_log, zone.kept(prepared.turns))
     if held is not None and failures:  # the held payload shows the failures it was built with: the
@@ -172,17 +180,18 @@ def _plan(call: Call, prepared: Prepared, zone: Verbatim, stage) -> Plan:
 
 
 def _compact(call: Call, prepared: Prepared, zone: Verbatim, cands: Candidates, held: PackState | None,
-             reason: str, kept: int) -> Compaction:
+             reason: str, kept: int) -> Compaction | None:
     """One compaction down to `compact_to` of the conversation's room. With the payload `held` as sent (a
     cut inside this invocation's tool loop: the block then follows the payload, which stays cached), its
     Memory is frozen with it and the conversation has the whole room; otherwise compacted turns become
-    Memory candidates and the target leaves Memory its share."""
+    Memory candidates and the target leaves Memory its share. None when the payload cannot be held (the
+    cut does not reach this invocation's request): no block is built for it."""
     inputs, profile, counter = call.inputs, call.profile, call.counter
     cap = room(inputs, profile, call.window, cands, zone, held, call.failures, counter,
                memory_wanted=held is None).conversation_cap
     return compact(inputs, profile, prepared, zone, target=int(cap * profile.conversation.compact_to),
                    ceiling=cap, reason=reason, tokens_before=kept, window=call.window, counter=counter,
-                   cache=call.cache)
+                   cache=call.cache, pinned_only=held is not None)
 
 
 def _select(call: Call, prepared: Prepared, zone: Verbatim) -> Candidates:

@@ -187,8 +187,9 @@ _VALUES_CLAIM = 0.25  # of the compaction target: what values that need more tha
 
 def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone: Verbatim, *, target: int,
             ceiling: int, reason: str, tokens_before: int, window: int, counter: TokenCounting,
-            cache: PackCache | None = None) -> Compaction:
-    """One compaction: the oldest turns leave the verbatim zone, in one step, down to `target`.
+            cache: PackCache | None = None, pinned_only: bool = False) -> Compaction | None:
+    """One compaction: the oldest turns leave the verbatim zone, in one step, down to `target`; with
+    `pinned_only`, None (no block is built) when the cut does not pin this invocation's request.
 
     The block takes its parts by need, in the order a later call needs them: the pinned opening
     request, then KNOWN VALUES (an id read long ago is what a later call types back: values are
@@ -206,11 +207,9 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     def plan(block_room: int, extra: int) -> tuple:
         """The zone when the block may take `block_room`, and its opening and values (`extra` tokens over
         their share): the tail keeps the rest of the target, and what the block may take is not the tail's."""
-        through, pinned = plan_compaction(turns, target=max(0, target - block_room),
-                                          min_tail=profile.conversation.tail_turns, counter=counter,
-                                          request_index=inputs.request_index, current=zone,
-                                          ceiling=max(0, ceiling - block_room),
-                                          growth_turns=profile.conversation.growth_turns,
+        through, pinned = plan_compaction(turns, target=max(0, target - block_room), min_tail=profile.conversation.tail_turns,
+                                          counter=counter, request_index=inputs.request_index, current=zone,
+                                          ceiling=max(0, ceiling - block_room), growth_turns=profile.conversation.growth_turns,
                                           max_turns=profile.conversation.max_verbatim_turns)
         new = Verbatim(through, pinned, "", zone.compactions + 1)
         # secrets masked before the block derives from them (a value pulled out of its label's context too);
@@ -233,14 +232,15 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     if short > 0:  # the values need more: the block takes room from the verbatim tail, up to _VALUES_CLAIM
         extra = min(short, int(target * _VALUES_CLAIM))
         new, compacted, opening, opening_tokens, values, _ = plan(room + extra, extra)
+    if pinned_only and inputs.request_index not in new.pinned:
+        return None
     summary = RunningSummary.from_json(inputs.summary)
     used = counter.count_text(values) if values else 0
     fold_cap, summary_cap = _block_caps(profile, room, opening_tokens, max(0, used - extra))
     block = compaction_block(
         tuple(mask(original(t)) for t in compacted[bisect_right(compacted, summary.covered_until, key=turn_start):]),
-        summary, opening=opening,
-        goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=fold_cap, summary_max_tokens=summary_cap,
-        uris=uris, values=values, counter=counter, cache=cache)
+        summary, opening=opening, uris=uris, values=values, counter=counter, cache=cache,
+        goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=fold_cap, summary_max_tokens=summary_cap)
     new = replace(new, block=block.text, pins_opening=bool(opening))
     folded = tuple(t.start for t in zone.kept(turns) if not new.keeps(t))
     return Compaction(new, reason, folded, tokens_before, conversation_tokens(prepared, new, counter), block.summary,

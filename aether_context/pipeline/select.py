@@ -23,7 +23,7 @@ from .collect import PackInputs, TaskSpec, Turn, turn_start
 from .cache import PackCache, counter_key
 from .incremental import grouped_turns, shared_prefix, turn_key
 
-__all__ = ["Line", "Conversation", "Candidates", "select", "query_text", "split_conversation", "history_documents"]
+__all__ = ["Line", "Conversation", "Candidates", "select", "frame_candidates", "query_text", "split_conversation", "history_documents"]
 
 
 
@@ -276,6 +276,14 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     }
     return Candidates(tools=tools, evidence=evidence, memory=memory, conversation=conv, signals=signals,
                       flags=tuple(flags), unselected=unselected)
+
+
+def frame_candidates(inputs: PackInputs, conversation: Conversation) -> Candidates:
+    """The candidates before any ranking: the step's tools and the conversation, no Evidence or Memory.
+    What the room of a frozen payload reads (its lines are inside the payload)."""
+    tools, flags = _step_tools(inputs)
+    return Candidates(tools=tools, evidence=(), memory=(), conversation=conversation, signals=Signals(),
+                      flags=tuple(flags))
 
 
 def _step_tools(inputs: PackInputs) -> "tuple[tuple[ToolSpec, ...], list[str]]":
