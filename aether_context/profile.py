@@ -103,6 +103,10 @@ class ConversationSettings(_Strict):
     growth_share: float = Field(0.25, ge=0, lt=1, description=(
         "Share of the flexible room Evidence and Memory leave free at an invocation's start, so the turns it "
         "appends (answers, tool calls) fit without a new compaction."))
+    headroom_turns: int = Field(0, ge=0, description=(
+        "Compact once the conversation leaves less than this many turns as large as its largest verbatim one "
+        "free in its room: a tool loop appends steps of that size, so it compacts before filling the room to "
+        "the last turn and its requests settle lower between compactions. 0: only when over the room."))
     max_turn_tokens: int = Field(4000, ge=64, description="A single kept turn above this is cut middle-out (a truncation event).")
     max_verbatim_turns: int | None = Field(None, ge=1, description=(
         "At most this many turns verbatim (tail + this invocation's tool turns); None: as many as fit."))
