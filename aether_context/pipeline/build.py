@@ -172,9 +172,11 @@ def _plan(call: Call, prepared: Prepared, zone: Verbatim, stage) -> Plan:
 
 
 def _headroom(call: Call, prepared: Prepared, zone: Verbatim) -> int:
-    """Room a loop keeps free for its next turns (`conversation.headroom_turns` of its largest verbatim
-    turn): it compacts before the conversation fills its room to the last turn, so it settles lower."""
-    n = call.profile.conversation.headroom_turns
+    """Room a loop that has compacted keeps free for its next turns (`conversation.headroom_turns` of
+    its largest verbatim turn): it compacts again before the conversation fills its room to the last
+    turn, so it settles lower. Before a first compaction nothing is kept free: a session that ends
+    before its room is full never compacts."""
+    n = call.profile.conversation.headroom_turns if zone.through > 0 else 0
     return n * max((turn_tokens(t, call.counter) for t in zone.kept(prepared.turns)), default=0) if n else 0
 
 
