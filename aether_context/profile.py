@@ -103,6 +103,9 @@ class ConversationSettings(_Strict):
     growth_share: float = Field(0.25, ge=0, lt=1, description=(
         "Share of the flexible room Evidence and Memory leave free at an invocation's start, so the turns it "
         "appends (answers, tool calls) fit without a new compaction."))
+    headroom_turns: int = Field(0, ge=0, description=(
+        "After a compaction, compact again once fewer than this many turns as large as the largest verbatim one fit in "
+        "the room: a tool loop's requests then settle lower between compactions. 0: only when over the room."))
     max_turn_tokens: int = Field(4000, ge=64, description="A single kept turn above this is cut middle-out (a truncation event).")
     max_verbatim_turns: int | None = Field(None, ge=1, description=(
         "At most this many turns verbatim (tail + this invocation's tool turns); None: as many as fit."))
@@ -297,8 +300,7 @@ def _type_problems(model: type[BaseModel], data: Any, path: str, problems: list[
         where = f"{path}{key}"
         if _numeric(field.annotation) and value is not None:
             if isinstance(value, bool) or isinstance(value, str):
-                problems.append(f"{where}: a number is required, got {_shown(value)}: write it without quotes, "
-                                "e.g. 0.1 or 400")
+                problems.append(f"{where}: a number is required, got {_shown(value)}: write it without quotes, e.g. 0.1 or 400")
             elif isinstance(value, float) and not math.isfinite(value):
                 problems.append(f"{where}: must be a finite number, got {value}: use a real value")
         sub = _model_of(field.annotation)
@@ -345,8 +347,7 @@ class _ProfileLoader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             self.aliases += 1
             if self.aliases > MAX_ALIASES:
-                raise yaml.YAMLError(f"more than {MAX_ALIASES} aliases (*name): refused (an alias bomb?); "
-                                     "write the values out")
+                raise yaml.YAMLError(f"more than {MAX_ALIASES} aliases (*name): refused (an alias bomb?); write the values out")
         return super().compose_node(parent, index)
 
     def construct_mapping(self, node, deep=False):  # type: ignore[override]
@@ -359,8 +360,7 @@ class _ProfileLoader(yaml.SafeLoader):
             except TypeError:  # an unhashable key: SafeLoader reports it below
                 continue
             if duplicate:
-                raise yaml.YAMLError(f"duplicate key {_shown(key)} (line {key_node.start_mark.line + 1}): "
-                                     "keep one of them")
+                raise yaml.YAMLError(f"duplicate key {_shown(key)} (line {key_node.start_mark.line + 1}): keep one of them")
         return super().construct_mapping(node, deep=deep)
 
 

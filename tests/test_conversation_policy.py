@@ -285,6 +285,11 @@ def run_tests(target: str) -> dict:
 
 
 async def _coding_loop_compactions(store: str, profile) -> "list[int]":
+    return (await _coding_loop(store, profile))[1]
+
+
+async def _coding_loop(store: str, profile) -> "tuple[list[int], list[int], int]":
+    """A 40-step test loop at 8K: tokens per call, the calls that compacted, re-processed tokens."""
     from aether_context.testing import call
 
     script = [call("run_tests", target=f"tests/test_{i}.py") for i in range(40)] + ["done"]
@@ -292,7 +297,9 @@ async def _coding_loop_compactions(store: str, profile) -> "list[int]":
     p = plugin(store, 8_000, profile=profile)
     runner = make_runner(agent, plugins=[p])
     await run_turn(runner, await new_session(runner), "Make the test suite pass. " + filler(200, seed=9))
-    return [i for i, r in enumerate(p.packer.recent) if r.manifest.compaction]
+    manifests = [r.manifest for r in p.packer.recent]
+    return ([m.tokens_after for m in manifests], [i for i, m in enumerate(manifests) if m.compaction],
+            sum(m.tokens_after - m.prefix_tokens for m in manifests))
 
 
 async def test_a_coding_loop_compacts_rarely(memory_store_url):
@@ -306,6 +313,24 @@ async def test_a_coding_loop_compacts_rarely(memory_store_url):
     often = await _coding_loop_compactions(memory_store_url, coding.override(conversation={"growth_turns": 2}))
     assert len(rare) >= 2 and len(often) > len(rare), (rare, often)
     assert min(b - a for a, b in zip(rare, rare[1:])) >= 4, rare
+
+
+async def test_a_coding_loop_settles_below_its_room(memory_store_url):
+    """Issue 11: a tool loop appends steps as large as its largest. With `headroom_turns` (2 in
+    `coding_agent`), once it has compacted, it compacts again while two more such turns still fit its
+    room (the first compaction comes where it did), so the late calls of a
+    long loop are smaller than when it fills the room to the last turn before compacting, and each
+    compaction re-processes no more than before (the block and a short tail, after the kept payload)."""
+    from aether_context import load_profile
+
+    coding = load_profile("coding_agent")
+    low = await _coding_loop(memory_store_url, coding)
+    full = await _coding_loop(memory_store_url, coding.override(conversation={"headroom_turns": 0}))
+    late = lambda run: run[0][-len(run[0]) // 5:]  # noqa: E731 (the last fifth of the calls)
+    assert sum(late(low)) < 0.9 * sum(late(full)), (late(low), late(full))
+    assert low[1][0] == full[1][0]  # the first compaction: where the room is full, as without headroom
+    assert max(low[0][low[1][0]:]) < max(full[0][full[1][0]:])  # after it: a lower peak
+    assert low[2] <= full[2] * 1.25, (low[2], full[2])  # re-processed tokens: about as many compactions' worth
 
 
 def get_user(user_id: str) -> dict:

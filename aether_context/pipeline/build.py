@@ -25,7 +25,7 @@ from .allocate import Room, allocate_pack, conversation_tokens, room
 from .collect import PackInputs, PackState
 from .conversation import Compaction, Verbatim, compact, compaction_events, verbatim_zone
 from .evidence_change import change_cause, changed_evidence
-from .incremental import inputs_digest
+from .incremental import inputs_digest, turn_tokens
 from .fit import fit_layers, fit_to_window, selection_events
 from .prepare import Prepared, prepare
 from .recite import failures_to_show, recite
@@ -158,7 +158,7 @@ def _plan(call: Call, prepared: Prepared, zone: Verbatim, stage) -> Plan:
     kept = conversation_tokens(prepared, zone, counter)
     max_turns = profile.conversation.max_verbatim_turns
     too_many = max_turns is not None and len(zone.kept(prepared.turns)) > max_turns
-    if not (inputs.compact or kept > space.conversation_cap or too_many):
+    if not (inputs.compact or kept > space.conversation_cap - _headroom(call, prepared, zone) or too_many):
         return Plan(zone, frozen, ranked_here(), space, None, call.failures, changed)
     with stage("compact"):
         reason = "asked for (packer.compact)" if inputs.compact else "conversation over its room"
@@ -177,6 +177,15 @@ def _plan(call: Call, prepared: Prepared, zone: Verbatim, stage) -> Plan:
     cands = _select(call, prepared, zone)
     space = room(inputs, profile, call.window, cands, zone, held, failures, counter)
     return Plan(zone, held, cands, space, compaction, failures)
+
+
+def _headroom(call: Call, prepared: Prepared, zone: Verbatim) -> int:
+    """Room a loop that has compacted keeps free for its next turns (`conversation.headroom_turns` of
+    its largest verbatim turn): it compacts again before the conversation fills its room to the last
+    turn, so it settles lower. Before a first compaction nothing is kept free: a session that ends
+    before its room is full never compacts."""
+    n = call.profile.conversation.headroom_turns if zone.through > 0 else 0
+    return n * max((turn_tokens(t, call.counter) for t in zone.kept(prepared.turns)), default=0) if n else 0
 
 
 def _compact(call: Call, prepared: Prepared, zone: Verbatim, cands: Candidates, held: PackState | None,
