@@ -403,3 +403,33 @@ def test_carried_orphan_repair_reports_only_the_orphans():
     cold, cold_events = repair_orphans(again)
     assert carried == cold and events == cold_events
     assert events[0].ids == ("turn-0:" + orphan.messages[0].digest[:8],)
+
+
+def test_pruning_finds_the_saved_turns_a_full_scan_finds_as_the_history_grows_and_is_rewritten():
+    """The turns whose outputs all have a URI are found from the URIs (a carried index of output keys),
+    not by walking the history: the turns cleared equal the plain scan's, also after a rewind."""
+    from bisect import bisect_right
+    from itertools import accumulate
+
+    from aether_context.pipeline.decay import _response_keys, _response_tokens, prune_tool_outputs
+    counter, cache, rng = TokenCounter(), PackCache(), random.Random(29)
+    msgs: list[Message] = [_msg("text", 0)]
+    uris: dict[str, str] = {}
+    for step in range(80):
+        msgs += [_msg("call", step), Message("user", (FunctionResponse("bash", {"output": f"out {step} " * 30}),))]
+        if rng.random() < 0.15 and len(msgs) > 5:
+            msgs = msgs[: rng.randrange(3, len(msgs))]  # a rewind: the carried index must not be trusted
+        turns = grouped_turns(msgs, cache=cache)
+        for t in turns:
+            for r in (r for m in t.messages for r in m.responses):
+                if rng.random() < 0.3:
+                    uris = {**uris, r.key: f"artifact://x/{r.key[:8]}"}
+        already = frozenset(t.start for t in turns if rng.random() < 0.2)
+        protect = rng.choice([0, 100, 300])
+        totals = list(accumulate(_response_tokens(t, counter) for t in turns))
+        older = bisect_right(totals, (totals[-1] if totals else 0) - protect)
+        want = tuple(turns[i].start for i in range(older - 1, -1, -1) if _response_keys(turns[i])
+                     and turns[i].start not in already and all(k in uris for k in _response_keys(turns[i])))
+        got = prune_tool_outputs(turns, protect_tokens=protect, minimum_tokens=0, uris=uris, already=already,
+                                 counter=counter, cache=cache)
+        assert got[2] == want, step

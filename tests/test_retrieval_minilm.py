@@ -64,3 +64,37 @@ def test_model_load_is_silent_and_shared(capfd):
     assert model is load_sentence_transformer(default_model_path(), max_seq_length=64, quantize=True)
     embedder = SentenceTransformerEmbedder(max_seq_length=64, quantize=True)
     assert embedder.available() and embedder.ready()
+
+
+def test_one_text_embedding_is_encode_bit_for_bit():
+    """A query skips encode's set-up (`retrieval/_forward.py`) and must still get encode's exact vector:
+    rankings, and so packs, are the same with it and without it."""
+    from aether_context.retrieval import bounded_threads, default_model_path
+    from aether_context.retrieval._forward import _CHECKED, encode_one
+
+    texts = ["", "yes", "I want to change my flight to tomorrow morning, reservation ABC123 please",
+             "ünïcödé 日本語 ✓ — can I get a refund?", "word " * 400]  # the last is cut at max_seq_length
+    for quantize in (False, True):
+        model = load_sentence_transformer(default_model_path(), max_seq_length=128, quantize=quantize)
+        with bounded_threads(1):
+            for text in texts:
+                expected = model.encode([text], normalize_embeddings=True, convert_to_numpy=True,
+                                        show_progress_bar=False)
+                got = encode_one(model, text)
+                assert got.dtype == np.float32 and got.shape == expected.shape
+                assert got.tobytes() == np.asarray(expected, dtype=np.float32).tobytes()
+        assert _CHECKED[model] is True  # the direct forward was taken after the first text
+
+
+def test_one_text_embedding_keeps_encode_when_the_direct_forward_differs():
+    """A model whose direct forward does not give encode's bits (here: encode adds a prompt) keeps encode."""
+    from aether_context.retrieval import default_model_path
+    from aether_context.retrieval._forward import _CHECKED, encode_one
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(default_model_path(), device="cpu", prompts={"query": "query: "},
+                                default_prompt_name="query")
+    expected = model.encode(["where is my bag"], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+    assert encode_one(model, "where is my bag").tobytes() == expected.tobytes()
+    assert _CHECKED[model] is False
+    assert encode_one(model, "where is my bag").tobytes() == expected.tobytes()

@@ -173,14 +173,32 @@ def prune_tool_outputs(turns: Sequence[Turn], *, protect_tokens: int, minimum_to
     if consider_new and (already or total >= protect_tokens + minimum_tokens):
         # turn i has `total - totals[i]` tokens of outputs after it: past the protected ones for i < older
         older = bisect_right(totals, total - protect_tokens)
-        fresh = [turns[i] for i in range(older - 1, -1, -1)
-                 if keys[i] and turns[i].start not in already and all(k in uris for k in keys[i])]
+        fresh = [turns[i] for i in reversed(_saved(turns, keys, uris, cache))
+                 if i < older and turns[i].start not in already]
         if sum(_response_tokens(t, counter) for t in fresh) < minimum_tokens:
             fresh = []
     cleared = frozenset(already) | {t.start for t in fresh}
     if not cleared:
         return turns, frozenset(), ()
     return _pruned(turns, keys, cleared, uris, cache), cleared, tuple(t.start for t in fresh)
+
+
+def _saved(turns: "tuple[Turn, ...]", keys: "tuple[tuple[str, ...], ...]", uris: "dict[str, str]",
+           cache: PackCache | None) -> list[int]:
+    """Indices of the turns with outputs that all have a URI, ascending: found from the URIs through
+    where each output key is (carried from the last call), so a long history is not walked."""
+    if not uris:
+        return []
+    hit = cache.lookup("carried", ("key_index", id(turns[0]))) if cache is not None and turns else None
+    same = shared_prefix(hit[0], turns) if hit is not None else 0
+    where: dict[str, tuple[int, ...]] = dict(hit[1]) if hit is not None and same == len(hit[0]) else {}
+    for i in range(same if where else 0, len(turns)):
+        for k in keys[i]:
+            where[k] = where.get(k, ()) + (i,)
+    if cache is not None and turns:
+        cache.put("carried", ("key_index", id(turns[0])), (turns, where))  # holds the turns: their ids stay theirs
+    found = {i for k in uris for i in where.get(k, ())}
+    return sorted(i for i in found if all(k in uris for k in keys[i]))
 
 
 def _pruned(turns: "tuple[Turn, ...]", keys: "tuple[tuple[str, ...], ...]", cleared: "frozenset[int]",

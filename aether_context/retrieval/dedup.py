@@ -24,12 +24,14 @@ def group_duplicates(keys: Sequence[str], vectors: np.ndarray | None, threshold:
     groups of indices, leaders first. `sims` (the cosine matrix of `vectors`) may be passed in."""
     if sims is None and vectors is not None and len(keys):
         sims = vectors @ vectors.T
+    # an item with no earlier item at the threshold has no leader at it either: it is only checked by key
+    near = np.tril(sims >= threshold, -1).any(axis=1) if sims is not None and len(keys) else None
     groups: list[list[int]] = []
     leader_of_key: dict[str, int] = {}
     group_of = np.full(len(keys), -1, dtype=np.int64)  # group index of each leader, -1 otherwise
     for i, key in enumerate(keys):
         group = leader_of_key.get(key)
-        if group is None and sims is not None and i:
+        if group is None and near is not None and near[i]:
             candidates = np.where(group_of[:i] >= 0, sims[i, :i], -np.inf)
             best = int(np.argmax(candidates))
             if candidates[best] >= threshold:

@@ -28,6 +28,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from ._forward import encode_one
 from .analyzer import Analyzer
 from .threads import bounded_threads
 
@@ -245,6 +246,8 @@ class SentenceTransformerEmbedder:
         if not texts:
             return np.zeros((0, model.get_sentence_embedding_dimension()), dtype=np.float32)
         with bounded_threads(self.threads):
+            if len(texts) == 1:  # a query: encode's set-up skipped, the same vector (`_forward`)
+                return encode_one(model, texts[0])
             vectors = model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
                                    convert_to_numpy=True, show_progress_bar=False)
         return np.asarray(vectors, dtype=np.float32)

@@ -93,6 +93,7 @@ class HybridIndex:
         self._vec_rows = np.zeros(0, dtype=np.int64)  # row -> row of cache.matrix; -1 until embedded
         self._pending: list[int] = []
         self._query_vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._counted: tuple[Callable[[str], int] | None, dict[int, int]] = (None, {})  # the counter, tokens by row
         self._newest: float | None = None
         self._dense_on = True
         self._lock = threading.RLock()
@@ -330,13 +331,16 @@ class HybridIndex:
         groups = group_duplicates([self._keys[r] for r in pool[order]], vectors, s.dedup_threshold, sims)
         leaders = np.array([g[0] for g in groups], dtype=np.int64)
 
-        tokens: dict[int, int] = {}
+        if count_tokens is not None and self._counted[0] != count_tokens:  # another counter: counts start afresh
+            self._counted = (count_tokens, {})
+        tokens = self._counted[1]  # row -> its text's tokens: a row's text never changes
 
-        def cost(i: int) -> int:  # token count of candidate i (an index into pool), counted once
-            if i not in tokens:
+        def cost(i: int) -> int:  # token count of candidate i (an index into pool), counted once per row
+            row = int(pool[i])
+            if row not in tokens:
                 assert count_tokens is not None
-                tokens[i] = count_tokens(self._docs[pool[i]].text)
-            return tokens[i]
+                tokens[row] = count_tokens(self._docs[row].text)
+            return tokens[row]
 
         picks = mmr_select(score[order[leaders]], vectors[leaders], lam=s.mmr_lambda, k=k, budget=budget,
                            cost=(lambda i: cost(int(order[leaders[i]]))) if budget is not None else None,

@@ -33,17 +33,24 @@ def mmr_select(relevance: np.ndarray, vectors: np.ndarray, *, lam: float, k: int
     max_sim = np.zeros(n, dtype=np.float64)
     picks: list[tuple[int, float]] = []
     left = budget
-    while remaining.any() and (k is None or len(picks) < k) and (left is None or left > 0):
-        mmr = lam * relevance - (1.0 - lam) * max_sim
-        mmr = np.where(remaining, mmr, -np.inf)
-        best = int(np.argmax(mmr))  # first maximum: the earlier candidate wins ties
+    gain = lam * relevance  # the same each round: computed once
+    penalty = np.zeros(n, dtype=np.float64)
+    mmr = np.array(gain, dtype=np.float64)  # candidates taken out are -inf; the others' mmr is updated in place
+    for _ in range(n):  # each round takes one candidate out
+        if (k is not None and len(picks) >= k) or (left is not None and left <= 0):
+            break
+        best = int(mmr.argmax())  # first maximum: the earlier candidate wins ties
+        value = float(mmr[best])
         remaining[best] = False
+        mmr[best] = -np.inf
         if left is not None and cost is not None:
             tokens = cost(best)
             if tokens > left:
                 continue
             left -= tokens
-        picks.append((best, float(mmr[best])))
+        picks.append((best, value))
         if lam < 1.0:
             np.maximum(max_sim, sims[best] if sims is not None else vectors @ vectors[best], out=max_sim)
+            np.multiply(1.0 - lam, max_sim, out=penalty)
+            np.subtract(gain, penalty, out=mmr, where=remaining)
     return picks
