@@ -98,3 +98,31 @@ def test_one_text_embedding_keeps_encode_when_the_direct_forward_differs():
     assert encode_one(model, "where is my bag").tobytes() == expected.tobytes()
     assert _CHECKED[model] is False
     assert encode_one(model, "where is my bag").tobytes() == expected.tobytes()
+
+
+def test_a_vector_depends_on_its_text_not_on_its_batch():
+    """The cache keeps whichever call embedded a text first (the work ahead in one batch, the pack in
+    another), so a text's vector must be the same bits alone and beside shorter, longer, equal-length
+    and repeated companions, in float32 and in int8 (which scales activations over a batch)."""
+    from aether_context.retrieval import EmbeddingCache
+    from aether_context.retrieval._batches import exact_groups
+
+    text = "I want to change my flight to tomorrow morning, reservation ABC123 please"
+    shorter, longer = ["yes", "ok thanks"], ["Could you also check my baggage allowance " * 6, "ünïcödé 日本語 ✓ " * 20]
+    same_length = ["I want to change my flight to Friday evening, reservation ABC456 please",  # 17 tokens each
+                   "I want to change my hotel to tomorrow morning, booking ABC123 please"]
+    for quantize in (False, True):
+        embedder = SentenceTransformerEmbedder(max_seq_length=128, quantize=quantize, threads=1)
+        alone = embedder.embed([text])[0].tobytes()
+        model = load_sentence_transformer(embedder.model_path, max_seq_length=128, quantize=quantize)
+        batches = exact_groups(model, [text, *same_length], batch_size=4, quantized=quantize)
+        assert batches == ([[0], [1], [2]] if quantize else [[0, 1, 2]])  # float32 batches equal lengths
+        for batch in ([text, *shorter], [*longer, text], [*shorter, text, *longer, *same_length],
+                      [text, *same_length], [*same_length, text] * 3):
+            got = embedder.embed(batch)
+            assert got.shape == (len(batch), 384) and got.dtype == np.float32
+            for row in (i for i, t in enumerate(batch) if t == text):
+                assert got[row].tobytes() == alone, (quantize, batch)
+        cache = EmbeddingCache(embedder)
+        cache.embed([*longer, text, *shorter])
+        assert cache.embed([text])[0].tobytes() == alone

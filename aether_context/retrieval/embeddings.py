@@ -28,6 +28,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from ._batches import exact_groups
 from ._forward import encode_one
 from .analyzer import Analyzer
 from .threads import bounded_threads
@@ -45,7 +46,8 @@ class Embedder(Protocol):
     """Maps texts to L2-normalised vectors, one row per text.
 
     `name` identifies the vector space: two embedders with the same name must give the same
-    vectors, because the cache is keyed by it.
+    vectors, because the cache is keyed by it. A text's vector depends on the text alone, never on
+    the other texts of the call: the cache keeps whichever call embedded a text first.
     """
 
     @property
@@ -192,8 +194,8 @@ def load_sentence_transformer(model: str, *, max_seq_length: int | None = None, 
 class SentenceTransformerEmbedder:
     """A sentence-transformers model, loaded lazily on the first `embed` call.
 
-    `model` is a name or local path (None: the offline MiniLM). Inputs are sorted by length
-    inside `encode`, so each batch pads little; `max_seq_length` truncates long inputs.
+    `model` is a name or local path (None: the offline MiniLM); `max_seq_length` truncates long
+    inputs. Texts share a forward pass only when that cannot change their bits (`exact_groups`).
     `threads`, when set, bounds torch's and the BLAS libraries' threads while this embedder loads and
     encodes (restored after, `bounded_threads`): on a small shared CPU, OpenMP threads spinning against
     other processes turn a 20 ms embedding into 400+ ms (see the benchmark), and a pack embeds a few
@@ -243,14 +245,15 @@ class SentenceTransformerEmbedder:
     def embed(self, texts: list[str]) -> np.ndarray:
         model = load_sentence_transformer(self.model_path, max_seq_length=self.max_seq_length,
                                           quantize=self.quantize, device=self.device)
-        if not texts:
-            return np.zeros((0, model.get_sentence_embedding_dimension()), dtype=np.float32)
+        out = np.zeros((len(texts), model.get_sentence_embedding_dimension()), dtype=np.float32)
         with bounded_threads(self.threads):
-            if len(texts) == 1:  # a query: encode's set-up skipped, the same vector (`_forward`)
-                return encode_one(model, texts[0])
-            vectors = model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                                   convert_to_numpy=True, show_progress_bar=False)
-        return np.asarray(vectors, dtype=np.float32)
+            for group in exact_groups(model, texts, batch_size=self.batch_size, quantized=self.quantize):
+                if len(group) == 1:  # a query or a text alone: encode's set-up skipped, the same vector (`_forward`)
+                    out[group] = encode_one(model, texts[group[0]])
+                    continue
+                out[group] = model.encode([texts[i] for i in group], batch_size=len(group),
+                                          normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+        return out
 
 
 class EmbeddingCache:
@@ -350,7 +353,7 @@ class EmbeddingCache:
         self._size += n
 
     def _compute(self, keys: list[str], texts: list[str]) -> None:
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths pad less
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # equal lengths share a forward pass
         for start in range(0, len(order), self.batch_size):
             chunk = order[start:start + self.batch_size]
             vectors = np.asarray(self.embedder.embed([texts[i] for i in chunk]), dtype=np.float32)

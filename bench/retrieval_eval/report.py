@@ -53,7 +53,8 @@ def _scifact(scifact, variants, speed, sf) -> list[str]:
     lines += _table(["method", "nDCG@10"], [[m, f"{v:.3f}"] for m, v in scifact.items()])
     lines += ["", "### Embedding options: speed and quality", "",
               f"Throughput = SciFact abstracts embedded per second (median of 3 passes over 128 abstracts, "
-              f"length-sorted batches of 32, {os.cpu_count()} threads); empty where `--no-latency` skipped it.", ""]
+              f"batches of up to 32 texts of one token length, int8 one text at a time, {os.cpu_count()} threads); "
+              "empty where `--no-latency` skipped it.", ""]
     lines += _table(["embedding", "items/s", "dense nDCG@10", "hybrid nDCG@10"], [
         [label, f"{speed[label]:.1f}" if label in speed else "", f"{variants[f'dense [{label}]']:.3f}",
          f"{variants[f'hybrid weighted z-score [{label}]']:.3f}"] for label in VARIANTS])
