@@ -302,33 +302,28 @@ def _rank_memory(inputs: PackInputs, profile: BudgetProfile, retriever: Retrieve
 def widen_memory(inputs: PackInputs, profile: BudgetProfile, cands: Candidates, room: int, *, counter: TokenCounting,
                  retriever: Retriever, compacted: "tuple[Turn, ...]", kept: "tuple[Turn, ...]",
                  cache: PackCache | None = None) -> Candidates:
-    """Memory's lines continued past the retriever's candidate pool while they fit `room` tokens.
+    """Memory ranked over a wider pool, its best lines taken while they fit `room` tokens.
 
     Fusion ranks only each retriever's best `candidate_pool` documents, so a long history gives Memory
     at most about twice that many lines however large its room: in a large window after a compaction,
-    a folded turn outside that pool could not come back while the room sat unused. The lines ranked
-    keep their order; the next best of a ranking over a wider pool (`MAX_RANKED` per retriever) follow
-    while they fit, so the budget, not the pool, decides how many go in (and nothing is shortened).
+    a folded turn outside that pool could not come back while the room sat unused. Ranked over
+    `MAX_RANKED` per retriever instead, the budget, not the pool, decides how many go in; a line that
+    does not fit is skipped and the next best tried, so none is shortened.
     """
     mem_docs = _memory_documents(inputs, compacted, counter, cache)
-    cap = _k(profile.memory.top_k, mem_docs)
-    if len(mem_docs) <= len(cands.memory) or len(cands.memory) >= cap:
+    if len(mem_docs) <= len(cands.memory) or len(cands.memory) >= _k(profile.memory.top_k, mem_docs):
         return cands
     wide = _rank_memory(inputs, profile, retriever, mem_docs, _verbatim(cands.conversation, kept), counter, MAX_RANKED)
-    shown = {ln.id for ln in cands.memory}
-    fresh = RetrievalResult(wide.query, tuple(i for i in wide.items if i.document.id not in shown), wide.signals)
-    free = room - sum(ln.tokens + 1 for ln in cands.memory) - LAYER_OVERHEAD
-    added = []
-    for line in _lines(fresh, _render_memory, counter, cache)[:cap - len(cands.memory)]:
-        if line.tokens + 1 <= free:  # one that does not fit is skipped and the next best tried
-            added.append(line)
+    free, memory = room - LAYER_OVERHEAD, []
+    for line in _lines(wide, _render_memory, counter, cache):
+        if line.tokens + 1 <= free:
+            memory.append(line)
             free -= line.tokens + 1
-    if not added:
-        return cands
-    shown.update(ln.id for ln in added)
-    unselected = {**cands.unselected, "memory": tuple(i for i in cands.unselected.get("memory", ()) if i not in shown)}
-    return replace(cands, memory=cands.memory + tuple(added), unselected=unselected)
-
+    if sum(ln.tokens for ln in memory) <= sum(ln.tokens for ln in cands.memory):
+        return cands  # the wider pool adds nothing that fits
+    shown = {ln.id for ln in memory}
+    unselected = tuple(d.id for d in mem_docs[:len(inputs.memory)] if d.source != "history" and d.id not in shown)
+    return replace(cands, memory=tuple(memory), unselected={**cands.unselected, "memory": unselected})
 
 def _step_tools(inputs: PackInputs) -> "tuple[tuple[ToolSpec, ...], list[str]]":
     """The tools this step may call (sorted; a step's scope restricts the app's own tools) and the
