@@ -72,10 +72,11 @@ def test_items_in_the_conversation_or_evidence_are_not_repeated_in_memory():
 async def test_folded_turns_past_the_candidate_pool_come_back_while_memory_has_room():
     # Fusion ranks only each retriever's best `candidate_pool` documents (here 3, so at most 6 lines); a
     # later question needs more folded turns than that, and the window has room for all of them.
-    things = ["a red scarf my aunt knitted in Oslo", "two tennis rackets with broken strings", "an amber lamp from a flea market",
-              "the violin my grandfather played", "white sneakers for the marathon", "a grey toolbox with spare fuses",
-              "pink wrapping paper for birthdays", "a teal umbrella from the airport", "navy curtains that never fit",
-              "golden keys to the old cabin", "black chess pieces carved from ebony", "a brown leather diary from 1998"]
+    things = ["a red scarf my aunt knitted in Oslo", "two tennis rackets with broken strings",
+              "an amber lamp from a flea market", "the violin my grandfather played", "white sneakers for the marathon",
+              "a grey toolbox with spare fuses", "pink wrapping paper for birthdays", "a teal umbrella from the airport",
+              "navy curtains that never fit", "golden keys to the old cabin", "black chess pieces carved from ebony",
+              "a brown leather diary from 1998"]
     notes = [f"Remember: the blue locker holds {thing}." for thing in things]
     topics = TOPICS[:8]  # long answers: the question's call compacts, the notes leave the verbatim zone
     answers = [f"Here is something about {t}. " + filler(600, i) for i, t in enumerate(topics)]

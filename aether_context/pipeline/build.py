@@ -192,8 +192,8 @@ def _select(call: Call, prepared: Prepared, zone: Verbatim) -> Candidates:
 
 
 def _fill_memory(call: Call, prepared: Prepared, plan: Plan) -> Plan:
-    """Memory ranked past the retriever's candidate pool when the budget it would get exceeds what its
-    lines take (a large window after a compaction): a folded turn comes back while there is room for it."""
+    """Memory ranked over a wider pool when the budget it would get exceeds what its lines take (a large
+    window after a compaction): a folded turn outside the retriever's first pool comes back while there is room."""
     if plan.frozen is not None:  # a frozen payload keeps the lines it was sent with
         return plan
     conversation = conversation_tokens(prepared, plan.zone, call.counter)
@@ -202,8 +202,8 @@ def _fill_memory(call: Call, prepared: Prepared, plan: Plan) -> Plan:
     if room_for <= lines_demand(plan.cands.memory):
         return plan
     compacted, kept = plan.zone.split(prepared.turns)
-    cands = widen_memory(call.inputs, call.profile, plan.cands, room_for, counter=call.counter, retriever=call.retriever,
-                         compacted=compacted, kept=kept, cache=call.cache)
+    cands = widen_memory(call.inputs, call.profile, plan.cands, room_for, counter=call.counter,
+                         retriever=call.retriever, compacted=compacted, kept=kept, cache=call.cache)
     return replace(plan, cands=cands)
 
 

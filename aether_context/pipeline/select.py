@@ -249,7 +249,8 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     now = inputs.now or None
     ev_docs = [Document(e.id, e.summary, e.source, e.timestamp, {"uri": e.uri} if e.uri else {}) for e in inputs.evidence]
     mem_docs = _memory_documents(inputs, compacted, counter, cache)
-    verbatim = _verbatim(conv, kept) if ev_docs or mem_docs else []  # only ranking reads it (a long tool loop has many messages)
+    # only ranking reads the verbatim texts (a long tool loop has many messages)
+    verbatim = _verbatim(conv, kept) if ev_docs or mem_docs else []
     # Evidence is what the app chose to show: ranked, never filtered by relevance.
     ev_result = retriever.rank(namespace, "evidence", query, ev_docs, k=_k(profile.evidence.top_k, ev_docs),
                                count_tokens=counter.count_text, now=now, exclude=verbatim)
