@@ -13,6 +13,8 @@ from google.genai import types
 
 from aether_context import ContextPackPlugin, EvidenceItem, MemoryItem, TokenCounter, build_pack, load_profile
 from aether_context.adk import request_from_llm
+from aether_context.pipeline.build import request_tokens
+from aether_context.replay import repack
 from aether_context.testing import ScriptedLlm
 
 from conftest import filler, make_inputs, text_msg
@@ -65,3 +67,40 @@ def test_items_in_the_conversation_or_evidence_are_not_repeated_in_memory():
     assert kept == ["m-new"]
     dropped = [i for e in pack.manifest.truncation_events if e["layer"] == "memory" for i in e["ids"]]
     assert set(dropped) == {"m-dup-conv", "m-dup-ev"}
+
+
+async def test_folded_turns_past_the_candidate_pool_come_back_while_memory_has_room():
+    # Fusion ranks only each retriever's best `candidate_pool` documents (here 3, so at most 6 lines); a
+    # later question needs more folded turns than that, and the window has room for all of them.
+    things = ["a red scarf my aunt knitted in Oslo", "two tennis rackets with broken strings",
+              "an amber lamp from a flea market", "the violin my grandfather played", "white sneakers for the marathon",
+              "a grey toolbox with spare fuses", "pink wrapping paper for birthdays", "a teal umbrella from the airport",
+              "navy curtains that never fit", "golden keys to the old cabin", "black chess pieces carved from ebony",
+              "a brown leather diary from 1998"]
+    notes = [f"Remember: the blue locker holds {thing}." for thing in things]
+    topics = TOPICS[:8]  # long answers: the question's call compacts, the notes leave the verbatim zone
+    answers = [f"Here is something about {t}. " + filler(600, i) for i, t in enumerate(topics)]
+    llm = ScriptedLlm(turns=["Noted."] * len(notes) + answers + ["Twelve things."],
+                      prompt_token_counter=lambda r: request_tokens(request_from_llm(r), COUNTER))  # no calibration
+    agent = LlmAgent(name="assistant", model=llm, instruction="Help the user.")
+    profile = load_profile().override(name="pool-3", retrieval={"candidate_pool": 3})
+    plugin = ContextPackPlugin(store="memory://retrieval-wide", window_tokens=8_000, profile=profile)
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    for text in notes + [f"Tell me about {t}." for t in topics] + ["What does the blue locker hold?"]:
+        async for _ in runner.run_async(user_id="u", session_id=session.id,
+                                        new_message=types.Content(role="user", parts=[types.Part(text=text)])):
+            pass
+    manifest = plugin.packer.recent[-1].manifest
+    last = request_from_llm(llm.requests[-1])
+    assert last.messages[0].text.startswith("CONVERSATION SO FAR")
+    verbatim = " ".join(m.text for m in last.messages[1:] if not m.text.startswith("CONTEXT PACK"))
+    assert not any(n in verbatim for n in notes)  # every note left the verbatim zone with a compaction
+    payload = next(m.parts[0].text for m in last.messages if m.text.startswith("CONTEXT PACK"))
+    missing = [n for n in notes if n not in payload]
+    assert not missing, (missing, manifest.layer_budgets["memory"])  # all back as Memory, none shortened
+    memory = manifest.layer_budgets["memory"]
+    assert memory.used <= memory.budget and manifest.tokens_after <= 8_000 * 0.88
+    plugin.packer.store.flush()
+    again = repack(plugin.packer.recent[-1].uri, profile, store=plugin.packer.store)  # a fresh cache: the same request
+    assert again.pack.request.checksum == manifest.checksum

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Signals", "Allocation", "allocate", "allocate_around_conversation", "distribute", "FIXED_LAYERS",
            "FLEX_LAYERS", "LAYERS", "flex_weights", "Room", "room", "allocate_pack", "conversation_tokens",
-           "status_reserve", "LAYER_OVERHEAD"]
+           "status_reserve", "LAYER_OVERHEAD", "lines_demand"]
 
 LAYER_OVERHEAD = 12  # tokens of a payload section's header (Evidence, Memory)
 STATUS_SHARE = 0.15  # the most of the room left beside the head and the frame held back for the closing status
@@ -228,7 +228,8 @@ def _frame_tokens(inputs: "PackInputs", cands: "Candidates", frozen: "PackState 
     return counter.count_message(message) if message is not None else 0
 
 
-def _demand(lines) -> int:
+def lines_demand(lines) -> int:
+    """What a layer's lines take in the payload: each line and its newline, and the section header."""
     return sum(ln.tokens + 1 for ln in lines) + LAYER_OVERHEAD if lines else 0
 
 
@@ -257,11 +258,13 @@ def room(inputs: "PackInputs", profile: BudgetProfile, window: int, cands: "Cand
     return Room(limit, head, frame, reserve, max(0, flexible - yielded))
 
 
-def allocate_pack(profile: BudgetProfile, window: int, space: Room, cands: "Candidates", conversation: int) -> Allocation:
+def allocate_pack(profile: BudgetProfile, window: int, space: Room, cands: "Candidates", conversation: int,
+                  *, memory: int | None = None) -> Allocation:
     """Evidence and Memory get what the conversation (`conversation` tokens) leaves, less room for
-    this invocation to grow."""
+    this invocation to grow. `memory` replaces Memory's demand (how much it could get with more lines)."""
     fixed_used = {"system": space.head, "task": space.frame + space.reserve, "tools": 0}
-    demands = {"evidence": _demand(cands.evidence), "memory": _demand(cands.memory), "conversation": conversation}
+    demands = {"evidence": lines_demand(cands.evidence),
+               "memory": lines_demand(cands.memory) if memory is None else memory, "conversation": conversation}
     guaranteed = max(0, space.flexible - space.conversation_cap)
     growth = int(space.flexible * profile.conversation.growth_share)
     return allocate_around_conversation(profile, window, cands.signals, fixed_used, demands,

@@ -21,7 +21,7 @@ from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from ..windows import context_window
 from .cache import PackCache
-from .allocate import Room, allocate_pack, conversation_tokens, room
+from .allocate import Room, allocate_pack, conversation_tokens, lines_demand, room
 from .collect import PackInputs, PackState
 from .conversation import Compaction, Verbatim, compact, compaction_events, verbatim_zone
 from .evidence_change import change_cause, changed_evidence
@@ -32,7 +32,7 @@ from .recite import failures_to_show, recite
 from .record import Decisions, Manifest, record
 from .render import failures_section, masking, request_tokens
 from .retrieve import Retriever, default_retriever
-from .select import Candidates, frame_candidates, select
+from .select import Candidates, frame_candidates, select, widen_memory
 from .status import FailureView, failure_view
 from .timing import StageTimes
 
@@ -107,7 +107,7 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
     call = Call(inputs, profile, int(model_window / max(0.5, inputs.calibration)), counter,
                 retriever or default_retriever(profile), cache, failures, failure_log)
     with stage("select"):
-        plan = _plan(call, prepared, zone, stage)
+        plan = _fill_memory(call, prepared, _plan(call, prepared, zone, stage))
     with stage("allocate"):
         alloc = allocate_pack(profile, call.window, plan.space, plan.cands,
                               conversation_tokens(prepared, plan.zone, counter))
@@ -207,6 +207,22 @@ def _select(call: Call, prepared: Prepared, zone: Verbatim) -> Candidates:
     compacted, kept = zone.split(prepared.turns)
     return select(call.inputs, call.profile, counter=call.counter, retriever=call.retriever,
                   conversation=prepared.conversation, compacted=compacted, kept=kept, cache=call.cache)
+
+
+def _fill_memory(call: Call, prepared: Prepared, plan: Plan) -> Plan:
+    """Memory ranked over a wider pool when the budget it would get exceeds what its lines take (a large
+    window after a compaction): a folded turn outside the retriever's first pool comes back while there is room."""
+    if plan.frozen is not None:  # a frozen payload keeps the lines it was sent with
+        return plan
+    conversation = conversation_tokens(prepared, plan.zone, call.counter)
+    room_for = allocate_pack(call.profile, call.window, plan.space, plan.cands, conversation,
+                             memory=plan.space.flexible).budgets["memory"]
+    if room_for <= lines_demand(plan.cands.memory):
+        return plan
+    compacted, kept = plan.zone.split(prepared.turns)
+    cands = widen_memory(call.inputs, call.profile, plan.cands, room_for, counter=call.counter,
+                         retriever=call.retriever, compacted=compacted, kept=kept, cache=call.cache)
+    return replace(plan, cands=cands)
 
 
 def _frozen_payload(inputs: PackInputs, profile: BudgetProfile, zone: Verbatim) -> PackState | None:

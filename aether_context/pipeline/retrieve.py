@@ -117,13 +117,14 @@ class Retriever:
 
     def rank(self, namespace: str, layer: str, query: str, documents: Sequence[Document], *, k: int,
              count_tokens: Callable[[str], int], now: float | None, exclude: Iterable[str] = (),
-             dense: bool | None = None) -> RetrievalResult:
+             dense: bool | None = None, pool: int | None = None) -> RetrievalResult:
         """The best `k` of `documents` for `query`, in pick order, with their scores and signals.
 
         A repeated id in `documents` counts once (its last version). `dense`: None ranks densely
         when the model is ready and lexically until then (never waiting); True waits for the
         model; False ranks lexically. `now` should be the session's own latest time, never the
-        wall clock (packs must replay).
+        wall clock (packs must replay). `pool`: how many of each retriever's best join fusion in this
+        search (default: the settings' `candidate_pool`).
         """
         if dense is None:
             dense = self.ready()
@@ -146,7 +147,9 @@ class Retriever:
                 return RetrievalResult(query, (), {"retrieval_hit_rate": 0.0, "similarity": 0.0, "freshness": 0.0,
                                                    "selected": 0.0, "dense_off": float(not dense),
                                                    "empty_query": 0.0, "timestamps_ignored": 0.0})
-            return index.search(query, k=k, count_tokens=count_tokens, now=now, exclude=exclude, dense=dense)
+            settings = self.settings.model_copy(update={"candidate_pool": pool}) if pool else None
+            return index.search(query, k=k, count_tokens=count_tokens, now=now, exclude=exclude, dense=dense,
+                                settings=settings)
 
 
 _DEFAULT: dict[str, Retriever] = {}

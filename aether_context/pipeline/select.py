@@ -6,7 +6,7 @@ compress stage only has to walk those orders when the budget is short.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 from datetime import datetime, timezone
 
@@ -18,12 +18,13 @@ from ..retrieval.items import ScoredItem
 from ..retrieval.turns import TURNS_AFTER, TURNS_BEFORE, neighbours, turn_context
 from .retrieve import Retriever
 from ..tokens import TokenCounting
-from .allocate import Signals
+from .allocate import LAYER_OVERHEAD, Signals
 from .collect import PackInputs, TaskSpec, Turn, turn_start
 from .cache import PackCache, counter_key
 from .incremental import grouped_turns, shared_prefix, turn_key
 
-__all__ = ["Line", "Conversation", "Candidates", "select", "frame_candidates", "query_text", "split_conversation", "history_documents"]
+__all__ = ["Line", "Conversation", "Candidates", "select", "frame_candidates", "widen_memory", "query_text",
+           "split_conversation", "history_documents"]
 
 
 
@@ -244,26 +245,19 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     tools, flags = _step_tools(inputs)
     conv = conversation
     query = query_text(inputs)
-    namespace = f"{inputs.app_name}/{inputs.user_id}/{inputs.session_id}/{inputs.agent}"
+    namespace = _namespace(inputs)
     now = inputs.now or None
     ev_docs = [Document(e.id, e.summary, e.source, e.timestamp, {"uri": e.uri} if e.uri else {}) for e in inputs.evidence]
-    mem_docs = [Document(m.id, m.text, m.source, m.timestamp) for m in inputs.memory]
-    mem_docs += history_documents(compacted, inputs.message_times, counter.count_text, cache)
-    verbatim: list[str] = []
-    if ev_docs or mem_docs:  # only ranking reads it (a long tool loop has many messages)
-        verbatim = [m.text for t in kept for m in t.messages if m.text]
-        if conv.request is not None and conv.request.text:
-            verbatim.append(conv.request.text)
-    threshold = profile.retrieval.hit_threshold
+    mem_docs = _memory_documents(inputs, compacted, counter, cache)
+    # only ranking reads the verbatim texts (a long tool loop has many messages)
+    verbatim = _verbatim(conv, kept) if ev_docs or mem_docs else []
     # Evidence is what the app chose to show: ranked, never filtered by relevance.
     ev_result = retriever.rank(namespace, "evidence", query, ev_docs, k=_k(profile.evidence.top_k, ev_docs),
                                count_tokens=counter.count_text, now=now, exclude=verbatim)
     if ev_docs and ev_result.signals.get("empty_query"):  # nothing to rank by: the app's order
         ev_result = _in_given_order(ev_docs, query)
     evidence = _lines(ev_result, _render_evidence, counter, cache)
-    mem_result = _relevant(retriever.rank(namespace, "memory", query, mem_docs, k=_k(profile.memory.top_k, mem_docs),
-                                          count_tokens=counter.count_text, now=now,
-                                          exclude=verbatim + [e.summary for e in inputs.evidence]), threshold)
+    mem_result = _rank_memory(inputs, profile, retriever, mem_docs, verbatim, counter)
     memory = _lines(mem_result, _render_memory, counter, cache)
     flags.extend(_retrieval_flags(ev_result, mem_result))
 
@@ -284,6 +278,61 @@ def frame_candidates(inputs: PackInputs, conversation: Conversation) -> Candidat
     tools, flags = _step_tools(inputs)
     return Candidates(tools=tools, evidence=(), memory=(), conversation=conversation, signals=Signals(),
                       flags=tuple(flags))
+
+
+def _namespace(inputs: PackInputs) -> str:
+    return f"{inputs.app_name}/{inputs.user_id}/{inputs.session_id}/{inputs.agent}"
+
+
+def _memory_documents(inputs: PackInputs, compacted: "tuple[Turn, ...]", counter: TokenCounting,
+                      cache: PackCache | None) -> list[Document]:
+    """Memory's pool: the remembered facts, then every compacted turn."""
+    mem_docs = [Document(m.id, m.text, m.source, m.timestamp) for m in inputs.memory]
+    return mem_docs + history_documents(compacted, inputs.message_times, counter.count_text, cache)
+
+
+def _verbatim(conv: Conversation, kept: "tuple[Turn, ...]") -> list[str]:
+    """The texts the model sees verbatim (the kept turns, the request): never repeated in a layer."""
+    verbatim = [m.text for t in kept for m in t.messages if m.text]
+    if conv.request is not None and conv.request.text:
+        verbatim.append(conv.request.text)
+    return verbatim
+
+
+def _rank_memory(inputs: PackInputs, profile: BudgetProfile, retriever: Retriever, mem_docs: "list[Document]",
+                 verbatim: "list[str]", counter: TokenCounting, pool: int | None = None) -> RetrievalResult:
+    """Memory ranked for the request, above the relevance floor; nothing that is verbatim or Evidence."""
+    result = retriever.rank(_namespace(inputs), "memory", query_text(inputs), mem_docs,
+                            k=_k(profile.memory.top_k, mem_docs), count_tokens=counter.count_text,
+                            now=inputs.now or None, exclude=verbatim + [e.summary for e in inputs.evidence], pool=pool)
+    return _relevant(result, profile.retrieval.hit_threshold)
+
+
+def widen_memory(inputs: PackInputs, profile: BudgetProfile, cands: Candidates, room: int, *, counter: TokenCounting,
+                 retriever: Retriever, compacted: "tuple[Turn, ...]", kept: "tuple[Turn, ...]",
+                 cache: PackCache | None = None) -> Candidates:
+    """Memory ranked over a wider pool, its best lines taken while they fit `room` tokens.
+
+    Fusion ranks only each retriever's best `candidate_pool` documents, so a long history gives Memory
+    at most about twice that many lines however large its room: in a large window after a compaction,
+    a folded turn outside that pool could not come back while the room sat unused. Ranked over
+    `MAX_RANKED` per retriever instead, the budget, not the pool, decides how many go in; a line that
+    does not fit is skipped and the next best tried, so none is shortened.
+    """
+    mem_docs = _memory_documents(inputs, compacted, counter, cache)
+    if len(mem_docs) <= len(cands.memory) or len(cands.memory) >= _k(profile.memory.top_k, mem_docs):
+        return cands
+    wide = _rank_memory(inputs, profile, retriever, mem_docs, _verbatim(cands.conversation, kept), counter, MAX_RANKED)
+    free, memory = room - LAYER_OVERHEAD, []
+    for line in _lines(wide, _render_memory, counter, cache):
+        if line.tokens + 1 <= free:
+            memory.append(line)
+            free -= line.tokens + 1
+    if sum(ln.tokens for ln in memory) <= sum(ln.tokens for ln in cands.memory):
+        return cands  # the wider pool adds nothing that fits
+    shown = {ln.id for ln in memory}
+    unselected = tuple(d.id for d in mem_docs[:len(inputs.memory)] if d.source != "history" and d.id not in shown)
+    return replace(cands, memory=tuple(memory), unselected={**cands.unselected, "memory": unselected})
 
 
 def _step_tools(inputs: PackInputs) -> "tuple[tuple[ToolSpec, ...], list[str]]":
