@@ -102,7 +102,7 @@ class ConversationSettings(_Strict):
         "the following calls (and invocations) append without rewriting the prefix (cache stability)."))
     growth_share: float = Field(0.25, ge=0, lt=1, description=(
         "Share of the flexible room Evidence and Memory leave free at an invocation's start, so the turns it "
-        "appends (answers, tool calls) fit without a new compaction."))
+        "appends (answers, tool calls) fit without a new compaction; none when the step declares no tools."))
     headroom_turns: int = Field(0, ge=0, description=(
         "After a compaction, compact again once fewer than this many turns as large as the largest verbatim one fit in "
         "the room: a tool loop's requests then settle lower between compactions. 0: only when over the room."))

@@ -104,3 +104,41 @@ async def test_folded_turns_past_the_candidate_pool_come_back_while_memory_has_r
     plugin.packer.store.flush()
     again = repack(plugin.packer.recent[-1].uri, profile, store=plugin.packer.store)  # a fresh cache: the same request
     assert again.pack.request.checksum == manifest.checksum
+
+
+
+async def _memory_budget_after_folding(tools: list) -> "tuple[Any, int]":
+    colours = ["red", "amber", "teal", "violet", "golden", "grey", "navy", "pink"]
+    things = ["scarf knitted in Oslo", "tennis racket with broken strings", "lamp from a flea market",
+              "violin my grandfather played", "toolbox with spare fuses"]
+    places = ["the airport", "a market in Lyon", "my aunt's attic", "the cabin by the lake", "a shop in Kyoto",
+              "the old school", "a train in Peru", "the harbour"]
+    notes = [f"Remember: the blue locker holds the {c} {t}, bought at {places[(i + j) % 8]} in "
+             f"{1990 + 3 * i + j}; it sits wrapped in paper under label {i * 5 + j}."
+             for i, c in enumerate(colours) for j, t in enumerate(things)]
+    llm = ScriptedLlm(turns=["Noted."] * len(notes) + ["Many boxes."],
+                      prompt_token_counter=lambda r: request_tokens(request_from_llm(r), COUNTER))
+    agent = LlmAgent(name="assistant", model=llm, instruction="Help the user.", tools=tools)
+    plugin = ContextPackPlugin(store=f"memory://growth-{len(tools)}", window_tokens=2_000)
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    for text in notes + ["What does the blue locker hold?"]:
+        async for _ in runner.run_async(user_id="u", session_id=session.id,
+                                        new_message=types.Content(role="user", parts=[types.Part(text=text)])):
+            pass
+    manifest = plugin.packer.recent[-1].manifest
+    return manifest.layer_budgets["memory"], manifest.tokens_after
+
+
+async def test_a_chat_without_tools_gives_memory_the_room_kept_for_growth():
+    # An agent with no tools: its answer ends the invocation, so no room is held back for turns it
+    # would append, and Memory (folded notes that all match the question) gets that room.
+    def open_locker(number: int) -> str:
+        """Open a locker."""
+        return "opened"
+
+    without, tokens_without = await _memory_budget_after_folding([])
+    with_tool, tokens_with = await _memory_budget_after_folding([open_locker])
+    assert with_tool.demand > with_tool.used and without.demand > without.used  # more to send than room
+    assert without.used > with_tool.used + 100, (without, with_tool)  # growth_share: a quarter of the flexible room
+    assert tokens_without <= 2_000 * 0.88

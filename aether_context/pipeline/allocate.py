@@ -261,11 +261,13 @@ def room(inputs: "PackInputs", profile: BudgetProfile, window: int, cands: "Cand
 def allocate_pack(profile: BudgetProfile, window: int, space: Room, cands: "Candidates", conversation: int,
                   *, memory: int | None = None) -> Allocation:
     """Evidence and Memory get what the conversation (`conversation` tokens) leaves, less room for
-    this invocation to grow. `memory` replaces Memory's demand (how much it could get with more lines)."""
+    this invocation to grow: none when the step declares no tools (the model's answer ends the
+    invocation, nothing is appended to it). `memory` replaces Memory's demand (how much it could get
+    with more lines)."""
     fixed_used = {"system": space.head, "task": space.frame + space.reserve, "tools": 0}
     demands = {"evidence": lines_demand(cands.evidence),
                "memory": lines_demand(cands.memory) if memory is None else memory, "conversation": conversation}
     guaranteed = max(0, space.flexible - space.conversation_cap)
-    growth = int(space.flexible * profile.conversation.growth_share)
+    growth = int(space.flexible * profile.conversation.growth_share) if cands.tools else 0
     return allocate_around_conversation(profile, window, cands.signals, fixed_used, demands,
                                         guaranteed=guaranteed, growth=growth)
