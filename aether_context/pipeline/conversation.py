@@ -207,9 +207,11 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     def plan(block_room: int, extra: int) -> tuple:
         """The zone when the block may take `block_room`, and its opening and values (`extra` tokens over
         their share): the tail keeps the rest of the target, and what the block may take is not the tail's."""
-        through, pinned = plan_compaction(turns, target=max(0, target - block_room), min_tail=profile.conversation.tail_turns,
-                                          counter=counter, request_index=inputs.request_index, current=zone,
-                                          ceiling=max(0, ceiling - block_room), growth_turns=profile.conversation.growth_turns,
+        through, pinned = plan_compaction(turns, target=max(0, target - block_room),
+                                          min_tail=profile.conversation.tail_turns, counter=counter,
+                                          request_index=inputs.request_index, current=zone,
+                                          ceiling=max(0, ceiling - block_room),
+                                          growth_turns=profile.conversation.growth_turns,
                                           max_turns=profile.conversation.max_verbatim_turns)
         new = Verbatim(through, pinned, "", zone.compactions + 1)
         # secrets masked before the block derives from them (a value pulled out of its label's context too);
