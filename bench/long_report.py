@@ -154,15 +154,32 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
    ADK's per-request copies of 10,000 contents on the loop thread (about 10 ms); they are now released on the
    work-ahead thread, after its job (its column above).
    Median profiled call, tool loop at 10,000 events: 117 → 23 ms.
+16. **A compaction call ranked twice** (profiled per function, 30-call tool loop at 1,000 events): a call that
+   compacted with the payload frozen ranked Evidence and Memory for the zone it was leaving, only to size a room
+   that a frozen payload does not need ranking for (its lines are inside the payload), then again for the zone it
+   kept: 8–12 ms per compaction call. It now ranks once (`select.frame_candidates` sizes the room), and a held
+   compaction whose cut does not pin the request stops before building its block (`compact(pinned_only=True)`).
+   Paired runs, tool loop at 1,000 events: p95 82.6 → 69.6 ms.
+17. **Per-search and per-invocation passes** (profiled, chat at 1,000 and 10,000 events): the index hashed every
+   candidate's text with sha256 on each search to count its tokens (now counted once per index row); MMR
+   recomputed every score each round and duplicate grouping compared all pairs (now updated in place, and only
+   items with an earlier item at the threshold are grouped); pruning walked every older turn at each new
+   invocation (now an index of output keys carried from the last call: the opening call's collect stage at
+   10,000 events 3.4 → 2.2 ms); a one-text embedding (the question) skips `encode`'s per-call set-up (1–2 ms,
+   the same bits). Together about 1 ms per call: the opening call at 10,000 events 27.7 → 26.7 ms.
 
 Still proportional to the history (measured above): the retrieval pool itself (every compacted turn stays
 searchable: BM25 postings and one matrix-vector product over it) and a few C-speed passes under 1 ms at 10,000
-events (tuple comparisons of the unchanged run, copies of the URI map). Not removed, and why the targets still
-fail where they do: a chat call embeds its new question (MiniLM on this CPU, about 20 ms: a fixed cost per
-question, not per event, so the chat's p50 is flat from 1,000 to 10,000 events but above 15 ms); and a
-compaction call (45–90 ms) still builds the new block's KNOWN VALUES and summary and selects Memory again, and
-embeds the documents of turns whose text changed since the work ahead read them, so where a tool loop of large
-outputs compacts every few calls (8K window) its p95 is a compaction call. The chat's calls are two
+events (tuple comparisons of the unchanged run, copies of the URI map; about 2 ms together at 10,000 events:
+the edge's inputs, `history_documents`' stamps, the inputs digest). Not removed, and why the targets still
+fail where they do: a chat call that opens a user turn embeds its new question (the int8 MiniLM forward of a
+20-token question is 8–14 ms of kernel work on this CPU, by torch.profiler, and ranking costs about 5 ms: a
+fixed cost per question, not per event, so the opening call is about 27 ms at 1,000 and at 10,000 events); and
+a compaction call (45–90 ms) still merges the new block's KNOWN VALUES (about 20 ms, rebuilt from every value
+set), and in 5 of 8 compaction calls embeds the newest compacted turn, whose document includes the turn after
+it, which arrives only with this call (the work ahead cannot have read it; changing the document text would
+change what retrieval finds), so where a tool loop of large outputs compacts every few calls (8K window) its
+p95 is a compaction call. The chat's calls are two
 populations, those that open a user turn (the new question embedded, Memory searched and fitted anew) and those
 inside its tool loop (a few ms apart from the first), about half each: its p50 lands on either (at 1,000 events
 14.7 ms in one run, 27.5 ms in a run of the commit before), so its 1,000-to-10,000 ratio moves between about 1.1×
