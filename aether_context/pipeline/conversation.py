@@ -196,8 +196,7 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     the densest part), then fold lines and the summary. Those two have floors, so the block still
     says what happened; values that need more take the summary's floor and part of the fold lines'
     (`_FOLD_KEEPS` stays), then up to `_VALUES_CLAIM` of the target from the verbatim tail (the zone
-    is planned again for the larger block); what the values leave of their share goes to fold lines.
-    When the values fit their share, nothing is claimed.
+    is planned again for the larger block, only when they need it); what they leave goes to fold lines.
     """
     turns, room = prepared.turns, int(target * BLOCK_SHARE)  # block and tail come down to the target together
     original = lambda t: prepared.originals.get(t.start, t)  # noqa: E731 (the turn before any cut)
@@ -207,12 +206,11 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     def plan(block_room: int, extra: int) -> tuple:
         """The zone when the block may take `block_room`, and its opening and values (`extra` tokens over
         their share): the tail keeps the rest of the target, and what the block may take is not the tail's."""
-        through, pinned = plan_compaction(turns, target=max(0, target - block_room),
-                                          min_tail=profile.conversation.tail_turns, counter=counter,
-                                          request_index=inputs.request_index, current=zone,
-                                          ceiling=max(0, ceiling - block_room),
-                                          growth_turns=profile.conversation.growth_turns,
-                                          max_turns=profile.conversation.max_verbatim_turns)
+        policy = profile.conversation
+        through, pinned = plan_compaction(turns, target=max(0, target - block_room), min_tail=policy.tail_turns,
+                                          counter=counter, request_index=inputs.request_index, current=zone,
+                                          ceiling=max(0, ceiling - block_room), growth_turns=policy.growth_turns,
+                                          max_turns=policy.max_verbatim_turns)
         new = Verbatim(through, pinned, "", zone.compactions + 1)
         # secrets masked before the block derives from them (a value pulled out of its label's context too);
         # the compacted turns' originals are read lazily: newest first for the values (which stop at their
