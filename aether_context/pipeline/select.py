@@ -320,7 +320,8 @@ def widen_memory(inputs: PackInputs, profile: BudgetProfile, cands: Candidates, 
     does not fit is skipped and the next best tried, so none is shortened.
     """
     mem_docs = _memory_documents(inputs, compacted, counter, cache)
-    if len(mem_docs) <= len(cands.memory) or len(cands.memory) >= _k(profile.memory.top_k, mem_docs):
+    if (len(mem_docs) <= max(len(cands.memory), retriever.settings.candidate_pool)  # the pool left nothing out
+            or len(cands.memory) >= _k(profile.memory.top_k, mem_docs)):
         return cands
     wide = _rank_memory(inputs, profile, retriever, mem_docs, _verbatim(cands.conversation, kept), counter, MAX_RANKED)
     free, memory = room - LAYER_OVERHEAD, []
