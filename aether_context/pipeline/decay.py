@@ -17,7 +17,7 @@ from ..content import Blob, FunctionCall, FunctionResponse, Message, TextPart, s
 from ..tokens import TokenCounting
 from .cache import PackCache, counter_key
 from .collect import Turn, turn_start
-from .incremental import mapped, running_totals, shared_prefix, turn_key
+from .incremental import extended, mapped, running_totals, shared_prefix, turn_key
 
 __all__ = ["RunningSummary", "fold_turn", "decay_zones", "Zones", "decay_images", "blob_key", "prune_tool_outputs"]
 
@@ -189,14 +189,15 @@ def _saved(turns: "tuple[Turn, ...]", keys: "tuple[tuple[str, ...], ...]", uris:
     where each output key is (carried from the last call), so a long history is not walked."""
     if not uris:
         return []
-    hit = cache.lookup("carried", ("key_index", id(turns[0]))) if cache is not None and turns else None
-    same = shared_prefix(hit[0], turns) if hit is not None else 0
-    where: dict[str, tuple[int, ...]] = dict(hit[1]) if hit is not None and same == len(hit[0]) else {}
-    for i in range(same if where else 0, len(turns)):
-        for k in keys[i]:
-            where[k] = where.get(k, ()) + (i,)
-    if cache is not None and turns:
-        cache.put("carried", ("key_index", id(turns[0])), (turns, where))  # holds the turns: their ids stay theirs
+
+    def feed(old: "dict[str, tuple[int, ...]]", more: tuple) -> "dict[str, tuple[int, ...]]":
+        where = dict(old)  # the carried index stays the last call's
+        for i in range(len(turns) - len(more), len(turns)):
+            for k in keys[i]:
+                where[k] = where.get(k, ()) + (i,)
+        return where
+
+    where = extended("key_index", turns, dict, feed, cache)
     found = {i for k in uris for i in where.get(k, ())}
     return sorted(i for i in found if all(k in uris for k in keys[i]))
 
