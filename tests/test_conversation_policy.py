@@ -320,7 +320,7 @@ async def test_a_coding_loop_settles_below_its_room(memory_store_url):
     `coding_agent`), once it has compacted, it compacts again while two more such turns still fit its
     room (the first compaction comes where it did), so the late calls of a
     long loop are smaller than when it fills the room to the last turn before compacting, and each
-    compaction re-processes no more than before (the block and a short tail, after the kept payload)."""
+    compaction re-processes about as much as before (the block and a short tail, after the kept payload)."""
     from aether_context import load_profile
 
     coding = load_profile("coding_agent")
