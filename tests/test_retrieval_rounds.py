@@ -78,3 +78,17 @@ def test_duplicate_groups_equal_the_plain_rounds():
         threshold = float(rng.choice([0.5, 0.9, 0.95, 1.0]))
         assert group_duplicates(keys, vectors, threshold, sims) == _plain_groups(keys, sims, threshold)
         assert group_duplicates(keys, None, threshold) == _plain_groups(keys, np.zeros((n, n)), 2.0)
+
+
+
+def test_a_row_whose_shown_text_changes_is_counted_again():
+    """`add` keeps a row when only the shown text changes (the same search text: text and context
+    split otherwise); its cached token count must follow the new text."""
+    from aether_context.retrieval import Document, HashingEmbedder, HybridIndex, RetrievalSettings
+
+    index = HybridIndex(RetrievalSettings(), embedder=HashingEmbedder())
+    count = lambda text: len(text.split())  # noqa: E731
+    index.add([Document("d1", "alpha beta\ngamma delta epsilon", "memory")])
+    assert index.search("alpha", budget_tokens=100, count_tokens=count).items[0].tokens == 5
+    index.add([Document("d1", "alpha beta", "memory", context="gamma delta epsilon")])  # same search text
+    assert index.search("alpha", budget_tokens=100, count_tokens=count).items[0].tokens == 2

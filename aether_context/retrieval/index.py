@@ -131,6 +131,8 @@ class HybridIndex:
                 if row is not None and self._docs[row] is doc:  # the same document again: nothing to do
                     continue
                 if row is not None and self._docs[row].search_text == doc.search_text:
+                    if self._docs[row].text != doc.text:  # the same search text shown otherwise: recount
+                        self._counted[1].pop(row, None)
                     self._docs[row] = doc
                     self._note_timestamp(doc)
                     continue
@@ -333,7 +335,7 @@ class HybridIndex:
 
         if count_tokens is not None and self._counted[0] != count_tokens:  # another counter: counts start afresh
             self._counted = (count_tokens, {})
-        tokens = self._counted[1]  # row -> its text's tokens: a row's text never changes
+        tokens = self._counted[1]  # row -> its text's tokens (dropped when `add` replaces the row's text)
 
         def cost(i: int) -> int:  # token count of candidate i (an index into pool), counted once per row
             row = int(pool[i])
