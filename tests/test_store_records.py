@@ -126,6 +126,8 @@ def _value(rng: random.Random, depth: int = 0):
 
 def _changed(rng: random.Random, value):
     if isinstance(value, list):
+        if value and rng.random() < 0.3:  # the same length, items changed in place (the `$e` form)
+            return [_changed(rng, v) if rng.random() < 0.3 else v for v in value]
         out = value[rng.randint(0, len(value)):] if value and rng.random() < 0.3 else list(value)
         return ([_value(rng)] if rng.random() < 0.3 else []) + out + ([_value(rng)] if rng.random() < 0.5 else [])
     if isinstance(value, dict):
