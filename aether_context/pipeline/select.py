@@ -265,8 +265,7 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     shown_ev, shown_mem = {ln.id for ln in evidence}, {ln.id for ln in memory}  # once: the pool holds every compacted turn
     unselected = {
         "evidence": tuple(d.id for d in ev_docs if d.id not in shown_ev),
-        # the pool's compacted turns (source "history") come after the remembered facts: only these are read
-        "memory": tuple(d.id for d in mem_docs[:len(inputs.memory)] if d.source != "history" and d.id not in shown_mem),
+        "memory": _unselected_memory(inputs, mem_docs, shown_mem),
     }
     return Candidates(tools=tools, evidence=evidence, memory=memory, conversation=conv, signals=signals,
                       flags=tuple(flags), unselected=unselected)
@@ -332,8 +331,13 @@ def widen_memory(inputs: PackInputs, profile: BudgetProfile, cands: Candidates, 
     if sum(ln.tokens for ln in memory) <= sum(ln.tokens for ln in cands.memory):
         return cands  # the wider pool adds nothing that fits
     shown = {ln.id for ln in memory}
-    unselected = tuple(d.id for d in mem_docs[:len(inputs.memory)] if d.source != "history" and d.id not in shown)
+    unselected = _unselected_memory(inputs, mem_docs, shown)
     return replace(cands, memory=tuple(memory), unselected={**cands.unselected, "memory": unselected})
+
+
+def _unselected_memory(inputs: PackInputs, mem_docs: "list[Document]", shown: "set[str]") -> "tuple[str, ...]":
+    """The remembered facts Memory left out (the pool's compacted turns come after them: only these are read)."""
+    return tuple(d.id for d in mem_docs[:len(inputs.memory)] if d.source != "history" and d.id not in shown)
 
 
 def _step_tools(inputs: PackInputs) -> "tuple[tuple[ToolSpec, ...], list[str]]":
