@@ -597,3 +597,17 @@ def test_a_rewrite_that_fails_leaves_the_request_as_it_came():
     with pytest.raises(Exception):
         apply_request(llm_request, broken, declared=set(), original=core)
     assert llm_request.model_dump(mode="json") == before
+
+
+async def test_a_kept_payload_reports_its_memory_within_budget(memory_store_url):
+    """Within an invocation the payload is kept as sent, Memory included: the receipt's Memory budget is
+    what the kept lines use, not 0 with the lines over it."""
+    memory = await remembered(CODENAME)
+    agent, llm = scripted_agent([call("lookup", key=f"item number {i}") for i in range(6)] + ["It is BLUEBIRD."])
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=1500)  # the loop's turns outgrow Memory's share
+    runner = make_runner(agent, plugins=[plugin], memory_service=memory)
+    await run_turn(runner, await new_session(runner), "What is the launch codename?")
+    first, *kept = (r.manifest for r in plugin.packer.recent)
+    assert first.layer_budgets["memory"].used > 0 and all(m.reused_payload for m in kept)
+    for m in kept:
+        assert m.layer_budgets["memory"].budget == m.layer_budgets["memory"].used == first.layer_budgets["memory"].used

@@ -248,7 +248,9 @@ def _layers(inputs: PackInputs, d: Decisions, state: PackState, counter: TokenCo
     system_used = counter.count_text(request.system_instruction) + sum(counter.count_message(m) for m in conv.instructions)
     tools_used = head_tokens(request, counter) - counter.count_text(request.system_instruction)
     n_conv = len(conv.history) + len(conv.loop)
-    budgets, demands = alloc.budgets, alloc.demands
+    budgets, demands = dict(alloc.budgets), alloc.demands
+    if d.reused:  # a payload kept as sent holds the lines it was built with: its budget is what they use
+        budgets.update(evidence=ev_used, memory=mem_used)
     return {
         "system": LayerUsage(budget=system_used, used=system_used, items=1),
         "task": LayerUsage(budget=task_used, used=task_used, items=1),
