@@ -16,7 +16,8 @@ from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .cache import PackCache
 from .collect import PackInputs, PackState
-from .conversation import known_values_of, verbatim_zone
+from .conversation import verbatim_zone
+from .known_values import known_values_of
 from .prepare import prepare
 from .render import masking, turn_masker
 from .retrieve import Retriever
