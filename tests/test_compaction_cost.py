@@ -64,3 +64,14 @@ async def test_carried_known_values_send_what_a_cold_cache_sends(memory_store_ur
     assert sum(1 for m in manifests if m.compaction) >= 3, "too few compactions: make the loop longer"
     assert any("KNOWN VALUES" in str(r) for r in warm)
     assert warm == cold
+
+
+async def test_a_compaction_embeds_no_document_the_work_ahead_could(memory_store_url):
+    """The newest compacted turn's retrieval document reads the turn after it once that one is compacted
+    too: the work ahead embeds it while the model answers, so no compaction after the first embeds a
+    document on the request's path."""
+    ON_PACK_THREAD.clear()
+    _, manifests = await _run(f"{memory_store_url}/ahead", cold=False)
+    compacting = [k for k, m in enumerate(manifests) if m.compaction]
+    assert len(compacting) >= 3
+    assert not [(k, text[:80]) for k, text in ON_PACK_THREAD if k in compacting[1:]]
