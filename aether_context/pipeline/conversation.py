@@ -194,7 +194,7 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
         opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter)
         opening_tokens = counter.count_text(opening) if opening else 0
         visible = "\n".join([opening, *map(turn_text, kept)])
-        cap = min(profile.decay.values_max_tokens, max(0, room - opening_tokens - int(room * _FOLD_KEEPS)) + extra)
+        cap = _block_caps(profile, room, opening_tokens, extra=extra).values
         values, need = known_values(compacted, original, mask, limit=profile.decay.values_max_tokens, cap=cap,
                                     counter=counter, visible=visible, params=params, cache=cache)
         return new, compacted, opening, opening_tokens, values, need - cap
@@ -208,27 +208,39 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
         return None
     summary = RunningSummary.from_json(inputs.summary)
     used = counter.count_text(values) if values else 0
-    fold_cap, summary_cap = _block_caps(profile, room, opening_tokens, max(0, used - extra))
+    caps = _block_caps(profile, room, opening_tokens, values=max(0, used - extra))
     block = compaction_block(
         tuple(mask(original(t)) for t in compacted[bisect_right(compacted, summary.covered_until, key=turn_start):]),
         summary, opening=opening, uris=uris, values=values, counter=counter, cache=cache,
-        goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=fold_cap, summary_max_tokens=summary_cap)
+        goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=caps.fold, summary_max_tokens=caps.summary)
     new = replace(new, block=block.text, pins_opening=bool(opening))
     folded = tuple(t.start for t in zone.kept(turns) if not new.keeps(t))
     return Compaction(new, reason, folded, tokens_before, conversation_tokens(prepared, new, counter), block.summary,
                       block.merged_lines)
 
 
-def _block_caps(profile: BudgetProfile, room: int, opening: int, values: int) -> tuple[int, int]:
-    """The fold lines' and the summary's caps once the values took `values` tokens of the block's room
-    after the opening request: their floors, less what values that needed more took of them (the
-    summary's first), and fold lines get what values left of their own share."""
+@dataclass(frozen=True)
+class _BlockCaps:
+    """The most each part of the CONVERSATION SO FAR block may take, in tokens."""
+
+    values: int
+    fold: int
+    summary: int
+
+
+def _block_caps(profile: BudgetProfile, room: int, opening: int, *, extra: int = 0, values: int = 0) -> _BlockCaps:
+    """What each part of a block of `room` tokens may take once the opening request took `opening`: the
+    values all but `_FOLD_KEEPS` of the rest (plus `extra` claimed from the tail); then, once the values
+    took `values` of the block's own room, the fold lines and the summary their floors, less what values
+    that needed more took of them (the summary's first), and fold lines what values left of their share."""
     fold, summary = (int(room * _FLOOR_SHARES[k]) for k in ("fold", "summary"))
+    values_cap = min(profile.decay.values_max_tokens, max(0, room - opening - int(room * _FOLD_KEEPS)) + extra)
     share = min(profile.decay.values_max_tokens, max(0, room - opening - fold - summary))  # the values' own share
     over = max(0, values - share)
     summary_cap = max(0, summary - over)
     fold_cap = max(0, fold - max(0, over - summary)) + max(0, share - values)
-    return min(profile.decay.fold_max_tokens, fold_cap), min(profile.decay.summary_max_tokens, summary_cap)
+    return _BlockCaps(values_cap, min(profile.decay.fold_max_tokens, fold_cap),
+                      min(profile.decay.summary_max_tokens, summary_cap))
 
 
 def _opening(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: BudgetProfile, window: int,
