@@ -27,7 +27,8 @@ from report_sections import machine, section_main  # noqa: E402
 from trajectories import DEFAULT_DATA, Trajectory, load_tau_airline  # noqa: E402
 
 from aether_context import TokenCounter  # noqa: E402
-from aether_context.compress.values import ValueSet, extract_values, merge_values, render_values  # noqa: E402
+from aether_context.compress.value_merge import merge_values  # noqa: E402
+from aether_context.compress.values import ValueSet, extract_values, render_values  # noqa: E402
 
 CAPS = (400, 800, 1200)
 

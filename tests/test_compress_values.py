@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
+from aether_context.compress.value_merge import merge_values
 from aether_context.compress.values import (
-    ValueSet, extract_values, merge_values, render_call, render_values, values_from_messages,
+    ValueSet, extract_values, render_call, render_values, values_from_messages,
 )
 from aether_context.tokens import TokenCounter
 

@@ -34,9 +34,8 @@ from .summarize import (
     validate_summary,
 )
 from .tool_results import CompressedOutput, ToolOutputKind, classify_tool_output, compress_tool_output, render_payload
-from .values import (
-    ValueSet, argument_order, extract_values, merge_values, render_call, render_values, values_from_messages,
-)
+from .value_merge import merge_values
+from .values import ValueSet, argument_order, extract_values, render_call, render_values, values_from_messages
 
 __all__ = [
     "TextCounting", "TokenCounterLike", "clip_text",

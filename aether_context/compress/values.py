@@ -3,15 +3,15 @@
 Why: an agent reads a reservation id in a tool result, a user id in a user message, and uses them
 as arguments several calls later. Folding turns the result into one line and the value is gone,
 so the model guesses or asks again. Here every source (a tool call with its result, a user or
-model text) yields its values as `field=value,...` pairs; sources merge across turns (the newest
-result of the same call replaces the older one, a value already shown by a newer source is not
-repeated) and render as a compact `KNOWN VALUES:` block, one short line per source, within a cap.
+model text) yields its values as `field=value,...` pairs; sources merge across turns (`value_merge`:
+the newest result of the same call replaces the older one, a value already shown by a newer source
+is not repeated) and render as a compact `KNOWN VALUES:` block, one short line per source, within a cap.
 
 Usage::
 
     sets = [extract_values(tool="get_user_details", args={"user_id": "mia_li_3668"}, result=user, turn=3),
             extract_values(text="My reservation ID is YAX4DR.", turn=4)]
-    block = render_values(merge_values(sets), max_tokens=300, counter=counter)
+    block = render_values(merge_values(sets), max_tokens=300, counter=counter)  # merge_values from value_merge
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from ..content import FunctionCall, Message, canonical_json
 from ._fit import ELLIPSIS, TokenCounterLike, as_count, safe_end
-from ._value_forms import compact_form, parameter_names, short_fields
+from ._value_forms import compact_form, parameter_names
 
-__all__ = ["ValueSet", "extract_values", "values_from_messages", "merge_values", "render_values", "render_call",
+__all__ = ["ValueSet", "extract_values", "values_from_messages", "render_values", "render_call",
            "argument_order", "parameter_names"]
 
 _MAX_VALUE_CHARS = 80  # longer strings are prose, not values
@@ -179,51 +179,6 @@ def render_call(tool: str, args: Mapping[str, Any], max_chars: int = _ARG_CHARS)
     return f"{tool}({', '.join(parts)})"
 
 
-def merge_values(sets: Iterable[ValueSet | None], *, visible: str = "") -> list[ValueSet]:
-    """One set per source, in the order room goes to them: where values come from (tool results, the
-    user's texts) newest first, then the model's own texts, which mostly repeat what it read. The newest
-    result of the same call replaces the older one; field paths are shortened to the names that say
-    something (`flights.flight_number` → `flight_number`, same names merged). A value is shown once: an
-    identifier an earlier source shows is dropped from later ones (numbers and dates keep their
-    context), a model text keeps only values no other source shows, and nothing the `visible` text (the
-    verbatim turns) already holds is repeated. Sources left without fields go, unless they are calls."""
-    latest: dict[str, ValueSet] = {}
-    for vs in sets:
-        if vs is not None and (vs.source not in latest or vs.turn >= latest[vs.source].turn):
-            latest[vs.source] = vs
-    ordered = sorted(latest.values(), key=lambda v: (v.derived, -v.turn, v.source))
-    shown: set[str] = set()  # identifiers shown
-    every: set[str] = set()  # every value shown
-    words = set(_WORD.findall(visible))
-    merged = []
-    for vs in ordered:
-        fields = []
-        own = _label_values(vs.source) if vs.call else set()  # the call's arguments are in its label
-        for name, values in short_fields(vs.fields):
-            fresh = tuple(v for v in values if v not in own and not _seen(v, shown, every, vs.derived)
-                          and not _visible(v, visible, words))
-            if fresh:
-                fields.append((name, fresh))
-            shown.update(v for v in fresh if _IDLIKE.match(v))
-            every.update(fresh)
-        if fields or vs.call:
-            merged.append(ValueSet(vs.source, vs.turn, tuple(fields), vs.call))
-    return merged
-
-
-def _seen(value: str, shown: set[str], every: set[str], derived: bool) -> bool:
-    return value in every if derived else value in shown
-
-
-def _visible(value: str, text: str, words: set[str]) -> bool:
-    """`value` occurs in `text` as a whole token (`words`: the text's tokens, for values without spaces)."""
-    if not text:
-        return False
-    if " " not in value:
-        return value in words
-    return value in text and re.search(rf"(?<!\w){re.escape(value)}(?!\w)", text) is not None
-
-
 def render_values(sets: Iterable[ValueSet], max_tokens: int, counter: TokenCounterLike, *,
                   title: str = "KNOWN VALUES:", params: frozenset[str] = frozenset()) -> str:
     """`title` then one line per source, newest first: `- source → field=v1,v2 …`, within `max_tokens`.
@@ -254,12 +209,17 @@ def render_values(sets: Iterable[ValueSet], max_tokens: int, counter: TokenCount
         else:
             shown[k] = before
 
+    ranks: list[list[int] | None] = [None] * len(sets)  # each source's field ranks, read when first needed
+    names: dict[str, int] = {}
     for rank, limit in ((r, n) for r in range(4) for n in (_FIRST_VALUES, _ALL)):
         for k, vs in enumerate(sets):
             if max_tokens - used < _MIN_ROOM:
                 break  # no field or label fits in what is left
+            field_ranks = ranks[k]
+            if field_ranks is None:
+                field_ranks = ranks[k] = [_field_rank(name, values, params, names) for name, values in vs.fields]
             for f, (name, values) in enumerate(vs.fields):
-                if _field_rank(name, values, params) == rank and shown[k].get(f, 0) < min(limit, len(values)):
+                if field_ranks[f] == rank and shown[k].get(f, 0) < min(limit, len(values)):
                     attempt(k, f, limit)
             if cost[k] is None and vs.call and rank == 3 and limit == _ALL:
                 attempt(k, None, 0)  # a call with nothing else to show: its arguments, with the room left
@@ -269,11 +229,22 @@ def render_values(sets: Iterable[ValueSet], max_tokens: int, counter: TokenCount
     return "\n".join([title, *lines]) if lines else ""
 
 
-def _field_rank(name: str, values: tuple[str, ...], params: frozenset[str] = frozenset()) -> int:
+def _field_rank(name: str, values: tuple[str, ...], params: frozenset[str] = frozenset(),
+                names: "dict[str, int] | None" = None) -> int:
     """0 identifiers (ids, codes, emails), 1 fields named like a tool's parameter, 2 other typed-back
-    values (names, dates, amounts, paths), 3 the rest."""
-    if _ID_ARG.search(name) or name.lower().endswith(("email", "emails", "ids", "codes")) or all(
-            _IDLIKE.match(v) for v in values):
+    values (names, dates, amounts, paths), 3 the rest. `names` keeps what each name alone says (a
+    render ranks many fields of few names)."""
+    by_name = names.get(name) if names is not None else None
+    if by_name is None:
+        by_name = _name_rank(name, params)
+        if names is not None:
+            names[name] = by_name
+    return 0 if by_name == 0 or all(_IDLIKE.match(v) for v in values) else by_name
+
+
+def _name_rank(name: str, params: frozenset[str]) -> int:
+    """A field's rank by its name alone (0 when the name says identifier)."""
+    if _ID_ARG.search(name) or name.lower().endswith(("email", "emails", "ids", "codes")):
         return 0
     if name.rsplit(".", 1)[-1] in params:
         return 1
@@ -364,11 +335,6 @@ def _text_fields(text: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
             if value and value not in values:
                 values.append(value)
     return tuple((name, tuple(values)) for name, values in found.items() if values)
-
-
-def _label_values(label: str) -> set[str]:
-    inner = label[label.find("(") + 1: label.rfind(")")]
-    return {part.split("=", 1)[1] for part in inner.split(", ") if "=" in part}
 
 
 def _bare(value: str) -> bool:

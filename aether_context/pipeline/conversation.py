@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from ..compress.middle_out import middle_out
-from ..compress.values import extract_values, merge_values, parameter_names, render_values
-from ..content import Message, canonical_json
+from ..compress.values import parameter_names
+from ..content import Message
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .allocate import conversation_tokens
@@ -25,13 +25,14 @@ from .collect import PackInputs, PackState, Turn, turn_start
 from .decay import RunningSummary, decay_zones
 from .fit import TruncationEvent
 from .cache import PackCache
-from .incremental import turn_key, turn_tokens
+from .incremental import turn_tokens
+from .known_values import known_values, turn_text
 from .prepare import Prepared
 from .render import quote as _quote, turn_masker
 from .select import query_text
 
-__all__ = ["Compaction", "CompactionBlock", "Verbatim", "verbatim_zone", "plan_compaction", "compaction_block", "known_values",
-           "BLOCK_HEADER", "compact", "compaction_events", "known_values_of"]
+__all__ = ["Compaction", "CompactionBlock", "Verbatim", "verbatim_zone", "plan_compaction", "compaction_block",
+           "BLOCK_HEADER", "compact", "compaction_events"]
 
 BLOCK_HEADER = "CONVERSATION SO FAR"
 
@@ -152,32 +153,6 @@ def compaction_block(compacted: "tuple[Turn, ...]", summary: RunningSummary, *, 
     return CompactionBlock("\n".join(parts), zones.summary, zones.merged_lines)
 
 
-def known_values(newest_first: "Iterable[Turn]", max_tokens: int, counter: TokenCounting,
-                 cache: PackCache | None = None, visible: str = "", params: frozenset[str] = frozenset()) -> str:
-    """KNOWN VALUES of the compacted turns (given newest first): the ids and values they carried (call
-    arguments included), newest value per source, so an identifier read long ago is still there when a
-    call needs it.
-
-    Bounded by the cap, not the history: a line costs at least a few tokens, so at most `max_tokens`
-    sources can show; the newest turns giving that many are read (each turn's values once, from `cache`).
-    A value the `visible` text (the verbatim turns, the pinned opening request) holds is not repeated."""
-    if max_tokens <= 0:
-        return ""
-    sets: list = []
-    for turn in newest_first:
-        found = known_values_of(turn, cache)
-        sets.extend(vs for vs in found if vs is not None)
-        if len(sets) >= max_tokens:
-            break
-    merged = merge_values(sets, visible=visible)
-    return render_values(merged, max_tokens, counter, params=params) if merged else ""
-
-
-def known_values_of(turn: Turn, cache: PackCache | None = None) -> tuple:
-    """The value sets one (masked) turn carried, computed once per content with a `cache`."""
-    return _turn_values(turn) if cache is None else cache.get("turn_values", turn_key(turn), lambda: _turn_values(turn))
-
-
 BLOCK_SHARE = 0.6  # of the compaction target: the most the block may take (the verbatim tail keeps the rest)
 _FLOOR_SHARES = {"fold": 0.2, "summary": 0.1}  # of the block's room, for fold lines and the summary ...
 _FOLD_KEEPS = 0.1  # ... of which values that need more room take all but this share (the summary's floor first)
@@ -218,13 +193,10 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
         compacted, kept = new.split(turns)
         opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter)
         opening_tokens = counter.count_text(opening) if opening else 0
-        visible = "\n".join([opening, *map(_turn_text, kept)])
-        cap = min(profile.decay.values_max_tokens, max(0, room - opening_tokens - int(room * _FOLD_KEEPS)) + extra)
-        values = known_values(map(mask, map(original, reversed(compacted))), profile.decay.values_max_tokens,
-                              counter, cache, visible, params)
-        need = counter.count_text(values) if values else 0
-        if need > cap:
-            values = known_values(map(mask, map(original, reversed(compacted))), cap, counter, cache, visible, params)
+        visible = "\n".join([opening, *map(turn_text, kept)])
+        cap = _block_caps(profile, room, opening_tokens, extra=extra).values
+        values, need = known_values(compacted, original, mask, limit=profile.decay.values_max_tokens, cap=cap,
+                                    counter=counter, visible=visible, params=params, cache=cache)
         return new, compacted, opening, opening_tokens, values, need - cap
 
     extra = 0
@@ -236,27 +208,39 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
         return None
     summary = RunningSummary.from_json(inputs.summary)
     used = counter.count_text(values) if values else 0
-    fold_cap, summary_cap = _block_caps(profile, room, opening_tokens, max(0, used - extra))
+    caps = _block_caps(profile, room, opening_tokens, values=max(0, used - extra))
     block = compaction_block(
         tuple(mask(original(t)) for t in compacted[bisect_right(compacted, summary.covered_until, key=turn_start):]),
         summary, opening=opening, uris=uris, values=values, counter=counter, cache=cache,
-        goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=fold_cap, summary_max_tokens=summary_cap)
+        goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=caps.fold, summary_max_tokens=caps.summary)
     new = replace(new, block=block.text, pins_opening=bool(opening))
     folded = tuple(t.start for t in zone.kept(turns) if not new.keeps(t))
     return Compaction(new, reason, folded, tokens_before, conversation_tokens(prepared, new, counter), block.summary,
                       block.merged_lines)
 
 
-def _block_caps(profile: BudgetProfile, room: int, opening: int, values: int) -> tuple[int, int]:
-    """The fold lines' and the summary's caps once the values took `values` tokens of the block's room
-    after the opening request: their floors, less what values that needed more took of them (the
-    summary's first), and fold lines get what values left of their own share."""
+@dataclass(frozen=True)
+class _BlockCaps:
+    """The most each part of the CONVERSATION SO FAR block may take, in tokens."""
+
+    values: int
+    fold: int
+    summary: int
+
+
+def _block_caps(profile: BudgetProfile, room: int, opening: int, *, extra: int = 0, values: int = 0) -> _BlockCaps:
+    """What each part of a block of `room` tokens may take once the opening request took `opening`: the
+    values all but `_FOLD_KEEPS` of the rest (plus `extra` claimed from the tail); then, once the values
+    took `values` of the block's own room, the fold lines and the summary their floors, less what values
+    that needed more took of them (the summary's first), and fold lines what values left of their share."""
     fold, summary = (int(room * _FLOOR_SHARES[k]) for k in ("fold", "summary"))
+    values_cap = min(profile.decay.values_max_tokens, max(0, room - opening - int(room * _FOLD_KEEPS)) + extra)
     share = min(profile.decay.values_max_tokens, max(0, room - opening - fold - summary))  # the values' own share
     over = max(0, values - share)
     summary_cap = max(0, summary - over)
     fold_cap = max(0, fold - max(0, over - summary)) + max(0, share - values)
-    return min(profile.decay.fold_max_tokens, fold_cap), min(profile.decay.summary_max_tokens, summary_cap)
+    return _BlockCaps(values_cap, min(profile.decay.fold_max_tokens, fold_cap),
+                      min(profile.decay.summary_max_tokens, summary_cap))
 
 
 def _opening(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: BudgetProfile, window: int,
@@ -280,25 +264,3 @@ def compaction_events(compaction: Compaction | None) -> tuple[TruncationEvent, .
     return (TruncationEvent("conversation", "fold", f"compaction ({compaction.reason}): turns moved to the "
                             "compaction block and Memory", tuple(f"turn-{k}" for k in compaction.folded),
                             compaction.tokens_before, compaction.tokens_after),)
-
-
-def _turn_values(turn: Turn) -> tuple:
-    """The value sets of one turn: its texts, and each call with its matching response."""
-    sets = []
-    responses = [r for m in turn.messages for r in m.responses]
-    for m in turn.messages:
-        if m.text:
-            sets.append(extract_values(text=m.text, role=m.role, turn=turn.start))
-        for c in m.calls:
-            match = next((r for r in responses if (c.id and r.id == c.id) or r.name == c.name), None)
-            if match is not None:
-                responses.remove(match)
-            sets.append(extract_values(tool=c.name, args=c.args, result=match.response if match else None,
-                                       turn=turn.start))
-    return tuple(sets)
-
-
-def _turn_text(turn: Turn) -> str:
-    """What a verbatim turn shows: its texts, calls' arguments and responses."""
-    return "\n".join(m.text + "".join(canonical_json(c.args) for c in m.calls)
-                     + "".join(canonical_json(r.response) for r in m.responses) for m in turn.messages)

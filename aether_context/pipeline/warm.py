@@ -12,11 +12,14 @@ turns still verbatim, after a call's request has gone out, leaves the compaction
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .cache import PackCache
-from .collect import PackInputs, PackState
-from .conversation import known_values_of, verbatim_zone
+from .collect import PackInputs, PackState, turn_start
+from .conversation import verbatim_zone
+from .known_values import known_values_of
 from .prepare import prepare
 from .render import masking, turn_masker
 from .retrieve import Retriever
@@ -28,7 +31,8 @@ __all__ = ["warm_ahead"]
 def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, counter: TokenCounting,
                retriever: Retriever, cache: PackCache) -> int:
     """Mask, extract the values of, and embed the documents of the turns `state` left verbatim (the
-    pack built from `inputs`); returns how many turns were read."""
+    pack built from `inputs`), and the newest compacted turn's document as the next compaction reads
+    it; returns how many turns were read."""
     with masking(profile.redaction):
         prepared = prepare(inputs, profile, counter, cache)
         zone = verbatim_zone(state, inputs.request.messages)
@@ -40,9 +44,10 @@ def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, 
             known_values_of(mask(prepared.originals.get(turn.start, turn)), cache)
     if retriever.ready():
         # each kept turn's document as a compaction will build it (kept in `cache`, where the compaction
-        # looks it up): with the turn after it, and without it (the newest turn a compaction moves)
+        # looks it up): with the turn after it, and without it (the newest turn a compaction moves); and
+        # the newest compacted turn's with the turn after it, which it reads once that turn moves too
         turns = prepared.turns
-        first = next(i for i, t in enumerate(turns) if zone.keeps(t))
+        first = max(0, bisect_left(turns, kept[0].start, key=turn_start) - 1)
         retriever.cache.rows([history_document(turns, i, inputs.message_times, counter.count_text, cache,
                                                following=following).search_text
                               for i in range(first, len(turns)) for following in (True, False)])

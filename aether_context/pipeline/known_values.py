@@ -1,0 +1,125 @@
+"""KNOWN VALUES of a compaction, at the cost of what its new turns add.
+
+A compaction shows the values its newest compacted turns carried (`compress.values`): the turns are
+read newest first until they give as many sources as the cap has tokens (a line costs at least one,
+so no older source could show), their value sets are merged (`compress.value_merge`) and rendered
+within the cap. From one compaction of a conversation to the next, most of those turns, and most of
+what their sources keep, are the same: each compaction leaves in the packer's `PackCache` the value
+sets it read per turn and its merges, and the next one reads only the turns it has not read and
+merges again only the sources a change touches (`merged_values(since=)`). The text is the same as
+when every turn is read and merged afresh (`build_pack` without a cache does that).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..compress.value_merge import MergedValues, merged_values
+from ..compress.values import ValueSet, extract_values, render_values
+from ..content import canonical_json
+from ..tokens import TokenCounting
+from .cache import PackCache
+from .collect import Turn
+from .incremental import turn_key
+from .render import masking_now
+
+__all__ = ["known_values", "known_values_of", "turn_text"]
+
+
+@dataclass(frozen=True, eq=False)
+class _Carry:
+    """What the last compaction of a conversation left: the turns it read (by the id of each turn before
+    any cut and before masking: the turn is held, so the id stays its own) with their value sets, and
+    its merges at the full limit and under a smaller cap."""
+
+    first: Turn  # the conversation's first compacted turn: the carry's key holds its id
+    read: "dict[int, tuple[Turn, tuple[ValueSet, ...]]]"
+    full: MergedValues | None
+    capped: MergedValues | None
+
+
+def known_values(compacted: "tuple[Turn, ...]", original: Callable[[Turn], Turn], mask: Callable[[Turn], Turn], *,
+                 limit: int, cap: int, counter: TokenCounting, visible: str = "",
+                 params: frozenset[str] = frozenset(), cache: PackCache | None = None) -> tuple[str, int]:
+    """KNOWN VALUES of the `compacted` turns (in order; `original` gives a turn before any cut, `mask`
+    it with its secrets masked) within `cap` tokens, and the tokens they take within `limit`
+    (`decay.values_max_tokens`): more than `cap` when the cap cut them. The ids and values the turns
+    carried (call arguments included), newest value per source, so an identifier read long ago is
+    still there when a call needs it; a value the `visible` text (the verbatim turns, the pinned
+    opening request) holds is not repeated."""
+    if limit <= 0 or not compacted:
+        return "", 0
+    key = ("known_values", id(compacted[0]), masking_now())
+    carry = cache.lookup("carried", key) if cache is not None else None
+    read = _read(compacted, original, mask, limit, cache, carry.read if carry is not None else {})
+    full = merged_values([vs for _, found in read for vs in found], visible=visible,
+                         since=carry.full if carry is not None else None)
+    text = render_values(full.sets, limit, counter, params=params) if full.sets else ""
+    need = counter.count_text(text) if text else 0
+    capped = carry.capped if carry is not None else None
+    if need > cap:
+        text = ""
+        if cap > 0:
+            capped = merged_values(_newest_sets(read, cap), visible=visible, since=capped or full)
+            text = render_values(capped.sets, cap, counter, params=params) if capped.sets else ""
+    if cache is not None:
+        cache.put("carried", key, _Carry(compacted[0], {id(t): (t, found) for t, found in read}, full, capped))
+    return text, need
+
+
+def _read(compacted: "tuple[Turn, ...]", original: Callable[[Turn], Turn], mask: Callable[[Turn], Turn], limit: int,
+          cache: PackCache | None, carried: "dict[int, tuple[Turn, tuple[ValueSet, ...]]]"
+          ) -> "list[tuple[Turn, tuple[ValueSet, ...]]]":
+    """The newest turns (newest first) with their value sets, until they give `limit` sources; a turn the
+    last compaction read (the same object) is not masked or looked up again."""
+    out: list[tuple[Turn, tuple[ValueSet, ...]]] = []
+    n = 0
+    for turn in map(original, reversed(compacted)):
+        hit = carried.get(id(turn))
+        if hit is not None and hit[0] is turn:
+            found = hit[1]
+        else:
+            found = tuple(vs for vs in known_values_of(mask(turn), cache) if vs is not None)
+        out.append((turn, found))
+        n += len(found)
+        if n >= limit:
+            break
+    return out
+
+
+def _newest_sets(read: "list[tuple[Turn, tuple[ValueSet, ...]]]", limit: int) -> list[ValueSet]:
+    """The sets of the newest turns read that give `limit` sources (as `_read` with that limit would)."""
+    sets: list[ValueSet] = []
+    for _, found in read:
+        sets.extend(found)
+        if len(sets) >= limit:
+            break
+    return sets
+
+
+def known_values_of(turn: Turn, cache: PackCache | None = None) -> tuple:
+    """The value sets one (masked) turn carried, computed once per content with a `cache`."""
+    return _turn_values(turn) if cache is None else cache.get("turn_values", turn_key(turn), lambda: _turn_values(turn))
+
+
+def _turn_values(turn: Turn) -> tuple:
+    """The value sets of one turn: its texts, and each call with its matching response."""
+    sets = []
+    responses = [r for m in turn.messages for r in m.responses]
+    for m in turn.messages:
+        if m.text:
+            sets.append(extract_values(text=m.text, role=m.role, turn=turn.start))
+        for c in m.calls:
+            match = next((r for r in responses if (c.id and r.id == c.id) or r.name == c.name), None)
+            if match is not None:
+                responses.remove(match)
+            sets.append(extract_values(tool=c.name, args=c.args, result=match.response if match else None,
+                                       turn=turn.start))
+    return tuple(sets)
+
+
+def turn_text(turn: Turn) -> str:
+    """What a verbatim turn shows: its texts, calls' arguments and responses."""
+    return "\n".join(m.text + "".join(canonical_json(c.args) for c in m.calls)
+                     + "".join(canonical_json(r.response) for r in m.responses) for m in turn.messages)

@@ -1,0 +1,77 @@
+"""A compaction costs what its new turns add: what it carries from the last one changes no request,
+and what the work ahead could compute is not computed on the request's path."""
+
+from __future__ import annotations
+
+import threading
+
+from aether_context import ContextPackPlugin
+from aether_context.adk import request_from_llm
+from aether_context.adk.worker import wait_ahead
+from aether_context.retrieval import HashingEmbedder
+from aether_context.testing import call
+
+from conftest import filler, make_runner, run_turn, scripted_agent
+
+ON_PACK_THREAD: list[tuple[int, str]] = []  # (call, text) embedded on the pack thread
+CALL = [-1]
+
+
+class RecordingEmbedder(HashingEmbedder):
+    """The hashing embedder, noting each text it embeds on the pack thread (the request's path)."""
+
+    def embed(self, texts):  # type: ignore[no-untyped-def]
+        if threading.current_thread().name.startswith("aether-pack"):
+            ON_PACK_THREAD.extend((CALL[0] + 1, t) for t in texts)  # the next call's pack
+        return super().embed(texts)
+
+
+def lookup_booking(ref: str) -> dict:
+    """Look up a booking by its reference."""
+    n = int(ref[3:])
+    return {"booking_id": f"BK{n:04d}X", "user_id": f"user_{n % 3}_77", "flight": f"HAT{100 + n}",
+            "date": f"2024-05-{10 + n:02d}", "notes": filler(260, seed=n)}
+
+
+async def _run(store: str, *, cold: bool) -> tuple[list, list]:
+    """A tool loop long enough to compact several times; with `cold` the packer's cache is emptied before
+    every call (each compaction then reads and merges every value afresh)."""
+    holder = {}
+
+    def step(i: int):
+        def answer(req):
+            wait_ahead()  # the model's latency lets the work ahead finish
+            CALL[0] = i
+            if cold:
+                holder["plugin"].packer.cache.clear()
+            return call("lookup_booking", ref=f"ref{i}")
+        return answer
+
+    agent, llm = scripted_agent([step(i) for i in range(16)] + ["done"], tools=[lookup_booking])
+    p = holder["plugin"] = ContextPackPlugin(store=store, window_tokens=5_000, embedder=RecordingEmbedder())
+    runner = make_runner(agent, plugins=[p])
+    await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="fixed")
+    await run_turn(runner, "fixed", "Check every booking from ref0 on and list their user ids.")
+    wait_ahead()
+    return [request_from_llm(r).to_json() for r in llm.requests], [r.manifest for r in p.packer.recent]
+
+
+async def test_carried_known_values_send_what_a_cold_cache_sends(memory_store_url):
+    """Each compaction carries the value sets it read and its merge to the next (the packer's cache):
+    the requests are byte for byte those of a packer that reads and merges every value afresh."""
+    warm, manifests = await _run(f"{memory_store_url}/warm", cold=False)
+    cold, _ = await _run(f"{memory_store_url}/cold", cold=True)
+    assert sum(1 for m in manifests if m.compaction) >= 3, "too few compactions: make the loop longer"
+    assert any("KNOWN VALUES" in str(r) for r in warm)
+    assert warm == cold
+
+
+async def test_a_compaction_embeds_no_document_the_work_ahead_could(memory_store_url):
+    """The newest compacted turn's retrieval document reads the turn after it once that one is compacted
+    too: the work ahead embeds it while the model answers, so no compaction after the first embeds a
+    document on the request's path."""
+    ON_PACK_THREAD.clear()
+    _, manifests = await _run(f"{memory_store_url}/ahead", cold=False)
+    compacting = [k for k, m in enumerate(manifests) if m.compaction]
+    assert len(compacting) >= 3
+    assert not [(k, text[:80]) for k, text in ON_PACK_THREAD if k in compacting[1:]]
