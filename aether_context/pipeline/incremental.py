@@ -75,10 +75,17 @@ def shared_prefix(old: tuple, new: tuple) -> int:
     n = min(len(old), len(new))
     if old[:n] == new[:n]:  # one C-level pass, each item by identity first
         return n
-    i = 0
-    while i < n and (old[i] is new[i] or old[i] == new[i]):
-        i += 1
-    return i
+    # The first difference, found by halving: old[:lo] equals new[:lo] and [lo, hi) holds a difference.
+    # Each test is one C-level pass over half the range left (about 2n item tests in all, never a
+    # Python loop over the history: an opening call's difference sits at the end of thousands of turns).
+    lo, hi = 0, n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if old[lo:mid] == new[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def _carried(cache: PackCache | None, kind: Hashable, items: tuple) -> "tuple[int, Any, tuple]":
