@@ -347,17 +347,18 @@ class HybridIndex:
         picks = mmr_select(score[order[leaders]], vectors[leaders], lam=s.mmr_lambda, k=k, budget=budget,
                            cost=(lambda i: cost(int(order[leaders[i]]))) if budget is not None else None,
                            sims=sims[np.ix_(leaders, leaders)])
+        # the scores as Python floats once (the same values float() of each element gives), rows as ints
+        bm25_f, dense_f, fused_f, decay_f, score_f = (a.tolist() for a in (bm25, dense, fused, decay, score))
+        ranked, docs = pool[order].tolist(), self._docs
         items = []
         for rank, (i, mmr_value) in enumerate(picks, start=1):
-            members = [pool[order[j]] for j in groups[i]]
-            c = order[leaders[i]]
-            doc = self._docs[pool[c]]
+            members = [docs[ranked[j]] for j in groups[i]]
+            c = int(order[leaders[i]])
             items.append(ScoredItem(
-                document=doc, rank=rank, bm25=float(bm25[c]), dense=float(dense[c]), fused=float(fused[c]),
-                freshness=float(decay[c]), score=float(score[c]), mmr=mmr_value,
-                tokens=cost(int(c)) if count_tokens is not None else None,
-                duplicates=tuple(self._docs[m].id for m in members),
-                sources=tuple(self._docs[m].source for m in members),
+                document=members[0], rank=rank, bm25=bm25_f[c], dense=dense_f[c], fused=fused_f[c],
+                freshness=decay_f[c], score=score_f[c], mmr=mmr_value,
+                tokens=cost(c) if count_tokens is not None else None,
+                duplicates=tuple(d.id for d in members), sources=tuple(d.source for d in members),
             ))
         logger.debug("search %r: %d candidates, %d groups, %d picked", query[:60], len(pool), len(groups), len(items))
         return self._result(query, items, len(pool), n_excluded, len(order) - len(groups), s.hit_threshold, flags)
