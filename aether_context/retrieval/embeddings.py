@@ -248,7 +248,7 @@ class SentenceTransformerEmbedder:
         out = np.zeros((len(texts), model.get_sentence_embedding_dimension()), dtype=np.float32)
         with bounded_threads(self.threads):
             for group in exact_groups(model, texts, batch_size=self.batch_size, quantized=self.quantize):
-                if len(group) == 1:  # a query or a text alone: encode's set-up skipped, the same vector (`_forward`)
+                if len(group) == 1:  # a query or a text alone: a shorter path, the same vector (`_forward`)
                     out[group] = encode_one(model, texts[group[0]])
                     continue
                 out[group] = model.encode([texts[i] for i in group], batch_size=len(group),
