@@ -6,10 +6,8 @@ second). Each distinct text is embedded once per embedder, in batches, and can p
 processes through any fsspec URL. Why lazy loading: importing torch and loading a model costs
 seconds, so it happens on first use and once per process (`load_sentence_transformer`).
 
-Usage::
-
-    cache = EmbeddingCache(SentenceTransformerEmbedder(), url="bench/.cache/embeddings")
-    vectors = cache.embed(["first text", "second text"])    # (2, 384), L2-normalised
+Usage: `EmbeddingCache(SentenceTransformerEmbedder(), url="bench/.cache/embeddings").embed(["a text", "another"])`
+gives a (2, 384) L2-normalised matrix.
 """
 
 from __future__ import annotations
@@ -31,6 +29,7 @@ import numpy as np
 from ._batches import exact_groups
 from ._forward import encode_one
 from .analyzer import Analyzer
+from .queries import QueryVectors
 from .threads import bounded_threads
 
 __all__ = [
@@ -277,6 +276,7 @@ class EmbeddingCache:
         self._size = 0
         self._loaded = url is None
         self._lock = threading.RLock()
+        self.queries = QueryVectors(embedder.embed)  # search queries' vectors, apart from these
         self.hits = 0
         self.computed = 0
 

@@ -23,7 +23,6 @@ import logging
 import math
 import re
 import threading
-from collections import OrderedDict
 from typing import Callable, Iterable
 
 import numpy as np
@@ -43,7 +42,6 @@ __all__ = ["HybridIndex"]
 logger = logging.getLogger(__name__)
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-_QUERY_CACHE_SIZE = 256
 
 
 def _top(scores: np.ndarray, rows: np.ndarray, m: int, ids: list[str]) -> np.ndarray:
@@ -92,7 +90,6 @@ class HybridIndex:
         self._rows_by_hash: dict[str, int | set[int]] = {}
         self._vec_rows = np.zeros(0, dtype=np.int64)  # row -> row of cache.matrix; -1 until embedded
         self._pending: list[int] = []
-        self._query_vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._counted: tuple[Callable[[str], int] | None, dict[int, int]] = (None, {})  # the counter, tokens by row
         self._newest: float | None = None
         self._dense_on = True
@@ -211,16 +208,7 @@ class HybridIndex:
             return len(rows)
 
     def _query_vector(self, query: str) -> np.ndarray:
-        key = text_hash(query)
-        vector = self._query_vectors.get(key)
-        if vector is None:
-            vector = np.asarray(self.embedder.embed([query]), dtype=np.float32)[0]
-            self._query_vectors[key] = vector
-            if len(self._query_vectors) > _QUERY_CACHE_SIZE:
-                self._query_vectors.popitem(last=False)
-        else:
-            self._query_vectors.move_to_end(key)
-        return vector
+        return self.cache.queries.vector(text_hash(query), query)  # shared by the indexes of this cache
 
     def _dense_scores(self, query: str, rows: np.ndarray) -> np.ndarray:
         """Cosine of every row to the query (0 for rows not asked for): one product over the
