@@ -57,12 +57,9 @@ def _direct(model: Any, text: str) -> np.ndarray:
         return _normalized(model(features)["sentence_embedding"])
 
 
-def _linear(module: Any) -> Callable[[Any], Any]:
+def _linear(module: Any, torch: Any, dynamic: type) -> Callable[[Any], Any]:
     """A Linear's forward as one call: dynamic int8 through its op (as its `forward` calls it), else the module."""
-    import torch
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
-
-    if isinstance(module, DynamicLinear) and module.version >= 4 and module._packed_params.dtype == torch.qint8:
+    if isinstance(module, dynamic) and module.version >= 4 and module._packed_params.dtype == torch.qint8:
         op, params = torch.ops.quantized.linear_dynamic.default, module._packed_params._packed_params
         return lambda x: op(x, params, True)  # reduce_range=True, float32 out (its `.to(x.dtype)` is a no-op)
     return module
@@ -82,9 +79,11 @@ def _bert(model: Any) -> Any:
 
 def _lean(model: Any, text: str) -> np.ndarray:
     import torch
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     bert = _bert(model)
+    linear = lambda module: _linear(module, torch, DynamicLinear)  # noqa: E731
     with torch.inference_mode():
         features = model.preprocess([text])
         mask_2d = features["attention_mask"]
@@ -94,11 +93,11 @@ def _lean(model: Any, text: str) -> np.ndarray:
         for layer in bert.encoder.layer:  # BertLayer.forward, its dropouts (identity in eval) left out
             attention, out, mid = layer.attention, layer.output, layer.intermediate
             heads = (*h.shape[:-1], -1, attention.self.attention_head_size)
-            q, k, v = (_linear(lin)(h).view(heads).transpose(1, 2)
+            q, k, v = (linear(lin)(h).view(heads).transpose(1, 2)
                        for lin in (attention.self.query, attention.self.key, attention.self.value))
             a, _ = sdpa_attention_forward(attention.self, q, k, v, mask, dropout=0.0, scaling=attention.self.scaling)
-            a = attention.output.LayerNorm(_linear(attention.output.dense)(a.reshape(*h.shape[:-1], -1).contiguous()) + h)
-            h = out.LayerNorm(_linear(out.dense)(mid.intermediate_act_fn(_linear(mid.dense)(a))) + a)
+            a = attention.output.LayerNorm(linear(attention.output.dense)(a.reshape(*h.shape[:-1], -1).contiguous()) + h)
+            h = out.LayerNorm(linear(out.dense)(mid.intermediate_act_fn(linear(mid.dense)(a))) + a)
         pooled = model[2](model[1]({"token_embeddings": h, "attention_mask": mask_2d}))
         return _normalized(pooled["sentence_embedding"])
 
