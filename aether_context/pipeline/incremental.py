@@ -75,10 +75,13 @@ def shared_prefix(old: tuple, new: tuple) -> int:
     n = min(len(old), len(new))
     if old[:n] == new[:n]:  # one C-level pass, each item by identity first
         return n
-    # The first difference, found by halving: old[:lo] equals new[:lo] and [lo, hi) holds a difference.
-    # Each test is one C-level pass over half the range left (about 2n item tests in all, never a
-    # Python loop over the history: an opening call's difference sits at the end of thousands of turns).
-    lo, hi = 0, n
+    # The first difference, found with C-level slice comparisons, never a Python loop over the history
+    # (an opening call's difference sits at the end of thousands of turns): ranges of doubling length
+    # from the start until one differs, then halving inside it; about 3 item tests per shared item.
+    lo, step = 0, 1
+    while old[lo:lo + step] == new[lo:lo + step]:  # a difference lies before n: this stops
+        lo, step = lo + step, step * 2
+    hi = min(lo + step, n)  # old[:lo] equals new[:lo]; [lo, hi) holds a difference
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if old[lo:mid] == new[lo:mid]:
