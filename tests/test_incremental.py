@@ -433,3 +433,22 @@ def test_pruning_finds_the_saved_turns_a_full_scan_finds_as_the_history_grows_an
         got = prune_tool_outputs(turns, protect_tokens=protect, minimum_tokens=0, uris=uris, already=already,
                                  counter=counter, cache=cache)
         assert got[2] == want, step
+
+
+def test_shared_prefix_by_halving_equals_walking_item_by_item():
+    from aether_context.pipeline.incremental import shared_prefix
+
+    def walked(old, new):
+        i = 0
+        while i < min(len(old), len(new)) and (old[i] is new[i] or old[i] == new[i]):
+            i += 1
+        return i
+
+    rng = random.Random(11)
+    nan = float("nan")
+    for _ in range(3000):
+        old = tuple(rng.choice([1, 2, 2.0, "a", None, nan]) for _ in range(rng.randint(0, 40)))
+        new = list(old[: rng.randint(0, len(old))]) + [rng.choice([1, 3, "b", nan]) for _ in range(rng.randint(0, 5))]
+        if new and rng.random() < 0.5:  # a change inside the shared part
+            new[rng.randrange(len(new))] = rng.choice([4, "c", float("nan")])
+        assert shared_prefix(old, tuple(new)) == walked(old, tuple(new)), (old, new)

@@ -187,3 +187,17 @@ def test_settings_configure_the_default_embedder_lazily(tmp_path):
                                                          max_seq_length=128, quantize=True)
     assert index.cache.url == str(tmp_path / "vectors")
     assert "seq=128" in index.embedder.name and "int8=1" in index.embedder.name
+
+
+def test_a_question_ranked_in_two_layers_is_embedded_once():
+    """Evidence and Memory are two indexes over one retriever's cache: a call's question reaches the model once."""
+    from aether_context.pipeline.retrieve import Retriever
+
+    recorder = RecordingEmbedder()
+    retriever = Retriever(PLAIN, embedder=recorder)
+    for layer, docs in (("evidence", DOCS[2:]), ("memory", DOCS[:2])):
+        result = retriever.rank("app/u/s/agent", layer, "Lisbon hotel", docs, k=2, count_tokens=words, now=None,
+                                dense=True)
+        assert result.items  # ranked densely in both layers
+    assert recorder.texts.count("Lisbon hotel") == 1
+    assert sorted(recorder.texts) == sorted([d.text for d in DOCS] + ["Lisbon hotel"])

@@ -70,10 +70,15 @@ def test_one_text_embedding_is_encode_bit_for_bit():
     """A query skips encode's set-up (`retrieval/_forward.py`) and must still get encode's exact vector:
     rankings, and so packs, are the same with it and without it."""
     from aether_context.retrieval import bounded_threads, default_model_path
-    from aether_context.retrieval._forward import _CHECKED, encode_one
+    import random
+
+    from aether_context.retrieval._forward import _CHECKED, _direct, _lean, encode_one
 
     texts = ["", "yes", "I want to change my flight to tomorrow morning, reservation ABC123 please",
              "ünïcödé 日本語 ✓ — can I get a refund?", "word " * 400]  # the last is cut at max_seq_length
+    rng = random.Random(5)  # and texts of every length up to the cut, words, ids, numbers and punctuation
+    vocabulary = ["flight", "ABC123", "refund", "the", "?", "mia_li_3668", "2024-05-01", "{'id': 7}", "é", "\n", "42"]
+    texts += [" ".join(rng.choice(vocabulary) for _ in range(rng.randint(1, 140))) for _ in range(40)]
     for quantize in (False, True):
         model = load_sentence_transformer(default_model_path(), max_seq_length=128, quantize=quantize)
         with bounded_threads(1):
@@ -83,11 +88,12 @@ def test_one_text_embedding_is_encode_bit_for_bit():
                 got = encode_one(model, text)
                 assert got.dtype == np.float32 and got.shape == expected.shape
                 assert got.tobytes() == np.asarray(expected, dtype=np.float32).tobytes()
-        assert _CHECKED[model] is True  # the direct forward was taken after the first text
+                assert _direct(model, text).tobytes() == got.tobytes()  # the other short path agrees too
+        assert _CHECKED[model] is _lean  # MiniLM's own layers were walked after the first text
 
 
-def test_one_text_embedding_keeps_encode_when_the_direct_forward_differs():
-    """A model whose direct forward does not give encode's bits (here: encode adds a prompt) keeps encode."""
+def test_one_text_embedding_keeps_encode_when_the_short_paths_differ():
+    """A model whose short paths do not give encode's bits (here: encode adds a prompt) keeps encode."""
     from aether_context.retrieval import default_model_path
     from aether_context.retrieval._forward import _CHECKED, encode_one
     from sentence_transformers import SentenceTransformer
@@ -96,7 +102,7 @@ def test_one_text_embedding_keeps_encode_when_the_direct_forward_differs():
                                 default_prompt_name="query")
     expected = model.encode(["where is my bag"], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
     assert encode_one(model, "where is my bag").tobytes() == expected.tobytes()
-    assert _CHECKED[model] is False
+    assert _CHECKED[model] is None
     assert encode_one(model, "where is my bag").tobytes() == expected.tobytes()
 
 

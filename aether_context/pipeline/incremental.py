@@ -75,10 +75,20 @@ def shared_prefix(old: tuple, new: tuple) -> int:
     n = min(len(old), len(new))
     if old[:n] == new[:n]:  # one C-level pass, each item by identity first
         return n
-    i = 0
-    while i < n and (old[i] is new[i] or old[i] == new[i]):
-        i += 1
-    return i
+    # The first difference, found with C-level slice comparisons, never a Python loop over the history
+    # (an opening call's difference sits at the end of thousands of turns): ranges of doubling length
+    # from the start until one differs, then halving inside it; about 3 item tests per shared item.
+    lo, step = 0, 1
+    while old[lo:lo + step] == new[lo:lo + step]:  # a difference lies before n: this stops
+        lo, step = lo + step, step * 2
+    hi = min(lo + step, n)  # old[:lo] equals new[:lo]; [lo, hi) holds a difference
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if old[lo:mid] == new[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def _carried(cache: PackCache | None, kind: Hashable, items: tuple) -> "tuple[int, Any, tuple]":

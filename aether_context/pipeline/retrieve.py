@@ -94,9 +94,8 @@ class Retriever:
         held = self._pools.get(id(index))
         if held is None or held[0] is not index or len(held[1]) > len(documents):
             return None
-        for a, b in zip(held[1], documents):
-            if a is not b and a != b:
-                return None
+        if held[1] != documents[:len(held[1])]:  # one C-level pass, each document by identity first
+            return None
         return documents[len(held[1]):]
 
     def _index(self, namespace: str, layer: str) -> HybridIndex:
@@ -116,14 +115,15 @@ class Retriever:
             self._indexes.pop(key, None)
 
     def rank(self, namespace: str, layer: str, query: str, documents: Sequence[Document], *, k: int,
-             count_tokens: Callable[[str], int], now: float | None, exclude: Iterable[str] = (),
+             count_tokens: Callable[[str], int] | None, now: float | None, exclude: Iterable[str] = (),
              dense: bool | None = None, pool: int | None = None) -> RetrievalResult:
         """The best `k` of `documents` for `query`, in pick order, with their scores and signals.
 
         A repeated id in `documents` counts once (its last version). `dense`: None ranks densely
         when the model is ready and lexically until then (never waiting); True waits for the
         model; False ranks lexically. `now` should be the session's own latest time, never the
-        wall clock (packs must replay). `pool`: how many of each retriever's best join fusion in this
+        wall clock (packs must replay). `count_tokens` None: items carry no token count (the pack counts
+        the lines it renders from them instead). `pool`: how many of each retriever's best join fusion in this
         search (default: the settings' `candidate_pool`).
         """
         if dense is None:

@@ -253,11 +253,11 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     verbatim = _verbatim(conv, kept) if ev_docs or mem_docs else []
     # Evidence is what the app chose to show: ranked, never filtered by relevance.
     ev_result = retriever.rank(namespace, "evidence", query, ev_docs, k=_k(profile.evidence.top_k, ev_docs),
-                               count_tokens=counter.count_text, now=now, exclude=verbatim)
+                               count_tokens=None, now=now, exclude=verbatim)  # `_lines` counts what is shown
     if ev_docs and ev_result.signals.get("empty_query"):  # nothing to rank by: the app's order
         ev_result = _in_given_order(ev_docs, query)
     evidence = _lines(ev_result, _render_evidence, counter, cache)
-    mem_result = _rank_memory(inputs, profile, retriever, mem_docs, verbatim, counter)
+    mem_result = _rank_memory(inputs, profile, retriever, mem_docs, verbatim)
     memory = _lines(mem_result, _render_memory, counter, cache)
     flags.extend(_retrieval_flags(ev_result, mem_result))
 
@@ -299,10 +299,10 @@ def _verbatim(conv: Conversation, kept: "tuple[Turn, ...]") -> list[str]:
 
 
 def _rank_memory(inputs: PackInputs, profile: BudgetProfile, retriever: Retriever, mem_docs: "list[Document]",
-                 verbatim: "list[str]", counter: TokenCounting, pool: int | None = None) -> RetrievalResult:
+                 verbatim: "list[str]", pool: int | None = None) -> RetrievalResult:
     """Memory ranked for the request, above the relevance floor; nothing that is verbatim or Evidence."""
     result = retriever.rank(_namespace(inputs), "memory", query_text(inputs), mem_docs,
-                            k=_k(profile.memory.top_k, mem_docs), count_tokens=counter.count_text,
+                            k=_k(profile.memory.top_k, mem_docs), count_tokens=None,
                             now=inputs.now or None, exclude=verbatim + [e.summary for e in inputs.evidence], pool=pool)
     return _relevant(result, profile.retrieval.hit_threshold)
 
@@ -322,7 +322,7 @@ def widen_memory(inputs: PackInputs, profile: BudgetProfile, cands: Candidates, 
     if (len(mem_docs) <= max(len(cands.memory), retriever.settings.candidate_pool)  # the pool left nothing out
             or len(cands.memory) >= _k(profile.memory.top_k, mem_docs)):
         return cands
-    wide = _rank_memory(inputs, profile, retriever, mem_docs, _verbatim(cands.conversation, kept), counter, MAX_RANKED)
+    wide = _rank_memory(inputs, profile, retriever, mem_docs, _verbatim(cands.conversation, kept), MAX_RANKED)
     free, memory = room - LAYER_OVERHEAD, []
     for line in _lines(wide, _render_memory, counter, cache):
         if line.tokens + 1 <= free:

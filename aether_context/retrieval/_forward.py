@@ -1,12 +1,21 @@
 """One text through a SentenceTransformer without `encode`'s per-call set-up.
 
-Why: a pack embeds one short query per new user turn, and for one text `encode` spends a tenth of
-its time around the forward pass (placing the model on its device, `eval()` over every submodule,
-sorting the batch by length, stacking). Here the same calls `encode` makes for a batch of one run
-directly: `preprocess`, the model's forward under `inference_mode`, then the same L2 normalisation
-`encode(normalize_embeddings=True)` applies, so the vector is the same, bit for bit. That is
-checked, not assumed: the first text of each model goes both ways, and a model whose two vectors
-differ in any bit (another sentence-transformers version, a prompt, a truncation) keeps `encode`.
+Why: a pack embeds one short query per new user turn, on the call's critical path. `encode` spends
+a tenth of its time around the forward pass (placing the model on its device, `eval()` over every
+submodule, sorting the batch by length, stacking), and transformers' BERT forward spends another
+fifth in Python around the same tensor ops (argument-deprecation and output-capturing wrappers, a
+module call per Linear, a pooler whose output mean pooling never reads). Two shorter paths run the
+same ops on the same tensors, so the vector is the same, bit for bit:
+
+- `_lean`: for the MiniLM layout (BERT, SDPA attention, mean pooling, Normalize) the encoder's
+  layers are walked here, each Linear called through its own op (the int8 one directly), the
+  unused pooler skipped;
+- `_direct`: any model: `preprocess`, the model's forward, then encode's L2 normalisation.
+
+That is checked, not assumed: the first text of each model goes through `encode` and the short
+paths, and the model keeps the first path whose vector matches in every bit (another
+sentence-transformers or transformers version, a prompt, a truncation: a path that differs, or
+fails, is never used); with none, `encode` it is.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -22,7 +31,8 @@ __all__ = ["encode_one"]
 
 logger = logging.getLogger(__name__)
 
-_CHECKED: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()  # model -> the direct path is exact
+Path = Callable[[Any, str], np.ndarray]
+_CHECKED: "weakref.WeakKeyDictionary[Any, Path | None]" = weakref.WeakKeyDictionary()  # model -> its exact path
 _LOCK = threading.Lock()
 
 
@@ -31,29 +41,86 @@ def _encode(model: Any, text: str) -> np.ndarray:
                       dtype=np.float32)
 
 
+def _normalized(embedding: Any) -> np.ndarray:
+    import torch
+
+    vector = torch.nn.functional.normalize(embedding, p=2, dim=1)  # what encode(normalize_embeddings=True) applies
+    return vector.cpu().numpy().astype(np.float32, copy=False)
+
+
 def _direct(model: Any, text: str) -> np.ndarray:
     import torch
 
     with torch.inference_mode():
         features = model.preprocess([text])
         features = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v for k, v in features.items()}
-        vector = torch.nn.functional.normalize(model(features)["sentence_embedding"], p=2, dim=1)
-        return vector.cpu().numpy().astype(np.float32, copy=False)
+        return _normalized(model(features)["sentence_embedding"])
+
+
+def _linear(module: Any, torch: Any, dynamic: type) -> Callable[[Any], Any]:
+    """A Linear's forward as one call: dynamic int8 through its op (as its `forward` calls it), else the module."""
+    if isinstance(module, dynamic) and module.version >= 4 and module._packed_params.dtype == torch.qint8:
+        op, params = torch.ops.quantized.linear_dynamic.default, module._packed_params._packed_params
+        return lambda x: op(x, params, True)  # reduce_range=True, float32 out (its `.to(x.dtype)` is a no-op)
+    return module
+
+
+def _bert(model: Any) -> Any:
+    """The BERT inside a [Transformer, Pooling, Normalize] model the lean path knows; TypeError otherwise."""
+    if [type(m).__name__ for m in model] != ["Transformer", "Pooling", "Normalize"]:
+        raise TypeError("not the Transformer, Pooling, Normalize layout")
+    bert = model[0].auto_model
+    config = bert.config
+    if (type(bert).__name__ != "BertModel" or config._attn_implementation != "sdpa" or config.is_decoder
+            or config.chunk_size_feed_forward or bert.training or str(model.device) != "cpu"):
+        raise TypeError("not an encoder-only BERT with SDPA attention in eval mode on the CPU")
+    return bert
+
+
+def _lean(model: Any, text: str) -> np.ndarray:
+    import torch
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    bert = _bert(model)
+    linear = lambda module: _linear(module, torch, DynamicLinear)  # noqa: E731
+    with torch.inference_mode():
+        features = model.preprocess([text])
+        mask_2d = features["attention_mask"]
+        h = bert.embeddings(input_ids=features["input_ids"], token_type_ids=features.get("token_type_ids"))
+        mask = bert._create_attention_masks(attention_mask=mask_2d, encoder_attention_mask=None, embedding_output=h,
+                                            encoder_hidden_states=None, cache=None)[0]
+        for layer in bert.encoder.layer:  # BertLayer.forward, its dropouts (identity in eval) left out
+            attention, out, mid = layer.attention, layer.output, layer.intermediate
+            heads = (*h.shape[:-1], -1, attention.self.attention_head_size)
+            q, k, v = (linear(lin)(h).view(heads).transpose(1, 2)
+                       for lin in (attention.self.query, attention.self.key, attention.self.value))
+            a, _ = sdpa_attention_forward(attention.self, q, k, v, mask, dropout=0.0, scaling=attention.self.scaling)
+            a = attention.output.LayerNorm(linear(attention.output.dense)(a.reshape(*h.shape[:-1], -1).contiguous()) + h)
+            h = out.LayerNorm(linear(out.dense)(mid.intermediate_act_fn(linear(mid.dense)(a))) + a)
+        pooled = model[2](model[1]({"token_embeddings": h, "attention_mask": mask_2d}))
+        return _normalized(pooled["sentence_embedding"])
+
+
+def _exact_path(model: Any, text: str, expected: np.ndarray) -> "Path | None":
+    """The first short path that gives `expected` (encode's vector of `text`) in every bit, or None."""
+    for path in (_lean, _direct):
+        try:
+            if path(model, text).tobytes() == expected.tobytes():
+                return path
+        except Exception:  # another sentence-transformers or transformers layout: the next path
+            logger.debug("one-text path %s unavailable for this model", path.__name__, exc_info=True)
+    logger.info("one-text embedding keeps SentenceTransformer.encode: the short paths differ")
+    return None
 
 
 def encode_one(model: Any, text: str) -> np.ndarray:
     """`model.encode([text], normalize_embeddings=True)` as float32, shape (1, dim), the same bits."""
-    exact = _CHECKED.get(model)
-    if exact is None:
+    if model not in _CHECKED:
         with _LOCK:
             expected = _encode(model, text)
-            try:
-                exact = _direct(model, text).tobytes() == expected.tobytes()
-            except Exception:  # another sentence-transformers layout: encode it is
-                logger.debug("direct forward unavailable for this model", exc_info=True)
-                exact = False
-            if not exact:
-                logger.info("one-text embedding keeps SentenceTransformer.encode: the direct forward differs")
-            _CHECKED[model] = exact
+            if model not in _CHECKED:
+                _CHECKED[model] = _exact_path(model, text, expected)
         return expected
-    return _direct(model, text) if exact else _encode(model, text)
+    path = _CHECKED[model]
+    return path(model, text) if path is not None else _encode(model, text)

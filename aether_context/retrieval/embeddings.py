@@ -6,10 +6,8 @@ second). Each distinct text is embedded once per embedder, in batches, and can p
 processes through any fsspec URL. Why lazy loading: importing torch and loading a model costs
 seconds, so it happens on first use and once per process (`load_sentence_transformer`).
 
-Usage::
-
-    cache = EmbeddingCache(SentenceTransformerEmbedder(), url="bench/.cache/embeddings")
-    vectors = cache.embed(["first text", "second text"])    # (2, 384), L2-normalised
+Usage: `EmbeddingCache(SentenceTransformerEmbedder(), url="bench/.cache/embeddings").embed(["a text", "another"])`
+gives a (2, 384) L2-normalised matrix.
 """
 
 from __future__ import annotations
@@ -31,6 +29,7 @@ import numpy as np
 from ._batches import exact_groups
 from ._forward import encode_one
 from .analyzer import Analyzer
+from .queries import QueryVectors
 from .threads import bounded_threads
 
 __all__ = [
@@ -248,7 +247,7 @@ class SentenceTransformerEmbedder:
         out = np.zeros((len(texts), model.get_sentence_embedding_dimension()), dtype=np.float32)
         with bounded_threads(self.threads):
             for group in exact_groups(model, texts, batch_size=self.batch_size, quantized=self.quantize):
-                if len(group) == 1:  # a query or a text alone: encode's set-up skipped, the same vector (`_forward`)
+                if len(group) == 1:  # a query or a text alone: a shorter path, the same vector (`_forward`)
                     out[group] = encode_one(model, texts[group[0]])
                     continue
                 out[group] = model.encode([texts[i] for i in group], batch_size=len(group),
@@ -277,6 +276,7 @@ class EmbeddingCache:
         self._size = 0
         self._loaded = url is None
         self._lock = threading.RLock()
+        self.queries = QueryVectors(embedder.embed)  # search queries' vectors, apart from these
         self.hits = 0
         self.computed = 0
 

@@ -23,7 +23,6 @@ import logging
 import math
 import re
 import threading
-from collections import OrderedDict
 from typing import Callable, Iterable
 
 import numpy as np
@@ -43,7 +42,6 @@ __all__ = ["HybridIndex"]
 logger = logging.getLogger(__name__)
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-_QUERY_CACHE_SIZE = 256
 
 
 def _top(scores: np.ndarray, rows: np.ndarray, m: int, ids: list[str]) -> np.ndarray:
@@ -92,7 +90,6 @@ class HybridIndex:
         self._rows_by_hash: dict[str, int | set[int]] = {}
         self._vec_rows = np.zeros(0, dtype=np.int64)  # row -> row of cache.matrix; -1 until embedded
         self._pending: list[int] = []
-        self._query_vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._counted: tuple[Callable[[str], int] | None, dict[int, int]] = (None, {})  # the counter, tokens by row
         self._newest: float | None = None
         self._dense_on = True
@@ -211,16 +208,7 @@ class HybridIndex:
             return len(rows)
 
     def _query_vector(self, query: str) -> np.ndarray:
-        key = text_hash(query)
-        vector = self._query_vectors.get(key)
-        if vector is None:
-            vector = np.asarray(self.embedder.embed([query]), dtype=np.float32)[0]
-            self._query_vectors[key] = vector
-            if len(self._query_vectors) > _QUERY_CACHE_SIZE:
-                self._query_vectors.popitem(last=False)
-        else:
-            self._query_vectors.move_to_end(key)
-        return vector
+        return self.cache.queries.vector(text_hash(query), query)  # shared by the indexes of this cache
 
     def _dense_scores(self, query: str, rows: np.ndarray) -> np.ndarray:
         """Cosine of every row to the query (0 for rows not asked for): one product over the
@@ -347,17 +335,18 @@ class HybridIndex:
         picks = mmr_select(score[order[leaders]], vectors[leaders], lam=s.mmr_lambda, k=k, budget=budget,
                            cost=(lambda i: cost(int(order[leaders[i]]))) if budget is not None else None,
                            sims=sims[np.ix_(leaders, leaders)])
+        # the scores as Python floats once (the same values float() of each element gives), rows as ints
+        bm25_f, dense_f, fused_f, decay_f, score_f = (a.tolist() for a in (bm25, dense, fused, decay, score))
+        ranked, docs = pool[order].tolist(), self._docs
         items = []
         for rank, (i, mmr_value) in enumerate(picks, start=1):
-            members = [pool[order[j]] for j in groups[i]]
-            c = order[leaders[i]]
-            doc = self._docs[pool[c]]
+            members = [docs[ranked[j]] for j in groups[i]]
+            c = int(order[leaders[i]])
             items.append(ScoredItem(
-                document=doc, rank=rank, bm25=float(bm25[c]), dense=float(dense[c]), fused=float(fused[c]),
-                freshness=float(decay[c]), score=float(score[c]), mmr=mmr_value,
-                tokens=cost(int(c)) if count_tokens is not None else None,
-                duplicates=tuple(self._docs[m].id for m in members),
-                sources=tuple(self._docs[m].source for m in members),
+                document=members[0], rank=rank, bm25=bm25_f[c], dense=dense_f[c], fused=fused_f[c],
+                freshness=decay_f[c], score=score_f[c], mmr=mmr_value,
+                tokens=cost(c) if count_tokens is not None else None,
+                duplicates=tuple(d.id for d in members), sources=tuple(d.source for d in members),
             ))
         logger.debug("search %r: %d candidates, %d groups, %d picked", query[:60], len(pool), len(groups), len(items))
         return self._result(query, items, len(pool), n_excluded, len(order) - len(groups), s.hit_threshold, flags)

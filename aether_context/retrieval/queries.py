@@ -1,0 +1,44 @@
+"""The vectors of the last search queries, kept apart from the documents' vectors.
+
+Why: a call ranks Evidence and Memory for the same question, each layer in its own index, and a tool
+loop's calls ask it again; embedding it is the costliest step of a search (about 8 ms for an int8
+MiniLM question on one core). One `QueryVectors` per `EmbeddingCache`, so every index sharing that
+cache shares them: a question is embedded once. Never persisted, never a row of the cache's matrix
+(the documents' matrix-vector product keeps its shape).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["QueryVectors"]
+
+
+class QueryVectors:
+    """The last `size` queries' vectors by text hash (least recently used dropped first). Thread-safe;
+    a query is embedded outside the lock, so a search never waits for another thread's embedding."""
+
+    def __init__(self, embed: Callable[[list[str]], np.ndarray], size: int = 256):
+        self._embed = embed
+        self._size = size
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def vector(self, key: str, query: str) -> np.ndarray:
+        """The vector of `query` (`key`: its text hash), embedded on the first ask."""
+        with self._lock:
+            vector = self._vectors.get(key)
+            if vector is not None:
+                self._vectors.move_to_end(key)
+                return vector
+        vector = np.asarray(self._embed([query]), dtype=np.float32)[0]  # the same bits whichever thread embeds
+        with self._lock:
+            self._vectors[key] = vector
+            self._vectors.move_to_end(key)
+            while len(self._vectors) > self._size:
+                self._vectors.popitem(last=False)
+        return vector
