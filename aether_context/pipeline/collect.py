@@ -128,6 +128,8 @@ class PackState:
     sent_tokens: int = 0  # tokens of the request as sent (head and messages)
     statuses: tuple[tuple[int, str, str], ...] = ()  # statuses kept as sent: (message index, its digest, text)
     evidence_marks: tuple[str, ...] = ()  # per `evidence_ids`: digest of the item's summary and URI (version)
+    # earlier invocations' requests as sent: (index, ADK's digest, payload text, texts riding on it); see as_sent
+    sent_requests: tuple[tuple[int, str, str, tuple[str, ...]], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -144,6 +146,7 @@ class PackState:
             "payload_tokens": self.payload_tokens, "tool_names": list(self.tool_names),
             "sent_tokens": self.sent_tokens,
             "statuses": [list(s) for s in self.statuses], "evidence_marks": list(self.evidence_marks),
+            "sent_requests": [[i, dg, t, list(x)] for i, dg, t, x in self.sent_requests],
         }
 
     @classmethod
@@ -169,6 +172,7 @@ class PackState:
             sent_tokens=int(d.get("sent_tokens", head_tokens + sum(message_tokens))),
             statuses=tuple((int(i), str(dg), str(t)) for i, dg, t in d.get("statuses", ())),
             evidence_marks=tuple(d.get("evidence_marks", ())),
+            sent_requests=tuple((int(i), str(dg), str(t), tuple(map(str, x))) for i, dg, t, x in d.get("sent_requests", ())),
         )
 
 
