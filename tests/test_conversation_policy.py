@@ -300,28 +300,6 @@ async def test_the_next_invocation_appends_after_a_compaction_inside_a_tool_loop
     assert sent[first].messages[:len(sent[first - 1].messages)] == sent[first - 1].messages
 
 
-async def test_a_compaction_inside_a_tool_loop_leaves_room_for_the_next_user_turn(memory_store_url):
-    """Issue 11: a compaction inside a tool loop (the payload held) aims at the room the next invocation will
-    have (Memory's share back, the payload part of the history), not this call's larger room: the next user
-    turn's first call appends instead of compacting again at once."""
-    from aether_context import set_task
-    from aether_context.testing import call
-
-    script = [call("search_flights", origin=f"city{i}", destination=f"town{i}") for i in range(10)] + ["done", "ok"]
-    agent, llm = scripted_agent(script, tools=(search_flights,))
-    p = plugin(memory_store_url, 6_000)
-    runner = make_runner(agent, plugins=[p])
-    state: dict = {}
-    set_task(state, goal="Find the cheapest flight out of any city this week")
-    sid = await new_session(runner, state=state)
-    await run_turn(runner, sid, "Find me a flight out of any city this week.")
-    first = len(llm.requests)
-    await run_turn(runner, sid, "Which of the cities you searched was city3 again?")
-    records = list(p.packer.recent)
-    assert any(r.manifest.compaction and r.manifest.reused_payload for r in records[:first])  # held in the loop
-    assert records[first].manifest.compaction is None
-
-
 def run_tests(target: str) -> dict:
     """Run a test file."""
     return {"output": f"<returncode>1</returncode>\n{filler(220, seed=len(target))}\nFAILED {target}::test_x"}

@@ -220,17 +220,12 @@ def _compact(call: Call, prepared: Prepared, zone: Verbatim, cands: Candidates, 
              reason: str, kept: int) -> Compaction | None:
     """One compaction down to `compact_to` of the conversation's room. With the payload `held` as sent (a
     cut inside this invocation's tool loop: the block then follows the payload, which stays cached), its
-    Memory is frozen with it and the conversation has the whole room now; but the target is the room the
-    next invocation will have (Memory's share back, this payload part of the history as sent), so the next
-    user turn does not compact again at once. Otherwise compacted turns become Memory candidates and the
-    target leaves Memory its share. None when the payload cannot be held (the cut does not reach this
+    Memory is frozen with it and the conversation has the whole room; otherwise compacted turns become
+    Memory candidates and the target leaves Memory its share. None when the payload cannot be held (the cut does not reach this
     invocation's request): no block is built for it."""
     inputs, profile, counter = call.inputs, call.profile, call.counter
     cap = room(inputs, profile, call.window, cands, zone, held, call.failures, counter,
                memory_wanted=held is None).conversation_cap
-    if held is not None:
-        later = room(inputs, profile, call.window, cands, zone, None, call.failures, counter, memory_wanted=True)
-        cap = min(cap, max(0, later.conversation_cap - held.payload_tokens))
     return compact(inputs, profile, prepared, zone, target=int(cap * profile.conversation.compact_to),
                    ceiling=cap, reason=reason, tokens_before=kept, window=call.window, counter=counter,
                    cache=call.cache, pinned_only=held is not None)
