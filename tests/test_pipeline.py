@@ -560,8 +560,8 @@ def test_the_final_fit_drops_memory_before_cutting_a_turn(counter):
             call_msg("fetch", q="Q3 revenue 2"), resp_msg("fetch", result=filler(800, 2))]
     inputs = _ranked_inputs(loop)
     ranking = [s["id"] for s in build_pack(inputs, DEFAULT, counter=counter, window=32_000).manifest.selected["memory"]]
-    pack = build_pack(inputs, DEFAULT, counter=counter, window=3_200)
-    assert request_tokens(pack.request, counter) <= 3_200 - int(3_200 * DEFAULT.floors.slack)
+    pack = build_pack(inputs, DEFAULT, counter=counter, window=3_180)
+    assert request_tokens(pack.request, counter) <= 3_180 - int(3_180 * DEFAULT.floors.slack)
     events = pack.manifest.truncation_events
     final = [e for e in events if e["reason"] == "window still exceeded"]
     assert final, events  # the final fit did overflow
