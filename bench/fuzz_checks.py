@@ -107,15 +107,17 @@ def _is_request(m: Message) -> bool:
     return m.role == "user" and bool(m.text) and not m.responses and not m.text.startswith("For context:")
 
 
-def _unsent_problems(orig: ModelRequest, matched: "set[int]", payload: "Message | None") -> list[str]:
+def _unsent_problems(orig: ModelRequest, matched: "set[int]", payloads: "list[Message]") -> list[str]:
     """ADK messages the pack did not send must be folded history or loop turns (the oldest of each,
-    summarised in the compaction block; a user's request may stay pinned before them), or the user's
-    request (carried in the payload): never a hole between kept messages."""
+    summarised in the compaction block; a user's request may stay pinned before them), or a user's
+    request (carried in a payload: this invocation's, or an earlier one kept as it was sent): never a hole
+    between kept messages."""
     n = len(orig.messages)
-    carried = [k for k in range(n) if k not in matched and payload is not None and orig.messages[k].role == "user"
-               and orig.messages[k].text and orig.messages[k].text in payload.text
-               and [p for p in orig.messages[k].parts if not isinstance(p, TextPart)]
-               == [p for p in payload.parts if not isinstance(p, TextPart)]]
+    carried = [k for k in range(n) if k not in matched and orig.messages[k].role == "user" and orig.messages[k].text
+               and any(orig.messages[k].text in payload.text
+                       and [p for p in orig.messages[k].parts if not isinstance(p, TextPart)]
+                       == [p for p in payload.parts if not isinstance(p, TextPart)] for payload in payloads)]
+    matched = set(matched) | set(carried[:-1])  # earlier requests inside their payloads as sent
     r = carried[-1] if carried else n
     problems = []
     for lo, hi in ((0, r), (r + 1, n)):
@@ -136,8 +138,9 @@ def check_call(orig: ModelRequest, orig_tools: "set[str]", sent: ModelRequest, s
         problems = []  # ADK's own request already had one: not ours to judge
     # lost or reordered: the pack's messages are ADK's, in ADK's order, with their parts
     kept = [_without_own_tail(m) for m in sent.messages if not _is_ours(m)]
+    # earlier invocations' payloads stay as they were sent (issue 11): one per request at most
     payloads = [m for m in sent.messages if m.role == "user" and m.text.startswith(PAYLOAD_HEADER)]
-    if len(payloads) > 1:
+    if len(payloads) > sum(1 for m in orig.messages if _is_request(m)):
         problems.append(f"payload: {len(payloads)} pack payloads")
     j, matched = len(orig.messages) - 1, []
     for m in reversed(kept):  # from the newest: the pack keeps the newest turns, ADK may repeat a message
@@ -149,7 +152,7 @@ def check_call(orig: ModelRequest, orig_tools: "set[str]", sent: ModelRequest, s
             return problems
         matched.append(j)
         j -= 1
-    problems += _unsent_problems(orig, set(matched), payloads[0] if payloads else None)
+    problems += _unsent_problems(orig, set(matched), payloads)
     # framework tools stay declared (and executable), built-in tools configured
     declared = {t.name for t in sent.tools}
     needed = {t.name for t in orig.tools} & FRAMEWORK_TOOL_NAMES

@@ -80,20 +80,25 @@ async def test_a_new_invocation_without_payload_appends():
     assert m.cache_break is None and m.prefix_tokens == m.previous_tokens > 0
 
 
-async def test_new_invocation_breaks_at_the_payload_and_names_it():
-    """With a task the first turn's user message went out inside the payload; the next invocation
-    replaces that payload by the user message: a break at that message, with its cause."""
+async def test_a_new_invocation_keeps_the_previous_payload_as_sent():
+    """Issue 11: with a task the first turn's user message went out inside the payload (with the closing
+    status on it); the next invocation sends that payload again as it was sent, so its request appends
+    to the last one (no break, the whole previous request is the cached prefix)."""
     from aether_context import set_task
 
     state: dict = {}
     set_task(state, goal="Answer the user's questions")
-    llm = ScriptedLlm(turns=["first answer", "second answer"])
-    plugin, _ = await _run(llm, [read_chunk], window=32_000, profile="default", texts=("one", "two"), state=state)
-    first, second = (request_from_llm(r) for r in llm.requests)
-    assert first.messages[0].text.startswith("CONTEXT PACK") and second.messages[0].text == "one"
-    brk = plugin.packer.recent[1].manifest.cache_break
-    assert brk["block"] == "messages[0]" and brk["index"] == 0
-    assert brk["cause"] == "new invocation: the previous payload was replaced by its user message"
+    llm = ScriptedLlm(turns=["first answer", "second answer", "third answer"])
+    plugin, _ = await _run(llm, [read_chunk], window=32_000, profile="default", texts=("one", "two", "three"),
+                           state=state)
+    first, second, third = (request_from_llm(r) for r in llm.requests)
+    assert first.messages[0].text.startswith("CONTEXT PACK")
+    assert second.messages[:len(first.messages)] == first.messages
+    assert third.messages[:len(second.messages)] == second.messages
+    assert second.messages[-1].text.startswith("CONTEXT PACK") and "two" in second.messages[-1].text
+    for r in list(plugin.packer.recent)[1:]:
+        m = r.manifest
+        assert m.cache_break is None and m.prefix_tokens == m.previous_tokens > 0
 
 
 async def test_calibration_converges_and_no_call_overflows(tmp_path):

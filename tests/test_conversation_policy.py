@@ -249,8 +249,9 @@ def test_a_failing_work_ahead_job_is_logged_not_raised(caplog):
 
 async def test_a_compaction_inside_a_tool_loop_keeps_the_payload_cached(memory_store_url):
     """Issue 11: the task came before the loop's turns, so a compaction inside the loop writes its block
-    after the payload, which stays where the cached prefix has it; the recall tool the block's URIs need
-    is declared by that same call (one cache break, not a second one for the tools)."""
+    after the payload, which stays where the cached prefix has it. No result was offloaded, so the recall
+    tool is not declared: the block cites no original (a change of the tools would re-process the whole
+    request, ADK's head included), and every compaction keeps the head and the payload cached."""
     from aether_context.pipeline import request_tokens
     from aether_context.pipeline.render import head_tokens
     from aether_context.testing import call
@@ -266,17 +267,37 @@ async def test_a_compaction_inside_a_tool_loop_keeps_the_payload_cached(memory_s
     sent = [request_from_llm(r) for r in llm.requests]
     records = list(p.packer.recent)
     compactions = [i for i, r in enumerate(records) if r.manifest.compaction]
-    tools = [[t.name for t in r.tools] for r in sent]
-    assert compactions and compactions[0] > 0 and "read_artifact" in tools[-1]
-    changed = [i for i in range(1, len(tools)) if tools[i] != tools[i - 1]]
-    assert changed and all(i in compactions for i in changed)  # the recall tool joined a compaction's call
-    assert len(compactions) > len(changed)
+    assert compactions and compactions[0] > 0
+    assert all([t.name for t in r.tools] == ["search_flights"] for r in sent)  # never changed
     for i in compactions:
         assert sent[i].messages[0] == sent[i - 1].messages[0]  # the payload, as the previous call sent it
         assert sent[i].messages[1].text.startswith("CONVERSATION SO FAR")
-        if i not in changed:  # only the block and the turns after it are re-processed
-            payload = head_tokens(sent[i], counter) + counter.count_message(sent[i].messages[0])
-            assert records[i].manifest.prefix_tokens >= payload
+        assert "artifact://" not in sent[i].messages[1].text
+        payload = head_tokens(sent[i], counter) + counter.count_message(sent[i].messages[0])
+        assert records[i].manifest.prefix_tokens >= payload  # only the block and the turns after it
+
+
+async def test_the_next_invocation_appends_after_a_compaction_inside_a_tool_loop(memory_store_url):
+    """Issue 11: a compaction inside a tool loop wrote its block after the invocation's request (pinned); the
+    next user turn keeps the block where it was sent, after that request, instead of moving it to the head
+    (which re-processed the whole conversation): its first call appends to the last request."""
+    from aether_context.testing import call
+
+    script = [call("search_flights", origin=f"city{i}", destination=f"town{i}") for i in range(8)] + ["done", "ok"]
+    agent, llm = scripted_agent(script, tools=(search_flights,))
+    p = plugin(memory_store_url, 6_000)
+    runner = make_runner(agent, plugins=[p])
+    sid = await new_session(runner)
+    await run_turn(runner, sid, "Find me a flight out of any city this week.")
+    first = len(llm.requests)
+    await run_turn(runner, sid, "Thanks.")
+    sent = [request_from_llm(r) for r in llm.requests]
+    records = list(p.packer.recent)
+    assert any(r.manifest.compaction for r in records[:first])
+    assert sent[first - 1].messages[1].text.startswith("CONVERSATION SO FAR")  # after the pinned request
+    m = records[first].manifest
+    assert m.compaction is None and m.cache_break is None
+    assert sent[first].messages[:len(sent[first - 1].messages)] == sent[first - 1].messages
 
 
 def run_tests(target: str) -> dict:

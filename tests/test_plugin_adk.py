@@ -51,11 +51,11 @@ REQUEST_HEADER = "USER REQUEST (VERBATIM; answer it):"
 def payload(request) -> str:
     """The pack payload, or the user's own message when the pack had nothing to add (it is then sent as is).
 
-    Only the message's first part: a closing STATUS may ride on the same message as a further part."""
+    Only the message's first part: a closing STATUS may ride on the same message as a further part. Earlier
+    invocations' payloads stay in the history as they were sent: this call's is the last one."""
     found = [m.parts[0].text for m in request.messages if m.role == "user" and m.text.startswith(HEADER)]
-    assert len(found) <= 1, [m.text[:40] for m in request.messages]
     if found:
-        return found[0]
+        return found[-1]
     users = [m.parts[0].text for m in request.messages if m.role == "user" and m.text and not m.responses
              and not m.text.startswith(("CONVERSATION SO FAR", "For context:")) and INSTRUCTION_MARKER not in m.text]
     assert users, [m.text[:40] for m in request.messages]

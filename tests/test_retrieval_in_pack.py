@@ -43,7 +43,7 @@ async def test_an_old_fact_outside_the_tail_is_pulled_back_by_a_later_question()
             pass
     last = request_from_llm(llm.requests[-1])
     assert last.messages[0].text.startswith("CONVERSATION SO FAR")  # history was compacted
-    payload = next(m.parts[0].text for m in last.messages if m.text.startswith("CONTEXT PACK"))
+    payload = [m.parts[0].text for m in last.messages if m.text.startswith("CONTEXT PACK")][-1]  # this call's
     memory = payload.split("MEMORY (", 1)[1].split("\nUSER REQUEST", 1)[0]
     # the old turn is back, via retrieval, as a dated Memory item
     assert re.search(r"\n  - \(\d{4}-\d\d-\d\d \d\d:\d\d\) user: " + re.escape(fact), memory), memory
@@ -97,7 +97,7 @@ async def test_folded_turns_past_the_candidate_pool_come_back_while_memory_has_r
     assert last.messages[0].text.startswith("CONVERSATION SO FAR")
     verbatim = " ".join(m.text for m in last.messages[1:] if not m.text.startswith("CONTEXT PACK"))
     assert not any(n in verbatim for n in notes)  # every note left the verbatim zone with a compaction
-    payload = next(m.parts[0].text for m in last.messages if m.text.startswith("CONTEXT PACK"))
+    payload = [m.parts[0].text for m in last.messages if m.text.startswith("CONTEXT PACK")][-1]  # this call's
     missing = [n for n in notes if n not in payload]
     assert not missing, (missing, manifest.layer_budgets["memory"])  # all back as Memory, none shortened
     memory = manifest.layer_budgets["memory"]

@@ -28,7 +28,7 @@ from .task import StateKeys, evidence_from_state, notes_from_state, task_from_st
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["collect_inputs", "declare_tools", "with_tools", "framework_tools", "FRAMEWORK_TOOL_NAMES", "find_request_index", "opening_request", "INSTRUCTION_MARKER", "artifact_uri"]
+__all__ = ["collect_inputs", "with_tools", "framework_tools", "FRAMEWORK_TOOL_NAMES", "find_request_index", "opening_request", "INSTRUCTION_MARKER", "artifact_uri"]
 
 INSTRUCTION_MARKER = "<<<BEGIN_SYSTEM_INSTRUCTION>>>"
 _OTHER_AGENT_PREFIX = "For context:"
@@ -224,15 +224,6 @@ def with_tools(request: ModelRequest, tools: "tuple[BaseTool, ...]") -> ModelReq
     added = tuple(ToolSpec(t.name, t._get_declaration().model_dump(mode="json", exclude_none=True))
                   for t in tools if t.name not in {s.name for s in request.tools})
     return replace(request, tools=request.tools + added) if added else request
-
-
-def declare_tools(inputs: PackInputs, tools: "tuple[BaseTool, ...]") -> PackInputs:
-    """`inputs` as `collect_inputs` gives them with `tools` among its `extra_tools`: declared, and kept
-    whatever the step allows (the recall tool joining a call that re-processes its request anyway)."""
-    task = inputs.task
-    if task.tools is not None:
-        task = replace(task, tools=task.tools + tuple(t.name for t in tools if t.name not in task.tools))
-    return replace(inputs, request=with_tools(inputs.request, tools), task=task)
 
 
 async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys: StateKeys, previous: PackState | None,

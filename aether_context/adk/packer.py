@@ -47,7 +47,7 @@ from ..providers import EvidenceProvider
 from ..store import DEFAULT_STORE_URL, PackStore
 from ..tokens import TokenCounter, TokenCounting
 from ..windows import window_flag
-from .collect import collect_inputs, declare_tools
+from .collect import collect_inputs
 from .event_times import EventTimes, session_now
 from .convert import apply_request, request_from_llm
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool
@@ -145,9 +145,6 @@ class ContextPacker(ModelHooks, ToolHooks):
             with timings.stage("inputs"):
                 inputs = await self._inputs(callback_context, llm_request, slot, stored, recall)
             pack = await self._build(inputs, timings)
-            if not recall and self._recall_joins(callback_context, pack):
-                recall, inputs = True, declare_tools(inputs, (self.recall_tool,))
-                pack = await self._build(inputs, timings)
             saved = callback_context.state.get(SAVED_STATE_KEY) or {}
             keys = mapped("message_response_keys", inputs.request.messages, _response_keys, self.cache) if saved else ()
             without = pack.manifest.tokens_before + sum(map(saved.get, chain.from_iterable(keys), repeat(0)))
@@ -191,13 +188,6 @@ class ContextPacker(ModelHooks, ToolHooks):
         return await self._off_loop(build_pack, inputs, self.profile, counter=self.counter, window=self.window_tokens,
                                     retriever=self.retriever, cache=self.cache, timings=timings)
 
-    def _recall_joins(self, ctx: CallbackContext, pack: ContextPack) -> bool:
-        """A compaction whose block cites an original declares the recall tool at once: a change of the
-        tools re-processes the whole request, and this call re-processes all but ADK's head anyway (the
-        next call would otherwise declare it and re-process everything again)."""
-        return (self.profile.offload.enabled and pack.manifest.compaction is not None
-                and "artifact://" in pack.state.block_text and bool(ctx.state.get(URIS_STATE_KEY)))
-
     async def _inputs(self, callback_context: CallbackContext, llm_request: LlmRequest, slot: SessionSlot,
                       stored: StoredPack, recall: bool) -> PackInputs:
         """This call's `PackInputs`, assembled once: the edge's collection, event times, saved images, calibration."""
@@ -212,7 +202,7 @@ class ContextPacker(ModelHooks, ToolHooks):
             providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (), cache=self.cache,
             grown=grown, scope=slot_key(session.app_name, session.user_id, session.id, callback_context.agent_name))
         inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
-                         compact=bool(callback_context.state.get(COMPACT_STATE_KEY)))
+                         compact=bool(callback_context.state.get(COMPACT_STATE_KEY)), cite_originals=recall)
         inputs = await self._save_images(callback_context, inputs)
         inputs = replace(inputs, calibration=read_calibration(callback_context.state, inputs.request.model))
         return inputs
@@ -226,8 +216,9 @@ class ContextPacker(ModelHooks, ToolHooks):
         return self._offers_recall(ctx, llm_request, read_pack(ctx.state, ctx.agent_name).state)
 
     def _offers_recall(self, ctx: CallbackContext, llm_request: LlmRequest, previous: PackState | None) -> bool:
-        """The recall tool is declared once the request cites an original it can read back (a compacted
-        tool result, or a compaction block with URIs), and stays declared (no flapping of the tools)."""
+        """The recall tool is declared once the request cites an original it can read back (an offloaded
+        tool result; a compaction block cites originals only once it is declared, though one an earlier
+        release wrote may), and stays declared (no flapping of the tools)."""
         if not self.profile.offload.enabled or not ctx.state.get(URIS_STATE_KEY):
             return False
         if previous is not None and (RECALL_TOOL_NAME in previous.tool_names or "artifact://" in previous.block_text):

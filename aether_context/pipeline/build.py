@@ -27,6 +27,7 @@ from .conversation import Compaction, Verbatim, compact, compaction_events, verb
 from .evidence_change import change_cause, changed_evidence
 from .incremental import inputs_digest, turn_tokens
 from .fit import fit_layers, fit_to_window, selection_events
+from .as_sent import restore_sent
 from .prepare import Prepared, prepare
 from .recite import failures_to_show, recite
 from .record import Decisions, Manifest, record
@@ -73,6 +74,7 @@ class Plan:
     space: Room
     compaction: Compaction | None
     failures: str  # FAILURES SO FAR for this zone ("" without failures, or when the kept turns show them all)
+    prepared: Prepared  # the turns as this call sends them (earlier requests as sent, or as ADK has them)
     evidence_changed: str = ""  # why a frozen payload was rebuilt: a new version of an item it sent
 
 
@@ -107,7 +109,10 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
     call = Call(inputs, profile, int(model_window / max(0.5, inputs.calibration)), counter,
                 retriever or default_retriever(profile), cache, failures, failure_log)
     with stage("select"):
-        plan = _fill_memory(call, prepared, _plan(call, prepared, zone, stage))
+        plan = _plan(call, restore_sent(prepared, inputs) if profile.cache.stable_prefix else prepared, prepared,
+                     zone, stage)
+        prepared = plan.prepared
+        plan = _fill_memory(call, prepared, plan)
     with stage("allocate"):
         alloc = allocate_pack(profile, call.window, plan.space, plan.cands,
                               conversation_tokens(prepared, plan.zone, counter))
@@ -130,14 +135,20 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
         events = (*prepared.events, *compaction_events(plan.compaction), *selection_events(plan.cands), *fitted.events)
         decisions = Decisions(model_window, alloc, plan.cands, fitted.fit, plan.compaction, reused,
                               recital, prepared.pruned, events, plan.evidence_changed,
-                              request_tokens(inputs.request, counter, call.cache), inputs_digest(inputs, call.cache))
+                              request_tokens(inputs.request, counter, call.cache), inputs_digest(inputs, call.cache),
+                              prepared.restored)
         out = record(inputs, profile, decisions, counter)
     return ContextPack(request=recital.request, manifest=out.manifest, state=out.state, inputs=inputs)
 
 
-def _plan(call: Call, prepared: Prepared, zone: Verbatim, stage) -> Plan:
+def _plan(call: Call, prepared: Prepared, plain: Prepared, zone: Verbatim, stage) -> Plan:
     """Select for the previous call's zone; when the kept turns exceed their room, compact once and
     select again for the new zone (compacted turns become Memory candidates).
+
+    `prepared` sends earlier invocations' requests as they were sent (the new request appends to the
+    last one), `plain` as ADK has them: when only the former is over the room, the earlier payloads are
+    replaced by their user messages (a break at the oldest one) rather than compacting (a break at the
+    head, and a tail re-processed).
 
     With the payload frozen, the room is known before any ranking (Evidence and Memory are inside
     the payload): a call that compacts then ranks once, for the zone it keeps, not the one it leaves."""
@@ -158,8 +169,15 @@ def _plan(call: Call, prepared: Prepared, zone: Verbatim, stage) -> Plan:
     kept = conversation_tokens(prepared, zone, counter)
     max_turns = profile.conversation.max_verbatim_turns
     too_many = max_turns is not None and len(zone.kept(prepared.turns)) > max_turns
-    if not (inputs.compact or kept > space.conversation_cap - _headroom(call, prepared, zone) or too_many):
-        return Plan(zone, frozen, ranked_here(), space, None, call.failures, changed)
+    over = kept > space.conversation_cap - _headroom(call, prepared, zone)
+    if over and prepared is not plain and _replace_pays(call, prepared, plain, zone, space):
+        prepared, over = plain, False  # the earlier payloads are replaced by their user messages instead
+        ranked.clear()
+    if not (inputs.compact or over or too_many):
+        return Plan(zone, frozen, ranked_here(), space, None, call.failures, prepared, changed)
+    if prepared is not plain:  # a compaction re-processes the turns it keeps: earlier payloads as sent only take room
+        prepared, kept = plain, conversation_tokens(plain, zone, counter)
+        ranked.clear()
     with stage("compact"):
         reason = "asked for (packer.compact)" if inputs.compact else "conversation over its room"
         held = frozen if not inputs.compact else None
@@ -168,7 +186,7 @@ def _plan(call: Call, prepared: Prepared, zone: Verbatim, stage) -> Plan:
             held, compaction = None, _compact(call, prepared, zone, ranked_here(), None, reason, kept)
     if not compaction.folded and not inputs.compact:
         # nothing could leave the verbatim zone: the final fit cuts the largest turn instead
-        return Plan(zone, frozen, ranked_here(), space, None, call.failures, changed)
+        return Plan(zone, frozen, ranked_here(), space, None, call.failures, prepared, changed)
     zone = compaction.zone
     failures = failures_to_show(call.failure_log, zone.kept(prepared.turns))
     if held is not None and failures:  # the held payload shows the failures it was built with: the
@@ -176,7 +194,17 @@ def _plan(call: Call, prepared: Prepared, zone: Verbatim, stage) -> Plan:
         compaction = replace(compaction, zone=zone, tokens_after=conversation_tokens(prepared, zone, counter))
     cands = _select(call, prepared, zone)
     space = room(inputs, profile, call.window, cands, zone, held, failures, counter)
-    return Plan(zone, held, cands, space, compaction, failures)
+    return Plan(zone, held, cands, space, compaction, failures, prepared)
+
+
+def _replace_pays(call: Call, sent: Prepared, plain: Prepared, zone: Verbatim, space: Room) -> bool:
+    """Whether replacing the earlier payloads kept as sent (which overflow the room) by their user messages
+    beats compacting: the plain history must fit, and leave at least as much room free as the replacement
+    re-processes (the turns from the first payload on), or the next calls compact anyway and both are paid."""
+    cap = space.conversation_cap - _headroom(call, plain, zone)
+    kept = zone.kept(plain.turns)
+    redone = sum(turn_tokens(t, call.counter) for t in kept if t.start >= min(sent.restored))
+    return cap - conversation_tokens(plain, zone, call.counter) >= redone
 
 
 def _headroom(call: Call, prepared: Prepared, zone: Verbatim) -> int:
@@ -193,8 +221,8 @@ def _compact(call: Call, prepared: Prepared, zone: Verbatim, cands: Candidates, 
     """One compaction down to `compact_to` of the conversation's room. With the payload `held` as sent (a
     cut inside this invocation's tool loop: the block then follows the payload, which stays cached), its
     Memory is frozen with it and the conversation has the whole room; otherwise compacted turns become
-    Memory candidates and the target leaves Memory its share. None when the payload cannot be held (the
-    cut does not reach this invocation's request): no block is built for it."""
+    Memory candidates and the target leaves Memory its share. None when the payload cannot be held (the cut does not reach this
+    invocation's request): no block is built for it."""
     inputs, profile, counter = call.inputs, call.profile, call.counter
     cap = room(inputs, profile, call.window, cands, zone, held, call.failures, counter,
                memory_wanted=held is None).conversation_cap

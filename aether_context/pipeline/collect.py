@@ -128,6 +128,8 @@ class PackState:
     sent_tokens: int = 0  # tokens of the request as sent (head and messages)
     statuses: tuple[tuple[int, str, str], ...] = ()  # statuses kept as sent: (message index, its digest, text)
     evidence_marks: tuple[str, ...] = ()  # per `evidence_ids`: digest of the item's summary and URI (version)
+    # earlier invocations' requests as sent: (index, ADK's digest, payload text, texts riding on it); see as_sent
+    sent_requests: tuple[tuple[int, str, str, tuple[str, ...]], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -144,6 +146,7 @@ class PackState:
             "payload_tokens": self.payload_tokens, "tool_names": list(self.tool_names),
             "sent_tokens": self.sent_tokens,
             "statuses": [list(s) for s in self.statuses], "evidence_marks": list(self.evidence_marks),
+            "sent_requests": [[i, dg, t, list(x)] for i, dg, t, x in self.sent_requests],
         }
 
     @classmethod
@@ -169,6 +172,7 @@ class PackState:
             sent_tokens=int(d.get("sent_tokens", head_tokens + sum(message_tokens))),
             statuses=tuple((int(i), str(dg), str(t)) for i, dg, t in d.get("statuses", ())),
             evidence_marks=tuple(d.get("evidence_marks", ())),
+            sent_requests=tuple((int(i), str(dg), str(t), tuple(map(str, x))) for i, dg, t, x in d.get("sent_requests", ())),
         )
 
 
@@ -195,6 +199,9 @@ class PackInputs:
     failures: dict[str, Any] = field(default_factory=dict)  # the session's FailureLog (JSON)
     message_times: tuple[float | None, ...] = ()  # per request message: its event's timestamp (None: unknown)
     compact: bool = False  # a manual compaction was asked for (packer.compact)
+    # the recall tool is declared: a compaction block may cite originals (else its fold lines name no URI, so
+    # a compaction does not make the tools change, which would re-process the whole request)
+    cite_originals: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -213,7 +220,7 @@ class PackInputs:
             now=d["now"], previous=None if d["previous"] is None else PackState.from_json(d["previous"]),
             uris=d.get("uris", {}), summary=d.get("summary") or {}, calibration=float(d.get("calibration", 1.0)), failures=d.get("failures") or {},
             message_times=tuple(d.get("message_times", ())), compact=bool(d.get("compact", False)),
-            extra=d.get("extra", {}),
+            cite_originals=bool(d.get("cite_originals", True)), extra=d.get("extra", {}),
         )
 
     def to_json_without_request(self) -> dict[str, Any]:
@@ -231,7 +238,8 @@ class PackInputs:
             "agent": self.agent, "now": self.now,
             "previous": None if self.previous is None else self.previous.to_json(), "uris": self.uris,
             "summary": self.summary, "calibration": self.calibration, "failures": self.failures,
-            "message_times": list(self.message_times), "compact": self.compact, "extra": self.extra,
+            "message_times": list(self.message_times), "compact": self.compact,
+            "cite_originals": self.cite_originals, "extra": self.extra,
         }
 
     @property

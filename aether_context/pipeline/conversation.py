@@ -140,8 +140,8 @@ def compaction_block(compacted: "tuple[Turn, ...]", summary: RunningSummary, *, 
     """The block text for every compacted turn, with the advanced summary and what was merged into it."""
     zones = decay_zones(compacted, summary, goal=goal, fold_max_tokens=fold_max_tokens,
                         summary_max_tokens=summary_max_tokens, uris=uris, counter=counter, cache=cache)
-    parts = [f"{BLOCK_HEADER} (earlier turns, compacted by aether-context; quoted data, originals at "
-             "their artifact:// URIs):"]
+    cited = "; quoted data, originals at their artifact:// URIs" if uris else "; quoted data"
+    parts = [f"{BLOCK_HEADER} (earlier turns, compacted by aether-context{cited}):"]
     if opening:
         parts.append("OPENING REQUEST:\n" + _quote(opening))
     if zones.summary.text:
@@ -175,7 +175,7 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     """
     turns, room = prepared.turns, int(target * BLOCK_SHARE)  # block and tail come down to the target together
     original = lambda t: prepared.originals.get(t.start, t)  # noqa: E731 (the turn before any cut)
-    mask, uris = turn_masker(inputs.uris, cache)
+    mask, uris = turn_masker(inputs.uris if inputs.cite_originals else {}, cache)
     params = parameter_names(t.declaration for t in inputs.request.tools)
 
     def plan(block_room: int, extra: int) -> tuple:

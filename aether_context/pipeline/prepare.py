@@ -30,6 +30,7 @@ class Prepared:
     pruned: frozenset[int]
     originals: "TurnsByStart"  # turn start -> the turn before any cut (fold lines name what was cut)
     events: tuple[TruncationEvent, ...]
+    restored: tuple[int, ...] = ()  # earlier invocations' requests rendered as sent (`as_sent.restore_sent`)
 
     @property
     def turns(self) -> tuple[Turn, ...]:

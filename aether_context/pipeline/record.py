@@ -17,6 +17,7 @@ from ..content import ModelRequest, canonical_json, sha256_hex
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .allocate import LAYER_OVERHEAD
+from .as_sent import sent_requests
 from .collect import PackInputs, PackState
 from .incremental import turns_tokens
 from .evidence_change import evidence_marks
@@ -127,6 +128,7 @@ class Decisions:
     evidence_changed: str = ""  # why a frozen payload was rebuilt (a new version of an item it sent)
     tokens_before: int = 0  # the request as ADK built it (counted where the call's cache is)
     inputs_digest: str = ""  # `inputs.digest` (computed where the call's cache is); "" computes it here
+    restored: tuple[int, ...] = ()  # earlier invocations' requests this call sent as they were sent
 
 
 @dataclass(frozen=True)
@@ -167,14 +169,19 @@ def _state(inputs: PackInputs, profile: BudgetProfile, d: Decisions, counter: To
         payload_tokens=counter.count_message(stable.messages[payload_index]) if sends_payload else 0,
         tool_names=tuple(t.name for t in stable.tools), statuses=d.recital.statuses,
         evidence_marks=evidence_marks(inputs.evidence, evidence_ids),
+        sent_requests=sent_requests(inputs, fit, stable, profile.cache.stable_prefix, d.restored),
     )
 
 
 FINAL_CUT_CAUSE = "the final fit cut a kept turn the previous call had sent (window still exceeded)"
 
 
+REPLACED_CAUSE = "earlier payloads replaced by their user messages (as sent they would overflow the room)"
+
+
 def cache_break(state: PackState, prev: PackState | None, prefix_tokens: int,
-                compaction: "Compaction | None", evidence_changed: str = "", final_cut: bool = False) -> dict | None:
+                compaction: "Compaction | None", evidence_changed: str = "", final_cut: bool = False,
+                replaced: bool = False) -> dict | None:
     """The first stable block that differs from the previous call's request, what it costs, and why.
 
     Appending messages is not a break; changing the system instruction, the tools or any earlier
@@ -195,6 +202,8 @@ def cache_break(state: PackState, prev: PackState | None, prefix_tokens: int,
                 cause = evidence_changed
             elif final_cut:  # the last resort when nothing could leave the verbatim zone
                 cause = FINAL_CUT_CAUSE
+            elif replaced:
+                cause = REPLACED_CAUSE
             elif i == prev.payload_index and prev.invocation_id != state.invocation_id:
                 cause = "new invocation: the previous payload was replaced by its user message"
             elif i == len(prev.message_digests) - 1:
@@ -286,7 +295,9 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, d: Decisions, state: P
                       "payload": sha256_hex(state.payload_text), "compaction": sha256_hex(fit.zone.block)},
         cache_break=cache_break(state, prev, prefix, d.compaction, d.evidence_changed,
                                 final_cut=any(e.layer == "conversation" and e.action == "cut"
-                                              and e.reason.startswith("window still exceeded") for e in d.events)),
+                                              and e.reason.startswith("window still exceeded") for e in d.events),
+                                replaced=prev is not None and any(k[0] not in d.restored and k[0] != inputs.request_index
+                                                                  for k in prev.sent_requests)),
         compaction=d.compaction.to_json() if d.compaction else None,
         calibration=round(inputs.calibration, 4), packed_for=d.alloc.window, recited=d.recital.status is not None,
         failures=failure_count(inputs),

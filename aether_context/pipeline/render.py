@@ -200,18 +200,21 @@ def payload_message(payload_text: str, request: Message | None) -> Message | Non
 def block_follows(inputs: "PackInputs", zone: "Verbatim") -> bool:
     """The compaction block goes after the payload when it holds this invocation's own tool turns (the
     invocation's request is pinned: the cut passed it). The request came before those turns, and a
-    compaction inside a tool loop then leaves the payload where the cached prefix already has it."""
+    compaction inside a tool loop then leaves the payload where the cached prefix already has it.
+    Later invocations keep the block after that request (`pinned_turns`), where it was sent."""
     return bool(zone.block) and inputs.request_index is not None and inputs.request_index in zone.pinned
 
 
 def render_request(*, model: str, system_instruction: str, tools: "tuple[ToolSpec, ...]",
                    other_tools: "tuple[dict, ...]", block: str, history: "tuple[Turn, ...]", payload: Message | None,
                    loop: "tuple[Turn, ...]", instructions: "tuple[Message, ...]",
-                   block_after_payload: bool = False) -> ModelRequest:
+                   block_after_payload: bool = False, pinned_turns: int = 0) -> ModelRequest:
     block_message = (Message("user", (TextPart(block),)),) if block else ()
     head, late = ((), block_message) if block_after_payload else (block_message, ())
     middle = (payload,) if payload is not None else ()
-    messages = head + tuple(m for t in history for m in t.messages) + middle + late \
+    pinned = history[:pinned_turns]  # an earlier invocation's pinned request: the block stays after it
+    messages = tuple(m for t in pinned for m in t.messages) + head \
+        + tuple(m for t in history[pinned_turns:] for m in t.messages) + middle + late \
         + tuple(m for t in loop for m in t.messages) + instructions
     return ModelRequest(model=model, system_instruction=system_instruction, messages=messages, tools=tools,
                         other_tools=other_tools)
@@ -223,7 +226,18 @@ def render_pack(inputs: "PackInputs", cands: "Candidates", fit: "Fit") -> ModelR
                           tools=cands.tools, other_tools=inputs.request.other_tools, block=fit.zone.block,
                           history=fit.history, payload=payload_message(fit.payload_text, cands.conversation.request),
                           loop=fit.loop, instructions=cands.conversation.instructions,
-                          block_after_payload=fit.block_after_payload)
+                          block_after_payload=fit.block_after_payload, pinned_turns=pinned_turns(fit.zone, fit.history))
+
+
+def pinned_turns(zone: "Verbatim", history: "tuple[Turn, ...]") -> int:
+    """How many leading history turns are requests pinned before the zone (an earlier invocation's, whose
+    tool loop compacted): the block was sent after it and stays there until the next compaction."""
+    if not zone.block:
+        return 0
+    n = 0
+    while n < len(history) and history[n].start < zone.through:
+        n += 1
+    return n
 
 
 def request_tokens(request: ModelRequest, counter: TokenCounting, cache: "PackCache | None" = None) -> int:
