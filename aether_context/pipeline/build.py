@@ -221,8 +221,8 @@ def _compact(call: Call, prepared: Prepared, zone: Verbatim, cands: Candidates, 
     """One compaction down to `compact_to` of the conversation's room. With the payload `held` as sent (a
     cut inside this invocation's tool loop: the block then follows the payload, which stays cached), its
     Memory is frozen with it and the conversation has the whole room; otherwise compacted turns become
-    Memory candidates and the target leaves Memory its share. None when the payload cannot be held (the cut does not reach this
-    invocation's request): no block is built for it."""
+    Memory candidates and the target leaves Memory its share. None when the payload cannot be held (the
+    cut does not reach this invocation's request): no block is built for it."""
     inputs, profile, counter = call.inputs, call.profile, call.counter
     cap = room(inputs, profile, call.window, cands, zone, held, call.failures, counter,
                memory_wanted=held is None).conversation_cap
