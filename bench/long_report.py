@@ -168,21 +168,43 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
    10,000 events 3.4 → 2.2 ms); a one-text embedding (the question) skips `encode`'s per-call set-up (1–2 ms,
    the same bits). Together about 1 ms per call: the opening call at 10,000 events 27.7 → 26.7 ms.
 
+18. **A compaction's KNOWN VALUES and its burst of embedding** (compaction calls profiled apart from the others,
+   tool loop and chat at 1,000 and 10,000 events): the block's known values were merged from scratch over every
+   value set they read, up to twice per plan (about 20 ms), and their render ranked every field again on each of
+   its passes (up to 31 ms per chat compaction call at 10,000 events); the previous compaction's newest compacted
+   turn had its retrieval document embedded on the request's path once the turn after it was compacted too (24 ms
+   p50 of a tool-loop compaction call). Each compaction now leaves the value sets it read and its merge in the
+   `PackCache`, and the next one reads only turns it has not read and merges again only the sources whose blocked
+   values changed (`pipeline/known_values.py`, `compress/value_merge.py`, tested against a merge from scratch and
+   against a packer whose cache is emptied before every call); the render ranks each field once; the work ahead
+   embeds that document. Requests byte-identical (120 long-session checksums). Paired runs, p95 ms: tool loop
+   81.4 → 49.4 (1,000 events), 82.0 → 58.4 (10,000); chat 115.7 → 78.4 (1,000), 103.9 → 81.3 (10,000).
+19. **The opening call's question and its history walks** (profiled per function and with torch.profiler, chat
+   at 10,000 events): a question ranked in Evidence and Memory was embedded once per layer (now once: query
+   vectors are kept per embedding cache, `retrieval/queries.py`); the int8 MiniLM forward spent about 1.7 ms of
+   its ~10 ms in Python around its ops (transformers' wrappers, a module call per Linear, an unused pooler), and
+   the one-text path now walks BERT's layers itself with the same ops, bit-identical to `encode` (checked per
+   model at its first text): 9.8 → 8.2 ms for a 27-token question, against 5.3 ms of kernel work;
+   `incremental.shared_prefix` walked every turn in Python when the difference was at the end (now galloping
+   C-level slice comparisons); the retriever compared its previous pool document by document (now one list
+   comparison); each ranked candidate was token-counted though the pack counts the line it renders (no longer).
+   Paired runs at 10,000 events, loaded CPU: opening call p50 49.6 → 41.8 and 45.0 → 42.3 ms, requests
+   byte-identical.
+
 Still proportional to the history (measured above): the retrieval pool itself (every compacted turn stays
 searchable: BM25 postings and one matrix-vector product over it) and a few C-speed passes under 1 ms at 10,000
-events (tuple comparisons of the unchanged run, copies of the URI map; about 2 ms together at 10,000 events:
-the edge's inputs, `history_documents`' stamps, the inputs digest). Not removed, and why the targets still
-fail where they do: a chat call that opens a user turn embeds its new question (the int8 MiniLM forward of a
-20-token question is 8–14 ms of kernel work on this CPU, by torch.profiler, and ranking costs about 5 ms: a
-fixed cost per question, not per event, so the opening call is about 27 ms at 1,000 and at 10,000 events); and
-a compaction call (45–90 ms) still merges the new block's KNOWN VALUES (about 20 ms, rebuilt from every value
-set), and in 5 of 8 compaction calls embeds the newest compacted turn, whose document includes the turn after
-it, which arrives only with this call (the work ahead cannot have read it; changing the document text would
-change what retrieval finds), so where a tool loop of large outputs compacts every few calls (8K window) its
-p95 is a compaction call. The chat's calls are two
-populations, those that open a user turn (the new question embedded, Memory searched and fitted anew) and those
-inside its tool loop (a few ms apart from the first), about half each: its p50 lands on either (at 1,000 events
-14.7 ms in one run, 27.5 ms in a run of the commit before), so its 1,000-to-10,000 ratio moves between about 1.1×
-and 1.9× from run to run (in the run of the commit before, where the p50 was an opening call at both sizes:
-27.5 ms at 1,000 and 29.5 ms at 10,000 events).
+events (tuple comparisons of the unchanged run, copies of the URI map). Not removed, and why the targets still
+fail where they do: a chat call that opens a user turn embeds its new question, a fixed cost per question, not
+per event: the int8 MiniLM forward of a 27-token question is 8.2 ms (5.3 ms of it kernel work by torch.profiler,
+the rest the dispatch of about 300 ops and the tokenizer; a compiled graph might remove part of it, but nothing
+guarantees the same bits), and its search about 6 ms (MMR and item building over a pool of about 200), so the
+opening call stays above 15 ms at both sizes. A compaction call still merges the sources its new turns touch
+(about 9 ms: two set intersections for each of about 670 sources; an index from value to sources would visit
+only those holding a changed value), writes its summary, ranks for the zone it leaves and the zone it keeps, and
+fits Memory's lines anew (2–3 ms). The chat's calls are two populations, those that open a user turn (the new
+question embedded, Memory searched and fitted anew) and those inside its tool loop, about half each: its p50 lands
+on either, so its 1,000-to-10,000 ratio moves from run to run. Full garbage collections of the benchmark process
+(about 430 ms each on this machine, the process holding both sessions, the embedding model and every packer) land
+on whichever call allocates past the threshold; over 29 calls one of them sets the p95 (found by `gc.callbacks` in
+a paired run: the same code had its pauses on call 2 in one run and on calls 15 and 28 in the other).
 """
