@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..content import Message, ModelRequest, TextPart
+from .cache import PackCache
 from .collect import PackInputs, Turn, turn_start
 from .render import payload_message
 
@@ -36,9 +37,13 @@ def _as_sent(original: Message, kept: SentRequest) -> Message:
     return Message(base.role, base.parts + tuple(TextPart(t) for t in kept[3])) if kept[3] else base
 
 
-def restore_sent(prepared: "Prepared", inputs: PackInputs) -> "Prepared":
+def restore_sent(prepared: "Prepared", inputs: PackInputs, cache: PackCache) -> "Prepared":
     """`prepared` with each earlier invocation's request message as it was sent, where ADK's message at its
-    index is still the one it was built from (the invocation's own request is the payload's to render)."""
+    index is still the one it was built from (the invocation's own request is the payload's to render).
+
+    Each restored turn is kept in `cache` by what it is built from, so every call gets the same object: its
+    digest and token count are computed once, and the per-turn passes that compare the turns with the last
+    call's by identity reuse what they found for it."""
     prev = inputs.previous
     if prev is None or not prev.sent_requests:
         return prepared
@@ -50,7 +55,8 @@ def restore_sent(prepared: "Prepared", inputs: PackInputs) -> "Prepared":
             continue
         message = out[i].messages[0]
         if message.role == "user" and message.digest == digest:
-            out[i] = Turn(index, (_as_sent(message, kept),))
+            out[i] = cache.get("sent_turn", (message.digest, kept),
+                               lambda m=message, k=kept: Turn(k[0], (_as_sent(m, k),)))
             restored.append(index)
     if not restored:
         return prepared

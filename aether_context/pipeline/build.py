@@ -109,8 +109,8 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
     call = Call(inputs, profile, int(model_window / max(0.5, inputs.calibration)), counter,
                 retriever or default_retriever(profile), cache, failures, failure_log)
     with stage("select"):
-        plan = _plan(call, restore_sent(prepared, inputs) if profile.cache.stable_prefix else prepared, prepared,
-                     zone, stage)
+        sent = restore_sent(prepared, inputs, cache) if profile.cache.stable_prefix else prepared
+        plan = _plan(call, sent, prepared, zone, stage)
         prepared = plan.prepared
         plan = _fill_memory(call, prepared, plan)
     with stage("allocate"):
