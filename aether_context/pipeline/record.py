@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..content import ModelRequest, canonical_json, sha256_hex
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
-from .allocate import LAYER_OVERHEAD
+from .allocate import lines_demand
 from .as_sent import sent_requests
 from .collect import PackInputs, PackState
 from .incremental import turns_tokens
@@ -239,14 +239,10 @@ def _lines_json(lines: "tuple[Line, ...]") -> list[dict]:
     return [{"id": ln.id, "source": ln.source, "score": ln.score, **ln.scores, "compressed": ln.compressed} for ln in lines]
 
 
-def _lines_used(lines: "tuple[Line, ...]") -> int:
-    return sum(ln.tokens + 1 for ln in lines) + (LAYER_OVERHEAD if lines else 0)
-
-
 def _layers(inputs: PackInputs, d: Decisions, state: PackState, counter: TokenCounting) -> dict[str, LayerUsage]:
     """Per layer: demand, budget and what the sent request really uses."""
     fit, conv, request, alloc = d.fit, d.cands.conversation, d.recital.request, d.alloc
-    ev_used, mem_used = _lines_used(fit.evidence), _lines_used(fit.memory)
+    ev_used, mem_used = lines_demand(fit.evidence), lines_demand(fit.memory)
     block_used = counter.count_text(fit.zone.block) + 4 if fit.zone.block else 0
     conv_used = turns_tokens(fit.history, counter) + turns_tokens(fit.loop, counter) + block_used
     payload = state.payload_tokens or (counter.count_message(conv.request) if conv.request is not None else 0)

@@ -18,7 +18,7 @@ __all__ = ["exact_groups"]
 
 def exact_groups(model: Any, texts: list[str], *, batch_size: int, quantized: bool) -> list[list[int]]:
     """Row numbers of `texts` in groups of at most `batch_size`, each safe to encode as one batch."""
-    if quantized or not texts:
+    if quantized or len(texts) <= 1:  # one text is its own batch: no need to tokenize it here
         return [[i] for i in range(len(texts))]
     by_length: dict[int, list[int]] = {}
     preprocess = getattr(model, "preprocess", None) or model.tokenize  # `tokenize` before sentence-transformers 5
