@@ -202,6 +202,12 @@ class ToolSpec:
     name: str
     declaration: dict[str, Any]
 
+    @cached_property
+    def declaration_json(self) -> str:
+        """The declaration's canonical JSON (what its tokens are counted from), serialised once: every
+        call counts the head of several requests that share these tools."""
+        return canonical_json(self.declaration)
+
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "declaration": self.declaration}
 

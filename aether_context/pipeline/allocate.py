@@ -242,7 +242,7 @@ def room(inputs: "PackInputs", profile: BudgetProfile, window: int, cands: "Cand
     """
     limit = window - int(window * profile.floors.slack)
     head = counter.count_text(inputs.request.system_instruction) \
-        + sum(counter.count_text(canonical_json(t.declaration)) for t in cands.tools) \
+        + sum(counter.count_text(t.declaration_json) for t in cands.tools) \
         + sum(counter.count_text(canonical_json(t)) for t in inputs.request.other_tools) \
         + sum(counter.count_message(m) for m in cands.conversation.instructions)
     frame = _frame_tokens(inputs, cands, frozen, failures, counter)

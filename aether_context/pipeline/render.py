@@ -252,7 +252,7 @@ def request_tokens(request: ModelRequest, counter: TokenCounting, cache: "PackCa
 
 def head_tokens(request: ModelRequest, counter: TokenCounting) -> int:
     """Tokens of what precedes the messages: the system instruction and every tool declaration."""
-    tools = sum(counter.count_text(canonical_json(t.declaration)) for t in request.tools)
+    tools = sum(counter.count_text(t.declaration_json) for t in request.tools)
     other = sum(counter.count_text(canonical_json(t)) for t in request.other_tools)
     return counter.count_text(request.system_instruction) + tools + other
 
