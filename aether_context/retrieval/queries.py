@@ -20,25 +20,38 @@ __all__ = ["QueryVectors"]
 
 class QueryVectors:
     """The last `size` queries' vectors by text hash (least recently used dropped first). Thread-safe;
-    a query is embedded outside the lock, so a search never waits for another thread's embedding."""
+    a query is embedded outside the lock, so a search never waits for another query's embedding, and
+    once: a thread asking for a query another thread is embedding waits for that vector."""
 
     def __init__(self, embed: Callable[[list[str]], np.ndarray], size: int = 256):
         self._embed = embed
         self._size = size
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._embedding: dict[str, threading.Event] = {}  # queries being embedded now, by key
         self._lock = threading.Lock()
 
     def vector(self, key: str, query: str) -> np.ndarray:
         """The vector of `query` (`key`: its text hash), embedded on the first ask."""
-        with self._lock:
-            vector = self._vectors.get(key)
-            if vector is not None:
+        while True:
+            with self._lock:
+                vector = self._vectors.get(key)
+                if vector is not None:
+                    self._vectors.move_to_end(key)
+                    return vector
+                running = self._embedding.get(key)
+                if running is None:
+                    self._embedding[key] = done = threading.Event()
+                    break
+            running.wait()  # then found, or embedded here if that thread failed
+        try:
+            vector = np.asarray(self._embed([query]), dtype=np.float32)[0]  # the same bits whichever thread embeds
+            with self._lock:
+                self._vectors[key] = vector
                 self._vectors.move_to_end(key)
-                return vector
-        vector = np.asarray(self._embed([query]), dtype=np.float32)[0]  # the same bits whichever thread embeds
-        with self._lock:
-            self._vectors[key] = vector
-            self._vectors.move_to_end(key)
-            while len(self._vectors) > self._size:
-                self._vectors.popitem(last=False)
-        return vector
+                while len(self._vectors) > self._size:
+                    self._vectors.popitem(last=False)
+            return vector
+        finally:
+            with self._lock:
+                del self._embedding[key]
+            done.set()
