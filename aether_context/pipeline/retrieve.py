@@ -88,15 +88,16 @@ class Retriever:
             self._warming.join(timeout)
         return self.ready()
 
-    def _appended(self, index: HybridIndex, documents: "list[Document]") -> "list[Document] | None":
+    def _appended(self, index: HybridIndex, documents: "Sequence[Document]") -> "list[Document] | None":
         """The documents after the previous pool of `index`, when `documents` starts with that whole
         pool (the same documents, in order): a call then adds only what is new. None otherwise."""
         held = self._pools.get(id(index))
         if held is None or held[0] is not index or len(held[1]) > len(documents):
             return None
-        if held[1] != documents[:len(held[1])]:  # one C-level pass, each document by identity first
+        head = documents[:len(held[1])]  # a list's slice is a list; any other sequence's is made one
+        if (head if isinstance(head, list) else list(head)) != held[1]:  # one C-level pass, identity first
             return None
-        return documents[len(held[1]):]
+        return list(documents[len(held[1]):])
 
     def _index(self, namespace: str, layer: str) -> HybridIndex:
         key = (namespace, layer)
