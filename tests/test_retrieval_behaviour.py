@@ -255,3 +255,45 @@ def test_a_compacted_json_result_shows_its_deep_identifiers_in_memory(counter):
     text = history_documents((turn,), (1_700_000_000.0, 1_700_000_000.0), counter.count_text)[0].text
     assert "credit_card_2929732" in text and "JG7FMM" in text and "2FBBAH" in text
     assert "get_user_details returned" in text
+
+
+def test_two_threads_asking_one_new_query_embed_it_once():
+    """A query two threads miss at once is embedded by one of them; the other waits for its vector."""
+    from aether_context.retrieval.queries import QueryVectors
+
+    calls, started, release = [], threading.Event(), threading.Event()
+
+    def embed(texts):
+        calls.append(list(texts))
+        started.set()
+        release.wait(5)
+        return np.ones((len(texts), 4), dtype=np.float32)
+
+    vectors = QueryVectors(embed)
+    got = []
+    first = threading.Thread(target=lambda: got.append(vectors.vector("k", "where is my bag")))
+    first.start()
+    assert started.wait(5)
+    second = threading.Thread(target=lambda: got.append(vectors.vector("k", "where is my bag")))
+    second.start()
+    second.join(0.2)
+    release.set()
+    first.join(5)
+    second.join(5)
+    assert len(calls) == 1 and len(got) == 2 and got[0] is got[1]
+
+
+def test_a_repeated_search_is_the_same_result_and_a_change_to_the_documents_searches_again():
+    """The index keeps its last search by what it read (the documents' version, query, exclusions, clock):
+    the same search gives the result it gave; an added or removed document is searched anew."""
+    index = HybridIndex(RetrievalSettings(), embedder=HashingEmbedder())
+    index.add([Document("a", "the passenger asked for a window seat", "memory", 1.0),
+               Document("b", "a refund for the cancelled flight", "memory", 2.0)])
+    first = index.search("window seat", k=5)
+    assert index.search("window seat", k=5) is first
+    assert index.search("window seat", k=5, now=3.0) is not first  # another clock ages items otherwise
+    index.add([Document("c", "an aisle seat instead of the window", "memory", 3.0)])
+    again = index.search("window seat", k=5)
+    assert again is not first and "c" in again.ids
+    index.remove(["c"])
+    assert index.search("window seat", k=5).ids == first.ids

@@ -90,9 +90,10 @@ class HybridIndex:
         self._rows_by_hash: dict[str, int | set[int]] = {}
         self._vec_rows = np.zeros(0, dtype=np.int64)  # row -> row of cache.matrix; -1 until embedded
         self._pending: list[int] = []
-        self._counted: tuple[Callable[[str], int] | None, dict[int, int]] = (None, {})  # the counter, tokens by row
         self._newest: float | None = None
         self._dense_on = True
+        self._version = 0  # bumped by every change to the documents: a search's result is valid for one version
+        self._last: tuple[tuple, RetrievalResult] | None = None  # the last search: its inputs and its result
         self._lock = threading.RLock()
 
     def __len__(self) -> int:
@@ -123,21 +124,22 @@ class HybridIndex:
             batch[doc.id] = doc
         with self._lock:
             fresh: list[Document] = []
+            version = self._version
             for doc in batch.values():
                 row = self._row_of.get(doc.id)
                 if row is not None and self._docs[row] is doc:  # the same document again: nothing to do
                     continue
                 if row is not None and self._docs[row].search_text == doc.search_text:
-                    if self._docs[row].text != doc.text:  # the same search text shown otherwise: recount
-                        self._counted[1].pop(row, None)
                     self._docs[row] = doc
                     self._note_timestamp(doc)
+                    self._version = version + 1
                     continue
                 if row is not None:
                     self._remove_row(row)
                 fresh.append(doc)
             if not fresh:
                 return 0
+            self._version = version + 1
             rows = self._lexical.add([(d.text, d.context) for d in fresh])
             for row, doc in zip(rows, fresh):
                 self._docs.append(doc)
@@ -189,6 +191,7 @@ class HybridIndex:
             return removed
 
     def _remove_row(self, row: int) -> None:
+        self._version += 1
         doc = self._docs[row]
         self._lexical.remove(row)
         del self._row_of[doc.id]
@@ -276,21 +279,34 @@ class HybridIndex:
             flags = {"dense_off": float(not dense), "empty_query": float(not terms)}
             if len(rows) == 0 or budget_tokens == 0 or not terms:
                 return self._result(query, [], 0, n_excluded, 0, flags=flags)
-            bm25 = self._lexical.scores(terms, k1=s.bm25_k1, b=s.bm25_b, epsilon=s.bm25_epsilon)
-            lexical_rows = rows[bm25[rows] > 0]
-            if dense:
-                self.prefetch()
-                scores = self._dense_scores(query, rows)
-                pool = np.union1d(_top(bm25, lexical_rows, s.candidate_pool, self._ids),
-                                  _top(scores, rows, s.candidate_pool, self._ids))
-            else:
-                scores = np.zeros(len(self._docs), dtype=np.float32)
-                pool = _top(bm25, lexical_rows, s.candidate_pool, self._ids)
-                s = s.model_copy(update={"dense_weight": 0.0, "lexical_weight": s.lexical_weight or 1.0})
-            if len(pool) == 0:
-                return self._result(query, [], 0, n_excluded, 0, flags=flags)
-            return self._rank(query, s, pool, bm25[pool], scores[pool].astype(np.float64), k, budget_tokens,
-                              count_tokens, now, n_excluded, flags)
+            # The same search again (a call that ranks a zone twice, its exclusions hitting the same rows):
+            # the result is a function of these inputs and of the documents' version.
+            key = (self._version, query, k, budget_tokens, count_tokens, now, frozenset(excluded), dense, s)
+            if self._last is not None and self._last[0] == key:
+                return self._last[1]
+            result = self._search(query, s, rows, terms, k, budget_tokens, count_tokens, now, n_excluded, flags, dense)
+            self._last = (key, result)
+            return result
+
+    def _search(self, query: str, s: RetrievalSettings, rows: np.ndarray, terms: list[str], k: int | None,
+                budget_tokens: int | None, count_tokens: Callable[[str], int] | None, now: float | None,
+                n_excluded: int, flags: dict[str, float], dense: bool) -> RetrievalResult:
+        """Fusion's pool (each retriever's best `candidate_pool` of `rows`), then `_rank`."""
+        bm25 = self._lexical.scores(terms, k1=s.bm25_k1, b=s.bm25_b, epsilon=s.bm25_epsilon)
+        lexical_rows = rows[bm25[rows] > 0]
+        if dense:
+            self.prefetch()
+            scores = self._dense_scores(query, rows)
+            pool = np.union1d(_top(bm25, lexical_rows, s.candidate_pool, self._ids),
+                              _top(scores, rows, s.candidate_pool, self._ids))
+        else:
+            scores = np.zeros(len(self._docs), dtype=np.float32)
+            pool = _top(bm25, lexical_rows, s.candidate_pool, self._ids)
+            s = s.model_copy(update={"dense_weight": 0.0, "lexical_weight": s.lexical_weight or 1.0})
+        if len(pool) == 0:
+            return self._result(query, [], 0, n_excluded, 0, flags=flags)
+        return self._rank(query, s, pool, bm25[pool], scores[pool].astype(np.float64), k, budget_tokens,
+                          count_tokens, now, n_excluded, flags)
 
     def _rank(self, query: str, s: RetrievalSettings, pool: np.ndarray, bm25: np.ndarray, dense: np.ndarray,
               k: int | None, budget: int | None, count_tokens: Callable[[str], int] | None, now: float | None,
@@ -321,16 +337,9 @@ class HybridIndex:
         groups = group_duplicates([self._keys[r] for r in pool[order]], vectors, s.dedup_threshold, sims)
         leaders = np.array([g[0] for g in groups], dtype=np.int64)
 
-        if count_tokens is not None and self._counted[0] != count_tokens:  # another counter: counts start afresh
-            self._counted = (count_tokens, {})
-        tokens = self._counted[1]  # row -> its text's tokens (dropped when `add` replaces the row's text)
-
-        def cost(i: int) -> int:  # token count of candidate i (an index into pool), counted once per row
-            row = int(pool[i])
-            if row not in tokens:
-                assert count_tokens is not None
-                tokens[row] = count_tokens(self._docs[row].text)
-            return tokens[row]
+        def cost(i: int) -> int:  # token count of candidate i (an index into pool); a counter caches its own
+            assert count_tokens is not None
+            return count_tokens(self._docs[int(pool[i])].text)
 
         picks = mmr_select(score[order[leaders]], vectors[leaders], lam=s.mmr_lambda, k=k, budget=budget,
                            cost=(lambda i: cost(int(order[leaders[i]]))) if budget is not None else None,
