@@ -435,3 +435,42 @@ async def test_a_compaction_with_a_frozen_payload_ranks_once(memory_store_url, m
     runner = make_runner(agent, plugins=[plugin(memory_store_url, 4_000)])
     await run_turn(runner, await new_session(runner), "Find me a flight out of any city this week. " + filler(300, seed=4))
     assert held and held == [1] * len(held), held
+
+
+async def test_the_calls_of_a_payload_kept_as_sent_rank_at_its_clock_and_search_no_more(memory_store_url, monkeypatch):
+    """Issue 17: a tool loop's later calls keep the payload (its Evidence and Memory) as sent. They rank at
+    the session clock the payload was ranked at (`PackState.ranked_at`), not each at its own, so they rank
+    as it was built and repeat its searches, which the index keeps: they search nothing again."""
+    import aether_context.adk.packer as packer
+    import aether_context.pipeline.build as build
+    from aether_context.retrieval import HybridIndex
+    from aether_context.testing import call
+
+    searches: list[int] = []
+    calls: list[tuple[bool, int, float, float]] = []  # per call: payload kept, searches, its clock, its payload's
+    search, plan = HybridIndex._search, build._plan
+    monkeypatch.setattr(HybridIndex, "_search", lambda *a, **kw: searches.append(1) or search(*a, **kw))
+
+    def counted(c, *a, **kw):
+        before = len(searches)
+        out = plan(c, *a, **kw)
+        calls.append((out.frozen is not None and out.compaction is None, len(searches) - before, c.inputs.now,
+                      getattr(c.inputs.previous, "ranked_at", None)))
+        return out
+    monkeypatch.setattr(build, "_plan", counted)
+    clock = iter(range(10**6))  # the session's clock moves on at each call, as a model's answers take time
+    monkeypatch.setattr(packer, "session_now", lambda events: T0 + DAY + 60 * next(clock))
+    script = [call("search_flights", origin=f"city{i}", destination=f"town{i}") for i in range(4)] + ["done"]
+    agent, _ = scripted_agent(script, tools=(search_flights,))
+    runner = make_runner(agent, plugins=[plugin(memory_store_url, 12_000)])
+    sid = await new_session(runner)
+    await seed_chat(runner, sid, chat(300, words=35))
+    await run_turn(runner, sid, "Which flights did we look at for the trip to town 3?")
+    built_at, kept = None, 0
+    for is_kept, n, now, payload_at in calls:
+        if not is_kept:  # a payload built at this call's clock
+            built_at = now
+            continue
+        kept += 1
+        assert n == 0 and payload_at == built_at != now, calls
+    assert kept >= 2, calls

@@ -136,7 +136,7 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
         decisions = Decisions(model_window, alloc, plan.cands, fitted.fit, plan.compaction, reused,
                               recital, prepared.pruned, events, plan.evidence_changed,
                               request_tokens(inputs.request, counter, call.cache), inputs_digest(inputs, call.cache),
-                              prepared.restored)
+                              prepared.restored, _ranked_at(inputs, plan.frozen))
         out = record(inputs, profile, decisions, counter)
     return ContextPack(request=recital.request, manifest=out.manifest, state=out.state, inputs=inputs)
 
@@ -158,13 +158,14 @@ def _plan(call: Call, prepared: Prepared, plain: Prepared, zone: Verbatim, stage
     if refreshed:  # a new version reaches this very call: the payload is rebuilt (a recorded cache break)
         frozen = None
     changed = change_cause(refreshed) if refreshed else ""
-    ranked: list[Candidates] = []
+    ranked: dict[float, Candidates] = {}
+    now, kept_at = inputs.now, _ranked_at(inputs, frozen)  # a payload kept as sent: ranked at its own clock
 
-    def ranked_here() -> Candidates:  # the candidates for the previous call's zone, ranked once if needed
-        if not ranked:
-            ranked.append(_select(call, prepared, zone))
-        return ranked[0]
-    cands = frame_candidates(inputs, prepared.conversation) if frozen is not None else ranked_here()
+    def ranked_here(clock: float) -> Candidates:  # the candidates for the previous call's zone, ranked once if needed
+        if clock not in ranked:
+            ranked[clock] = _select(call, prepared, zone, clock)
+        return ranked[clock]
+    cands = frame_candidates(inputs, prepared.conversation) if frozen is not None else ranked_here(now)
     space = room(inputs, profile, call.window, cands, zone, frozen, call.failures, counter)
     kept = conversation_tokens(prepared, zone, counter)
     max_turns = profile.conversation.max_verbatim_turns
@@ -174,25 +175,25 @@ def _plan(call: Call, prepared: Prepared, plain: Prepared, zone: Verbatim, stage
         prepared, over = plain, False  # the earlier payloads are replaced by their user messages instead
         ranked.clear()
     if not (inputs.compact or over or too_many):
-        return Plan(zone, frozen, ranked_here(), space, None, call.failures, prepared, changed)
+        return Plan(zone, frozen, ranked_here(kept_at), space, None, call.failures, prepared, changed)
     if prepared is not plain:  # a compaction re-processes the turns it keeps: earlier payloads as sent only take room
         prepared, kept = plain, conversation_tokens(plain, zone, counter)
         ranked.clear()
     with stage("compact"):
         reason = "asked for (packer.compact)" if inputs.compact else "conversation over its room"
         held = frozen if not inputs.compact else None
-        compaction = _compact(call, prepared, zone, cands if held is not None else ranked_here(), held, reason, kept)
+        compaction = _compact(call, prepared, zone, cands if held is not None else ranked_here(now), held, reason, kept)
         if compaction is None:  # the cut stays before this invocation: the payload is rebuilt, Memory gets its share
-            held, compaction = None, _compact(call, prepared, zone, ranked_here(), None, reason, kept)
+            held, compaction = None, _compact(call, prepared, zone, ranked_here(now), None, reason, kept)
     if not compaction.folded and not inputs.compact:
         # nothing could leave the verbatim zone: the final fit cuts the largest turn instead
-        return Plan(zone, frozen, ranked_here(), space, None, call.failures, prepared, changed)
+        return Plan(zone, frozen, ranked_here(kept_at), space, None, call.failures, prepared, changed)
     zone = compaction.zone
     failures = failures_to_show(call.failure_log, zone.kept(prepared.turns))
     if held is not None and failures:  # the held payload shows the failures it was built with: the
         zone = replace(zone, block=zone.block + "\n" + failures_section(failures))  # block shows them now
         compaction = replace(compaction, zone=zone, tokens_after=conversation_tokens(prepared, zone, counter))
-    cands = _select(call, prepared, zone)
+    cands = _select(call, prepared, zone, kept_at if held is not None else now)
     space = room(inputs, profile, call.window, cands, zone, held, failures, counter)
     return Plan(zone, held, cands, space, compaction, failures, prepared)
 
@@ -231,10 +232,17 @@ def _compact(call: Call, prepared: Prepared, zone: Verbatim, cands: Candidates, 
                    cache=call.cache, pinned_only=held is not None)
 
 
-def _select(call: Call, prepared: Prepared, zone: Verbatim) -> Candidates:
+def _select(call: Call, prepared: Prepared, zone: Verbatim, now: float) -> Candidates:
     compacted, kept = zone.split(prepared.turns)
     return select(call.inputs, call.profile, counter=call.counter, retriever=call.retriever,
-                  conversation=prepared.conversation, compacted=compacted, kept=kept, cache=call.cache)
+                  conversation=prepared.conversation, compacted=compacted, kept=kept, cache=call.cache, now=now)
+
+
+def _ranked_at(inputs: PackInputs, frozen: PackState | None) -> float:
+    """The session clock Evidence and Memory are ranked at: a payload kept as sent keeps the clock it was
+    ranked at (its calls then rank as it was built, by the same freshness, and repeat that search at no
+    cost: `HybridIndex` keeps its last search), any other call its own."""
+    return frozen.ranked_at if frozen is not None and frozen.ranked_at else inputs.now
 
 
 def _fill_memory(call: Call, prepared: Prepared, plan: Plan) -> Plan:

@@ -130,6 +130,9 @@ class PackState:
     evidence_marks: tuple[str, ...] = ()  # per `evidence_ids`: digest of the item's summary and URI (version)
     # earlier invocations' requests as sent: (index, ADK's digest, payload text, texts riding on it); see as_sent
     sent_requests: tuple[tuple[int, str, str, tuple[str, ...]], ...] = ()
+    # the session clock the payload's Evidence and Memory were ranked at: the calls that keep the payload
+    # as sent rank at it too (their ranking is then the one the payload was built from; 0: unknown)
+    ranked_at: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -147,6 +150,7 @@ class PackState:
             "sent_tokens": self.sent_tokens,
             "statuses": [list(s) for s in self.statuses], "evidence_marks": list(self.evidence_marks),
             "sent_requests": [[i, dg, t, list(x)] for i, dg, t, x in self.sent_requests],
+            "ranked_at": self.ranked_at,
         }
 
     @classmethod
@@ -173,6 +177,7 @@ class PackState:
             statuses=tuple((int(i), str(dg), str(t)) for i, dg, t in d.get("statuses", ())),
             evidence_marks=tuple(d.get("evidence_marks", ())),
             sent_requests=tuple((int(i), str(dg), str(t), tuple(map(str, x))) for i, dg, t, x in d.get("sent_requests", ())),
+            ranked_at=float(d.get("ranked_at", 0.0)),
         )
 
 

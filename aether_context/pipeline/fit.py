@@ -158,7 +158,8 @@ def fit_lines(layer: str, lines: "tuple[Line, ...]", budget: int, item_max_token
 def _shorten(line: Line, cap: int, counter: TokenCounting) -> Line:
     cut = counter.truncate_text(line.text, max(1, cap - 2))
     # never half a URI: the cut moves back to the start of an artifact URI it would split
-    end = safe_end(line.text, len(commonprefix([cut, line.text])))
+    shared = len(cut) if line.text.startswith(cut) else len(commonprefix([cut, line.text]))  # a prefix, mostly
+    end = safe_end(line.text, shared)
     text = line.text[:end].rstrip() + "…"
     if line.uri and line.uri not in text:
         text += f" ({line.uri})"

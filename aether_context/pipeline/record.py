@@ -129,6 +129,7 @@ class Decisions:
     tokens_before: int = 0  # the request as ADK built it (counted where the call's cache is)
     inputs_digest: str = ""  # `inputs.digest` (computed where the call's cache is); "" computes it here
     restored: tuple[int, ...] = ()  # earlier invocations' requests this call sent as they were sent
+    ranked_at: float = 0.0  # the session clock Evidence and Memory were ranked at (`PackState.ranked_at`)
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,7 @@ def _state(inputs: PackInputs, profile: BudgetProfile, d: Decisions, counter: To
         tool_names=tuple(t.name for t in stable.tools), statuses=d.recital.statuses,
         evidence_marks=evidence_marks(inputs.evidence, evidence_ids),
         sent_requests=sent_requests(inputs, fit, stable, profile.cache.stable_prefix, d.restored),
+        ranked_at=d.ranked_at,
     )
 
 

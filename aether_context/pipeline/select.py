@@ -235,18 +235,19 @@ MAX_RANKED = 400  # most items one layer ranks per call; the budget then decides
 
 def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting, retriever: Retriever,
            conversation: Conversation, compacted: "tuple[Turn, ...]", kept: "tuple[Turn, ...]",
-           cache: PackCache | None = None) -> Candidates:
+           cache: PackCache | None = None, now: float | None = None) -> Candidates:
     """Rank the candidates of every layer (hybrid retrieval) and compute the allocator's signals.
 
     Memory candidates are remembered facts plus every compacted turn (the whole history stays
     searchable); what the model sees verbatim (`kept`) is never repeated in Memory or Evidence.
-    Ranking keeps order only: the budget, not a count, decides how many items go in.
+    Ranking keeps order only: the budget, not a count, decides how many items go in. `now`: the
+    session clock freshness is measured at (None: `inputs.now`).
     """
     tools, flags = _step_tools(inputs)
     conv = conversation
     query = query_text(inputs)
     namespace = _namespace(inputs)
-    now = inputs.now or None
+    now = (now if now is not None else inputs.now) or None
     ev_docs = [Document(e.id, e.summary, e.source, e.timestamp, {"uri": e.uri} if e.uri else {}) for e in inputs.evidence]
     mem_docs = _memory_documents(inputs, compacted, counter, cache)
     # only ranking reads the verbatim texts (a long tool loop has many messages)
@@ -257,7 +258,7 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     if ev_docs and ev_result.signals.get("empty_query"):  # nothing to rank by: the app's order
         ev_result = _in_given_order(ev_docs, query)
     evidence = _lines(ev_result, _render_evidence, counter, cache)
-    mem_result = _rank_memory(inputs, profile, retriever, mem_docs, verbatim)
+    mem_result = _rank_memory(inputs, profile, retriever, mem_docs, verbatim, now=now)
     memory = _lines(mem_result, _render_memory, counter, cache)
     flags.extend(_retrieval_flags(ev_result, mem_result))
 
@@ -299,11 +300,11 @@ def _verbatim(conv: Conversation, kept: "tuple[Turn, ...]") -> list[str]:
 
 
 def _rank_memory(inputs: PackInputs, profile: BudgetProfile, retriever: Retriever, mem_docs: "list[Document]",
-                 verbatim: "list[str]", pool: int | None = None) -> RetrievalResult:
+                 verbatim: "list[str]", pool: int | None = None, *, now: float | None) -> RetrievalResult:
     """Memory ranked for the request, above the relevance floor; nothing that is verbatim or Evidence."""
     result = retriever.rank(_namespace(inputs), "memory", query_text(inputs), mem_docs,
                             k=_k(profile.memory.top_k, mem_docs), count_tokens=None,
-                            now=inputs.now or None, exclude=verbatim + [e.summary for e in inputs.evidence], pool=pool)
+                            now=now, exclude=verbatim + [e.summary for e in inputs.evidence], pool=pool)
     return _relevant(result, profile.retrieval.hit_threshold)
 
 
@@ -322,7 +323,8 @@ def widen_memory(inputs: PackInputs, profile: BudgetProfile, cands: Candidates, 
     if (len(mem_docs) <= max(len(cands.memory), retriever.settings.candidate_pool)  # the pool left nothing out
             or len(cands.memory) >= _k(profile.memory.top_k, mem_docs)):
         return cands
-    wide = _rank_memory(inputs, profile, retriever, mem_docs, _verbatim(cands.conversation, kept), MAX_RANKED)
+    wide = _rank_memory(inputs, profile, retriever, mem_docs, _verbatim(cands.conversation, kept), MAX_RANKED,
+                        now=inputs.now or None)
     free, memory = room - LAYER_OVERHEAD, []
     for line in _lines(wide, _render_memory, counter, cache):
         if line.tokens + 1 <= free:

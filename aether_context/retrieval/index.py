@@ -42,6 +42,7 @@ __all__ = ["HybridIndex"]
 logger = logging.getLogger(__name__)
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+LAST_SEARCHES = 4  # searches an index keeps by their inputs (a call ranks Memory twice at most, and wider once)
 
 
 def _top(scores: np.ndarray, rows: np.ndarray, m: int, ids: list[str]) -> np.ndarray:
@@ -93,7 +94,7 @@ class HybridIndex:
         self._newest: float | None = None
         self._dense_on = True
         self._version = 0  # bumped by every change to the documents: a search's result is valid for one version
-        self._last: tuple[tuple, RetrievalResult] | None = None  # the last search: its inputs and its result
+        self._last: dict[tuple, RetrievalResult] = {}  # the last searches' results by their inputs (a few)
         self._lock = threading.RLock()
 
     def __len__(self) -> int:
@@ -279,13 +280,16 @@ class HybridIndex:
             flags = {"dense_off": float(not dense), "empty_query": float(not terms)}
             if len(rows) == 0 or budget_tokens == 0 or not terms:
                 return self._result(query, [], 0, n_excluded, 0, flags=flags)
-            # The same search again (a call that ranks a zone twice, its exclusions hitting the same rows):
-            # the result is a function of these inputs and of the documents' version.
+            # The same search again (a call that ranks a zone twice; the calls of a payload kept as sent, which
+            # rank at its clock): the result is a function of these inputs and of the documents' version.
             key = (self._version, query, k, budget_tokens, count_tokens, now, frozenset(excluded), dense, s)
-            if self._last is not None and self._last[0] == key:
-                return self._last[1]
-            result = self._search(query, s, rows, terms, k, budget_tokens, count_tokens, now, n_excluded, flags, dense)
-            self._last = (key, result)
+            result = self._last.get(key)
+            if result is None:
+                result = self._search(query, s, rows, terms, k, budget_tokens, count_tokens, now, n_excluded, flags,
+                                      dense)
+                self._last = {**{old: r for old, r in self._last.items() if old[0] == self._version}, key: result}
+                while len(self._last) > LAST_SEARCHES:
+                    del self._last[next(iter(self._last))]
             return result
 
     def _search(self, query: str, s: RetrievalSettings, rows: np.ndarray, terms: list[str], k: int | None,
