@@ -191,14 +191,33 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
    Paired runs at 10,000 events, loaded CPU: opening call p50 49.6 → 41.8 and 45.0 → 42.3 ms, requests
    byte-identical.
 
+20. **A tool-loop call ranked again, an opening call twice** (profiled per function, chat at 1,000 and 10,000
+   events, the calls that open a user turn apart from those inside its tool loop): each call that keeps its
+   payload as sent ranked Evidence and Memory afresh, at its own clock (about 4 ms of a 10 ms tool-loop call at
+   1,000 events; its search 3.4 ms at 10,000), though only the manifest and a rare final-fit drop read that
+   ranking; and about a third of the opening calls ranked their zone twice (`build._replace_pays`: as sent, then
+   with the earlier payloads replaced, or the compaction after it). Those calls now rank at the session clock
+   the payload was ranked at (`PackState.ranked_at`), so they rank as it was built, and `HybridIndex` keeps its
+   last four searches by what they read (the documents' version, query, clock, excluded rows, settings): both
+   repeat a search at no cost. The per-row token counts item 17 kept are removed (the pack no longer passes a
+   counter to the search; the counter caches by content). Smaller: every tool declaration serialised again for
+   each head count (`ToolSpec.declaration_json`, once per call), `os.path.commonprefix` walking each shortened
+   Memory line in Python (`fit._shorten`: `startswith` first), and the turn grouping's Python walk over every
+   message of the history (`grouped_turns`: `shared_prefix`). Paired runs, CPU p50 ms, tool-loop calls / opening
+   calls: chat at 1,000 events 10.9 → 6.6 / 25.9 → 23.0, at 10,000 events 17.2 → 12.9 / 27.4 → 25.8; the tool-loop
+   session 9.7 → 7.0 (1,000) and 13.9 → 11.8 (10,000). Requests byte-identical (chat and tool loop, 30 calls at
+   each size; 93 tau-bench and 90 LoCoMo calls of context_eval).
+
 Still proportional to the history (measured above): the retrieval pool itself (every compacted turn stays
 searchable: BM25 postings and one matrix-vector product over it) and a few C-speed passes under 1 ms at 10,000
 events (tuple comparisons of the unchanged run, copies of the URI map). Not removed, and why the targets still
 fail where they do: a chat call that opens a user turn embeds its new question, a fixed cost per question, not
 per event: the int8 MiniLM forward of a 27-token question is 8.2 ms (5.3 ms of it kernel work by torch.profiler,
 the rest the dispatch of about 300 ops and the tokenizer; a compiled graph might remove part of it, but nothing
-guarantees the same bits), and its search about 6 ms (MMR and item building over a pool of about 200), so the
-opening call stays above 15 ms at both sizes. A compaction call still merges the sources its new turns touch
+guarantees the same bits), its search about 4 ms beside it at 10,000 events (BM25 and the matrix-vector product
+0.6 ms each, fusion, MMR and item building over a pool of about 200, 2 ms) and its Memory lines about 2 ms (the
+lines of turns no earlier call ranked are rendered and counted), so the opening call stays above 15 ms at both
+sizes. A compaction call still merges the sources its new turns touch
 (about 9 ms: two set intersections for each of about 670 sources; an index from value to sources would visit
 only those holding a changed value), writes its summary, ranks for the zone it leaves and the zone it keeps, and
 fits Memory's lines anew (2–3 ms). The chat's calls are two populations, those that open a user turn (the new

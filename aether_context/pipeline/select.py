@@ -199,13 +199,13 @@ def _lines(result: RetrievalResult, render: Callable[[Document], str], counter: 
            cache: PackCache | None = None) -> tuple[Line, ...]:
     """Ranked lines with every score that placed them (recorded in the manifest). A document's line
     and its tokens are kept by the document's content (`cache`): the same memory ranks on many calls."""
-    out = []
+    out, counted_by = [], counter_key(counter)
     for item in result.items:
         doc = item.document
         if cache is None:
             text, tokens = render(doc), None
         else:
-            key = (render.__name__, doc.id, doc.text, doc.timestamp, str(doc.metadata.get("uri", "")), counter_key(counter))
+            key = (render.__name__, doc.id, doc.text, doc.timestamp, str(doc.metadata.get("uri", "")), counted_by)
             text, tokens = cache.get("line", key, lambda: (lambda t: (t, counter.count_text(t)))(render(doc)))
         sources = tuple(dict.fromkeys(item.sources)) if item.sources else (doc.source,)  # each source once
         out.append(Line(id=doc.id, text=text, tokens=counter.count_text(text) if tokens is None else tokens, source="+".join(sources),
