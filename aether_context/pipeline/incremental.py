@@ -31,7 +31,8 @@ def grouped_turns(messages: Sequence[Message], offset: int = 0, cache: PackCache
     """`group_turns(messages, offset)`, reusing the turns of the last call whose run began with the same message.
 
     A turn is decided by its own messages and the one after it (which stops it), so a previous turn
-    whose messages and successor are unchanged (same objects) is unchanged; grouping resumes after it.
+    whose messages and successor are unchanged (the same objects, or equal ones: grouping is pure) is
+    unchanged; grouping resumes after it.
     The entry holds the messages it grouped, so an id in its key cannot be reused while it lives.
     """
     messages = tuple(messages)
@@ -44,11 +45,7 @@ def grouped_turns(messages: Sequence[Message], offset: int = 0, cache: PackCache
     reused: tuple[Turn, ...] = ()
     if hit is not None:
         old_msgs, old_turns = hit
-        same = 0
-        for a, b in zip(old_msgs, messages):
-            if a is not b:
-                break
-            same += 1
+        same = shared_prefix(old_msgs, messages)  # C-level comparisons, not a Python loop over the history
         # keep turns that end strictly before the first changed (or missing) message
         k = len(old_turns)
         while k and old_turns[k - 1].start - offset + len(old_turns[k - 1].messages) >= same:
