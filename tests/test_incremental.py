@@ -456,3 +456,22 @@ def test_shared_prefix_by_halving_equals_walking_item_by_item():
         if new and rng.random() < 0.5:  # a change inside the shared part
             new[rng.randrange(len(new))] = rng.choice([4, "c", float("nan")])
         assert shared_prefix(old, tuple(new)) == walked(old, tuple(new)), (old, new)
+
+
+def test_request_index_carried_from_the_last_call_equals_a_search_of_every_message():
+    """The invocation's request found by reading only the messages added since the last call equals the
+    last equal message found by walking the whole request, as the history grows, repeats the request
+    and is rewound."""
+    from aether_context.adk.collect import find_request_index
+    cache, rng = PackCache(), random.Random(41)
+    asks = [types.Content(role="user", parts=[types.Part(text=f"task {k}")]) for k in range(3)]
+    msgs: list[Message] = []
+    for step in range(120):
+        msgs.append(to_message(rng.choice(asks)) if rng.random() < 0.1 else _msg(rng.choice(["call", "resp"]), step))
+        if rng.random() < 0.1:
+            msgs = msgs[: rng.randrange(0, len(msgs) + 1)]  # a rewind: the carried index must not be trusted
+        request = ModelRequest("m", "sys", tuple(msgs))
+        ask = rng.choice(asks)
+        want = max((i for i, m in enumerate(msgs) if m.digest == to_message(ask).digest), default=None)
+        got = find_request_index(request, ask, cache)
+        assert got == (want if want is not None else find_request_index(request, None)), step
