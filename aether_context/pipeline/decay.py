@@ -191,11 +191,12 @@ def _saved(turns: "tuple[Turn, ...]", keys: "tuple[tuple[str, ...], ...]", uris:
     if not uris or not turns:
         return []
 
-    def feed(old: "dict[str, tuple[int, ...]]", more: tuple) -> "dict[str, tuple[int, ...]]":
-        where = dict(old)  # the carried index stays the last call's
+    def feed(where: "dict[str, list[int]]", more: tuple) -> "dict[str, list[int]]":
+        # grown in place, never copied: an index it gives is only a candidate (past these turns, or fed by a
+        # call whose history went another way since), kept only if this turn's own keys all have a URI
         for i in range(len(turns) - len(more), len(turns)):
             for k in keys[i]:
-                where[k] = where.get(k, ()) + (i,)
+                where.setdefault(k, []).append(i)
         return where
 
     where = extended("key_index", turns, dict, feed, cache)
@@ -207,7 +208,9 @@ def _saved(turns: "tuple[Turn, ...]", keys: "tuple[tuple[str, ...], ...]", uris:
         look = {*left, *range(len(old_turns), len(turns)), *(i for k in added for i in where.get(k, ()))}
     else:
         look = {i for k in uris for i in where.get(k, ())}
-    out = sorted(i for i in look if keys[i] and turns[i].start not in already and all(k in uris for k in keys[i]))
+    n = len(turns)
+    out = sorted(i for i in look if i < n and keys[i] and turns[i].start not in already
+                 and all(k in uris for k in keys[i]))
     if cache is not None:
         cache.put("carried", key, (turns, dict(uris), already, out))  # holds the turns: their ids stay theirs
     return out
