@@ -465,13 +465,14 @@ def test_request_index_carried_from_the_last_call_equals_a_search_of_every_messa
     from aether_context.adk.collect import find_request_index
     cache, rng = PackCache(), random.Random(41)
     asks = [types.Content(role="user", parts=[types.Part(text=f"task {k}")]) for k in range(3)]
+    targets = [to_message(ask).digest for ask in asks]
     msgs: list[Message] = []
-    for step in range(120):
-        msgs.append(to_message(rng.choice(asks)) if rng.random() < 0.1 else _msg(rng.choice(["call", "resp"]), step))
-        if rng.random() < 0.1:
+    for step in range(400):  # the request often more than `_NEAR` messages back: the carried search
+        msgs.append(to_message(rng.choice(asks)) if rng.random() < 0.02 else _msg(rng.choice(["call", "resp"]), step))
+        if rng.random() < 0.005:
             msgs = msgs[: rng.randrange(0, len(msgs) + 1)]  # a rewind: the carried index must not be trusted
         request = ModelRequest("m", "sys", tuple(msgs))
-        ask = rng.choice(asks)
-        want = max((i for i, m in enumerate(msgs) if m.digest == to_message(ask).digest), default=None)
-        got = find_request_index(request, ask, cache)
-        assert got == (want if want is not None else find_request_index(request, None)), step
+        for ask, target in zip(asks, targets):
+            want = max((i for i, m in enumerate(msgs) if m.digest == target), default=None)
+            got = find_request_index(request, ask, cache)
+            assert got == (want if want is not None else find_request_index(request, None)), step

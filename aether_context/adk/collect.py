@@ -67,18 +67,22 @@ def artifact_uri(app: str, user: str, session: str, filename: str, version: int 
 def find_request_index(request: ModelRequest, user_content: types.Content | None,
                        cache: PackCache | None = None) -> int | None:
     """Index of the user message that started this invocation (the last one equal to `user_content`).
-    Carried from the last call when the messages only grew (`cache`): only the new ones are read, as a
-    tool loop's request sits at the start of a long history that a walk from the end would cross."""
+    Looked for among the newest messages first; past them, carried from the last call when the messages
+    only grew (`cache`): only the new ones are read, as a tool loop's request can sit at the start of a
+    long history that a walk from the end would cross on every call."""
     msgs = request.messages
     if user_content is not None and user_content.parts:
         from .convert import to_message
         target = to_message(user_content).digest
 
-        def feed(found: int, more: tuple) -> int:  # the last index of `target` once `more` is read
-            start = len(msgs) - len(more)
+        def last(more: tuple, start: int, found: int) -> int:  # the last index of `target` in `more`, else `found`
             return next((start + i for i in range(len(more) - 1, -1, -1) if more[i].digest == target), found)
 
-        found = extended(("request_index", target), msgs, lambda: -1, feed, cache)
+        near = max(0, len(msgs) - _NEAR)
+        found = last(msgs[near:], near, -1)
+        if found < 0 and near:
+            found = extended(("request_index", target), msgs, lambda: -1,
+                             lambda old, more: last(more, len(msgs) - len(more), old), cache)
         if found >= 0:
             return found
     for i in range(len(msgs) - 1, -1, -1):  # fallback: the last real user text
@@ -87,6 +91,9 @@ def find_request_index(request: ModelRequest, user_content: types.Content | None
         if m.role == "user" and text and not m.responses and INSTRUCTION_MARKER not in text and not text.startswith(_OTHER_AGENT_PREFIX):
             return i
     return None
+
+
+_NEAR = 64  # newest messages where an invocation's request usually is: read before any carried search
 
 
 def opening_request(events: Sequence[Any]) -> str:
