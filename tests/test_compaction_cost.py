@@ -8,6 +8,7 @@ import threading
 from aether_context import ContextPackPlugin
 from aether_context.adk import request_from_llm
 from aether_context.adk.worker import wait_ahead
+from aether_context.pipeline.cache import PackCache
 from aether_context.retrieval import HashingEmbedder
 from aether_context.testing import call
 
@@ -33,7 +34,21 @@ def lookup_booking(ref: str) -> dict:
             "date": f"2024-05-{10 + n:02d}", "notes": filler(260, seed=n)}
 
 
-async def _run(store: str, *, cold: bool) -> tuple[list, list]:
+class CarryCache(PackCache):
+    """The packer's cache, noting each lookup of a compaction's carried known values (hit or miss)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.carried: list[bool] = []
+
+    def lookup(self, kind, key):  # type: ignore[no-untyped-def]
+        value = super().lookup(kind, key)
+        if kind == "carried" and key[0] == "known_values":
+            self.carried.append(value is not None)
+        return value
+
+
+async def _run(store: str, *, cold: bool, cache: PackCache | None = None) -> tuple[list, list]:
     """A tool loop long enough to compact several times; with `cold` the packer's cache is emptied before
     every call (each compaction then reads and merges every value afresh)."""
     holder = {}
@@ -48,7 +63,8 @@ async def _run(store: str, *, cold: bool) -> tuple[list, list]:
         return answer
 
     agent, llm = scripted_agent([step(i) for i in range(16)] + ["done"], tools=[lookup_booking])
-    p = holder["plugin"] = ContextPackPlugin(store=store, window_tokens=5_000, embedder=RecordingEmbedder())
+    p = holder["plugin"] = ContextPackPlugin(store=store, window_tokens=5_000, embedder=RecordingEmbedder(),
+                                             cache=cache)
     runner = make_runner(agent, plugins=[p])
     await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="fixed")
     await run_turn(runner, "fixed", "Check every booking from ref0 on and list their user ids.")
@@ -59,10 +75,14 @@ async def _run(store: str, *, cold: bool) -> tuple[list, list]:
 async def test_carried_known_values_send_what_a_cold_cache_sends(memory_store_url):
     """Each compaction carries the value sets it read and its merge to the next (the packer's cache):
     the requests are byte for byte those of a packer that reads and merges every value afresh."""
-    warm, manifests = await _run(f"{memory_store_url}/warm", cold=False)
+    cache = CarryCache()
+    warm, manifests = await _run(f"{memory_store_url}/warm", cold=False, cache=cache)
     cold, _ = await _run(f"{memory_store_url}/cold", cold=True)
-    assert sum(1 for m in manifests if m.compaction) >= 3, "too few compactions: make the loop longer"
+    compactions = sum(1 for m in manifests if m.compaction)
+    assert compactions >= 3, "too few compactions: make the loop longer"
     assert any("KNOWN VALUES" in str(r) for r in warm)
+    # every compaction after the first found what the one before it carried (else this compares cold to cold)
+    assert len(cache.carried) >= compactions and all(cache.carried[1:]), cache.carried
     assert warm == cold
 
 

@@ -407,7 +407,8 @@ def test_carried_orphan_repair_reports_only_the_orphans():
 
 def test_pruning_finds_the_saved_turns_a_full_scan_finds_as_the_history_grows_and_is_rewritten():
     """The turns whose outputs all have a URI are found from the URIs (a carried index of output keys),
-    not by walking the history: the turns cleared equal the plain scan's, also after a rewind."""
+    not by walking the history, and carried from the last call: the turns cleared equal the plain scan's,
+    also after a rewind, a URI gone or turns no longer cleared."""
     from bisect import bisect_right
     from itertools import accumulate
 
@@ -415,6 +416,7 @@ def test_pruning_finds_the_saved_turns_a_full_scan_finds_as_the_history_grows_an
     counter, cache, rng = TokenCounter(), PackCache(), random.Random(29)
     msgs: list[Message] = [_msg("text", 0)]
     uris: dict[str, str] = {}
+    already: frozenset[int] = frozenset()
     for step in range(80):
         msgs += [_msg("call", step), Message("user", (FunctionResponse("bash", {"output": f"out {step} " * 30}),))]
         if rng.random() < 0.15 and len(msgs) > 5:
@@ -424,7 +426,9 @@ def test_pruning_finds_the_saved_turns_a_full_scan_finds_as_the_history_grows_an
             for r in (r for m in t.messages for r in m.responses):
                 if rng.random() < 0.3:
                     uris = {**uris, r.key: f"artifact://x/{r.key[:8]}"}
-        already = frozenset(t.start for t in turns if rng.random() < 0.2)
+        if uris and rng.random() < 0.1:  # a URI gone: what the last call found saved must not be trusted
+            uris = {k: v for k, v in uris.items() if k != rng.choice(sorted(uris))}
+        already = frozenset(t.start for t in turns if rng.random() < 0.2) if rng.random() < 0.5 else already
         protect = rng.choice([0, 100, 300])
         totals = list(accumulate(_response_tokens(t, counter) for t in turns))
         older = bisect_right(totals, (totals[-1] if totals else 0) - protect)
@@ -452,3 +456,23 @@ def test_shared_prefix_by_halving_equals_walking_item_by_item():
         if new and rng.random() < 0.5:  # a change inside the shared part
             new[rng.randrange(len(new))] = rng.choice([4, "c", float("nan")])
         assert shared_prefix(old, tuple(new)) == walked(old, tuple(new)), (old, new)
+
+
+def test_request_index_carried_from_the_last_call_equals_a_search_of_every_message():
+    """The invocation's request found by reading only the messages added since the last call equals the
+    last equal message found by walking the whole request, as the history grows, repeats the request
+    and is rewound."""
+    from aether_context.adk.collect import find_request_index
+    cache, rng = PackCache(), random.Random(41)
+    asks = [types.Content(role="user", parts=[types.Part(text=f"task {k}")]) for k in range(3)]
+    targets = [to_message(ask).digest for ask in asks]
+    msgs: list[Message] = []
+    for step in range(400):  # the request often more than `_NEAR` messages back: the carried search
+        msgs.append(to_message(rng.choice(asks)) if rng.random() < 0.02 else _msg(rng.choice(["call", "resp"]), step))
+        if rng.random() < 0.005:
+            msgs = msgs[: rng.randrange(0, len(msgs) + 1)]  # a rewind: the carried index must not be trusted
+        request = ModelRequest("m", "sys", tuple(msgs))
+        for ask, target in zip(asks, targets):
+            want = max((i for i, m in enumerate(msgs) if m.digest == target), default=None)
+            got = find_request_index(request, ask, cache)
+            assert got == (want if want is not None else find_request_index(request, None)), step

@@ -20,7 +20,7 @@ from google.adk.tools.base_tool import BaseTool
 from ..pipeline.cache import PackCache
 from ..content import Message, ModelRequest, ToolSpec, sha256_hex
 from ..pipeline.collect import EvidenceItem, MemoryItem, PackInputs, PackState
-from ..pipeline.incremental import mapped
+from ..pipeline.incremental import extended, mapped
 from ..providers import EvidenceProvider, EvidenceRequest
 from .convert import request_from_llm
 from .session_state import FAILURES_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY
@@ -64,21 +64,36 @@ def artifact_uri(app: str, user: str, session: str, filename: str, version: int 
     return base if version is None else f"{base}#v{version}"
 
 
-def find_request_index(request: ModelRequest, user_content: types.Content | None) -> int | None:
-    """Index of the user message that started this invocation (the last one equal to `user_content`)."""
+def find_request_index(request: ModelRequest, user_content: types.Content | None,
+                       cache: PackCache | None = None) -> int | None:
+    """Index of the user message that started this invocation (the last one equal to `user_content`).
+    Looked for among the newest messages first; past them, carried from the last call when the messages
+    only grew (`cache`): only the new ones are read, as a tool loop's request can sit at the start of a
+    long history that a walk from the end would cross on every call."""
     msgs = request.messages
     if user_content is not None and user_content.parts:
         from .convert import to_message
         target = to_message(user_content).digest
-        for i in range(len(msgs) - 1, -1, -1):
-            if msgs[i].digest == target:
-                return i
+
+        def last(more: tuple, start: int, found: int) -> int:  # the last index of `target` in `more`, else `found`
+            return next((start + i for i in range(len(more) - 1, -1, -1) if more[i].digest == target), found)
+
+        near = max(0, len(msgs) - _NEAR)
+        found = last(msgs[near:], near, -1)
+        if found < 0 and near:
+            found = extended(("request_index", target), msgs, lambda: -1,
+                             lambda old, more: last(more, len(msgs) - len(more), old), cache)
+        if found >= 0:
+            return found
     for i in range(len(msgs) - 1, -1, -1):  # fallback: the last real user text
         m = msgs[i]
         text = m.text
         if m.role == "user" and text and not m.responses and INSTRUCTION_MARKER not in text and not text.startswith(_OTHER_AGENT_PREFIX):
             return i
     return None
+
+
+_NEAR = 64  # newest messages where an invocation's request usually is: read before any carried search
 
 
 def opening_request(events: Sequence[Any]) -> str:
@@ -236,7 +251,7 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys:
     `cache` (the packer's) makes converting the unchanged history nearly free (`grown`: the session's
     events only grew since the last call of `scope`, see `convert.request_from_llm`)."""
     request = with_tools(request_from_llm(llm_request, cache, grown, scope), extra_tools)
-    index = find_request_index(request, ctx.user_content)
+    index = find_request_index(request, ctx.user_content, cache)
     state = ctx.state
     session = ctx.session
     task = replace(task_from_state(state, keys), opening_request=opening_request(session.events))

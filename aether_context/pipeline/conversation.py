@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..compress.middle_out import middle_out
 from ..compress.values import parameter_names
@@ -32,7 +32,7 @@ from .render import quote as _quote, turn_masker
 from .select import query_text
 
 __all__ = ["Compaction", "CompactionBlock", "Verbatim", "verbatim_zone", "plan_compaction", "compaction_block",
-           "BLOCK_HEADER", "compact", "compaction_events"]
+           "BLOCK_HEADER", "compact", "compaction_events", "CompactedReader", "compacted_reader"]
 
 BLOCK_HEADER = "CONVERSATION SO FAR"
 
@@ -174,13 +174,13 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     is planned again for the larger block, only when they need it); what they leave goes to fold lines.
     """
     turns, room = prepared.turns, int(target * BLOCK_SHARE)  # block and tail come down to the target together
-    original = lambda t: prepared.originals.get(t.start, t)  # noqa: E731 (the turn before any cut)
-    mask, uris = turn_masker(inputs.uris if inputs.cite_originals else {}, cache)
+    reader = compacted_reader(inputs, prepared, cache)
     params = parameter_names(t.declaration for t in inputs.request.tools)
 
-    def plan(block_room: int, extra: int) -> tuple:
+    def plan(block_room: int, extra: int, cut: bool) -> tuple:
         """The zone when the block may take `block_room`, and its opening and values (`extra` tokens over
-        their share): the tail keeps the rest of the target, and what the block may take is not the tail's."""
+        their share; not cut to their cap unless `cut`: values that need more are planned again): the tail
+        keeps the rest of the target, and what the block may take is not the tail's."""
         policy = profile.conversation
         through, pinned = plan_compaction(turns, target=max(0, target - block_room), min_tail=policy.tail_turns,
                                           counter=counter, request_index=inputs.request_index, current=zone,
@@ -195,28 +195,48 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
         opening_tokens = counter.count_text(opening) if opening else 0
         visible = "\n".join([opening, *map(turn_text, kept)])
         cap = _block_caps(profile, room, opening_tokens, extra=extra).values
-        values, need = known_values(compacted, original, mask, limit=profile.decay.values_max_tokens, cap=cap,
-                                    counter=counter, visible=visible, params=params, cache=cache)
+        values, need = known_values(compacted, reader.original, reader.mask, limit=profile.decay.values_max_tokens,
+                                    cap=cap, counter=counter, visible=visible, params=params, cache=cache, cut=cut)
         return new, compacted, opening, opening_tokens, values, need - cap
 
     extra = 0
-    new, compacted, opening, opening_tokens, values, short = plan(room, 0)
+    new, compacted, opening, opening_tokens, values, short = plan(room, 0, False)
     if short > 0:  # the values need more: the block takes room from the verbatim tail, up to _VALUES_CLAIM
         extra = min(short, int(target * _VALUES_CLAIM))
-        new, compacted, opening, opening_tokens, values, _ = plan(room + extra, extra)
+        new, compacted, opening, opening_tokens, values, _ = plan(room + extra, extra, True)
     if pinned_only and inputs.request_index not in new.pinned:
         return None
     summary = RunningSummary.from_json(inputs.summary)
     used = counter.count_text(values) if values else 0
     caps = _block_caps(profile, room, opening_tokens, values=max(0, used - extra))
     block = compaction_block(
-        tuple(mask(original(t)) for t in compacted[bisect_right(compacted, summary.covered_until, key=turn_start):]),
-        summary, opening=opening, uris=uris, values=values, counter=counter, cache=cache,
+        tuple(map(reader.read, compacted[bisect_right(compacted, summary.covered_until, key=turn_start):])),
+        summary, opening=opening, uris=reader.uris, values=values, counter=counter, cache=cache,
         goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=caps.fold, summary_max_tokens=caps.summary)
     new = replace(new, block=block.text, pins_opening=bool(opening))
     folded = tuple(t.start for t in zone.kept(turns) if not new.keeps(t))
     return Compaction(new, reason, folded, tokens_before, conversation_tokens(prepared, new, counter), block.summary,
                       block.merged_lines)
+
+
+@dataclass(frozen=True)
+class CompactedReader:
+    """How a compaction reads a compacted turn: `original` gives it before any cut, `mask` with its
+    secrets masked (`render.turn_masker`), `read` both; `uris` are those the block cites (a masked
+    response's key included)."""
+
+    original: Callable[[Turn], Turn]
+    mask: Callable[[Turn], Turn]
+    uris: "dict[str, str]"
+
+    def read(self, turn: Turn) -> Turn:
+        return self.mask(self.original(turn))
+
+
+def compacted_reader(inputs: PackInputs, prepared: Prepared, cache: PackCache | None) -> CompactedReader:
+    """The one reader of compacted turns: the compaction's, and the work ahead's, which fills its caches."""
+    mask, uris = turn_masker(inputs.uris if inputs.cite_originals else {}, cache)
+    return CompactedReader(lambda t: prepared.originals.get(t.start, t), mask, uris)
 
 
 @dataclass(frozen=True)

@@ -173,8 +173,7 @@ def prune_tool_outputs(turns: Sequence[Turn], *, protect_tokens: int, minimum_to
     if consider_new and (already or total >= protect_tokens + minimum_tokens):
         # turn i has `total - totals[i]` tokens of outputs after it: past the protected ones for i < older
         older = bisect_right(totals, total - protect_tokens)
-        fresh = [turns[i] for i in reversed(_saved(turns, keys, uris, cache))
-                 if i < older and turns[i].start not in already]
+        fresh = [turns[i] for i in reversed(_saved(turns, keys, uris, frozenset(already), cache)) if i < older]
         if sum(_response_tokens(t, counter) for t in fresh) < minimum_tokens:
             fresh = []
     cleared = frozenset(already) | {t.start for t in fresh}
@@ -184,22 +183,45 @@ def prune_tool_outputs(turns: Sequence[Turn], *, protect_tokens: int, minimum_to
 
 
 def _saved(turns: "tuple[Turn, ...]", keys: "tuple[tuple[str, ...], ...]", uris: "dict[str, str]",
-           cache: PackCache | None) -> list[int]:
-    """Indices of the turns with outputs that all have a URI, ascending: found from the URIs through
-    where each output key is (carried from the last call), so a long history is not walked."""
-    if not uris:
+           already: "frozenset[int]", cache: PackCache | None) -> list[int]:
+    """Indices of the turns not cleared `already` whose outputs all have a URI, ascending. Carried from the
+    last call when its turns lead these, its URIs are still here and what it had cleared still is: only
+    the turns it left, the new turns and those whose outputs gained a URI (found through where each
+    output key is, also carried) are looked at, so neither the history nor its URIs are walked."""
+    if not uris or not turns:
         return []
 
-    def feed(old: "dict[str, tuple[int, ...]]", more: tuple) -> "dict[str, tuple[int, ...]]":
-        where = dict(old)  # the carried index stays the last call's
+    def feed(where: "dict[str, list[int]]", more: tuple) -> "dict[str, list[int]]":
+        # grown in place, never copied: an index it gives is only a candidate (past these turns, or fed by a
+        # call whose history went another way since), kept only if this turn's own keys all have a URI
         for i in range(len(turns) - len(more), len(turns)):
             for k in keys[i]:
-                where[k] = where.get(k, ()) + (i,)
+                where.setdefault(k, []).append(i)
         return where
 
     where = extended("key_index", turns, dict, feed, cache)
-    found = {i for k in uris for i in where.get(k, ())}
-    return sorted(i for i in found if all(k in uris for k in keys[i]))
+    key = ("saved", id(turns[0]))
+    hit = cache.lookup("carried", key) if cache is not None else None
+    if hit is not None and _still(hit, turns, uris, already):
+        old_turns, old_uris, _, left = hit
+        added = uris.keys() - old_uris.keys()
+        look = {*left, *range(len(old_turns), len(turns)), *(i for k in added for i in where.get(k, ()))}
+    else:
+        look = {i for k in uris for i in where.get(k, ())}
+    n = len(turns)
+    out = sorted(i for i in look if i < n and keys[i] and turns[i].start not in already
+                 and all(k in uris for k in keys[i]))
+    if cache is not None:
+        cache.put("carried", key, (turns, dict(uris), already, out))  # holds the turns: their ids stay theirs
+    return out
+
+
+def _still(hit: tuple, turns: "tuple[Turn, ...]", uris: "dict[str, str]", already: "frozenset[int]") -> bool:
+    """Whether the last call's saved turns stand for these: its turns lead them, its URIs and cleared
+    turns are still here (C-level comparisons)."""
+    old_turns, old_uris, old_already, _ = hit
+    return (len(old_turns) <= len(turns) and shared_prefix(old_turns, turns) == len(old_turns)
+            and old_already <= already and old_uris.items() <= uris.items())
 
 
 def _pruned(turns: "tuple[Turn, ...]", keys: "tuple[tuple[str, ...], ...]", cleared: "frozenset[int]",

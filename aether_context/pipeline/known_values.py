@@ -13,13 +13,13 @@ when every turn is read and merged afresh (`build_pack` without a cache does tha
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Hashable
 
 from ..compress.value_merge import MergedValues, merged_values
 from ..compress.values import ValueSet, extract_values, render_values
 from ..content import canonical_json
 from ..tokens import TokenCounting
-from .cache import PackCache
+from .cache import PackCache, counter_key
 from .collect import Turn
 from .incremental import turn_key
 from .render import masking_now
@@ -37,17 +37,20 @@ class _Carry:
     read: "dict[int, tuple[Turn, tuple[ValueSet, ...]]]"
     full: MergedValues | None
     capped: MergedValues | None
+    rendered: "tuple[Hashable, str]" = ((), "")  # the full merge's text, by what it is rendered from
 
 
 def known_values(compacted: "tuple[Turn, ...]", original: Callable[[Turn], Turn], mask: Callable[[Turn], Turn], *,
                  limit: int, cap: int, counter: TokenCounting, visible: str = "",
-                 params: frozenset[str] = frozenset(), cache: PackCache | None = None) -> tuple[str, int]:
+                 params: frozenset[str] = frozenset(), cache: PackCache | None = None,
+                 cut: bool = True) -> tuple[str, int]:
     """KNOWN VALUES of the `compacted` turns (in order; `original` gives a turn before any cut, `mask`
     it with its secrets masked) within `cap` tokens, and the tokens they take within `limit`
     (`decay.values_max_tokens`): more than `cap` when the cap cut them. The ids and values the turns
     carried (call arguments included), newest value per source, so an identifier read long ago is
     still there when a call needs it; a value the `visible` text (the verbatim turns, the pinned
-    opening request) holds is not repeated."""
+    opening request) holds is not repeated. With `cut` False, values that need more than `cap` are
+    not cut to it (the text is then "": the caller plans again with more room)."""
     if limit <= 0 or not compacted:
         return "", 0
     key = ("known_values", id(compacted[0]), masking_now())
@@ -55,16 +58,22 @@ def known_values(compacted: "tuple[Turn, ...]", original: Callable[[Turn], Turn]
     read = _read(compacted, original, mask, limit, cache, carry.read if carry is not None else {})
     full = merged_values([vs for _, found in read for vs in found], visible=visible,
                          since=carry.full if carry is not None else None)
-    text = render_values(full.sets, limit, counter, params=params) if full.sets else ""
+    source = (full.sets, limit, params, counter_key(counter))  # what the full text is rendered from
+    if carry is not None and carry.rendered[0] == source:
+        text = carry.rendered[1]
+    else:
+        text = render_values(full.sets, limit, counter, params=params) if full.sets else ""
     need = counter.count_text(text) if text else 0
     capped = carry.capped if carry is not None else None
+    rendered = (source, text)
     if need > cap:
         text = ""
-        if cap > 0:
+        if cap > 0 and cut:
             capped = merged_values(_newest_sets(read, cap), visible=visible, since=capped or full)
             text = render_values(capped.sets, cap, counter, params=params) if capped.sets else ""
     if cache is not None:
-        cache.put("carried", key, _Carry(compacted[0], {id(t): (t, found) for t, found in read}, full, capped))
+        cache.put("carried", key, _Carry(compacted[0], {id(t): (t, found) for t, found in read}, full, capped,
+                                         rendered))
     return text, need
 
 

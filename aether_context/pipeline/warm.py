@@ -18,10 +18,10 @@ from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .cache import PackCache
 from .collect import PackInputs, PackState, turn_start
-from .conversation import verbatim_zone
+from .conversation import compacted_reader, verbatim_zone
 from .known_values import known_values_of
 from .prepare import prepare
-from .render import masking, turn_masker
+from .render import masking
 from .retrieve import Retriever
 from .select import history_document
 
@@ -39,9 +39,9 @@ def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, 
         kept = zone.kept(prepared.turns)
         if not kept:
             return 0
-        mask, _ = turn_masker(inputs.uris, cache)
+        read = compacted_reader(inputs, prepared, cache).read
         for turn in kept:
-            known_values_of(mask(prepared.originals.get(turn.start, turn)), cache)
+            known_values_of(read(turn), cache)
     if retriever.ready():
         # each kept turn's document as a compaction will build it (kept in `cache`, where the compaction
         # looks it up): with the turn after it, and without it (the newest turn a compaction moves); and
