@@ -474,3 +474,44 @@ async def test_the_calls_of_a_payload_kept_as_sent_rank_at_its_clock_and_search_
         kept += 1
         assert n == 0 and payload_at == built_at != now, calls
     assert kept >= 2, calls
+
+
+def find_trips(origin: str) -> dict:
+    """Find trips."""
+    n = sum(map(ord, origin))
+    return {"origin": origin, "trips": [{"flight_number": f"HAT{(n * 7 + k * 13) % 900 + 100}", "date": f"2024-05-{10 + k}",
+                                         "price": 100 + (n + k * 37) % 400, "fare_id": f"F{n % 97}X{k}{origin}"}
+                                        for k in range(5)], "note": filler(40, seed=n)}
+
+
+async def test_known_values_take_memorys_room_so_later_user_turns_append(memory_store_url):
+    """Issue 11: at a small window the compaction block's KNOWN VALUES and Memory both bring compacted turns
+    back. When Memory also claimed its full share of the conversation's room, every later user turn compacted
+    again (a cache break re-processing everything after the head) to make room for the same turns twice; the
+    values now take Memory's share first, so the next user turns append to the request."""
+    from aether_context.pipeline import request_tokens
+    from aether_context.testing import call
+    from aether_context.tokens import TokenCounter
+
+    script = [call("get_user", user_id="mia_li_3668"), call("get_reservation", reservation_id="NO6JO3")]
+    script += [call("find_trips", origin=f"JFK{i}") for i in range(4)] + ["Found them."]
+    questions = [f"Which reservation and payment card did we look at before, for trip {i}?" for i in range(4)]
+    for i in range(len(questions)):
+        script += [call("find_trips", origin=f"SEA{i}"), f"Reservation NO6JO3, paid with credit_card_4421486 ({i})."]
+    agent, llm = scripted_agent(script, tools=(get_user, get_reservation, find_trips),
+                                instruction="You are an airline agent. " + filler(1200, seed=3))
+    counter = TokenCounter()
+    llm.prompt_token_counter = lambda req: request_tokens(request_from_llm(req), counter)
+    p = plugin(memory_store_url, 4_000)  # ADK's head (instruction, tools) takes about half of it, as in tau-bench
+    runner = make_runner(agent, plugins=[p])
+    sid = await new_session(runner)
+    await run_turn(runner, sid, "Hi, I am mia_li_3668. Find me a later flight for my reservation NO6JO3.")
+    first = len(llm.requests)
+    for q in questions:
+        await run_turn(runner, sid, q)
+    manifests = [r.manifest for r in p.packer.recent]
+    assert manifests[first].compaction  # the second user turn compacts: the block now holds KNOWN VALUES
+    block = request_from_llm(llm.requests[first]).messages[0].text
+    assert block.startswith("CONVERSATION SO FAR") and "KNOWN VALUES" in block
+    again = [i for i, m in enumerate(manifests[first + 1:]) if m.compaction]
+    assert len(again) <= len(questions) - 2, again  # before: every later user turn compacted again, and a loop call

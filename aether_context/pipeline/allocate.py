@@ -238,7 +238,10 @@ def room(inputs: "PackInputs", profile: BudgetProfile, window: int, cands: "Cand
     """Room for the flexible layers, and the conversation's share of it before a compaction.
 
     The conversation yields to Evidence and Memory only their weighted share of the room, and
-    only when they have something to send: a chat that fits goes out whole.
+    only when they have something to send: a chat that fits goes out whole. The compaction block's
+    KNOWN VALUES are recollections of compacted turns, as Memory's lines are: they take Memory's
+    share first, so the conversation does not compact again to make room for the same turns twice
+    (at a small window, every new invocation did).
     """
     limit = window - int(window * profile.floors.slack)
     head = counter.count_text(inputs.request.system_instruction) \
@@ -254,8 +257,9 @@ def room(inputs: "PackInputs", profile: BudgetProfile, window: int, cands: "Cand
     wanted = {"evidence": sum(ln.tokens + 1 for ln in cands.evidence),
               "memory": flexible if memory_wanted else sum(ln.tokens + 1 for ln in cands.memory)}
     share = sum(w for k, w in weights.items() if k == "conversation" or wanted.get(k, 0) > 0) or 1.0
-    yielded = sum(min(wanted[k], int(flexible * weights[k] / share)) for k in wanted)
-    return Room(limit, head, frame, reserve, max(0, flexible - yielded))
+    given = {k: min(wanted[k], int(flexible * weights[k] / share)) for k in wanted}
+    given["memory"] = max(0, given["memory"] - zone.values_tokens)  # the block's values bring compacted turns back
+    return Room(limit, head, frame, reserve, max(0, flexible - sum(given.values())))
 
 
 def allocate_pack(profile: BudgetProfile, window: int, space: Room, cands: "Candidates", conversation: int,

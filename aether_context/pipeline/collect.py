@@ -121,6 +121,7 @@ class PackState:
     boundary_digest: str = ""  # digest of the message at `compacted_through`: a rewritten history resets
     compactions: int = 0  # compactions so far in this session and agent
     pins_opening: bool = False  # the compaction block pins the opening request
+    values_tokens: int = 0  # tokens of the block's KNOWN VALUES (they share Memory's room)
     evidence_ids: tuple[str, ...] = ()  # Evidence items in the payload as sent
     memory_ids: tuple[str, ...] = ()  # Memory items in the payload as sent
     payload_tokens: int = 0  # tokens of the payload message as sent (0: the user's message went as it is)
@@ -144,7 +145,7 @@ class PackState:
             "merged_lines": list(self.merged_lines), "call_index": self.call_index, "last_recited": self.last_recited,
             "failures_shown": self.failures_shown, "compacted_through": self.compacted_through,
             "pinned": list(self.pinned), "block_text": self.block_text, "boundary_digest": self.boundary_digest,
-            "compactions": self.compactions, "pins_opening": self.pins_opening,
+            "compactions": self.compactions, "pins_opening": self.pins_opening, "values_tokens": self.values_tokens,
             "evidence_ids": list(self.evidence_ids), "memory_ids": list(self.memory_ids),
             "payload_tokens": self.payload_tokens, "tool_names": list(self.tool_names),
             "sent_tokens": self.sent_tokens,
@@ -171,6 +172,7 @@ class PackState:
             compacted_through=d.get("compacted_through", 0), pinned=tuple(d.get("pinned", ())),
             block_text=d.get("block_text", ""), boundary_digest=d.get("boundary_digest", ""),
             compactions=d.get("compactions", 0), pins_opening=d.get("pins_opening", False),
+            values_tokens=int(d.get("values_tokens", 0)),
             evidence_ids=tuple(d.get("evidence_ids", ())), memory_ids=tuple(d.get("memory_ids", ())),
             payload_tokens=d.get("payload_tokens", 0), tool_names=tuple(d.get("tool_names", ())),
             sent_tokens=int(d.get("sent_tokens", head_tokens + sum(message_tokens))),

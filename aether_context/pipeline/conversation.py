@@ -46,6 +46,7 @@ class Verbatim:
     block: str = ""
     compactions: int = 0
     pins_opening: bool = False  # the block pins the session's opening request
+    values_tokens: int = 0  # tokens of the block's KNOWN VALUES: recollections that share Memory's room
 
     def keeps(self, turn: Turn) -> bool:
         return turn.start >= self.through or turn.start in self.pinned
@@ -103,7 +104,8 @@ def verbatim_zone(previous: PackState | None, messages: "Sequence[Message]") -> 
     through = previous.compacted_through
     if through > len(messages) or (through < len(messages) and messages[through].digest != previous.boundary_digest):
         return Verbatim()  # ADK's history changed under us (its own compaction, a rewind): start again
-    return Verbatim(through, previous.pinned, previous.block_text, previous.compactions, previous.pins_opening)
+    return Verbatim(through, previous.pinned, previous.block_text, previous.compactions, previous.pins_opening,
+                    previous.values_tokens)
 
 
 def plan_compaction(turns: "tuple[Turn, ...]", *, target: int, min_tail: int, counter: TokenCounting,
@@ -213,7 +215,7 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
         tuple(map(reader.read, compacted[bisect_right(compacted, summary.covered_until, key=turn_start):])),
         summary, opening=opening, uris=reader.uris, values=values, counter=counter, cache=cache,
         goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=caps.fold, summary_max_tokens=caps.summary)
-    new = replace(new, block=block.text, pins_opening=bool(opening))
+    new = replace(new, block=block.text, pins_opening=bool(opening), values_tokens=used)
     folded = tuple(t.start for t in zone.kept(turns) if not new.keeps(t))
     return Compaction(new, reason, folded, tokens_before, conversation_tokens(prepared, new, counter), block.summary,
                       block.merged_lines)

@@ -128,7 +128,8 @@ def fit_lines(layer: str, lines: "tuple[Line, ...]", budget: int, item_max_token
     Drops go lowest rank first, or oldest first when `older_first` (evidence).
     """
     events: list[TruncationEvent] = []
-    total = sum(ln.tokens for ln in lines)
+    size = lambda ln: ln.tokens + 1  # noqa: E731 (each line ends with its newline, as `lines_demand` counts it)
+    total = sum(map(size, lines))
     if total <= budget:
         return lines, ()
     for cap in (item_max_tokens, max(16, item_max_tokens // 2)):
@@ -137,7 +138,7 @@ def fit_lines(layer: str, lines: "tuple[Line, ...]", budget: int, item_max_token
             continue
         before = total
         lines = tuple(_shorten(ln, cap, counter) if ln.tokens > cap else ln for ln in lines)
-        total = sum(ln.tokens for ln in lines)
+        total = sum(map(size, lines))
         events.append(TruncationEvent(layer, "compress", f"overflow: items summarised to {cap} tokens",
                                       tuple(ln.id for ln in long), before, total))
     if total > budget:
@@ -147,8 +148,8 @@ def fit_lines(layer: str, lines: "tuple[Line, ...]", budget: int, item_max_token
             if total <= budget:
                 break
             drop.add(i)
-            total -= lines[i].tokens
-        before = sum(ln.tokens for ln in lines)
+            total -= size(lines[i])
+        before = sum(map(size, lines))
         dropped = tuple(lines[i].id for i in sorted(drop))
         lines = tuple(ln for i, ln in enumerate(lines) if i not in drop)
         events.append(TruncationEvent(layer, "drop", "overflow", dropped, before, total))

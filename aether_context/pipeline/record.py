@@ -165,7 +165,7 @@ def _state(inputs: PackInputs, profile: BudgetProfile, d: Decisions, counter: To
         tools_digest=sha256_hex(canonical_json([[t.to_json() for t in stable.tools], list(stable.other_tools)])),
         payload_index=payload_index, compacted_through=fit.zone.through, pinned=fit.zone.pinned,
         block_text=fit.zone.block, boundary_digest=boundary, compactions=fit.zone.compactions,
-        pins_opening=fit.zone.pins_opening,
+        pins_opening=fit.zone.pins_opening, values_tokens=fit.zone.values_tokens,
         evidence_ids=evidence_ids, memory_ids=tuple(ln.id for ln in fit.memory),
         payload_tokens=counter.count_message(stable.messages[payload_index]) if sends_payload else 0,
         tool_names=tuple(t.name for t in stable.tools), statuses=d.recital.statuses,
