@@ -244,14 +244,13 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     session clock freshness is measured at (None: `inputs.now`).
     """
     tools, flags = _step_tools(inputs)
-    conv = conversation
     query = query_text(inputs)
     namespace = _namespace(inputs)
     now = (now if now is not None else inputs.now) or None
     ev_docs = [Document(e.id, e.summary, e.source, e.timestamp, {"uri": e.uri} if e.uri else {}) for e in inputs.evidence]
     mem_docs = _memory_documents(inputs, compacted, counter, cache)
     # only ranking reads the verbatim texts (a long tool loop has many messages)
-    verbatim = _verbatim(conv, kept) if ev_docs or mem_docs else []
+    verbatim = _verbatim(conversation, kept) if ev_docs or mem_docs else []
     # Evidence is what the app chose to show: ranked, never filtered by relevance.
     ev_result = retriever.rank(namespace, "evidence", query, ev_docs, k=_k(profile.evidence.top_k, ev_docs),
                                count_tokens=None, now=now, exclude=verbatim)  # `_lines` counts what is shown
@@ -262,13 +261,13 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     memory = _lines(mem_result, _render_memory, counter, cache)
     flags.extend(_retrieval_flags(ev_result, mem_result))
 
-    signals = _signals(inputs.task, conv, mem_result, bool(memory))
+    signals = _signals(inputs.task, conversation, mem_result, bool(memory))
     shown_ev, shown_mem = {ln.id for ln in evidence}, {ln.id for ln in memory}  # once: the pool holds every compacted turn
     unselected = {
         "evidence": tuple(d.id for d in ev_docs if d.id not in shown_ev),
         "memory": _unselected_memory(inputs, mem_docs, shown_mem),
     }
-    return Candidates(tools=tools, evidence=evidence, memory=memory, conversation=conv, signals=signals,
+    return Candidates(tools=tools, evidence=evidence, memory=memory, conversation=conversation, signals=signals,
                       flags=tuple(flags), unselected=unselected)
 
 
