@@ -208,6 +208,23 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
    session 9.7 → 7.0 (1,000) and 13.9 → 11.8 (10,000). Requests byte-identical (chat and tool loop, 30 calls at
    each size; 93 tau-bench and 90 LoCoMo calls of context_eval).
 
+21. **The tool loop's history walks, and its compaction block rendered twice** (cProfile and per-function timers,
+   tool loop at 1,000 and 10,000 events): the turn grouping found its unchanged run with a Python loop over every
+   message (0.11 → 1.26 ms a call from 1,000 to 10,000 events under cProfile; now `shared_prefix`); Memory's
+   pruning walked every URI and every saved turn each call (`decay._saved`: now the turns the last call left, the
+   new ones and the outputs that gained a URI, with a full scan after a rewind); the request's position was found
+   by walking back from the end (`find_request_index`: the newest 64 messages, then only what is new); a
+   compaction's KNOWN VALUES rendered the capped block at its first plan as well as its last (now once). Paired
+   runs, tool-loop collect stage at 10,000 events 1.5 → 1.3 and 1.5 → 1.2 ms; requests byte-identical (120
+   long-session checksums, 31 tau-bench and 47 mini-swe-agent calls of context_eval, each in three configurations).
+   Found and left: young-generation garbage collections cost 0.2–0.3 ms a call at 1,000 events and 1.5 ms at
+   10,000 (`gc.callbacks`: each call still builds tuples the size of the history, per-turn results, event times,
+   turns, that the collector walks), the Memory search of a call that builds its payload grows with the pool
+   (about 1.3 ms), and `inputs_digest` hashes about 131 KB of event times per call at 10,000 events (0.37 ms):
+   together what keeps the tool loop's p50 at 10,000 events above 1.5× its p50 at 1,000 now that the latter is
+   about 6 ms. Its p95 is a compaction call (24–36 ms: the known-values merge over about 670 sources, the block's
+   render, the pool's re-sync), unchanged by items 20 and 21, so p95 ÷ p50 rose as the p50 fell.
+
 Still proportional to the history (measured above): the retrieval pool itself (every compacted turn stays
 searchable: BM25 postings and one matrix-vector product over it) and a few C-speed passes under 1 ms at 10,000
 events (tuple comparisons of the unchanged run, copies of the URI map). Not removed, and why the targets still
