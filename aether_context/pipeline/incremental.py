@@ -13,7 +13,7 @@ import hashlib
 from itertools import accumulate
 from typing import Any, Callable, Hashable, Sequence
 
-from ..content import Message, ModelRequest, canonical_json, sha256_hex
+from ..content import Message, ModelRequest, canonical_json
 from ..tokens import TokenCounting
 from .cache import PackCache
 from .collect import PackInputs, Turn, group_turns
@@ -170,6 +170,10 @@ def inputs_digest(inputs: PackInputs, cache: PackCache | None) -> str:
     text, marker = canonical_json(data), canonical_json(_TIMES)
     if text.count(marker) != 1:  # the stand-in is in the inputs' own text: no shortcut
         return inputs.digest
-    times = extended("times_json", tuple(inputs.message_times), lambda: "",
-                      lambda old, more: old + "".join("," + canonical_json(t) for t in more), cache)
-    return sha256_hex(request_checksum(inputs.request, cache) + text.replace(marker, "[" + times[1:] + "]"))
+    times = extended("times_json", tuple(inputs.message_times), lambda: b"",
+                      lambda old, more: old + "".join("," + canonical_json(t) for t in more).encode(), cache)
+    before, after = text.split(marker)
+    hasher = hashlib.sha256(f"{request_checksum(inputs.request, cache)}{before}[".encode())
+    hasher.update(memoryview(times)[1:])  # hashed in pieces: the history's times are not copied again
+    hasher.update(f"]{after}".encode())
+    return hasher.hexdigest()
