@@ -220,10 +220,13 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
    Found and left: young-generation garbage collections cost 0.2–0.3 ms a call at 1,000 events and 1.5 ms at
    10,000 (`gc.callbacks`: each call still builds tuples the size of the history, per-turn results, event times,
    turns, that the collector walks), the Memory search of a call that builds its payload grows with the pool
-   (about 1.3 ms), and `inputs_digest` hashes about 131 KB of event times per call at 10,000 events (0.37 ms):
-   together what keeps the tool loop's p50 at 10,000 events above 1.5× its p50 at 1,000 now that the latter is
-   about 6 ms. Its p95 is a compaction call (24–36 ms: the known-values merge over about 670 sources, the block's
-   render, the pool's re-sync), unchanged by items 20 and 21, so p95 ÷ p50 rose as the p50 fell.
+   (about 1.3 ms), and `inputs_digest` joined and encoded about 131 KB of event times per call at 10,000 events
+   (now hashed in pieces; a grown history's conversion also extends its cached run in place instead of copying
+   it twice). What is left is many C-speed passes of 0.1–0.3 ms each at 10,000 events (failure view, prepare,
+   history documents): the tool loop's p50 grows by 3–4 ms from 1,000 to 10,000 events, 1.40× in the run above
+   and 1.68× in one of the same shape an hour earlier, so the 1.5× target sits inside the spread of runs. Its
+   p95 is a compaction call (24–41 ms: the known-values merge over about 670 sources, the block's render, the
+   pool's re-sync), unchanged by items 20 and 21, so p95 ÷ p50 rose as the p50 fell.
 
 Still proportional to the history (measured above): the retrieval pool itself (every compacted turn stays
 searchable: BM25 postings and one matrix-vector product over it) and a few C-speed passes under 1 ms at 10,000
