@@ -488,7 +488,7 @@ async def test_known_values_take_memorys_room_so_later_user_turns_append(memory_
     """Issue 11: at a small window the compaction block's KNOWN VALUES and Memory both bring compacted turns
     back. When Memory also claimed its full share of the conversation's room, every later user turn compacted
     again (a cache break re-processing everything after the head) to make room for the same turns twice; the
-    values now take Memory's share first, so the next user turns append to the request."""
+    values now take Memory's share first, so most later calls append to the request."""
     from aether_context.pipeline import request_tokens
     from aether_context.testing import call
     from aether_context.tokens import TokenCounter
@@ -514,4 +514,4 @@ async def test_known_values_take_memorys_room_so_later_user_turns_append(memory_
     block = request_from_llm(llm.requests[first]).messages[0].text
     assert block.startswith("CONVERSATION SO FAR") and "KNOWN VALUES" in block
     again = [i for i, m in enumerate(manifests[first + 1:]) if m.compaction]
-    assert len(again) <= len(questions) - 2, again  # before: every later user turn compacted again, and a loop call
+    assert len(again) <= 2, again  # measured: 2 of 7 later calls (before: 4, every later user turn, and a loop call)

@@ -230,14 +230,9 @@ def _messages(contents: "list[types.Content]", cache: "PackCache | None", grown:
     key = (scope, first[0], first[1][0][2])  # the first payload's key: checked below, its leaves held by the entry
     run = cache.lookup("run", key)
     same = _unchanged_prefix(contents, run[0], run[1], grown) if run is not None else 0
-    new_sigs = [_signature(c) for c in contents[same:]]
-    new_msgs = [to_message(c, cache) for c in contents[same:]]
-    if run is not None and same == len(run[0]):  # the history only grew: the entry's lists (held by it alone) grow
-        sigs, msgs = run
-    else:
-        sigs, msgs = (run[0][:same], run[1][:same]) if run is not None else ([], [])
-    sigs += new_sigs  # after both conversions: a failure leaves the entry as it was
-    msgs += new_msgs
+    sigs, msgs = (run[0][:same], run[1][:same]) if run is not None else ([], [])  # copies: the entry may be shared
+    sigs += [_signature(c) for c in contents[same:]]
+    msgs += [to_message(c, cache) for c in contents[same:]]
     cache.put("run", key, (sigs, msgs))
     return tuple(msgs)
 

@@ -125,7 +125,6 @@ class HybridIndex:
             batch[doc.id] = doc
         with self._lock:
             fresh: list[Document] = []
-            version = self._version
             for doc in batch.values():
                 row = self._row_of.get(doc.id)
                 if row is not None and self._docs[row] is doc:  # the same document again: nothing to do
@@ -133,14 +132,14 @@ class HybridIndex:
                 if row is not None and self._docs[row].search_text == doc.search_text:
                     self._docs[row] = doc
                     self._note_timestamp(doc)
-                    self._version = version + 1
+                    self._version += 1
                     continue
                 if row is not None:
                     self._remove_row(row)
                 fresh.append(doc)
             if not fresh:
                 return 0
-            self._version = version + 1
+            self._version += 1
             rows = self._lexical.add([(d.text, d.context) for d in fresh])
             for row, doc in zip(rows, fresh):
                 self._docs.append(doc)
