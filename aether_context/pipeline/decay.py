@@ -165,7 +165,7 @@ def prune_tool_outputs(turns: Sequence[Turn], *, protect_tokens: int, minimum_to
     turn is built once (`cache`, by its content and URIs): later calls get the same object back, and
     the turns' output sizes, keys and outcome are carried from the last call (`_pruned`).
     """
-    turns = tuple(turns)
+    turns, already = tuple(turns), frozenset(already)
     keys = mapped("response_keys", turns, _response_keys, cache)
     totals = running_totals(("response_tokens", counter_key(counter)), turns, lambda t: _response_tokens(t, counter), cache)
     total = totals[-1] if totals else 0
@@ -173,10 +173,10 @@ def prune_tool_outputs(turns: Sequence[Turn], *, protect_tokens: int, minimum_to
     if consider_new and (already or total >= protect_tokens + minimum_tokens):
         # turn i has `total - totals[i]` tokens of outputs after it: past the protected ones for i < older
         older = bisect_right(totals, total - protect_tokens)
-        fresh = [turns[i] for i in reversed(_saved(turns, keys, uris, frozenset(already), cache)) if i < older]
+        fresh = [turns[i] for i in reversed(_saved(turns, keys, uris, already, cache)) if i < older]
         if sum(_response_tokens(t, counter) for t in fresh) < minimum_tokens:
             fresh = []
-    cleared = frozenset(already) | {t.start for t in fresh}
+    cleared = already | {t.start for t in fresh}
     if not cleared:
         return turns, frozenset(), ()
     return _pruned(turns, keys, cleared, uris, cache), cleared, tuple(t.start for t in fresh)
@@ -187,7 +187,7 @@ def _saved(turns: "tuple[Turn, ...]", keys: "tuple[tuple[str, ...], ...]", uris:
     """Indices of the turns not cleared `already` whose outputs all have a URI, ascending. Carried from the
     last call when its turns lead these, its URIs are still here and what it had cleared still is: only
     the turns it left, the new turns and those whose outputs gained a URI (found through where each
-    output key is, also carried) are looked at, so neither the history nor its URIs are walked."""
+    output key is, also carried) are looked at: the history is not walked, its URIs only compared (C level)."""
     if not uris or not turns:
         return []
 

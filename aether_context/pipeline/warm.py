@@ -46,9 +46,13 @@ def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, 
         # each kept turn's document as a compaction will build it (kept in `cache`, where the compaction
         # looks it up): with the turn after it, and without it (the newest turn a compaction moves); and
         # the newest compacted turn's with the turn after it, which it reads once that turn moves too
+        # (`kept` leads with the pinned requests, which may sit at the start of a long history: they are
+        # added by position, the tail from the newest compacted turn on)
         turns = prepared.turns
-        first = max(0, bisect_left(turns, kept[0].start, key=turn_start) - 1)
+        tail = max(0, bisect_left(turns, zone.through, key=turn_start) - 1)
+        pinned = {bisect_left(turns, p, 0, tail, key=turn_start) for p in zone.pinned}
+        rows = sorted({i for i in pinned if i < tail and turns[i].start in zone.pinned} | set(range(tail, len(turns))))
         retriever.cache.rows([history_document(turns, i, inputs.message_times, counter.count_text, cache,
                                                following=following).search_text
-                              for i in range(first, len(turns)) for following in (True, False)])
+                              for i in rows for following in (True, False)])
     return len(kept)
