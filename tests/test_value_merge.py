@@ -70,7 +70,10 @@ def test_a_merge_from_an_earlier_one_equals_a_merge_from_scratch():
             rng.shuffle(sources)  # the merge orders its sources itself
             visible = _visible(rng) if rng.random() < 0.5 else ""
             again = merged_values(sources, visible=visible, since=before)
-            assert list(again.sets) == _reference(sources, visible) == merge_values(sources, visible=visible)
+            scratch = merged_values(sources, visible=visible)
+            assert list(again.sets) == _reference(sources, visible) == list(scratch.sets)
+            assert (again.sources, again.met, again.kept, again.fresh) == (scratch.sources, scratch.met, scratch.kept,
+                                                                         scratch.fresh)
             reused += sum(1 for out in again.kept if out is not None and any(out is o for o in before.kept))
             total += len(again.sets)
             before = again
@@ -90,3 +93,30 @@ def test_a_value_that_becomes_visible_leaves_the_sources_that_showed_it():
                                                                            visible="the user mia_li_3668 asked").sets
     back = merged_values([booking, said], visible="", since=now)
     assert back.sets == first.sets
+
+
+def test_a_merge_reads_again_only_the_sources_a_change_touches():
+    """A new source and a changed visible text: the sources none of whose values changed standing keep
+    what they found without being looked at again (the same sets, not equal ones recomputed), and the
+    merge still equals one from scratch."""
+    rng = random.Random(7)
+    sources = [_source(rng, t) for t in range(300)]
+    visible = "the user mia_li_3668 asked about Mia Li"
+    before = merged_values(sources, visible=visible)
+    sources.append(ValueSet("get_9(id=res_99)", 400, (("user_id", ("res_99", "Austin")),), call=True))
+    visible = visible + " and res_3"
+    again = merged_values(sources, visible=visible, since=before)
+    assert list(again.sets) == _reference(sources, visible)
+    untouched = sum(1 for k, s in enumerate(again.sources)
+                    if any(s is o and again.met[k] is before.met[j] for j, o in enumerate(before.sources)))
+    assert untouched > len(again.sources) // 2, untouched
+
+
+def test_a_phrase_is_held_only_as_a_whole():
+    """A value with a space is held where no word character touches it, as the regex `(?<!\\w)v(?!\\w)`
+    finds it (accents and digits are word characters; dashes and dots are not)."""
+    for text in ["Mia Li", "xMia Li", "Mia Lis", "Mia Li_", "éMia Li", "Mia Li2", "-Mia Li.", "Mia Lix Mia Li",
+                 "(Mia Li)", "Mia  Li", "ÉMia Li Mia Li", "Mia Li\u00b2", "Mia Li\nMia Lia"]:
+        booking = ValueSet("user (turn 1)", 1, (("name", ("Mia Li",)),))
+        expected = re.search(r"(?<!\w)Mia Li(?!\w)", text) is None
+        assert ("Mia Li" in str(merged_values([booking], visible=text).sets)) == expected, text
