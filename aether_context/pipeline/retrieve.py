@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Sequence
 from ..retrieval import Document, EmbeddingCache, HybridIndex, RetrievalResult, RetrievalSettings
 from ..retrieval.embeddings import Embedder, SentenceTransformerEmbedder
 from ..retrieval.threads import bounded_threads
+from .incremental import shared_prefix
 
 __all__ = ["Retriever", "default_retriever", "use_default_embedder"]
 
@@ -99,6 +100,20 @@ class Retriever:
             return None
         return list(documents[len(held[1]):])
 
+    def _unchanged(self, index: HybridIndex, documents: "list[Document]", wanted: "set[str]") -> int:
+        """How many leading documents of the pool are those of the previous pool of `index` (the same
+        objects, in order: an equal document may carry other metadata): once the stale ones are gone,
+        adding them again changes nothing, so a pool that changed near its end (a compaction rebuilds the
+        last compacted turn's document) adds its tail alone. Only when every id is unique, in both pools
+        (else the index may hold another version of one)."""
+        held = self._pools.get(id(index))
+        if held is None or held[0] is not index or len(wanted) != len(documents):
+            return 0
+        old = held[1]  # alive, as `documents` are: the same id() is the same object
+        if len({d.id for d in old}) != len(old):
+            return 0
+        return shared_prefix(list(map(id, old)), list(map(id, documents)))
+
     def _index(self, namespace: str, layer: str) -> HybridIndex:
         key = (namespace, layer)
         index = self._indexes.get(key)
@@ -141,7 +156,7 @@ class Retriever:
                     stale = [d for d in index.ids() if d not in wanted]
                     if stale:
                         index.remove(stale)
-                    fresh = documents
+                    fresh = documents[self._unchanged(index, documents, wanted):]
                 index.add(fresh, embed=dense)
                 self._pools[id(index)] = (index, documents)
             if not documents or k < 1:
