@@ -1,11 +1,12 @@
 """Work ahead: what the next compaction will read, computed while the model answers.
 
 A compaction reads the turns it moves out of the verbatim zone: their secrets masked, the values
-they carried (KNOWN VALUES) and, once they are Memory candidates, their retrieval documents'
-embeddings. Done at the compaction, that is a burst (a tool loop's compaction embedded and
-scanned three or four large turns at once, ten times a normal call). Every one of those results
-is kept by content (the `PackCache`, the retriever's embedding cache), so computing them for the
-turns still verbatim, after a call's request has gone out, leaves the compaction only lookups.
+they carried (KNOWN VALUES), their fold lines (counted, and quoted as the block shows them) and,
+once they are Memory candidates, their retrieval documents' embeddings. Done at the compaction,
+that is a burst (a tool loop's compaction embedded and scanned three or four large turns at once,
+ten times a normal call). Every one of those results is kept by content (the `PackCache`, the
+counter's and `quote`'s caches, the retriever's embedding cache), so computing them for the turns
+still verbatim, after a call's request has gone out, leaves the compaction only lookups.
 
 `warm_ahead` never changes a pack: it only fills caches whose hits equal their misses.
 """
@@ -19,9 +20,10 @@ from ..tokens import TokenCounting
 from .cache import PackCache
 from .collect import PackInputs, PackState, turn_start
 from .conversation import compacted_reader, verbatim_zone
+from .decay import fold_turn
 from .known_values import known_values_of
 from .prepare import prepare
-from .render import masking
+from .render import masking, quote
 from .retrieve import Retriever
 from .select import history_document
 
@@ -30,7 +32,7 @@ __all__ = ["warm_ahead"]
 
 def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, counter: TokenCounting,
                retriever: Retriever, cache: PackCache) -> int:
-    """Mask, extract the values of, and embed the documents of the turns `state` left verbatim (the
+    """Mask, extract the values of, fold and embed the documents of the turns `state` left verbatim (the
     pack built from `inputs`), and the newest compacted turn's document as the next compaction reads
     it; returns how many turns were read."""
     with masking(profile.redaction):
@@ -39,9 +41,12 @@ def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, 
         kept = zone.kept(prepared.turns)
         if not kept:
             return 0
-        read = compacted_reader(inputs, prepared, cache).read
-        for turn in kept:
-            known_values_of(read(turn), cache)
+        reader = compacted_reader(inputs, prepared, cache)
+        for turn in map(reader.read, kept):
+            known_values_of(turn, cache)
+            line = fold_turn(turn, reader.uris, counter, cache=cache)  # as `decay_zones` folds, counts and quotes it
+            counter.count_text(line)
+            quote(f"- {line}")
     if retriever.ready():
         # each kept turn's document as a compaction will build it (kept in `cache`, where the compaction
         # looks it up): with the turn after it, and without it (the newest turn a compaction moves); and
