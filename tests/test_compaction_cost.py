@@ -35,11 +35,19 @@ def lookup_booking(ref: str) -> dict:
 
 
 class CarryCache(PackCache):
-    """The packer's cache, noting each lookup of a compaction's carried known values (hit or miss)."""
+    """The packer's cache, noting each lookup of a compaction's carried known values (hit or miss), and
+    each turn folded on the pack thread (the request's path), by call."""
 
     def __init__(self) -> None:
         super().__init__()
         self.carried: list[bool] = []
+        self.folded: list[int] = []
+
+    def get(self, kind, key, compute):  # type: ignore[no-untyped-def]
+        if kind == "fold_line" and threading.current_thread().name.startswith("aether-pack") \
+                and self.lookup(kind, key) is None:
+            self.folded.append(CALL[0] + 1)  # the next call's pack
+        return super().get(kind, key, compute)
 
     def lookup(self, kind, key):  # type: ignore[no-untyped-def]
         value = super().lookup(kind, key)
@@ -95,3 +103,14 @@ async def test_a_compaction_embeds_no_document_the_work_ahead_could(memory_store
     compacting = [k for k, m in enumerate(manifests) if m.compaction]
     assert len(compacting) >= 3
     assert not [(k, text[:80]) for k, text in ON_PACK_THREAD if k in compacting[1:]]
+
+
+async def test_a_compaction_folds_no_turn_the_work_ahead_could(memory_store_url):
+    """The turns a compaction moves out of the verbatim zone were verbatim at the call before: the work
+    ahead folds them then (and counts and quotes their lines), so no compaction after the first folds a
+    turn on the request's path."""
+    cache = CarryCache()
+    _, manifests = await _run(f"{memory_store_url}/folds", cold=False, cache=cache)
+    compacting = [k for k, m in enumerate(manifests) if m.compaction]
+    assert len(compacting) >= 3
+    assert not [k for k in cache.folded if k in compacting[1:]], (cache.folded, compacting)
