@@ -235,8 +235,9 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
    same history (`incremental.extended`): a call reads its new messages only (0.1–0.2 ms); `collect_inputs` takes
    the converted request. Tested through a Runner: results saved but kept inline, then a replaced one, declare the
    tool at that call. Requests byte-identical (chat and tool loop, 1,000 and 10,000 events, 30 calls: 120
-   checksums). Per-call driver, chat at 10,000 events: p50 31.5 → 28.9 ms; the benchmark in paired runs 32.3 →
-   30.6 ms (the second run under more load: ADK's own request build 305 → 335 ms in the same runs). Where an
+   checksums). Per-call driver, chat at 10,000 events: p50 31.5 → 28.9 ms; the benchmark in two paired runs on a
+   shared, loaded CPU: 32.3 → 30.6 and 36.4 → 36.8 ms, i.e. within its run-to-run spread (the tool loop, which
+   declares the recall tool early and so scanned at one call only, 4.4 ms, moved 11.0 → 13.4 and 15.3 → 18.2 ms in the same pairs). Where an
    opening call's ~28 ms still go at 10,000 events (per-function timers, loaded CPU): the question's embedding
    8.4–10 ms (kernel-bound, item 19), the rest of its search 4 ms, its Memory lines 1.9 ms and documents 1 ms, the
    rest of select 1.5 ms, inputs 2.3 ms, record 2.2 ms, collect 1.7 ms, apply 0.5 ms, and young-generation
