@@ -245,6 +245,22 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
    4 ms), renders KNOWN VALUES anew (2–4 ms: its greedy fill gives room newest source first, so a new source
    moves every later line), analyses its new documents for BM25, and walks every source of its merges (often
    two: a second plan when the values need more room), so the tool loop's p95 stays above 3× its p50.
+23. **Every call scanned the whole history for an offloaded result** (per-function timers on the event-loop thread,
+   chat at 10,000 events, the calls that open a user turn apart from the others): once the session had saved an
+   original (`aether:uris`), each call checked whether a tool result cites one (`artifact_uri`), to declare the
+   recall tool, by walking every part of ADK's 10,000 contents before conversion: 2.7–3.7 ms a call, every call,
+   until one did. The check now reads the converted messages and carries its answer from the last call over the
+   same history (`incremental.extended`): a call reads its new messages only (0.1–0.2 ms); `collect_inputs` takes
+   the converted request. Tested through a Runner: results saved but kept inline, then a replaced one, declare the
+   tool at that call. Requests byte-identical (chat and tool loop, 1,000 and 10,000 events, 30 calls: 120
+   checksums). Per-call driver, chat at 10,000 events: p50 31.5 → 28.9 ms; the benchmark in two paired runs on a
+   shared, loaded CPU: 32.3 → 30.6 and 36.4 → 36.8 ms, i.e. within its run-to-run spread (the tool loop, which
+   declares the recall tool early and so scanned at one call only, 4.4 ms, moved 11.0 → 13.4 and 15.3 → 18.2 ms in the same pairs). Where an
+   opening call's ~28 ms still go at 10,000 events (per-function timers, loaded CPU): the question's embedding
+   8.4–10 ms (kernel-bound, item 19), the rest of its search 4 ms, its Memory lines 1.9 ms and documents 1 ms, the
+   rest of select 1.5 ms, inputs 2.3 ms, record 2.2 ms, collect 1.7 ms, apply 0.5 ms, and young-generation
+   garbage collections 0.4–2.5 ms spread across them; about 14 ms of it is what a tool-loop call of the same chat
+   pays too, so ≤ 15 ms for the opening call is not reachable by trimming.
 
 Still proportional to the history (measured above): the retrieval pool itself (every compacted turn stays
 searchable: BM25 postings and one matrix-vector product over it) and a few C-speed passes under 1 ms at 10,000

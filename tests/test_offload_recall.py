@@ -87,6 +87,32 @@ async def test_the_recall_tool_is_declared_once_an_original_is_offloaded():
     assert plugin.packer.recent[1].manifest.cache_break["cause"] == "tool declarations changed"
 
 
+MEDIUM = "\n".join(f"row {i}: value={i * 3}" for i in range(1, 101))
+
+
+def medium_log() -> str:
+    """Return a log that is saved but kept inline."""
+    return MEDIUM
+
+
+async def test_the_recall_tool_is_declared_when_a_later_result_is_offloaded():
+    """Whether a tool result cites its original is carried from call to call (only new messages are read):
+    results saved but kept inline leave the tool undeclared; the first replaced one declares it."""
+    llm = ScriptedLlm(turns=[call("medium_log"), call("medium_log"), call("big_log"), "done"])
+    agent = LlmAgent(name="agent", model=llm, instruction="Work.", tools=[medium_log, big_log])
+    plugin = ContextPackPlugin(store="memory://offload-later", window_tokens=16_000)
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService(),
+                    artifact_service=InMemoryArtifactService(), memory_service=InMemoryMemoryService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    async for _ in runner.run_async(user_id="u", session_id=session.id,
+                                    new_message=types.Content(role="user", parts=[types.Part(text="check the logs")])):
+        pass
+    session = await runner.session_service.get_session(app_name="app", user_id="u", session_id=session.id)
+    assert session.state.get("aether:uris")  # the medium results were saved before the big one
+    tools = [[t.name for t in request_from_llm(r).tools] for r in llm.requests]
+    assert tools == [["big_log", "medium_log"]] * 3 + [["big_log", "medium_log", "read_artifact"]]
+
+
 async def test_the_recall_tool_declaration_is_small():
     """Issue 11: the recall tool's declaration is well under 100 tokens (it rides on every later call)."""
     from aether_context.content import canonical_json

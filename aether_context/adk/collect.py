@@ -22,7 +22,6 @@ from ..content import Message, ModelRequest, ToolSpec, sha256_hex
 from ..pipeline.collect import EvidenceItem, MemoryItem, PackInputs, PackState
 from ..pipeline.incremental import extended, mapped
 from ..providers import EvidenceProvider, EvidenceRequest
-from .convert import request_from_llm
 from .session_state import FAILURES_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY
 from .task import StateKeys, evidence_from_state, notes_from_state, task_from_state
 
@@ -241,16 +240,15 @@ def with_tools(request: ModelRequest, tools: "tuple[BaseTool, ...]") -> ModelReq
     return replace(request, tools=request.tools + added) if added else request
 
 
-async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, *, keys: StateKeys, previous: PackState | None,
+async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request: ModelRequest, *, keys: StateKeys, previous: PackState | None,
                          memory_limit: int, artifact_cache: dict, now: float, use_memory: bool = True,
                          use_artifacts: bool = True, summary_chars: int = 400,
                          extra_tools: "tuple[BaseTool, ...]" = (), edge_flags: "tuple[str, ...]" = (),
-                         providers: "Sequence[EvidenceProvider]" = (), cache: "PackCache | None" = None,
-                         grown: bool = False, scope: Any = None) -> PackInputs:
-    """`extra_tools` (the recall tool) are declared in the pack and kept whatever the step allows;
-    `cache` (the packer's) makes converting the unchanged history nearly free (`grown`: the session's
-    events only grew since the last call of `scope`, see `convert.request_from_llm`)."""
-    request = with_tools(request_from_llm(llm_request, cache, grown, scope), extra_tools)
+                         providers: "Sequence[EvidenceProvider]" = (), cache: "PackCache | None" = None) -> PackInputs:
+    """`request` is `llm_request` converted (`convert.request_from_llm`: the caller decides from its messages
+    whether to declare the recall tool); `extra_tools` (the recall tool) are declared in the pack and kept
+    whatever the step allows; `cache` (the packer's) carries the per-message work of the last call."""
+    request = with_tools(request, extra_tools)
     index = find_request_index(request, ctx.user_content, cache)
     state = ctx.state
     session = ctx.session

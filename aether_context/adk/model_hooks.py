@@ -112,8 +112,8 @@ class ModelHooks:
                 recall = self._recall_now(callback_context, llm_request)
             else:  # packing failed open: this call's inputs, assembled as a normal pack assembles them
                 stored = read_pack(callback_context.state, callback_context.agent_name)
-                recall = self._offers_recall(callback_context, llm_request, stored.state)
-                inputs = await self._inputs(callback_context, llm_request, slot, stored, recall)
+                inputs = await self._inputs(callback_context, llm_request, slot, stored)
+                recall = inputs.cite_originals
                 window = context_window(inputs.request.model, self.requested_window)
             pack = await self._off_loop(recovery_pack, inputs, self.profile, window, error, counter=self.counter)
             apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},

@@ -35,7 +35,7 @@ from ..compress import SummarizeFn, Summarizer
 from ..content import Message, sha256_hex
 from ..pipeline.build import ContextPack, StageTimes, build_pack, request_tokens
 from ..pipeline.cache import PackCache
-from ..pipeline.incremental import mapped
+from ..pipeline.incremental import extended, mapped
 from ..pipeline.collect import PackInputs, PackState
 from ..pipeline.decay import blob_key
 from ..pipeline.record import CallRecord, Manifest
@@ -141,9 +141,9 @@ class ContextPacker(ModelHooks, ToolHooks):
         timings = StageTimes()  # beside the record, never in the request or the manifest
         try:
             stored = read_pack(callback_context.state, callback_context.agent_name)
-            recall = self._offers_recall(callback_context, llm_request, stored.state)
             with timings.stage("inputs"):
-                inputs = await self._inputs(callback_context, llm_request, slot, stored, recall)
+                inputs = await self._inputs(callback_context, llm_request, slot, stored)
+            recall = inputs.cite_originals
             pack = await self._build(inputs, timings)
             saved = callback_context.state.get(SAVED_STATE_KEY) or {}
             keys = mapped("message_response_keys", inputs.request.messages, _response_keys, self.cache) if saved else ()
@@ -189,18 +189,21 @@ class ContextPacker(ModelHooks, ToolHooks):
                                     retriever=self.retriever, cache=self.cache, timings=timings)
 
     async def _inputs(self, callback_context: CallbackContext, llm_request: LlmRequest, slot: SessionSlot,
-                      stored: StoredPack, recall: bool) -> PackInputs:
-        """This call's `PackInputs`, assembled once: the edge's collection, event times, saved images, calibration."""
+                      stored: StoredPack) -> PackInputs:
+        """This call's `PackInputs`, assembled once: the edge's collection, event times, saved images, calibration;
+        `cite_originals` says whether the recall tool is declared."""
         session = callback_context.session
         flags = stored.notes + stored.flags
         slot.times = slot.times or EventTimes()
         grown = slot.times.only_grew(session.events)
+        request = request_from_llm(llm_request, self.cache, grown,
+                                   slot_key(session.app_name, session.user_id, session.id, callback_context.agent_name))
+        recall = self._offers_recall(callback_context, request.messages, stored.state)
         inputs = await collect_inputs(
-            callback_context, llm_request, keys=self.keys, previous=stored.state,
+            callback_context, llm_request, request, keys=self.keys, previous=stored.state,
             memory_limit=self.memory_pool, artifact_cache=slot.artifacts, now=session_now(session.events),
             use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags + self._window_flags(llm_request),
-            providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (), cache=self.cache,
-            grown=grown, scope=slot_key(session.app_name, session.user_id, session.id, callback_context.agent_name))
+            providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (), cache=self.cache)
         inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
                          compact=bool(callback_context.state.get(COMPACT_STATE_KEY)), cite_originals=recall)
         inputs = await self._save_images(callback_context, inputs)
@@ -213,19 +216,20 @@ class ContextPacker(ModelHooks, ToolHooks):
         return (flag,) if flag else ()
 
     def _recall_now(self, ctx: CallbackContext, llm_request: LlmRequest) -> bool:
-        return self._offers_recall(ctx, llm_request, read_pack(ctx.state, ctx.agent_name).state)
+        return self._offers_recall(ctx, request_from_llm(llm_request).messages,
+                                   read_pack(ctx.state, ctx.agent_name).state)
 
-    def _offers_recall(self, ctx: CallbackContext, llm_request: LlmRequest, previous: PackState | None) -> bool:
+    def _offers_recall(self, ctx: CallbackContext, messages: Sequence[Message], previous: PackState | None) -> bool:
         """The recall tool is declared once the request cites an original it can read back (an offloaded
         tool result; a compaction block cites originals only once it is declared, though one an earlier
-        release wrote may), and stays declared (no flapping of the tools)."""
+        release wrote may), and stays declared (no flapping of the tools). Whether a tool result cites one
+        is carried from the last call over the same history: a call reads its new messages only."""
         if not self.profile.offload.enabled or not ctx.state.get(URIS_STATE_KEY):
             return False
         if previous is not None and (RECALL_TOOL_NAME in previous.tool_names or "artifact://" in previous.block_text):
             return True
-        return any("artifact_uri" in (part.function_response.response or {})
-                   for content in llm_request.contents or () for part in content.parts or ()
-                   if part.function_response is not None)
+        return extended("cites_original", tuple(messages), lambda: False,
+                        lambda found, more: found or any(map(_cites_original, more)), self.cache)
 
     async def _save_images(self, ctx: CallbackContext, inputs: PackInputs) -> PackInputs:
         """Save inline images to the artifact store once, so their decayed form can cite a URI."""
@@ -277,6 +281,11 @@ def _release_then(replaced: list, fn):
         finally:
             held.clear()
     return job
+
+
+def _cites_original(message: Message) -> bool:
+    """A tool result of `message` points at its offloaded original."""
+    return any("artifact_uri" in r.response for r in message.responses)
 
 
 def _response_keys(message: Message) -> tuple[str, ...]:
