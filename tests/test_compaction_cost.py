@@ -102,6 +102,7 @@ async def test_a_compaction_embeds_no_document_the_work_ahead_could(memory_store
     _, manifests = await _run(f"{memory_store_url}/ahead", cold=False)
     compacting = [k for k, m in enumerate(manifests) if m.compaction]
     assert len(compacting) >= 3
+    assert compacting[0] in {k for k, _ in ON_PACK_THREAD}  # the recorder works: nothing warmed the first
     assert not [(k, text[:80]) for k, text in ON_PACK_THREAD if k in compacting[1:]]
 
 
@@ -114,3 +115,6 @@ async def test_a_compaction_folds_no_turn_the_work_ahead_could(memory_store_url)
     compacting = [k for k, m in enumerate(manifests) if m.compaction]
     assert len(compacting) >= 3
     assert not [k for k in cache.folded if k in compacting[1:]], (cache.folded, compacting)
+    control = CarryCache()  # the recorder sees the pack thread: emptied before every call, each compaction folds there
+    await _run(f"{memory_store_url}/folds-cold", cold=True, cache=control)
+    assert set(compacting) <= set(control.folded), control.folded
