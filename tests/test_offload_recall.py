@@ -17,7 +17,7 @@ from aether_context.profile import load_profile
 from aether_context.adk import request_from_llm
 from aether_context.testing import ScriptedLlm, call
 
-from conftest import offloaded_uri
+from conftest import make_runner, offloaded_uri, run_turn, scripted_agent
 
 BIG = "\n".join(f"line {i}: value={i * 7} status={'ERROR disk full' if i == 777 else 'ok'}" for i in range(1, 3001))
 
@@ -98,16 +98,12 @@ def medium_log() -> str:
 async def test_the_recall_tool_is_declared_when_a_later_result_is_offloaded():
     """Whether a tool result cites its original is carried from call to call (only new messages are read):
     results saved but kept inline leave the tool undeclared; the first replaced one declares it."""
-    llm = ScriptedLlm(turns=[call("medium_log"), call("medium_log"), call("big_log"), "done"])
-    agent = LlmAgent(name="agent", model=llm, instruction="Work.", tools=[medium_log, big_log])
-    plugin = ContextPackPlugin(store="memory://offload-later", window_tokens=16_000)
-    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService(),
-                    artifact_service=InMemoryArtifactService(), memory_service=InMemoryMemoryService())
-    session = await runner.session_service.create_session(app_name="app", user_id="u")
-    async for _ in runner.run_async(user_id="u", session_id=session.id,
-                                    new_message=types.Content(role="user", parts=[types.Part(text="check the logs")])):
-        pass
-    session = await runner.session_service.get_session(app_name="app", user_id="u", session_id=session.id)
+    agent, llm = scripted_agent([call("medium_log"), call("medium_log"), call("big_log"), "done"],
+                                tools=[medium_log, big_log], instruction="Work.")
+    runner = make_runner(agent, plugins=[ContextPackPlugin(store="memory://offload-later", window_tokens=16_000)])
+    session = await runner.session_service.create_session(app_name=runner.app_name, user_id="u")
+    await run_turn(runner, session.id, "check the logs")
+    session = await runner.session_service.get_session(app_name=runner.app_name, user_id="u", session_id=session.id)
     assert session.state.get("aether:uris")  # the medium results were saved before the big one
     tools = [[t.name for t in request_from_llm(r).tools] for r in llm.requests]
     assert tools == [["big_log", "medium_log"]] * 3 + [["big_log", "medium_log", "read_artifact"]]
