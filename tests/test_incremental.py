@@ -501,3 +501,18 @@ def test_turn_times_carried_from_the_last_call_equal_a_fresh_lookup_as_turns_and
         elif len(msgs) > 4:  # a rewound history
             k = rng.randrange(2, len(msgs))
             msgs, times = msgs[:k], times[:k]
+
+
+def test_instruction_positions_carried_from_the_last_call_equal_a_fresh_scan():
+    from aether_context.adk.collect import _instruction_indices, _is_instruction
+    rng = random.Random(19)
+    cache = PackCache()
+    pool = [Message("user", (TextPart(f"<<<BEGIN_SYSTEM_INSTRUCTION>>> {i}"),)) for i in range(3)]
+    msgs = _random_messages(rng, 10)
+    for step in range(200):
+        got = _instruction_indices(tuple(msgs), cache)
+        assert got == tuple(i for i, m in enumerate(msgs) if _is_instruction(m)), step
+        if rng.random() < 0.7:
+            msgs = msgs + [rng.choice(pool) if rng.random() < 0.3 else _msg("text", step)]
+        elif len(msgs) > 3:
+            msgs = msgs[: rng.randrange(1, len(msgs))]
