@@ -20,7 +20,7 @@ from google.adk.tools.base_tool import BaseTool
 from ..pipeline.cache import PackCache
 from ..content import Message, ModelRequest, ToolSpec, sha256_hex
 from ..pipeline.collect import EvidenceItem, MemoryItem, PackInputs, PackState
-from ..pipeline.incremental import extended, mapped
+from ..pipeline.incremental import extended
 from ..providers import EvidenceProvider, EvidenceRequest
 from .session_state import FAILURES_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY
 from .task import StateKeys, evidence_from_state, notes_from_state, task_from_state
@@ -240,6 +240,15 @@ def with_tools(request: ModelRequest, tools: "tuple[BaseTool, ...]") -> ModelReq
     return replace(request, tools=request.tools + added) if added else request
 
 
+def _instruction_indices(messages: Sequence[Message], cache: "PackCache | None") -> tuple[int, ...]:
+    """Where the instruction messages are, carried from the last call over the same history (a call reads its
+    new messages only; the state is how many messages were read and the positions found)."""
+    def feed(state: "tuple[int, tuple[int, ...]]", more: tuple) -> "tuple[int, tuple[int, ...]]":
+        n, found = state
+        return n + len(more), found + tuple(compress(range(n, n + len(more)), map(_is_instruction, more)))
+    return extended("instruction_indices", tuple(messages), lambda: (0, ()), feed, cache)[1]
+
+
 async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request: ModelRequest, *, keys: StateKeys, previous: PackState | None,
                          memory_limit: int, artifact_cache: dict, now: float, use_memory: bool = True,
                          use_artifacts: bool = True, summary_chars: int = 400,
@@ -269,7 +278,7 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request:
             evidence += list(found)
     return PackInputs(
         request=request, request_index=index, task=task, evidence=tuple(evidence), memory=tuple(memory),
-        instruction_indices=tuple(compress(range(len(request.messages)), mapped("instruction", request.messages, _is_instruction, cache))),
+        instruction_indices=_instruction_indices(request.messages, cache),
         app_name=session.app_name, user_id=session.user_id, session_id=session.id,
         invocation_id=ctx.invocation_id, agent=ctx.agent_name, now=now, previous=previous,
         uris=dict(state.get(URIS_STATE_KEY) or {}),

@@ -27,11 +27,16 @@ RECITED_ERRORS = 3  # latest distinct error messages in the status block
 STALE_FAILURES_ERRORS = 5  # ... while the frozen payload's failures section is out of date
 
 
-def _log(inputs: PackInputs, profile: BudgetProfile) -> FailureLog | None:
-    """The session's failure log, analysed under the profile's thresholds."""
+def _records(inputs: PackInputs) -> list[FailureRecord]:
+    return [FailureRecord.from_json(r) for r in inputs.failures.get("records", ())]
+
+
+def _log(inputs: PackInputs, profile: BudgetProfile, records: "list[FailureRecord] | None" = None) -> FailureLog | None:
+    """The session's failure log (of `records`, parsed from the inputs if not given), analysed under the
+    profile's thresholds."""
     if not profile.failures.enabled or not inputs.failures:
         return None
-    records = [FailureRecord.from_json(r) for r in inputs.failures.get("records", ())]
+    records = _records(inputs) if records is None else records
     return FailureLog(profile.failures.log, records, int(inputs.failures.get("evicted", 0)))
 
 
@@ -52,12 +57,12 @@ class FailureView:
 def failure_view(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting) -> FailureView:
     """FAILURES SO FAR (warnings: repeats, clusters, cascades; then the latest distinct failures), from
     one analysis of the log, with what a verbatim turn must show for the section to add nothing."""
-    log = _log(inputs, profile)
+    records = _records(inputs) if profile.failures.enabled and inputs.failures else []  # parsed once
+    log = _log(inputs, profile, records)
     if log is None or not len(log):
         return FailureView()
     analysis = log.analyze(int(inputs.failures.get("current_turn", 0)))
     section = render_failures(analysis, log.records, max_tokens=profile.failures.max_tokens, counter=counter)
-    records = [FailureRecord.from_json(r) for r in inputs.failures.get("records", ())]
     return FailureView(section, not analysis.warnings and not int(inputs.failures.get("evicted", 0)),
                        tuple(line for r in records for line in (r.message, *r.causes)))
 
