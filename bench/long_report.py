@@ -261,14 +261,13 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
    rest of select 1.5 ms, inputs 2.3 ms, record 2.2 ms, collect 1.7 ms, apply 0.5 ms, and young-generation
    garbage collections 0.4–2.5 ms spread across them; about 14 ms of it is what a tool-loop call of the same chat
    pays too, so ≤ 15 ms for the opening call is not reachable by trimming.
-24. **Tool-loop calls looked up every compacted turn's time, joined the recent turns' texts, parsed the failure log
-   twice, and mapped every message for instructions** (cProfile of the tool loop's ordinary calls alone, 1,000
-   and 10,000 events, 30 calls): the compacted turns' times are carried from the last call when the turns and the
-   times up to them are unchanged (`incremental.turn_times`: history_documents 0.77 → 0.33 ms a call at 10,000
-   events, profiled); the allocator's question count sums each text's `?` rather than joining the texts (`_signals`
+24. **Tool-loop calls joined the recent turns' texts, parsed the failure log twice, and mapped every message for
+   instructions** (cProfile of the tool loop's ordinary calls alone, 1,000 and 10,000 events, 30 calls): the
+   allocator's question count sums each text's `?` rather than joining the texts (`_signals`
    0.30 → 0.04 ms); the failure log is parsed once a call (failure_view 0.79 → 0.71 ms); the instruction messages'
    positions are carried over the same history (`incremental.extended`: 0.20 → 0.07 ms at 10,000 messages, timed
-   alone). Requests byte-identical (120 checksums). Paired driver runs without the profiler, ordinary calls' p50:
+   alone). Carrying the compacted turns' times as well was measured (history_documents 0.77 → 0.33 ms under cProfile)
+   and dropped in review: the lookup it replaced is one C-level pass. Requests byte-identical (120 checksums). Paired driver runs without the profiler, ordinary calls' p50:
    5.2 → 5.1 ms at 1,000 events, 9.7 → 9.4 ms at 10,000 (1.87× → 1.84×): the 1.5× target still fails. What grows
    most is now outside the pipeline's profile: the edge's inputs (0.8 → 2.0 ms; conversion 0.5 ms and event times
    0.2 ms of it at 10,000, the rest in `collect_inputs`), collect (0.5 → 1.3 ms) and record (0.8 → 1.2 ms).

@@ -478,31 +478,6 @@ def test_request_index_carried_from_the_last_call_equals_a_search_of_every_messa
             assert got == (want if want is not None else find_request_index(request, None)), step
 
 
-def test_turn_times_carried_from_the_last_call_equal_a_fresh_lookup_as_turns_and_times_change():
-    from aether_context.pipeline.incremental import turn_times
-    rng = random.Random(17)
-    cache = PackCache()
-    msgs = _random_messages(rng, 30)
-    times = [1_700_000_000.0 + 60 * i if i % 5 else None for i in range(30)]
-    old: tuple = ((), (), ())
-    for step in range(200):
-        turns = grouped_turns(msgs, 0, cache)
-        now = tuple(times[:len(msgs) - (step % 9 == 0)])  # sometimes the newest message has no time yet
-        got = turn_times(turns, now, *old)
-        assert got == tuple(now[t.start] if t.start < len(now) else None for t in turns), step
-        old = (turns, got, now)
-        action = rng.random()
-        if action < 0.6:
-            more = rng.randint(1, 4)
-            msgs += _random_messages(rng, more)
-            times += [1_700_100_000.0 + step] * more
-        elif action < 0.8:  # an earlier message's time changed (the turns themselves are the same objects)
-            times[rng.randrange(len(times))] = 1_600_000_000.0 + step
-        elif len(msgs) > 4:  # a rewound history
-            k = rng.randrange(2, len(msgs))
-            msgs, times = msgs[:k], times[:k]
-
-
 def test_instruction_positions_carried_from_the_last_call_equal_a_fresh_scan():
     from aether_context.adk.collect import _instruction_indices, _is_instruction
     rng = random.Random(19)

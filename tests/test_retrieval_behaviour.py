@@ -277,7 +277,7 @@ def test_two_threads_asking_one_new_query_embed_it_once():
     second = threading.Thread(target=lambda: got.append(vectors.vector("k", "where is my bag")))
     second.start()
     second.join(0.2)
-    assert second.is_alive()  # waiting for the first thread's vector, not embedding it again
+    assert second.is_alive() and len(calls) == 1  # waiting for the first thread's vector, not embedding it again
     release.set()
     first.join(5)
     second.join(5)

@@ -241,7 +241,7 @@ def _select(call: Call, prepared: Prepared, zone: Verbatim, now: float) -> Candi
 def _ranked_at(inputs: PackInputs, frozen: PackState | None) -> float:
     """The session clock Evidence and Memory are ranked at: a payload kept as sent keeps the clock it was
     ranked at (its calls then rank as it was built, by the same freshness, and repeat that search at no
-    cost: `HybridIndex` keeps its last search), any other call its own."""
+    cost: `HybridIndex` keeps its last few searches, `LAST_SEARCHES`), any other call its own."""
     return frozen.ranked_at if frozen is not None and frozen.ranked_at else inputs.now
 
 

@@ -16,10 +16,10 @@ from typing import Any, Callable, Hashable, Sequence
 from ..content import Message, ModelRequest, canonical_json
 from ..tokens import TokenCounting
 from .cache import PackCache
-from .collect import PackInputs, Turn, group_turns, turn_start
+from .collect import PackInputs, Turn, group_turns
 
 __all__ = ["grouped_turns", "turn_tokens", "turns_tokens", "turn_key", "mapped", "running_totals", "shared_prefix",
-           "extended", "request_checksum", "inputs_digest", "turn_times"]
+           "extended", "request_checksum", "inputs_digest"]
 
 
 def turn_key(turn: Turn) -> tuple:
@@ -178,16 +178,3 @@ def inputs_digest(inputs: PackInputs, cache: PackCache | None) -> str:
     hasher.update(f"]{after}".encode())
     return hasher.hexdigest()
 
-
-def turn_times(turns: "tuple[Turn, ...]", times: "tuple[float | None, ...]", old_turns: tuple = (),
-               old_stamps: tuple = (), old_times: tuple = ()) -> "tuple[float | None, ...]":
-    """Each turn's time (`times[turn.start]`, None past the end); those of a previous call's unchanged
-    leading turns (`old_turns`, `old_stamps` read from `old_times`) carried when the times up to them
-    are unchanged too: a call then looks up the new turns' times only."""
-    if not turns or turns[-1].start >= len(times):  # turns in order: the last start is the largest
-        return tuple(times[t.start] if t.start < len(times) else None for t in turns)
-    k = min(shared_prefix(old_turns, turns), len(old_stamps))
-    upto = turns[k - 1].start + 1 if k else 0
-    if k and (len(old_times) < upto or old_times[:upto] != times[:upto]):
-        k = 0
-    return old_stamps[:k] + tuple(map(times.__getitem__, map(turn_start, turns[k:])))

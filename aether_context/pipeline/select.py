@@ -19,9 +19,9 @@ from ..retrieval.turns import TURNS_AFTER, TURNS_BEFORE, neighbours, turn_contex
 from .retrieve import Retriever
 from ..tokens import TokenCounting
 from .allocate import LAYER_OVERHEAD, Signals
-from .collect import PackInputs, TaskSpec, Turn
+from .collect import PackInputs, TaskSpec, Turn, turn_start
 from .cache import PackCache, counter_key
-from .incremental import grouped_turns, shared_prefix, turn_key, turn_times
+from .incremental import grouped_turns, shared_prefix, turn_key
 
 __all__ = ["Line", "Conversation", "Candidates", "select", "frame_candidates", "widen_memory", "query_text",
            "split_conversation", "history_documents"]
@@ -153,18 +153,19 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
     if cache is None or not compacted:
         return _history_documents(compacted, times, count_tokens)
     counted_by = counter_key(count_tokens)
+    stamps = (tuple(map(times.__getitem__, map(turn_start, compacted))) if compacted[-1].start < len(times)
+              else tuple(_turn_time(t, times) for t in compacted))  # turns in order: the last start is the largest
     # The previous call's pool of this conversation: its leading turns that are the same objects
     # (and times) keep their documents, but for the last TURNS_AFTER (their context reads the next turn).
     run_key = ("history_run", id(compacted[0]), counted_by)
     run = cache.lookup("history_run", run_key)
-    stamps = turn_times(compacted, times, run[0] if run else (), run[1] if run else (), run[3] if run else ())
     same = 0
     if run is not None:
         same = min(shared_prefix(run[0], compacted), shared_prefix(run[1], stamps))
         same = max(0, same - TURNS_AFTER) if same < len(run[0]) or same < len(compacted) else same
     docs = list(run[2][:same]) if run is not None else []
     docs += [history_document(compacted, i, times, count_tokens, cache) for i in range(same, len(compacted))]
-    cache.put("history_run", run_key, (compacted, stamps, docs, times))  # holds the turns: their ids stay theirs
+    cache.put("history_run", run_key, (compacted, stamps, docs))  # holds the turns: their ids stay theirs
     return docs
 
 

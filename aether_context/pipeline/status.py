@@ -31,12 +31,10 @@ def _records(inputs: PackInputs) -> list[FailureRecord]:
     return [FailureRecord.from_json(r) for r in inputs.failures.get("records", ())]
 
 
-def _log(inputs: PackInputs, profile: BudgetProfile, records: "list[FailureRecord] | None" = None) -> FailureLog | None:
-    """The session's failure log (of `records`, parsed from the inputs if not given), analysed under the
-    profile's thresholds."""
+def _log(inputs: PackInputs, profile: BudgetProfile, records: "list[FailureRecord]") -> FailureLog | None:
+    """The session's failure log of `records` (`_records`), analysed under the profile's thresholds."""
     if not profile.failures.enabled or not inputs.failures:
         return None
-    records = _records(inputs) if records is None else records
     return FailureLog(profile.failures.log, records, int(inputs.failures.get("evicted", 0)))
 
 
@@ -57,7 +55,7 @@ class FailureView:
 def failure_view(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting) -> FailureView:
     """FAILURES SO FAR (warnings: repeats, clusters, cascades; then the latest distinct failures), from
     one analysis of the log, with what a verbatim turn must show for the section to add nothing."""
-    records = _records(inputs) if profile.failures.enabled and inputs.failures else []  # parsed once
+    records = _records(inputs)  # parsed once: the log and the lines a verbatim turn must show
     log = _log(inputs, profile, records)
     if log is None or not len(log):
         return FailureView()
@@ -105,7 +103,7 @@ def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tupl
     drift = drift_score(goal, recent_texts)
     if not failures_stale and not should_recite(call_index, last, drift, context_tokens, settings):
         return None, call_index, last if last is not None else -1
-    log = _log(inputs, profile)
+    log = _log(inputs, profile, _records(inputs))
     shown = STALE_FAILURES_ERRORS if failures_stale else RECITED_ERRORS
     last_errors = list(dict.fromkeys(r.message for r in reversed(log.records)))[:shown][::-1] if log is not None else []
     done = sum(1 for _, d in task.plan if d)
