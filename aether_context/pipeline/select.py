@@ -151,7 +151,7 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
     if cache is None or not compacted:
         return _history_documents(compacted, times, count_tokens)
     counted_by = counter_key(count_tokens)
-    dates = times[:compacted[-1].start + 1]  # every compacted turn's time (turns in order: the last start is the largest)
+    dates = times[:compacted[-1].start + 1]  # every compacted turn's time (in order: the last start is the largest)
     # The previous call's pool of this conversation: its leading turns that are the same objects, and start
     # before the first message whose time changed, keep their documents, but for the last TURNS_AFTER (their
     # context reads the next turn). Times compared as one slice: a tuple of the turns' own times cost 10x more.
