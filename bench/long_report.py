@@ -271,6 +271,32 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
    5.2 → 5.1 ms at 1,000 events, 9.7 → 9.4 ms at 10,000 (1.87× → 1.84×): the 1.5× target still fails. What grows
    most is now outside the pipeline's profile: the edge's inputs (0.8 → 2.0 ms; conversion 0.5 ms and event times
    0.2 ms of it at 10,000, the rest in `collect_inputs`), collect (0.5 → 1.3 ms) and record (0.8 → 1.2 ms).
+25. **An opening call walked the compacted turns' times and hashed every verbatim text again** (per-function CPU
+   timers in the dev driver, the chat's calls that open a user turn apart; and the select stage of a captured
+   10,000-event opening call replayed with 40 other questions, their vectors embedded first): carrying the Memory
+   pool's documents from the last call compared a tuple of every compacted turn's time, built anew each call (0.49
+   of `history_documents`' 0.57 ms at 7,750 compacted turns); the run now keeps the messages' times up to its last
+   compacted turn and compares them as one slice, and a turn keeps its document when it starts before the first
+   message whose time changed (0.57 → 0.13 ms, every call). Each search normalised and hashed every excluded text
+   (the kept turns' texts and the request) to find the rows holding it; each index now keeps those texts' content
+   keys until its next search (0.27 → 0.03 ms). Replayed select without the embedding: 4.73 → 3.73 ms p50. Around
+   the question's int8 MiniLM forward, the lean path looked up each layer's ops and modules again for every text
+   (0.17 ms timed alone); they are looked up once per model (the same ops, bit-identical: the per-model check and
+   `test_one_text_embedding_is_encode_bit_for_bit`, which fails with one model's ops used for another): 7.08 → 6.66
+   ms a question, interleaved in one process. Requests byte-identical (120 checksums, and the replay's 40
+   selections). Paired driver runs alternated on the shared CPU, chat p50 (opening calls' p50), the first two pairs
+   without the embedding change: 10,000 events 26.9 (27.5) → 22.5 (23.2), 24.8 (25.0) → 23.6 (24.6), 22.2 (23.0) →
+   22.5 (22.8), 26.5 (26.8) → 23.2 (23.8) ms; 1,000 events 24.9 (27.6) → 20.6 (21.9), 20.7 (21.8) → 21.7 (23.1),
+   22.3 (23.1) → 22.3 (23.6), 24.7 (25.5) → 23.7 (25.0) ms: the 1–1.5 ms removed sit inside the runs' spread. The ≤
+   15 ms target is out of reach: an opening call at 10,000 events (stage timers, 23.6 ms in all) spends 8.7–10.1 ms
+   on its question's embedding (the int8 MiniLM forward, 4.3–5 ms on a quiet core; what runs around it, the
+   tokenizer and checks, 0.2 ms now), about 4 ms on the rest of its search (BM25 0.4, cosines over the pool 0.2, the
+   two top-100 cuts 0.2, and over the ~190 candidates the id sort, fusion, freshness, the similarity matrix,
+   duplicate grouping, MMR and the items, 0.1–0.3 ms each, 1.4–1.8 in all), 1.8 ms on Memory's lines (1.0–1.2 of it
+   counting the tokens of lines no earlier call ranked), 0.7 on fit, and the rest on what a call inside the chat's
+   tool loop pays as well (9.4–12.4 ms p50: inputs 1.8–2.2, collect 1.7–1.9, record 2.0–2.2, apply 0.4–0.5,
+   young-generation garbage collections 1.0–1.7 spread over them): with a free embedding it would still be about 15
+   ms.
 
 Still proportional to the history (measured above): the retrieval pool itself (every compacted turn stays
 searchable: BM25 postings and one matrix-vector product over it) and a few C-speed passes under 1 ms at 10,000

@@ -240,7 +240,9 @@ def test_history_documents_from_the_cache_equal_a_fresh_build_as_the_pool_grows_
     msgs = _random_messages(rng, 40)
     for step in range(15):
         turns = grouped_turns(msgs, 0, cache)  # unchanged turns are the same objects: the run path
-        times = tuple(1_700_000_000.0 + 60 * i if i % 7 else None for i in range(len(msgs)))
+        moved = 30.0 if 6 <= step < 9 else 0.0  # early messages' times change, then change back
+        times = tuple(1_700_000_000.0 + 60 * i + (moved if 2 <= i < 6 else 0.0) if i % 7 else None
+                      for i in range(len(msgs)))
         got = history_documents(turns, times, counter.count_text, cache)
         assert got == history_documents(turns, times, counter.count_text), step
         assert history_documents(turns, times, counter.count_text, cache) == got

@@ -152,3 +152,29 @@ async def test_a_chat_without_tools_gives_memory_the_room_kept_for_growth():
     assert without.layer_budgets["memory"].budget >= _room_left(without) - LAYER_OVERHEAD
     assert with_tool.layer_budgets["memory"].budget <= _room_left(with_tool) - 100
     assert without.tokens_after <= 2_000 * 0.88
+
+
+async def test_a_note_leaves_memory_at_the_call_whose_request_says_it():
+    """Memory never repeats what the model sees verbatim. Each index keeps the excluded texts' keys from one
+    search to the next (`HybridIndex._excluded_rows`): a text that becomes verbatim is excluded at that call,
+    at the same search index that ranked it the call before."""
+    codename, window = "The launch codename is BLUEBIRD.", "The launch window opens in May."
+    llm = ScriptedLlm(turns=["Noted.", "Noted.", "Noted."])
+    agent = LlmAgent(name="assistant", model=llm, instruction="Help the user.")
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[ContextPackPlugin(store="memory://exclude-memo")]),
+                    session_service=InMemorySessionService(), memory_service=InMemoryMemoryService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u",
+                                                          state={"aether:notes": [codename, window]})
+    for text in ["What is the launch codename and window?", codename, "And the launch window?"]:
+        async for _ in runner.run_async(user_id="u", session_id=session.id,
+                                        new_message=types.Content(role="user", parts=[types.Part(text=text)])):
+            pass
+
+    def memory(request) -> str:
+        payload = [m.parts[0].text for m in request_from_llm(request).messages if m.text.startswith("CONTEXT PACK")][-1]
+        return payload.split("MEMORY (", 1)[1].split("\nUSER REQUEST", 1)[0] if "MEMORY (" in payload else ""
+
+    first, second, third = (memory(r) for r in llm.requests)
+    assert codename in first and window in first
+    assert codename not in second and window in second  # the request says it: not repeated
+    assert window in third

@@ -6,6 +6,7 @@ compress stage only has to walk those orders when the budget is short.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 from typing import Callable
 from datetime import datetime, timezone
@@ -25,8 +26,6 @@ from .incremental import grouped_turns, shared_prefix, turn_key
 
 __all__ = ["Line", "Conversation", "Candidates", "select", "frame_candidates", "widen_memory", "query_text",
            "split_conversation", "history_documents"]
-
-
 
 
 @dataclass(frozen=True)
@@ -137,7 +136,6 @@ def _turn_text(turn: Turn, count_tokens: Callable[[str], int]) -> str:
     return _clip(" | ".join(bits), 1500)
 
 
-
 def _turn_time(turn: Turn, times: "tuple[float | None, ...]") -> float | None:
     return times[turn.start] if turn.start < len(times) else None
 
@@ -153,19 +151,20 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
     if cache is None or not compacted:
         return _history_documents(compacted, times, count_tokens)
     counted_by = counter_key(count_tokens)
-    stamps = (tuple(map(times.__getitem__, map(turn_start, compacted))) if compacted[-1].start < len(times)
-              else tuple(_turn_time(t, times) for t in compacted))  # turns in order: the last start is the largest
-    # The previous call's pool of this conversation: its leading turns that are the same objects
-    # (and times) keep their documents, but for the last TURNS_AFTER (their context reads the next turn).
+    dates = times[:compacted[-1].start + 1]  # every compacted turn's time (in order: the last start is the largest)
+    # The previous call's pool of this conversation: its leading turns that are the same objects, and start
+    # before the first message whose time changed, keep their documents, but for the last TURNS_AFTER (their
+    # context reads the next turn). Times compared as one slice: a tuple of the turns' own times cost 10x more.
     run_key = ("history_run", id(compacted[0]), counted_by)
     run = cache.lookup("history_run", run_key)
     same = 0
     if run is not None:
-        same = min(shared_prefix(run[0], compacted), shared_prefix(run[1], stamps))
+        same = shared_prefix(run[0], compacted)
+        same = bisect_left(compacted, shared_prefix(run[1], dates), hi=same, key=turn_start)
         same = max(0, same - TURNS_AFTER) if same < len(run[0]) or same < len(compacted) else same
     docs = list(run[2][:same]) if run is not None else []
     docs += [history_document(compacted, i, times, count_tokens, cache) for i in range(same, len(compacted))]
-    cache.put("history_run", run_key, (compacted, stamps, docs))  # holds the turns: their ids stay theirs
+    cache.put("history_run", run_key, (compacted, dates, docs))  # holds the turns: their ids stay theirs
     return docs
 
 

@@ -95,6 +95,7 @@ class HybridIndex:
         self._dense_on = True
         self._version = 0  # bumped by every change to the documents: a search's result is valid for one version
         self._last: dict[tuple, RetrievalResult] = {}  # the last searches' results by their inputs (a few)
+        self._exclude_keys: dict[str, str] = {}  # the last search's excluded texts -> their content keys
         self._lock = threading.RLock()
 
     def __len__(self) -> int:
@@ -232,10 +233,17 @@ class HybridIndex:
         return self.cache.matrix[self._vec_rows[rows]]
 
     def _excluded_rows(self, exclude: Iterable[str]) -> set[int]:
+        """Rows holding an excluded text. Each text's key is kept until the next search: a session's
+        verbatim texts are excluded again on every call (normalising and hashing them is the cost)."""
         rows: set[int] = set()
+        held, keys = self._exclude_keys, {}
         for entry in exclude:
-            key = entry if _HEX64.fullmatch(entry) else content_key(entry)
+            key = keys.get(entry) or held.get(entry)
+            if key is None:
+                key = entry if _HEX64.fullmatch(entry) else content_key(entry)
+            keys[entry] = key
             rows |= self._hash_rows(key)
+        self._exclude_keys = keys
         return rows
 
     def _note_timestamp(self, doc: Document) -> None:
