@@ -201,3 +201,32 @@ def test_a_question_ranked_in_two_layers_is_embedded_once():
         assert result.items  # ranked densely in both layers
     assert recorder.texts.count("Lisbon hotel") == 1
     assert sorted(recorder.texts) == sorted([d.text for d in DOCS] + ["Lisbon hotel"])
+
+
+def test_dense_scores_do_not_depend_on_where_the_vectors_sit_in_the_shared_matrix():
+    """A replica, or a process that embedded other sessions first, holds the same vectors at other rows
+    of the process-wide matrix; a matrix-vector product's bits depend on a row's position, so the
+    scores a search reports (and ranks by) must not come from it."""
+    from aether_context.retrieval import EmbeddingCache
+
+    rng = np.random.default_rng(7)
+    vocab = [f"w{i}" for i in range(400)]
+    texts = [" ".join(rng.choice(vocab, 12)) for _ in range(1500)]
+    others = [f"other {i}" for i in range(777)]
+    queries = [" ".join(rng.choice(vocab, 5)) for _ in range(12)]
+    table = {t: rng.standard_normal(384) for t in texts + others + queries}  # dense vectors, like a model's
+    docs = [Document(f"n{i:04d}", t, "memory") for i, t in enumerate(texts)]
+    settings = RetrievalSettings(candidate_pool=60)
+
+    def index(first: list[str], order: list[Document]) -> HybridIndex:
+        cache = EmbeddingCache(TableEmbedder(table))
+        cache.embed(first)  # what the process embedded before this session: the rows shift
+        built = HybridIndex(settings, cache=cache)
+        built.add(order)
+        return built
+
+    fresh, busy = index([], docs), index(others, list(reversed(docs)))
+    for query in queries:
+        a, b = fresh.search(query, k=40), busy.search(query, k=40)
+        assert [i.dense for i in a.items] == [i.dense for i in b.items]  # every bit
+        assert [i.to_json() for i in a.items] == [i.to_json() for i in b.items]

@@ -45,6 +45,17 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 LAST_SEARCHES = 4  # searches an index keeps by their inputs (a call ranks Memory twice at most, and wider once)
 
 
+NEAR = 1e-4  # above any float32 product's error on unit vectors of a few hundred dimensions (~2e-5 at 384)
+
+
+def _near_top(scores: np.ndarray, rows: np.ndarray, m: int) -> np.ndarray:
+    """Rows whose fast score is within `NEAR` of the m-th best: they hold the exact m best."""
+    if len(rows) <= m:
+        return rows
+    kth = np.partition(scores[rows], len(rows) - m)[len(rows) - m]
+    return rows[scores[rows] >= kth - NEAR]
+
+
 def _top(scores: np.ndarray, rows: np.ndarray, m: int, ids: list[str]) -> np.ndarray:
     """The m best of `rows` by score; ties at the cut go to the smallest ids (order-independent)."""
     if len(rows) <= m:
@@ -214,17 +225,24 @@ class HybridIndex:
     def _query_vector(self, query: str) -> np.ndarray:
         return self.cache.queries.vector(text_hash(query), query)  # shared by the indexes of this cache
 
-    def _dense_scores(self, query: str, rows: np.ndarray) -> np.ndarray:
-        """Cosine of every row to the query (0 for rows not asked for): one product over the
-        shared matrix when this index holds most of it, else over the rows' own vectors."""
+    def _dense_scores(self, q: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Fast cosine of every row to the query vector (0 for rows not asked for): one product over
+        the shared matrix when this index holds most of it, else over the rows' own vectors. Fast, not
+        exact: a product's bits depend on where a row sits in the matrix (another process, another
+        history), so these only choose the rows `_cosines` scores for ranking."""
         out = np.zeros(len(self._docs), dtype=np.float32)
-        q = self._query_vector(query)
         matrix = self.cache.matrix
         if matrix.shape[0] <= 2 * len(rows):
             out[rows] = (matrix @ q)[self._vec_rows[rows]]
         else:
             out[rows] = matrix[self._vec_rows[rows]] @ q
         return out
+
+    def _cosines(self, q: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The rows' cosines to the query vector as float32 values, the same bits wherever a vector
+        sits: each a float64 sum in one fixed order (einsum's own loop, no BLAS blocking)."""
+        vectors = self.cache.matrix[self._vec_rows[rows]].astype(np.float64)
+        return np.einsum("ij,j->i", vectors, q.astype(np.float64)).astype(np.float32)
 
     def _vectors(self, rows: np.ndarray) -> np.ndarray:
         """The candidates' vectors (a small copy), zeros when dense ranking is off."""
@@ -307,16 +325,21 @@ class HybridIndex:
         lexical_rows = rows[bm25[rows] > 0]
         if dense:
             self.prefetch()
-            scores = self._dense_scores(query, rows)
+            q = self._query_vector(query)
+            scores = np.zeros(len(self._docs), dtype=np.float64)
+            near = _near_top(self._dense_scores(q, rows), rows, s.candidate_pool)
+            scores[near] = self._cosines(q, near)
             pool = np.union1d(_top(bm25, lexical_rows, s.candidate_pool, self._ids),
-                              _top(scores, rows, s.candidate_pool, self._ids))
+                              _top(scores, near, s.candidate_pool, self._ids))
+            lexical_only = pool[~np.isin(pool, near)]
+            scores[lexical_only] = self._cosines(q, lexical_only)
         else:
             scores = np.zeros(len(self._docs), dtype=np.float32)
             pool = _top(bm25, lexical_rows, s.candidate_pool, self._ids)
             s = s.model_copy(update={"dense_weight": 0.0, "lexical_weight": s.lexical_weight or 1.0})
         if len(pool) == 0:
             return self._result(query, [], 0, n_excluded, 0, flags=flags)
-        return self._rank(query, s, pool, bm25[pool], scores[pool].astype(np.float64), k, budget_tokens,
+        return self._rank(query, s, pool, bm25[pool], scores[pool].astype(np.float64, copy=False), k, budget_tokens,
                           count_tokens, now, n_excluded, flags)
 
     def _rank(self, query: str, s: RetrievalSettings, pool: np.ndarray, bm25: np.ndarray, dense: np.ndarray,
