@@ -233,9 +233,12 @@ def _is_instruction(message: Message) -> bool:
     return message.role == "user" and INSTRUCTION_MARKER in message.text
 
 
-def with_tools(request: ModelRequest, tools: "tuple[BaseTool, ...]") -> ModelRequest:
-    """`request` with `tools` declared after its own (those it already declares are left as they are)."""
-    added = tuple(ToolSpec(t.name, t._get_declaration().model_dump(mode="json", exclude_none=True))
+def with_tools(request: ModelRequest, tools: "tuple[BaseTool, ...]", cache: "PackCache | None" = None) -> ModelRequest:
+    """`request` with `tools` declared after its own (those it already declares are left as they are). With a
+    `cache`, a tool's declaration is read once per tool object (the packer's recall tool: a fixed one)."""
+    def spec(t: BaseTool) -> ToolSpec:
+        return ToolSpec(t.name, t._get_declaration().model_dump(mode="json", exclude_none=True))
+    added = tuple(cache.get("tool_spec", t, lambda: spec(t)) if cache is not None else spec(t)
                   for t in tools if t.name not in {s.name for s in request.tools})
     return replace(request, tools=request.tools + added) if added else request
 
@@ -257,7 +260,7 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request:
     """`request` is `llm_request` converted (`convert.request_from_llm`: the caller decides from its messages
     whether to declare the recall tool); `extra_tools` (the recall tool) are declared in the pack and kept
     whatever the step allows; `cache` (the packer's) carries the per-message work of the last call."""
-    request = with_tools(request, extra_tools)
+    request = with_tools(request, extra_tools, cache)
     index = find_request_index(request, ctx.user_content, cache)
     state = ctx.state
     session = ctx.session

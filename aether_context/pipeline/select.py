@@ -6,6 +6,7 @@ compress stage only has to walk those orders when the budget is short.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 from typing import Callable
 from datetime import datetime, timezone
@@ -153,20 +154,31 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
     if cache is None or not compacted:
         return _history_documents(compacted, times, count_tokens)
     counted_by = counter_key(count_tokens)
-    stamps = (tuple(map(times.__getitem__, map(turn_start, compacted))) if compacted[-1].start < len(times)
-              else tuple(_turn_time(t, times) for t in compacted))  # turns in order: the last start is the largest
-    # The previous call's pool of this conversation: its leading turns that are the same objects
-    # (and times) keep their documents, but for the last TURNS_AFTER (their context reads the next turn).
+    # The previous call's pool of this conversation: its leading turns that are the same objects, at
+    # the same times, keep their documents, but for the last TURNS_AFTER (their context reads the next
+    # turn). A turn's time is unchanged when the times up to its start are the last call's (the edge
+    # carries them): only the other turns' times are read.
     run_key = ("history_run", id(compacted[0]), counted_by)
     run = cache.lookup("history_run", run_key)
-    same = 0
+    same = timed = 0
     if run is not None:
-        same = min(shared_prefix(run[0], compacted), shared_prefix(run[1], stamps))
+        same = shared_prefix(run[0], compacted, cache)
+        timed = bisect_left(compacted, shared_prefix(run[1], times, cache), 0, same, key=turn_start)
+    stamps = (run[2][:timed] if timed else ()) + _stamps(compacted[timed:], times)  # the times up to there held
+    if run is not None:  # equal times keep a document too
+        same = min(same, timed + shared_prefix(run[2][timed:], stamps[timed:]))
         same = max(0, same - TURNS_AFTER) if same < len(run[0]) or same < len(compacted) else same
-    docs = list(run[2][:same]) if run is not None else []
-    docs += [history_document(compacted, i, times, count_tokens, cache) for i in range(same, len(compacted))]
-    cache.put("history_run", run_key, (compacted, stamps, docs))  # holds the turns: their ids stay theirs
-    return docs
+    docs = run[3][:same] if run is not None else ()
+    docs += tuple(history_document(compacted, i, times, count_tokens, cache) for i in range(same, len(compacted)))
+    cache.put("history_run", run_key, (compacted, times, stamps, docs))  # holds the turns: their ids stay theirs
+    return list(docs)
+
+
+def _stamps(turns: "tuple[Turn, ...]", times: "tuple[float | None, ...]") -> "tuple[float | None, ...]":
+    """Each turn's time (turns in order: the last start is the largest)."""
+    if turns and turns[-1].start < len(times):
+        return tuple(map(times.__getitem__, map(turn_start, turns)))
+    return tuple(_turn_time(t, times) for t in turns)
 
 
 def history_document(turns: "tuple[Turn, ...]", i: int, times: "tuple[float | None, ...]",
