@@ -52,7 +52,7 @@ from .event_times import EventTimes, session_now
 from .convert import apply_request, request_from_llm
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool
 from .session_state import (COMPACT_STATE_KEY, SAVED_STATE_KEY, URIS_STATE_KEY, StoredPack, carried_state,
-                            read_calibration, read_pack, write_pack, write_summary)
+                            own_state, read_calibration, read_pack, write_pack, write_summary)
 from .model_hooks import ModelHooks
 from .slots import MAX_SESSIONS, SessionSlot, SessionSlots, slot_key
 from .tool_hooks import ToolHooks
@@ -140,12 +140,12 @@ class ContextPacker(ModelHooks, ToolHooks):
         slot.last = None  # only this call's pack may be recovered or calibrated
         timings = StageTimes()  # beside the record, never in the request or the manifest
         try:
-            stored = read_pack(callback_context.state, callback_context.agent_name)
+            stored = read_pack(own_state(callback_context), callback_context.agent_name)
             with timings.stage("inputs"):
                 inputs = await self._inputs(callback_context, llm_request, slot, stored)
             recall = inputs.cite_originals
             pack = await self._build(inputs, timings)
-            saved = callback_context.state.get(SAVED_STATE_KEY) or {}
+            saved = own_state(callback_context).get(SAVED_STATE_KEY) or {}
             without = pack.manifest.tokens_before + (_saved_tokens(saved, inputs.request.messages, self.cache) if saved else 0)
             pack = replace(pack, manifest=pack.manifest.model_copy(update={"tokens_without_plugin": without}))
             replaced = llm_request.contents  # ADK's copies of the history, released below
@@ -204,9 +204,9 @@ class ContextPacker(ModelHooks, ToolHooks):
             use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags + self._window_flags(llm_request),
             providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (), cache=self.cache)
         inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request, self.cache),
-                         compact=bool(callback_context.state.get(COMPACT_STATE_KEY)), cite_originals=recall)
+                         compact=bool(own_state(callback_context).get(COMPACT_STATE_KEY)), cite_originals=recall)
         inputs = await self._save_images(callback_context, inputs)
-        inputs = replace(inputs, calibration=read_calibration(callback_context.state, inputs.request.model))
+        inputs = replace(inputs, calibration=read_calibration(own_state(callback_context), inputs.request.model))
         return inputs
 
     def _window_flags(self, llm_request: LlmRequest) -> tuple[str, ...]:
@@ -223,7 +223,7 @@ class ContextPacker(ModelHooks, ToolHooks):
         tool result; a compaction block cites originals only once it is declared, though one an earlier
         release wrote may), and stays declared (no flapping of the tools). Whether a tool result cites one
         is carried from the last call over the same history: a call reads its new messages only."""
-        if not self.profile.offload.enabled or not ctx.state.get(URIS_STATE_KEY):
+        if not self.profile.offload.enabled or not own_state(ctx).get(URIS_STATE_KEY):
             return False
         if previous is not None and (RECALL_TOOL_NAME in previous.tool_names or "artifact://" in previous.block_text):
             return True

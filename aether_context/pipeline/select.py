@@ -144,7 +144,7 @@ def _turn_time(turn: Turn, times: "tuple[float | None, ...]") -> float | None:
 
 
 def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None, ...]",
-                      count_tokens: Callable[[str], int], cache: PackCache | None = None) -> list[Document]:
+                      count_tokens: Callable[[str], int], cache: PackCache | None = None) -> tuple[Document, ...]:
     """Compacted turns as Memory candidates, indexed with the context a reader needs to place them:
     their date and the neighbouring turns (a reply is found by the question it answers). Only the
     turn's own text is shown, with its date.
@@ -152,7 +152,7 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
     With a `cache`, a turn's document is built once: it is keyed by the content of the turn and of
     the neighbours its context reads, and its time (a call then costs one lookup per compacted turn)."""
     if cache is None or not compacted:
-        return _history_documents(compacted, times, count_tokens)
+        return tuple(_history_documents(compacted, times, count_tokens))
     counted_by = counter_key(count_tokens)
     # The previous call's pool of this conversation: its leading turns that are the same objects, at
     # the same times, keep their documents, but for the last TURNS_AFTER (their context reads the next
@@ -171,7 +171,7 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
     docs = run[3][:same] if run is not None else ()
     docs += tuple(history_document(compacted, i, times, count_tokens, cache) for i in range(same, len(compacted)))
     cache.put("history_run", run_key, (compacted, times, stamps, docs))  # holds the turns: their ids stay theirs
-    return list(docs)
+    return docs
 
 
 def _stamps(turns: "tuple[Turn, ...]", times: "tuple[float | None, ...]") -> "tuple[float | None, ...]":
@@ -299,7 +299,7 @@ def _memory_documents(inputs: PackInputs, compacted: "tuple[Turn, ...]", counter
                       cache: PackCache | None) -> list[Document]:
     """Memory's pool: the remembered facts, then every compacted turn."""
     mem_docs = [Document(m.id, m.text, m.source, m.timestamp) for m in inputs.memory]
-    return mem_docs + history_documents(compacted, inputs.message_times, counter.count_text, cache)
+    return [*mem_docs, *history_documents(compacted, inputs.message_times, counter.count_text, cache)]
 
 
 def _verbatim(conv: Conversation, kept: "tuple[Turn, ...]") -> list[str]:
