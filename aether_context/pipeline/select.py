@@ -138,33 +138,28 @@ def _turn_text(turn: Turn, count_tokens: Callable[[str], int]) -> str:
     return _clip(" | ".join(bits), 1500)
 
 
-
 def _turn_time(turn: Turn, times: "tuple[float | None, ...]") -> float | None:
     return times[turn.start] if turn.start < len(times) else None
 
 
 def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None, ...]",
                       count_tokens: Callable[[str], int], cache: PackCache | None = None) -> tuple[Document, ...]:
-    """Compacted turns as Memory candidates, indexed with the context a reader needs to place them:
-    their date and the neighbouring turns (a reply is found by the question it answers). Only the
-    turn's own text is shown, with its date.
+    """Compacted turns as Memory candidates, indexed with the context a reader needs to place them: their
+    date and the neighbouring turns (a reply is found by the question it answers); shown: the turn's own text, dated.
 
-    With a `cache`, a turn's document is built once: it is keyed by the content of the turn and of
-    the neighbours its context reads, and its time (a call then costs one lookup per compacted turn)."""
+    With a `cache`, a turn's document is built once (keyed by the content of the turn and of the
+    neighbours its context reads, and its time), and the last call's pool is carried: its leading turns
+    that are the same objects at the same times keep their documents, but for the last TURNS_AFTER (their
+    context reads the next turn); those that start where the times are the last call's keep their times."""
     if cache is None or not compacted:
         return tuple(_history_documents(compacted, times, count_tokens))
-    counted_by = counter_key(count_tokens)
-    # The previous call's pool of this conversation: its leading turns that are the same objects, at
-    # the same times, keep their documents, but for the last TURNS_AFTER (their context reads the next
-    # turn). A turn's time is unchanged when the times up to its start are the last call's (the edge
-    # carries them): only the other turns' times are read.
-    run_key = ("history_run", id(compacted[0]), counted_by)
+    run_key = ("history_run", id(compacted[0]), counter_key(count_tokens))
     run = cache.lookup("history_run", run_key)
     same = timed = 0
     if run is not None:
         same = shared_prefix(run[0], compacted, cache)
         timed = bisect_left(compacted, shared_prefix(run[1], times, cache), 0, same, key=turn_start)
-    stamps = (run[2][:timed] if timed else ()) + _stamps(compacted[timed:], times)  # the times up to there held
+    stamps = (run[2][:timed] if timed else ()) + tuple(_turn_time(t, times) for t in compacted[timed:])
     if run is not None:  # equal times keep a document too
         same = min(same, timed + shared_prefix(run[2][timed:], stamps[timed:]))
         same = max(0, same - TURNS_AFTER) if same < len(run[0]) or same < len(compacted) else same
@@ -172,13 +167,6 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
     docs += tuple(history_document(compacted, i, times, count_tokens, cache) for i in range(same, len(compacted)))
     cache.put("history_run", run_key, (compacted, times, stamps, docs))  # holds the turns: their ids stay theirs
     return docs
-
-
-def _stamps(turns: "tuple[Turn, ...]", times: "tuple[float | None, ...]") -> "tuple[float | None, ...]":
-    """Each turn's time (turns in order: the last start is the largest)."""
-    if turns and turns[-1].start < len(times):
-        return tuple(map(times.__getitem__, map(turn_start, turns)))
-    return tuple(_turn_time(t, times) for t in turns)
 
 
 def history_document(turns: "tuple[Turn, ...]", i: int, times: "tuple[float | None, ...]",
