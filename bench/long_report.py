@@ -271,6 +271,28 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
    5.2 → 5.1 ms at 1,000 events, 9.7 → 9.4 ms at 10,000 (1.87× → 1.84×): the 1.5× target still fails. What grows
    most is now outside the pipeline's profile: the edge's inputs (0.8 → 2.0 ms; conversion 0.5 ms and event times
    0.2 ms of it at 10,000, the rest in `collect_inputs`), collect (0.5 → 1.3 ms) and record (0.8 → 1.2 ms).
+25. **A tool-loop call compared its history once per pass, and paid for ADK's state reads** (cProfile of the
+   ordinary calls alone, medians per function over 20 calls, and per-function CPU timers, 1,000 and 10,000
+   events): every pass carried from the last call (`incremental.mapped`, `extended`, `running_totals`, about 13
+   a call over the same messages) compared the whole history again (`shared_prefix`: 0.11 → 0.65 ms a call from
+   1,000 to 10,000 events); the answer is now kept per pair of sequences in the `PackCache`, and the conversion
+   and `mapped` note the prefix they carried, so one call compares it once or not at all. The Memory pool looked
+   up every compacted turn's time and copied its documents twice (`history_documents`, timer 0.7 → 0.2 ms at
+   10,000: the times are read only past where they are the last call's). "ADK alone" summed the saved tokens
+   over every tool result of the history (0.37 ms; now carried while the savings are the same dict), the image
+   check walked 10,000 per-message results (0.2 ms; the blobs found are carried), the recall tool's declaration
+   was built and dumped each call (0.17 ms; once), the per-turn cap split 5,000 outcomes (carried), the event
+   times were copied three times (once), and each read of the packer's own state keys through `ctx.state` made
+   ADK deep-copy the value (and compare it again after the callback: 24 reads, 0.4 → 0.6 ms; now read from the
+   session's dict, `session_state.own_state`). Requests byte-identical (chat and tool loop, 1,000 and 10,000
+   events, 30 calls: 120 checksums, and 240 more in the paired runs). Paired driver runs, base and this
+   alternately, ordinary calls' CPU p50: 7.0 → 6.5 and 6.1 → 6.5 ms at 1,000 events, 10.5 → 8.5 and 10.0 → 9.1 ms
+   at 10,000 (1.50× → 1.31× and 1.64× → 1.40×); at 10,000 the inputs stage 1.9 → 1.4 ms, select 2.4 → 1.7 ms,
+   record 1.4 → 1.1 ms. What still grows (timers, 10,000 against 1,000 events): young-generation collections
+   0.1 → 0.6 ms (each call still builds a few tuples the size of the history: the converted messages and their
+   signatures, event times, turns, per-turn results, the positions map of `apply`), prepare's remaining passes
+   0.4 → 0.7 ms, the failure view 0.1 → 0.3 ms (the log holds more records, up to its cap), the conversion
+   0.2 → 0.4 ms and `inputs_digest` 0.3 → 0.4 ms.
 
 Still proportional to the history (measured above): the retrieval pool itself (every compacted turn stays
 searchable: BM25 postings and one matrix-vector product over it) and a few C-speed passes under 1 ms at 10,000

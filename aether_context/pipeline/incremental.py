@@ -72,10 +72,10 @@ def shared_prefix(old: tuple, new: tuple, cache: PackCache | None = None) -> int
     answer for the same two objects is kept: the passes of one call over the same history compare it once."""
     if old is new:
         return len(new)
-    if cache is None:
+    if cache is None or not new:
         return _shared_prefix(old, new)
-    hit = cache.lookup("prefix", (id(old), id(new)))
-    if hit is not None:
+    hit = cache.lookup("prefix", id(new[0]))
+    if hit is not None and hit[0] is old and hit[1] is new:
         return hit[2]
     same = _shared_prefix(old, new)
     note_prefix(old, new, same, cache)
@@ -83,9 +83,11 @@ def shared_prefix(old: tuple, new: tuple, cache: PackCache | None = None) -> int
 
 
 def note_prefix(old: tuple, new: tuple, same: int, cache: PackCache) -> None:
-    """Record that `new` begins with the first `same` items of `old` and no more (the entry holds both:
-    their ids stay theirs). A producer that built `new` from `old`'s leading items notes it, so no pass compares them."""
-    cache.put("prefix", (id(old), id(new)), (old, new, same))
+    """Record that `new` begins with the first `same` items of `old` and no more. A producer that built `new`
+    from `old`'s leading items notes it, so no pass compares them. One entry per first item (the next call's
+    pair replaces it: the entries do not pile up), holding both sequences: their ids stay theirs."""
+    if new:
+        cache.put("prefix", id(new[0]), (old, new, same))
 
 
 def _shared_prefix(old: tuple, new: tuple) -> int:
