@@ -74,20 +74,25 @@ def shared_prefix(old: tuple, new: tuple, cache: PackCache | None = None) -> int
         return len(new)
     if cache is None or not new:
         return _shared_prefix(old, new)
-    hit = cache.lookup("prefix", id(new[0]))
-    if hit is not None and hit[0] is old and hit[1] is new:
-        return hit[2]
+    for was, now, same in cache.lookup("prefix", id(new[0])) or ():
+        if was is old and now is new:
+            return same
     same = _shared_prefix(old, new)
     note_prefix(old, new, same, cache)
     return same
 
 
+PREFIX_PAIRS = 8  # answers kept per first item: a call's passes compare a few sequences that start alike
+
+
 def note_prefix(old: tuple, new: tuple, same: int, cache: PackCache) -> None:
     """Record that `new` begins with the first `same` items of `old` and no more. A producer that built `new`
-    from `old`'s leading items notes it, so no pass compares them. One entry per first item (the next call's
-    pair replaces it: the entries do not pile up), holding both sequences: their ids stay theirs."""
+    from `old`'s leading items notes it, so no pass compares them. One entry per first item, holding its
+    newest `PREFIX_PAIRS` answers (later calls' pairs push the older out: the entries do not pile up) and
+    their sequences (their ids stay theirs)."""
     if new:
-        cache.put("prefix", id(new[0]), (old, new, same))
+        kept = cache.lookup("prefix", id(new[0])) or ()
+        cache.put("prefix", id(new[0]), ((old, new, same), *kept[:PREFIX_PAIRS - 1]))
 
 
 def _shared_prefix(old: tuple, new: tuple) -> int:
