@@ -297,6 +297,29 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
    tool loop pays as well (9.4–12.4 ms p50: inputs 1.8–2.2, collect 1.7–1.9, record 2.0–2.2, apply 0.4–0.5,
    young-generation garbage collections 1.0–1.7 spread over them): with a free embedding it would still be about 15
    ms.
+26. **A tool-loop call compared its history once per pass, and paid for ADK's state reads** (cProfile of the
+   ordinary calls alone, medians per function over 20 calls, and per-function CPU timers, 1,000 and 10,000
+   events): every pass carried from the last call (`incremental.mapped`, `extended`, `running_totals`, about 13
+   a call over the same messages) compared the whole history again (`shared_prefix`: 0.11 → 0.65 ms a call from
+   1,000 to 10,000 events); the newest answers are now kept per sequence's first item in the `PackCache`, and the
+   conversion and `mapped` note the prefix they carried, so one call compares it once or not at all. The Memory pool looked
+   up every compacted turn's time and copied its documents twice (`history_documents`, timer 0.7 → 0.2 ms at
+   10,000: the times are read only past where they are the last call's). "ADK alone" summed the saved tokens
+   over every tool result of the history (0.37 ms; now carried while the savings are the same dict), the image
+   check walked 10,000 per-message results (0.2 ms; the blobs found are carried), the recall tool's declaration
+   was built and dumped each call (0.17 ms; once), the per-turn cap split 5,000 outcomes (carried), the event
+   times were copied three times (once), and each read of the packer's own state keys through `ctx.state` made
+   ADK deep-copy the value (and compare it again after the callback: 24 reads, 0.4 → 0.6 ms; now read from the
+   session's dict, `session_state.own_state`). Requests byte-identical (chat and tool loop, 1,000 and 10,000
+   events, 30 calls: 120 checksums, and the paired runs' 240). Paired driver runs, base and this alternately
+   (30 calls, tool loop), ordinary calls' CPU p50: 5.9 → 5.6 and 5.1 → 6.0 ms at 1,000 events, 9.1 → 7.8 and
+   9.7 → 8.1 ms at 10,000 (1.54× → 1.39× and 1.90× → 1.35×; two earlier pairs, before the last two commits:
+   1.50× → 1.31× and 1.64× → 1.40×); at 10,000 the inputs stage 1.7–1.8 → 1.2–1.4 ms, select 2.1–2.2 → 1.5–1.6 ms,
+   record 1.2 → 1.0–1.1 ms. What still grows (timers, 10,000 against 1,000 events): young-generation collections
+   0.1 → 0.6 ms (each call still builds a few tuples the size of the history: the converted messages and their
+   signatures, event times, turns, per-turn results, the positions map of `apply`), prepare's remaining passes
+   0.4 → 0.7 ms, the failure view 0.1 → 0.3 ms (the log holds more records, up to its cap), the conversion
+   0.2 → 0.4 ms and `inputs_digest` 0.3 → 0.4 ms.
 
 Still proportional to the history (measured above): the retrieval pool itself (every compacted turn stays
 searchable: BM25 postings and one matrix-vector product over it) and a few C-speed passes under 1 ms at 10,000

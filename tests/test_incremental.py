@@ -493,3 +493,20 @@ def test_instruction_positions_carried_from_the_last_call_equal_a_fresh_scan():
             msgs = msgs + [rng.choice(pool) if rng.random() < 0.3 else _msg("text", step)]
         elif len(msgs) > 3:
             msgs = msgs[: rng.randrange(1, len(msgs))]
+
+
+def test_history_documents_follow_a_changed_time_of_an_unchanged_turn():
+    """The pool carries its documents' times while the times up to a turn's start are the last call's: a time
+    that changed before a turn, the turns unchanged, gives that turn (and those after it) their new time."""
+    from aether_context.pipeline.select import history_documents
+    counter = TokenCounter()
+    cache = PackCache()
+    msgs = _random_messages(random.Random(5), 30)
+    turns = grouped_turns(msgs, 0, cache)
+    times = tuple(1_700_000_000.0 + 60 * i for i in range(len(msgs)))
+    history_documents(turns, times, counter.count_text, cache)
+    k = turns[len(turns) // 2].start
+    later = times[:k] + tuple(t + 3600 for t in times[k:])  # the same turns, said an hour later from turn k on
+    got = history_documents(turns, later, counter.count_text, cache)
+    assert got == history_documents(turns, later, counter.count_text)
+    assert got[len(turns) // 2].timestamp == later[k] and got[0].timestamp == times[0]

@@ -12,7 +12,8 @@ from google.adk.sessions import InMemorySessionService
 from google.adk.artifacts import InMemoryArtifactService
 from google.genai import types
 
-from aether_context import ContextPackPlugin
+from aether_context import ContextPackPlugin, ContextPacker
+from aether_context.adk.session_state import SAVED_STATE_KEY
 from aether_context.profile import load_profile
 from aether_context.adk import request_from_llm
 from aether_context.testing import ScriptedLlm, call
@@ -190,3 +191,63 @@ async def test_the_threshold_tightens_only_once_the_recall_tool_is_declared():
     assert plugin.packer.profile.offload.min_threshold_tokens < tokens < plugin.packer.profile.offload.threshold_tokens
     assert "artifact_uri" not in replies[0]  # before the recall tool exists: sent as it is
     assert "artifact_uri" in replies[1]  # after the big log declared it: the tightened threshold applies
+
+
+def numbered_log(n: int) -> str:
+    """Return the n-th long log."""
+    return "\n".join(f"run {n} line {i}: value={i * n} status=ok" for i in range(1, 1501))
+
+
+class _FreshPacker(ContextPacker):
+    """The production packer with its cache emptied before every call: each call computes afresh."""
+
+    async def pack(self, callback_context, llm_request):  # type: ignore[no-untyped-def]
+        self.cache.clear()
+        return await super().pack(callback_context, llm_request)
+
+
+async def _without_plugin(packer: ContextPacker) -> list[int]:
+    """Two invocations of a tool loop whose results are offloaded; between them the saving of the first result is
+    changed (another replica's count, say). `tokens_without_plugin` of every call."""
+    first = [call("numbered_log", n=k) for k in (1, 2, 3)] + ["done"]
+    llm = ScriptedLlm(turns=first + [call("numbered_log", n=4), call("numbered_log", n=5), "done again"])
+    agent = LlmAgent(name="agent", model=llm, instruction="Work.", tools=[numbered_log])
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[ContextPackPlugin(packer=packer)]),
+                    session_service=InMemorySessionService(), artifact_service=InMemoryArtifactService(),
+                    memory_service=InMemoryMemoryService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    async for _ in runner.run_async(user_id="u", session_id=session.id,
+                                    new_message=types.Content(role="user", parts=[types.Part(text="read the logs")])):
+        pass
+    stored = await runner.session_service.get_session(app_name="app", user_id="u", session_id=session.id)
+    saved = dict(stored.state[SAVED_STATE_KEY])
+    assert len(saved) == 3  # each result was offloaded
+    saved[next(iter(saved))] += 1000
+    async for _ in runner.run_async(user_id="u", session_id=session.id, state_delta={SAVED_STATE_KEY: saved},
+                                    new_message=types.Content(role="user", parts=[types.Part(text="two more")])):
+        pass
+    packer.store.flush()
+    return [r.manifest.tokens_without_plugin for r in packer.recent]
+
+
+async def test_tokens_without_plugin_carried_from_the_last_call_equal_a_fresh_count():
+    """A call looks up the savings of its new tool results only (the total is carried from the last call while
+    the savings are the same dict): every call's figure equals the one a packer with an empty cache finds,
+    through a new result, a new invocation and a changed saving."""
+    carried = await _without_plugin(ContextPacker(store="memory://saved-carried", window_tokens=16_000))
+    fresh = await _without_plugin(_FreshPacker(store="memory://saved-fresh", window_tokens=16_000))
+    assert len(carried) == 7 and carried == fresh
+    assert carried[3] > carried[1] > carried[0] and carried[4] >= carried[3] + 1000  # grew; then the change counted
+
+
+def test_saved_tokens_read_the_new_keys_of_the_same_dict_and_every_key_of_another():
+    from aether_context.adk.packer import _saved_tokens
+    from aether_context.content import FunctionResponse, Message
+    from aether_context.pipeline.cache import PackCache
+    msgs = tuple(Message("user", (FunctionResponse("t", {"r": k}, f"id{k}"),)) for k in range(6))
+    keys = [m.responses[0].key for m in msgs]
+    saved = {keys[0]: 10, keys[4]: 40}
+    cache = PackCache()
+    assert _saved_tokens(saved, msgs[:3], cache) == 10
+    assert _saved_tokens(saved, msgs, cache) == 50  # the same dict: the new messages' keys looked up
+    assert _saved_tokens({**saved, keys[1]: 5}, msgs, cache) == 55  # another dict: every key again

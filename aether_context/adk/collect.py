@@ -22,7 +22,7 @@ from ..content import Message, ModelRequest, ToolSpec, sha256_hex
 from ..pipeline.collect import EvidenceItem, MemoryItem, PackInputs, PackState
 from ..pipeline.incremental import extended
 from ..providers import EvidenceProvider, EvidenceRequest
-from .session_state import FAILURES_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY
+from .session_state import FAILURES_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY, own_state
 from .task import StateKeys, evidence_from_state, notes_from_state, task_from_state
 
 logger = logging.getLogger(__name__)
@@ -233,9 +233,12 @@ def _is_instruction(message: Message) -> bool:
     return message.role == "user" and INSTRUCTION_MARKER in message.text
 
 
-def with_tools(request: ModelRequest, tools: "tuple[BaseTool, ...]") -> ModelRequest:
-    """`request` with `tools` declared after its own (those it already declares are left as they are)."""
-    added = tuple(ToolSpec(t.name, t._get_declaration().model_dump(mode="json", exclude_none=True))
+def with_tools(request: ModelRequest, tools: "tuple[BaseTool, ...]", cache: "PackCache | None" = None) -> ModelRequest:
+    """`request` with `tools` declared after its own (those it already declares are left as they are). With a
+    `cache`, a tool's declaration is read once per tool object (the packer's recall tool: a fixed one)."""
+    def spec(t: BaseTool) -> ToolSpec:
+        return ToolSpec(t.name, t._get_declaration().model_dump(mode="json", exclude_none=True))
+    added = tuple(cache.get("tool_spec", t, lambda: spec(t)) if cache is not None else spec(t)
                   for t in tools if t.name not in {s.name for s in request.tools})
     return replace(request, tools=request.tools + added) if added else request
 
@@ -257,9 +260,9 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request:
     """`request` is `llm_request` converted (`convert.request_from_llm`: the caller decides from its messages
     whether to declare the recall tool); `extra_tools` (the recall tool) are declared in the pack and kept
     whatever the step allows; `cache` (the packer's) carries the per-message work of the last call."""
-    request = with_tools(request, extra_tools)
+    request = with_tools(request, extra_tools, cache)
     index = find_request_index(request, ctx.user_content, cache)
-    state = ctx.state
+    state, own = ctx.state, own_state(ctx)
     session = ctx.session
     task = replace(task_from_state(state, keys), opening_request=opening_request(session.events))
     if task.tools is not None:
@@ -281,9 +284,9 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request:
         instruction_indices=_instruction_indices(request.messages, cache),
         app_name=session.app_name, user_id=session.user_id, session_id=session.id,
         invocation_id=ctx.invocation_id, agent=ctx.agent_name, now=now, previous=previous,
-        uris=dict(state.get(URIS_STATE_KEY) or {}),
-        summary=dict((state.get(SUMMARY_STATE_KEY) or {}).get(ctx.agent_name) or {}),
-        failures={**(state.get(FAILURES_STATE_KEY) or {}), "current_turn": len(session.events)}
-        if state.get(FAILURES_STATE_KEY) else {},
+        uris=dict(own.get(URIS_STATE_KEY) or {}),
+        summary=dict((own.get(SUMMARY_STATE_KEY) or {}).get(ctx.agent_name) or {}),
+        failures={**(own.get(FAILURES_STATE_KEY) or {}), "current_turn": len(session.events)}
+        if own.get(FAILURES_STATE_KEY) else {},
         extra={"edge_flags": list(edge_flags)} if edge_flags else {},
     )

@@ -13,7 +13,7 @@ from google.adk.models.llm_request import LlmRequest
 from google.genai import types
 
 from ..pipeline.cache import PackCache
-from ..pipeline.incremental import extended
+from ..pipeline.incremental import extended, note_prefix
 from ..content import _split_extra, Blob, FunctionCall, FunctionResponse, Message, ModelRequest, OpaquePart, Part, TextPart, ToolSpec
 
 __all__ = ["to_message", "to_content", "request_from_llm", "apply_request", "llm_request_from"]
@@ -230,11 +230,13 @@ def _messages(contents: "list[types.Content]", cache: "PackCache | None", grown:
     key = (scope, first[0], first[1][0][2])  # the first payload's key: checked below, its leaves held by the entry
     run = cache.lookup("run", key)
     same = _unchanged_prefix(contents, run[0], run[1], grown) if run is not None else 0
-    sigs, msgs = (run[0][:same], run[1][:same]) if run is not None else ([], [])  # copies: the entry may be shared
-    sigs += [_signature(c) for c in contents[same:]]
-    msgs += [to_message(c, cache) for c in contents[same:]]
+    sigs, msgs = (run[0][:same], run[1][:same]) if run is not None else ((), ())  # a whole tuple's slice is itself
+    sigs += tuple(_signature(c) for c in contents[same:])
+    msgs += tuple(to_message(c, cache) for c in contents[same:])
     cache.put("run", key, (sigs, msgs))
-    return tuple(msgs)
+    if run is not None and same == len(run[1]):  # the passes over the messages need not compare them again
+        note_prefix(run[1], msgs, same, cache)
+    return msgs
 
 
 def to_content(message: Message) -> types.Content:

@@ -20,7 +20,7 @@ past it the extractive summary stays.
 from __future__ import annotations
 
 import collections
-from itertools import chain, repeat
+from itertools import repeat
 import logging
 import time
 from dataclasses import replace
@@ -35,7 +35,7 @@ from ..compress import SummarizeFn, Summarizer
 from ..content import Message, sha256_hex
 from ..pipeline.build import ContextPack, StageTimes, build_pack, request_tokens
 from ..pipeline.cache import PackCache
-from ..pipeline.incremental import extended, mapped
+from ..pipeline.incremental import extended
 from ..pipeline.collect import PackInputs, PackState
 from ..pipeline.decay import blob_key
 from ..pipeline.record import CallRecord, Manifest
@@ -52,7 +52,7 @@ from .event_times import EventTimes, session_now
 from .convert import apply_request, request_from_llm
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool
 from .session_state import (COMPACT_STATE_KEY, SAVED_STATE_KEY, URIS_STATE_KEY, StoredPack, carried_state,
-                            read_calibration, read_pack, write_pack, write_summary)
+                            own_state, read_calibration, read_pack, write_pack, write_summary)
 from .model_hooks import ModelHooks
 from .slots import MAX_SESSIONS, SessionSlot, SessionSlots, slot_key
 from .tool_hooks import ToolHooks
@@ -140,14 +140,13 @@ class ContextPacker(ModelHooks, ToolHooks):
         slot.last = None  # only this call's pack may be recovered or calibrated
         timings = StageTimes()  # beside the record, never in the request or the manifest
         try:
-            stored = read_pack(callback_context.state, callback_context.agent_name)
+            stored = read_pack(own_state(callback_context), callback_context.agent_name)
             with timings.stage("inputs"):
                 inputs = await self._inputs(callback_context, llm_request, slot, stored)
             recall = inputs.cite_originals
             pack = await self._build(inputs, timings)
-            saved = callback_context.state.get(SAVED_STATE_KEY) or {}
-            keys = mapped("message_response_keys", inputs.request.messages, _response_keys, self.cache) if saved else ()
-            without = pack.manifest.tokens_before + sum(map(saved.get, chain.from_iterable(keys), repeat(0)))
+            saved = own_state(callback_context).get(SAVED_STATE_KEY) or {}
+            without = pack.manifest.tokens_before + (_saved_tokens(saved, inputs.request.messages, self.cache) if saved else 0)
             pack = replace(pack, manifest=pack.manifest.model_copy(update={"tokens_without_plugin": without}))
             replaced = llm_request.contents  # ADK's copies of the history, released below
             with timings.stage("apply"):
@@ -204,10 +203,10 @@ class ContextPacker(ModelHooks, ToolHooks):
             memory_limit=self.memory_pool, artifact_cache=slot.artifacts, now=session_now(session.events),
             use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags + self._window_flags(llm_request),
             providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (), cache=self.cache)
-        inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
-                         compact=bool(callback_context.state.get(COMPACT_STATE_KEY)), cite_originals=recall)
+        inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request, self.cache),
+                         compact=bool(own_state(callback_context).get(COMPACT_STATE_KEY)), cite_originals=recall)
         inputs = await self._save_images(callback_context, inputs)
-        inputs = replace(inputs, calibration=read_calibration(callback_context.state, inputs.request.model))
+        inputs = replace(inputs, calibration=read_calibration(own_state(callback_context), inputs.request.model))
         return inputs
 
     def _window_flags(self, llm_request: LlmRequest) -> tuple[str, ...]:
@@ -224,7 +223,7 @@ class ContextPacker(ModelHooks, ToolHooks):
         tool result; a compaction block cites originals only once it is declared, though one an earlier
         release wrote may), and stays declared (no flapping of the tools). Whether a tool result cites one
         is carried from the last call over the same history: a call reads its new messages only."""
-        if not self.profile.offload.enabled or not ctx.state.get(URIS_STATE_KEY):
+        if not self.profile.offload.enabled or not own_state(ctx).get(URIS_STATE_KEY):
             return False
         if previous is not None and (RECALL_TOOL_NAME in previous.tool_names or "artifact://" in previous.block_text):
             return True
@@ -234,8 +233,8 @@ class ContextPacker(ModelHooks, ToolHooks):
     async def _save_images(self, ctx: CallbackContext, inputs: PackInputs) -> PackInputs:
         """Save inline images to the artifact store once, so their decayed form can cite a URI."""
         uris = inputs.uris
-        blobs = mapped("blobs", inputs.request.messages, _blobs, self.cache)  # the history's, carried from the last call
-        for blob in (b for found in blobs if found for b in found):
+        blobs = extended("blobs", inputs.request.messages, tuple, _with_blobs, self.cache)  # carried from the last call
+        for blob in blobs:
             key = blob_key(blob.data)
             if key not in uris:
                 ext = blob.mime_type.split("/")[-1].split(";")[0]
@@ -288,12 +287,22 @@ def _cites_original(message: Message) -> bool:
     return any("artifact_uri" in r.response for r in message.responses)
 
 
-def _response_keys(message: Message) -> tuple[str, ...]:
-    return tuple(r.key for r in message.responses)
+def _saved_tokens(saved: "dict[str, int]", messages: "tuple[Message, ...]", cache: PackCache) -> int:
+    """What the offloads of the request's tool results saved (`saved`: response key -> tokens). Carried from
+    the last call over the same history while `saved` is the same dict (the tool hook replaces it, never
+    edits it): a call then reads its new messages' keys only."""
+    def feed(state: "tuple[dict | None, tuple[str, ...], int]", more: tuple) -> "tuple[dict, tuple[str, ...], int]":
+        read, keys, total = state
+        keys += tuple(r.key for m in more for r in m.responses)
+        if read is not saved:  # another dict: every key is looked up again
+            return saved, keys, sum(map(saved.get, keys, repeat(0)))
+        return saved, keys, total + sum(map(saved.get, keys[len(state[1]):], repeat(0)))
+    return extended("saved_tokens", messages, lambda: (None, (), 0), feed, cache)[2]
 
 
-def _blobs(message: Message) -> tuple:
-    return tuple(message.blobs)
+def _with_blobs(found: tuple, more: tuple) -> tuple:
+    """The inline blobs of the messages read so far, then of `more`."""
+    return found + tuple(b for m in more for b in m.blobs)
 
 
 def _log_pack(pack: ContextPack) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Any, MutableMapping
+from typing import Any, Mapping, MutableMapping
 
 from ..content import canonical_json, sha256_hex
 from ..pipeline.collect import PackState
@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["write_summary", "URIS_STATE_KEY", "SUMMARY_STATE_KEY", "FAILURES_STATE_KEY", "COMPACT_STATE_KEY", "SAVED_STATE_KEY",
            "CALIBRATION_STATE_KEY", "PACK_STATE_SCHEMA", "pack_state_key", "pack_text_key", "carried_state",
-           "StoredPack", "read_pack", "write_pack", "add_note", "read_calibration", "write_calibration"]
+           "StoredPack", "read_pack", "write_pack", "add_note", "read_calibration", "write_calibration", "own_state"]
 
 URIS_STATE_KEY = "aether:uris"  # response digest -> artifact URI of the saved original
 SUMMARY_STATE_KEY = "aether:summary"  # the running summary of folded history, per agent
@@ -71,6 +71,15 @@ class StoredPack:
     free_conversation: int | None = None  # conversation room the previous pack left (offload threshold)
     notes: tuple[str, ...] = ()  # flags for the next manifest
     flags: tuple[str, ...] = ()  # why a stored record was ignored
+
+
+def own_state(ctx: Any) -> "Mapping[str, Any]":
+    """The session state the packer reads its own keys from (these constants; always written through
+    `ctx.state`, which updates this dict too). A read of `ctx.state` deep-copies the dict or list it hands
+    out, and ADK compares it with that copy again after the callback, to find writes into it: the
+    packer never writes into a value it read (it assigns a new one), and its values (the URI map, the
+    failure log, the stored pack) grow with the session. An app's own keys (the task) are read through `ctx.state`."""
+    return ctx.session.state
 
 
 def _texts_digest(payload_text: str, block_text: str) -> str:

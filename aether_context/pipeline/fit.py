@@ -22,7 +22,7 @@ from ..tokens import TokenCounting
 from .allocate import LAYER_OVERHEAD, Allocation
 from .collect import PackInputs, PackState, Turn
 from .cache import PackCache, counter_key
-from .incremental import mapped, turn_key, turn_tokens
+from .incremental import extended, mapped, turn_key, turn_tokens
 from .render import block_follows, render_pack, render_payload, request_tokens
 
 if TYPE_CHECKING:
@@ -117,8 +117,15 @@ def bounded_turns(turns: "tuple[Turn, ...]", max_turn_tokens: int, counter: Toke
                            lambda: cut_turn(t, max_turn_tokens, counter))
         return t2, TruncationEvent(layer, "cut", "turn over max_turn_tokens", (turn_id(t),), before, turn_tokens(t2, counter))
 
-    outcomes = mapped(("bounded_turn", layer, max_turn_tokens, counter_key(counter)), turns, bound, cache)
-    return tuple(map(itemgetter(0), outcomes)), tuple(filter(None, map(itemgetter(1), outcomes)))
+    kind = ("bounded_turn", layer, max_turn_tokens, counter_key(counter))
+    outcomes = mapped(kind, turns, bound, cache)
+    # the turns and events of the last call's outcomes are carried too: a call splits its new outcomes only
+    return extended(("split", kind), outcomes, lambda: ((), ()), _split_outcomes, cache)
+
+
+def _split_outcomes(split: "tuple[tuple[Turn, ...], tuple[TruncationEvent, ...]]", more: tuple
+                    ) -> "tuple[tuple[Turn, ...], tuple[TruncationEvent, ...]]":
+    return split[0] + tuple(map(itemgetter(0), more)), split[1] + tuple(filter(None, map(itemgetter(1), more)))
 
 
 def fit_lines(layer: str, lines: "tuple[Line, ...]", budget: int, item_max_tokens: int, counter: TokenCounting,

@@ -19,7 +19,7 @@ from .cache import PackCache
 from .collect import PackInputs, Turn, group_turns
 
 __all__ = ["grouped_turns", "turn_tokens", "turns_tokens", "turn_key", "mapped", "running_totals", "shared_prefix",
-           "extended", "request_checksum", "inputs_digest"]
+           "note_prefix", "extended", "request_checksum", "inputs_digest"]
 
 
 def turn_key(turn: Turn) -> tuple:
@@ -45,7 +45,7 @@ def grouped_turns(messages: Sequence[Message], offset: int = 0, cache: PackCache
     reused: tuple[Turn, ...] = ()
     if hit is not None:
         old_msgs, old_turns = hit
-        same = shared_prefix(old_msgs, messages)  # C-level comparisons, never a Python loop over the history
+        same = shared_prefix(old_msgs, messages, cache)  # C-level comparisons, never a Python loop over the history
         # keep turns that end strictly before the first changed (or missing) message
         k = len(old_turns)
         while k and old_turns[k - 1].start - offset + len(old_turns[k - 1].messages) >= same:
@@ -66,9 +66,36 @@ def turns_tokens(turns: Sequence[Turn], counter: TokenCounting) -> int:
     return sum(turn_tokens(t, counter) for t in turns)
 
 
-def shared_prefix(old: tuple, new: tuple) -> int:
+def shared_prefix(old: tuple, new: tuple, cache: PackCache | None = None) -> int:
     """How many leading items of `new` are the items of `old` (by identity, or equal values: the
-    functions memoised below are pure, so an equal item gives an equal result)."""
+    functions memoised below are pure, so an equal item gives an equal result). With a `cache`, the
+    answer for the same two objects is kept: the passes of one call over the same history compare it once."""
+    if old is new:
+        return len(new)
+    if cache is None or not new:
+        return _shared_prefix(old, new)
+    for was, now, same in cache.lookup("prefix", id(new[0])) or ():
+        if was is old and now is new:
+            return same
+    same = _shared_prefix(old, new)
+    note_prefix(old, new, same, cache)
+    return same
+
+
+PREFIX_PAIRS = 8  # answers kept per first item: a call's passes compare a few sequences that start alike
+
+
+def note_prefix(old: tuple, new: tuple, same: int, cache: PackCache) -> None:
+    """Record that `new` begins with the first `same` items of `old` and no more. A producer that built `new`
+    from `old`'s leading items notes it, so no pass compares them. One entry per first item, holding its
+    newest `PREFIX_PAIRS` answers (later calls' pairs push the older out: the entries do not pile up) and
+    their sequences (their ids stay theirs)."""
+    if new:
+        kept = cache.lookup("prefix", id(new[0])) or ()
+        cache.put("prefix", id(new[0]), ((old, new, same), *kept[:PREFIX_PAIRS - 1]))
+
+
+def _shared_prefix(old: tuple, new: tuple) -> int:
     n = min(len(old), len(new))
     if old[:n] == new[:n]:  # one C-level pass, each item by identity first
         return n
@@ -96,7 +123,7 @@ def _carried(cache: PackCache | None, kind: Hashable, items: tuple) -> "tuple[in
     hit = cache.lookup("carried", (kind, id(items[0])))
     if hit is None:
         return 0, None, ()
-    return shared_prefix(hit[0], items), hit[1], hit[0]
+    return shared_prefix(hit[0], items, cache), hit[1], hit[0]
 
 
 def mapped(kind: Hashable, items: Sequence, fn: Callable[[Any], Any], cache: PackCache | None) -> tuple:
@@ -107,6 +134,8 @@ def mapped(kind: Hashable, items: Sequence, fn: Callable[[Any], Any], cache: Pac
     out = (old[:same] if same else ()) + tuple(fn(x) for x in items[same:])
     if cache is not None and items:
         cache.put("carried", (kind, id(items[0])), (items, out))  # holds the items: their ids stay theirs
+        if same and same == len(old):  # a pass over the results need not compare them again
+            note_prefix(old, out, same, cache)
     return out
 
 

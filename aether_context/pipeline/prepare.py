@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
+from functools import cached_property
 
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
@@ -32,7 +33,7 @@ class Prepared:
     events: tuple[TruncationEvent, ...]
     restored: tuple[int, ...] = ()  # earlier invocations' requests rendered as sent (`as_sent.restore_sent`)
 
-    @property
+    @cached_property  # read several times a call: joined once
     def turns(self) -> tuple[Turn, ...]:
         return self.history + self.loop
 

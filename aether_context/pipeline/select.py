@@ -141,29 +141,26 @@ def _turn_time(turn: Turn, times: "tuple[float | None, ...]") -> float | None:
 
 
 def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None, ...]",
-                      count_tokens: Callable[[str], int], cache: PackCache | None = None) -> list[Document]:
-    """Compacted turns as Memory candidates, indexed with the context a reader needs to place them:
-    their date and the neighbouring turns (a reply is found by the question it answers). Only the
-    turn's own text is shown, with its date.
+                      count_tokens: Callable[[str], int], cache: PackCache | None = None) -> tuple[Document, ...]:
+    """Compacted turns as Memory candidates, indexed with the context a reader needs to place them: their
+    date and the neighbouring turns (a reply is found by the question it answers); shown: the turn's own text, dated.
 
-    With a `cache`, a turn's document is built once: it is keyed by the content of the turn and of
-    the neighbours its context reads, and its time (a call then costs one lookup per compacted turn)."""
+    With a `cache`, a turn's document is built once (keyed by the content of the turn and of the
+    neighbours its context reads, and its time), and the last call's pool is carried: its leading turns
+    that are the same objects, and start before the first message whose time changed, keep their
+    documents, but for the last TURNS_AFTER (their context reads the next turn)."""
     if cache is None or not compacted:
-        return _history_documents(compacted, times, count_tokens)
-    counted_by = counter_key(count_tokens)
+        return tuple(_history_documents(compacted, times, count_tokens))
     dates = times[:compacted[-1].start + 1]  # every compacted turn's time (in order: the last start is the largest)
-    # The previous call's pool of this conversation: its leading turns that are the same objects, and start
-    # before the first message whose time changed, keep their documents, but for the last TURNS_AFTER (their
-    # context reads the next turn). Times compared as one slice: a tuple of the turns' own times cost 10x more.
-    run_key = ("history_run", id(compacted[0]), counted_by)
+    run_key = ("history_run", id(compacted[0]), counter_key(count_tokens))
     run = cache.lookup("history_run", run_key)
     same = 0
-    if run is not None:
-        same = shared_prefix(run[0], compacted)
+    if run is not None:  # times compared as one slice: a tuple of the turns' own times cost 10x more
+        same = shared_prefix(run[0], compacted, cache)
         same = bisect_left(compacted, shared_prefix(run[1], dates), hi=same, key=turn_start)
         same = max(0, same - TURNS_AFTER) if same < len(run[0]) or same < len(compacted) else same
-    docs = list(run[2][:same]) if run is not None else []
-    docs += [history_document(compacted, i, times, count_tokens, cache) for i in range(same, len(compacted))]
+    docs = run[2][:same] if run is not None else ()
+    docs += tuple(history_document(compacted, i, times, count_tokens, cache) for i in range(same, len(compacted)))
     cache.put("history_run", run_key, (compacted, dates, docs))  # holds the turns: their ids stay theirs
     return docs
 
@@ -286,7 +283,7 @@ def _memory_documents(inputs: PackInputs, compacted: "tuple[Turn, ...]", counter
                       cache: PackCache | None) -> list[Document]:
     """Memory's pool: the remembered facts, then every compacted turn."""
     mem_docs = [Document(m.id, m.text, m.source, m.timestamp) for m in inputs.memory]
-    return mem_docs + history_documents(compacted, inputs.message_times, counter.count_text, cache)
+    return [*mem_docs, *history_documents(compacted, inputs.message_times, counter.count_text, cache)]
 
 
 def _verbatim(conv: Conversation, kept: "tuple[Turn, ...]") -> list[str]:
