@@ -30,6 +30,7 @@ import numpy as np
 from .analyzer import STOP_WORDS, Analyzer, content_key
 from .dedup import group_duplicates
 from .embeddings import Embedder, EmbeddingCache, SentenceTransformerEmbedder, text_hash
+from .cuts import near_top, top_rows
 from .fusion import freshness_decay, ignored_timestamps, normalize, ranks, rrf_fusion, weighted_fusion
 from .items import Document, RetrievalResult, ScoredItem
 from .lexical import LexicalIndex
@@ -43,29 +44,6 @@ logger = logging.getLogger(__name__)
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 LAST_SEARCHES = 4  # searches an index keeps by their inputs (a call ranks Memory twice at most, and wider once)
-
-
-NEAR = 1e-4  # above any float32 product's error on unit vectors of a few hundred dimensions (~2e-5 at 384)
-
-
-def _near_top(scores: np.ndarray, rows: np.ndarray, m: int) -> np.ndarray:
-    """Rows whose fast score is within `NEAR` of the m-th best: they hold the exact m best."""
-    if len(rows) <= m:
-        return rows
-    kth = np.partition(scores[rows], len(rows) - m)[len(rows) - m]
-    return rows[scores[rows] >= kth - NEAR]
-
-
-def _top(scores: np.ndarray, rows: np.ndarray, m: int, ids: list[str]) -> np.ndarray:
-    """The m best of `rows` by score; ties at the cut go to the smallest ids (order-independent)."""
-    if len(rows) <= m:
-        return rows
-    part = rows[np.argpartition(-scores[rows], m - 1)[:m]]
-    cut = scores[part].min()
-    above = rows[scores[rows] > cut]
-    tied = rows[scores[rows] == cut]
-    tied = np.array(sorted(tied.tolist(), key=ids.__getitem__)[: m - len(above)], dtype=np.int64)
-    return np.concatenate([above, tied])
 
 
 class HybridIndex:
@@ -327,15 +305,15 @@ class HybridIndex:
             self.prefetch()
             q = self._query_vector(query)
             scores = np.zeros(len(self._docs), dtype=np.float64)
-            near = _near_top(self._dense_scores(q, rows), rows, s.candidate_pool)
+            near = near_top(self._dense_scores(q, rows), rows, s.candidate_pool)
             scores[near] = self._cosines(q, near)
-            pool = np.union1d(_top(bm25, lexical_rows, s.candidate_pool, self._ids),
-                              _top(scores, near, s.candidate_pool, self._ids))
+            pool = np.union1d(top_rows(bm25, lexical_rows, s.candidate_pool, self._ids),
+                              top_rows(scores, near, s.candidate_pool, self._ids))
             lexical_only = pool[~np.isin(pool, near)]
             scores[lexical_only] = self._cosines(q, lexical_only)
         else:
             scores = np.zeros(len(self._docs), dtype=np.float32)
-            pool = _top(bm25, lexical_rows, s.candidate_pool, self._ids)
+            pool = top_rows(bm25, lexical_rows, s.candidate_pool, self._ids)
             s = s.model_copy(update={"dense_weight": 0.0, "lexical_weight": s.lexical_weight or 1.0})
         if len(pool) == 0:
             return self._result(query, [], 0, n_excluded, 0, flags=flags)
