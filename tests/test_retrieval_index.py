@@ -212,7 +212,7 @@ def test_dense_scores_do_not_depend_on_where_the_vectors_sit_in_the_shared_matri
     rng = np.random.default_rng(7)
     vocab = [f"w{i}" for i in range(400)]
     texts = [" ".join(rng.choice(vocab, 12)) for _ in range(1500)]
-    others = [f"other {i}" for i in range(777)]
+    others = [f"other {i}" for i in range(3001)]
     queries = [" ".join(rng.choice(vocab, 5)) for _ in range(12)]
     table = {t: rng.standard_normal(384) for t in texts + others + queries}  # dense vectors, like a model's
     docs = [Document(f"n{i:04d}", t, "memory") for i, t in enumerate(texts)]

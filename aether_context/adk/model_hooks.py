@@ -21,8 +21,8 @@ from .fail_open import fails_open
 from .convert import apply_request
 from .offload import RECALL_TOOL_NAME
 from .recovery import is_token_limit_error, recovery_pack
-from .session_state import (CALIBRATION_STATE_KEY, add_note, read_calibration, read_pack, write_calibration,
-                            write_summary)
+from .session_state import (CALIBRATION_STATE_KEY, add_note, own_state, read_calibration, read_pack,
+                            write_calibration, write_summary)
 from .slots import SessionSlot
 from .summarizer import LlmSummarizer
 from .telemetry import pack_metadata
@@ -54,10 +54,10 @@ class ModelHooks:
         reported = usage.prompt_token_count
         estimate = pack.manifest.tokens_after
         model = pack.manifest.model
-        calibration = read_calibration(ctx.state, model)
+        calibration = read_calibration(own_state(ctx), model)
         if reported and estimate:
             ratio = min(3.0, max(0.5, reported / estimate))
-            seen = ctx.state.get(CALIBRATION_STATE_KEY)
+            seen = own_state(ctx).get(CALIBRATION_STATE_KEY)
             fresh = not isinstance(seen, dict) or model not in seen
             calibration = round(ratio if fresh else calibration + CALIBRATION_ALPHA * (ratio - calibration), 4)
             write_calibration(ctx.state, model, calibration)
@@ -111,7 +111,7 @@ class ModelHooks:
                 inputs, window = last.inputs, last.manifest.window
                 recall = self._recall_now(callback_context, llm_request)
             else:  # packing failed open: this call's inputs, assembled as a normal pack assembles them
-                stored = read_pack(callback_context.state, callback_context.agent_name)
+                stored = read_pack(own_state(callback_context), callback_context.agent_name)
                 inputs = await self._inputs(callback_context, llm_request, slot, stored)
                 recall = inputs.cite_originals
                 window = context_window(inputs.request.model, self.requested_window)

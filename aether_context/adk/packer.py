@@ -216,7 +216,7 @@ class ContextPacker(ModelHooks, ToolHooks):
 
     def _recall_now(self, ctx: CallbackContext, llm_request: LlmRequest) -> bool:
         return self._offers_recall(ctx, request_from_llm(llm_request, self.cache).messages,
-                                   read_pack(ctx.state, ctx.agent_name).state)
+                                   read_pack(own_state(ctx), ctx.agent_name).state)
 
     def _offers_recall(self, ctx: CallbackContext, messages: Sequence[Message], previous: PackState | None) -> bool:
         """The recall tool is declared once the request cites an original it can read back (an offloaded

@@ -206,4 +206,3 @@ def inputs_digest(inputs: PackInputs, cache: PackCache | None) -> str:
     hasher.update(memoryview(times)[1:])  # hashed in pieces: the history's times are not copied again
     hasher.update(f"]{after}".encode())
     return hasher.hexdigest()
-
