@@ -6,8 +6,7 @@ second). Each distinct text is embedded once per embedder, in batches, and can p
 processes through any fsspec URL. Why lazy loading: importing torch and loading a model costs
 seconds, so it happens on first use and once per process (`load_sentence_transformer`).
 
-Usage: `EmbeddingCache(SentenceTransformerEmbedder(), url="bench/.cache/embeddings").embed(["a text", "another"])`
-gives a (2, 384) L2-normalised matrix.
+Usage: `EmbeddingCache(SentenceTransformerEmbedder(), url=...).embed(["a text", "another"])`: a (2, 384) unit matrix.
 """
 
 from __future__ import annotations
@@ -244,7 +243,8 @@ class SentenceTransformerEmbedder:
     def embed(self, texts: list[str]) -> np.ndarray:
         model = load_sentence_transformer(self.model_path, max_seq_length=self.max_seq_length,
                                           quantize=self.quantize, device=self.device)
-        out = np.zeros((len(texts), model.get_sentence_embedding_dimension()), dtype=np.float32)
+        width = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension  # v6 name
+        out = np.zeros((len(texts), width()), dtype=np.float32)
         with bounded_threads(self.threads):
             for group in exact_groups(model, texts, batch_size=self.batch_size, quantized=self.quantize):
                 if len(group) == 1:  # a query or a text alone: a shorter path, the same vector (`_forward`)
