@@ -320,6 +320,37 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
    signatures, event times, turns, per-turn results, the positions map of `apply`), prepare's remaining passes
    0.4 → 0.7 ms, the failure view 0.1 → 0.3 ms (the log holds more records, up to its cap), the conversion
    0.2 → 0.4 ms and `inputs_digest` 0.3 → 0.4 ms.
+27. **A tool-loop call copied the history into new tuples that the young collections then walked** (cProfile
+   of the ordinary calls alone, medians per function; `gc.callbacks` listing, at each young collection of a
+   10,000-event call, the young containers of 3,000 items or more with their tracemalloc allocation site): 13
+   tuples of 5,000–10,000 items were young at every collection (about 1.3 a call), built anew each call from
+   the last call's plus what was new: the conversion's part signatures, the turn grouping's slice of the
+   request's messages, the joined turns (built twice in `prepare`), a bool per turn for the image check, the
+   per-turn cap's outcome pairs and their split, event times, the outputs' keys and sizes; beside them the
+   Memory pool was copied into three lists a call (`_memory_documents`, `Retriever.rank`, `_appended`) and
+   `apply`'s positions by digest (10,000 entries) and the offloads' keys copied once each. Now the turn grouping
+   reads its span of the request's messages (compared with the last call's through the note the conversion
+   left: no slice copied, no comparison) and notes the turns it kept as the new turns' shared prefix, so the
+   passes over them compare nothing (full comparisons a call 8 → 4); `mapped` gives back the tuple it was given
+   when the pass changes no item (orphan repair; the per-turn cap when it cuts nothing, now carried as its turns
+   and its cuts' events only); the image check keeps the positions of the turns with an image; `Prepared.turns`
+   is the joined tuple; a state only the `PackCache` holds grows in place (the conversion's signatures,
+   `apply`'s positions, the event times' JSON, the offloads' keys); the Memory pool is the carried tuple of
+   documents, down to the index's held pool. Requests byte-identical (120 checksums; tests: a span groups as
+   its slice, and a grown history's passes give back what they were given, the latter failing on the old
+   code). Paired driver runs, base and this alternately (30 calls, tool loop), ordinary calls' CPU p50 at 1,000
+   → 10,000 events: base 8.3 → 9.8 and 7.9 → 10.4 ms (1.18×, 1.32×), this 7.5 → 8.7 and 7.0 → 8.2 ms (1.16×,
+   1.17×; alone, in the run of the 120 checksums, 7.4 → 7.9 ms, 1.07×); two earlier pairs with half of the
+   change, base 1.25× and 1.35×, that 1.35× and 1.40×. At 10,000 events the collect stage 1.4–1.6 → 1.1–1.3
+   ms, inputs 1.6–1.9 → 1.2–1.4 ms, young collections 0.5–0.6 → 0.2–0.4 ms p50 (0.6 of them a call, 0.33 ms
+   mean; none older in the ordinary calls: the objects that survive a call, about 400–500 by the collection
+   count, were not reduced, only the history-sized ones among the young). The benchmark run back to back on
+   the shared, loaded machine (two other benchmarks running): tool loop, pack CPU p50 at 1,000 → 10,000 events,
+   base 7.8 → 12.8 ms (1.63×), this 8.0 → 10.6 ms (1.32×; p95 31.3 / 49.0 → 34.0 / 43.8 ms); the chat in the
+   same runs 26.8 → 32.9 and 31.1 → 30.6 ms. What still grows: the converted messages, event times and turns
+   themselves (a tuple each, the request's own), the outputs' keys and sizes per turn and pruning's turns, the
+   times' JSON hashed whole into `inputs_digest` each call (about 0.1 ms at 10,000 events under cProfile;
+   carrying its hash state would change every pack id), and the failure view.
 
 Still proportional to the history (measured above): the retrieval pool itself (every compacted turn stays
 searchable: BM25 postings and one matrix-vector product over it) and a few C-speed passes under 1 ms at 10,000

@@ -510,3 +510,42 @@ def test_history_documents_follow_a_changed_time_of_an_unchanged_turn():
     got = history_documents(turns, later, counter.count_text, cache)
     assert got == history_documents(turns, later, counter.count_text)
     assert got[len(turns) // 2].timestamp == later[k] and got[0].timestamp == times[0]
+
+
+def test_a_span_of_the_history_groups_as_its_slice_as_the_session_grows_and_changes():
+    rng = random.Random(11)
+    for trial in range(40):
+        cache = PackCache()
+        msgs = _random_messages(rng, rng.randint(2, 30))
+        for step in range(12):
+            lo = rng.choice([0, 1, min(3, len(msgs) - 1)])
+            hi = rng.choice([len(msgs), max(lo, len(msgs) - 1)])
+            got = grouped_turns(tuple(msgs), 0, cache, span=(lo, hi))
+            assert _same(got, group_turns(msgs[lo:hi], lo)), (trial, step)
+            action = rng.random()
+            if action < 0.6:
+                msgs = msgs + _random_messages(rng, rng.randint(1, 3))
+            elif action < 0.8 and len(msgs) > 2:
+                k = rng.randrange(1, len(msgs))
+                msgs = msgs[:k] + [_msg(rng.choice(["call", "resp", "resp2", "text"]), 1000 + step)] + msgs[k + 1:]
+            elif len(msgs) > 3:
+                msgs = msgs[: len(msgs) - rng.randint(1, 2)]
+
+
+def test_a_grown_history_shares_what_is_unchanged_instead_of_copying_it():
+    """The passes of a call over a grown history give back the sequences they were given when they change
+    nothing (no orphan, no cut), and the turns grouped are noted as sharing the last call's: no pass
+    copies or compares the history again."""
+    from aether_context.pipeline.fit import repair_orphans
+    from aether_context.pipeline.incremental import mapped, shared_prefix
+    cache = PackCache()
+    msgs = tuple([_msg("text", 0)] + [m for i in range(1, 200) for m in (_msg("call", i), _msg("resp", i))])
+    counter = TokenCounter()
+    first = grouped_turns(msgs, 0, cache)
+    grown = grouped_turns(msgs + (_msg("call", 500), _msg("resp", 500)), 0, cache)
+    assert cache.lookup("prefix", id(grown[0]))[0][:3] == (first, grown, len(first))  # noted, not compared later
+    assert shared_prefix(first, grown, cache) == len(first)
+    for turns in (first, grown):
+        assert repair_orphans(turns, cache)[0] is turns
+        assert mapped("same", turns, lambda t: t, cache) is turns
+        assert bounded_turns(turns, 10_000, counter, cache=cache) == (turns, ())

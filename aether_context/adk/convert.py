@@ -230,9 +230,10 @@ def _messages(contents: "list[types.Content]", cache: "PackCache | None", grown:
     key = (scope, first[0], first[1][0][2])  # the first payload's key: checked below, its leaves held by the entry
     run = cache.lookup("run", key)
     same = _unchanged_prefix(contents, run[0], run[1], grown) if run is not None else 0
-    sigs, msgs = (run[0][:same], run[1][:same]) if run is not None else ((), ())  # a whole tuple's slice is itself
-    sigs += tuple(_signature(c) for c in contents[same:])
-    msgs += tuple(to_message(c, cache) for c in contents[same:])
+    fresh = [_signature(c) for c in contents[same:]]
+    msgs = (run[1][:same] if run is not None else ()) + tuple(to_message(c, cache) for c in contents[same:])
+    sigs: list = run[0] if run is not None else []  # the entry's own list, cut and extended in place (not copied)
+    sigs[same:] = fresh
     cache.put("run", key, (sigs, msgs))
     if run is not None and same == len(run[1]):  # the passes over the messages need not compare them again
         note_prefix(run[1], msgs, same, cache)
@@ -323,8 +324,10 @@ def _kept(request: ModelRequest, original: ModelRequest, contents: "list[types.C
           cache: "PackCache | None") -> "dict[str, types.Content]":
     """ADK's content for each message of `request` that `original` holds (by digest, the newest)."""
     def feed(state: "tuple[dict[str, int], int]", more: tuple) -> "tuple[dict[str, int], int]":
-        where, n = dict(state[0]), state[1]
-        where.update((m.digest, n + i) for i, m in enumerate(more))
+        # grown in place, never copied: only the entry that carries it holds it, and `extended` feeds it
+        # only messages that follow the ones it has read
+        where, n = state
+        where.update([(m.digest, n + i) for i, m in enumerate(more)])  # listed first: a failure leaves it as it was
         return where, n + len(more)
 
     where, _ = extended("positions", original.messages, lambda: ({}, 0), feed, cache)

@@ -291,13 +291,14 @@ def _saved_tokens(saved: "dict[str, int]", messages: "tuple[Message, ...]", cach
     """What the offloads of the request's tool results saved (`saved`: response key -> tokens). Carried from
     the last call over the same history while `saved` is the same dict (the tool hook replaces it, never
     edits it): a call then reads its new messages' keys only."""
-    def feed(state: "tuple[dict | None, tuple[str, ...], int]", more: tuple) -> "tuple[dict, tuple[str, ...], int]":
+    def feed(state: "tuple[dict | None, list[str], int]", more: tuple) -> "tuple[dict, list[str], int]":
         read, keys, total = state
-        keys += tuple(r.key for m in more for r in m.responses)
+        new = [r.key for m in more for r in m.responses]
+        keys.extend(new)  # grown in place, never copied: only the entry that carries it holds it
         if read is not saved:  # another dict: every key is looked up again
             return saved, keys, sum(map(saved.get, keys, repeat(0)))
-        return saved, keys, total + sum(map(saved.get, keys[len(state[1]):], repeat(0)))
-    return extended("saved_tokens", messages, lambda: (None, (), 0), feed, cache)[2]
+        return saved, keys, total + sum(map(saved.get, new, repeat(0)))
+    return extended("saved_tokens", messages, lambda: (None, [], 0), feed, cache)[2]
 
 
 def _with_blobs(found: tuple, more: tuple) -> tuple:

@@ -112,14 +112,14 @@ def decay_images(turns: Sequence[Turn], keep_turns: int, uris: "dict[str, str]",
     """Inline images older than `keep_turns` turns become a one-line description with their URI.
     Which turns carry an image is carried from the last call for its unchanged turns (`cache`)."""
     turns = tuple(turns)
-    with_images = mapped("has_images", turns, _has_images, cache)
-    if not any(with_images):
+    with_images = set(extended("image_turns", turns, lambda: (0, ()), _image_turns, cache)[1])
+    if not with_images:
         return turns, ()
     out: list[Turn] = []
     changed: list[str] = []
     last = len(turns) - keep_turns
     for i, t in enumerate(turns):
-        if i >= last or not with_images[i]:
+        if i >= last or i not in with_images:
             out.append(t)
             continue
         msgs = []
@@ -141,6 +141,13 @@ def decay_images(turns: Sequence[Turn], keep_turns: int, uris: "dict[str, str]",
 
 def _has_images(turn: Turn) -> bool:
     return any(m.blobs for m in turn.messages)
+
+
+def _image_turns(state: "tuple[int, tuple[int, ...]]", more: tuple) -> "tuple[int, tuple[int, ...]]":
+    """The turns read so far and the positions of those with an inline image, then `more`: only the few
+    positions are kept, not a result per turn of the history."""
+    n, found = state
+    return n + len(more), found + tuple(n + i for i, t in enumerate(more) if _has_images(t))
 
 
 def _response_tokens(turn: Turn, counter: TokenCounting) -> int:

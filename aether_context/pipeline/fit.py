@@ -117,15 +117,16 @@ def bounded_turns(turns: "tuple[Turn, ...]", max_turn_tokens: int, counter: Toke
                            lambda: cut_turn(t, max_turn_tokens, counter))
         return t2, TruncationEvent(layer, "cut", "turn over max_turn_tokens", (turn_id(t),), before, turn_tokens(t2, counter))
 
+    if cache is None:
+        outcomes = [bound(t) for t in turns]
+        return tuple(map(itemgetter(0), outcomes)), tuple(filter(None, map(itemgetter(1), outcomes)))
     kind = ("bounded_turn", layer, max_turn_tokens, counter_key(counter))
-    outcomes = mapped(kind, turns, bound, cache)
-    # the turns and events of the last call's outcomes are carried too: a call splits its new outcomes only
-    return extended(("split", kind), outcomes, lambda: ((), ()), _split_outcomes, cache)
-
-
-def _split_outcomes(split: "tuple[tuple[Turn, ...], tuple[TruncationEvent, ...]]", more: tuple
-                    ) -> "tuple[tuple[Turn, ...], tuple[TruncationEvent, ...]]":
-    return split[0] + tuple(map(itemgetter(0), more)), split[1] + tuple(filter(None, map(itemgetter(1), more)))
+    # the turns (the same tuple when none is cut) and the cuts' events (only those, not an outcome per turn)
+    # are carried from the last call: a call bounds its new turns only (a cut turn's cut is kept by content)
+    out = mapped(kind, turns, lambda t: bound(t)[0], cache)
+    events = extended(("cuts", kind), tuple(turns), tuple,
+                      lambda found, more: found + tuple(filter(None, (bound(t)[1] for t in more))), cache)
+    return out, events
 
 
 def fit_lines(layer: str, lines: "tuple[Line, ...]", budget: int, item_max_tokens: int, counter: TokenCounting,

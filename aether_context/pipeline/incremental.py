@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from itertools import accumulate
+from operator import is_
 from typing import Any, Callable, Hashable, Sequence
 
 from ..content import Message, ModelRequest, canonical_json
@@ -27,33 +28,41 @@ def turn_key(turn: Turn) -> tuple:
     return (turn.start, *(m.digest for m in turn.messages))
 
 
-def grouped_turns(messages: Sequence[Message], offset: int = 0, cache: PackCache | None = None) -> tuple[Turn, ...]:
-    """`group_turns(messages, offset)`, reusing the turns of the last call whose run began with the same message.
+def grouped_turns(messages: Sequence[Message], offset: int = 0, cache: PackCache | None = None,
+                  span: "tuple[int, int] | None" = None) -> tuple[Turn, ...]:
+    """`group_turns(messages[lo:hi], offset + lo)` for `span` = (lo, hi) (default: all of them), reusing the
+    turns of the last call whose span began with the same message.
 
     A turn is decided by its own messages and the one after it (which stops it), so a previous turn
     whose messages and successor are unchanged (the same objects, or equal ones: grouping is pure) is
-    unchanged; grouping resumes after it. The entry holds the messages it grouped, so an id in its key
-    cannot be reused while it lives.
+    unchanged; grouping resumes after it. The whole `messages` is compared with the last call's (the
+    conversion noted that answer: no slice of the history is copied or compared again), and the turns
+    kept are noted as the new turns' shared prefix, so the passes over them compare nothing either.
+    The entry holds the messages it grouped, so an id in its key cannot be reused while it lives.
     """
     messages = tuple(messages)
-    if not messages:
+    lo, hi = span if span is not None else (0, len(messages))
+    if lo >= hi:
         return ()
     if cache is None:
-        return tuple(group_turns(messages, offset=offset))
-    key = (offset, id(messages[0]))
+        return tuple(group_turns(messages[lo:hi], offset=offset + lo))
+    key = (offset, lo, id(messages[lo]))
     hit = cache.lookup("grouping", key)
     reused: tuple[Turn, ...] = ()
     if hit is not None:
-        old_msgs, old_turns = hit
-        same = shared_prefix(old_msgs, messages, cache)  # C-level comparisons, never a Python loop over the history
+        old_msgs, old_hi, old_turns = hit
+        same = min(shared_prefix(old_msgs, messages, cache), old_hi, hi)  # C-level, never a Python loop
         # keep turns that end strictly before the first changed (or missing) message
         k = len(old_turns)
         while k and old_turns[k - 1].start - offset + len(old_turns[k - 1].messages) >= same:
             k -= 1
         reused = old_turns[:k]
-    resume = reused[-1].start - offset + len(reused[-1].messages) if reused else 0
-    turns = reused + tuple(group_turns(messages[resume:], offset=offset + resume))
-    cache.put("grouping", key, (messages, turns))
+    resume = reused[-1].start - offset + len(reused[-1].messages) if reused else lo
+    turns = reused + tuple(group_turns(messages[resume:hi], offset=offset + resume))
+    cache.put("grouping", key, (messages, hi, turns))
+    if reused:  # the turns regrouped may equal the last call's: the exact shared prefix, from the few at the end
+        k = len(reused)
+        note_prefix(old_turns, turns, k + _shared_prefix(old_turns[k:], turns[k:]), cache)
     return turns
 
 
@@ -128,10 +137,15 @@ def _carried(cache: PackCache | None, kind: Hashable, items: tuple) -> "tuple[in
 
 def mapped(kind: Hashable, items: Sequence, fn: Callable[[Any], Any], cache: PackCache | None) -> tuple:
     """`tuple(fn(x) for x in items)` for a pure `fn` (`kind` names it and its parameters), reusing the
-    results of the last call whose items began with the same object: a call then maps what is new."""
+    results of the last call whose items began with the same object: a call then maps what is new.
+    When `fn` gives back every item itself, the result is `items` (equal, and no history-sized copy)."""
     items, kind = tuple(items), ("mapped", kind)
-    same, old, _ = _carried(cache, kind, items)
-    out = (old[:same] if same else ()) + tuple(fn(x) for x in items[same:])
+    same, old, old_items = _carried(cache, kind, items)
+    fresh = tuple(fn(x) for x in items[same:])
+    if (not same or old is old_items) and all(map(is_, fresh, items[same:])):
+        out = items  # the pass left every item as it was (e.g. no orphan to repair): shared, not copied
+    else:
+        out = (old[:same] if same else ()) + fresh
     if cache is not None and items:
         cache.put("carried", (kind, id(items[0])), (items, out))  # holds the items: their ids stay theirs
         if same and same == len(old):  # a pass over the results need not compare them again
@@ -199,10 +213,17 @@ def inputs_digest(inputs: PackInputs, cache: PackCache | None) -> str:
     text, marker = canonical_json(data), canonical_json(_TIMES)
     if text.count(marker) != 1:  # the stand-in is in the inputs' own text: no shortcut
         return inputs.digest
-    times = extended("times_json", tuple(inputs.message_times), lambda: b"",
-                      lambda old, more: old + "".join("," + canonical_json(t) for t in more).encode(), cache)
+    times = extended("times_json", tuple(inputs.message_times), bytearray, _times_json, cache)
     before, after = text.split(marker)
     hasher = hashlib.sha256(f"{request_checksum(inputs.request, cache)}{before}[".encode())
-    hasher.update(memoryview(times)[1:])  # hashed in pieces: the history's times are not copied again
+    hasher.update(times)  # hashed in pieces: the history's times are not copied again
     hasher.update(f"]{after}".encode())
     return hasher.hexdigest()
+
+
+def _times_json(text: bytearray, more: tuple) -> bytearray:
+    """The times' JSON items so far, comma-separated, then `more`'s: grown in place, never copied (only
+    the entry that carries it holds it)."""
+    if more:
+        text += ("," if text else "").encode() + ",".join(map(canonical_json, more)).encode()
+    return text

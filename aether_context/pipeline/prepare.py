@@ -79,4 +79,6 @@ def prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting, 
     originals = TurnsByStart(tuple(turns))
     turns, cuts = bounded_turns(tuple(turns), profile.conversation.max_turn_tokens, counter, cache=cache)
     events.extend(cuts)
-    return Prepared(conv, turns[:n_hist], turns[n_hist:], pruned, originals, tuple(events))
+    prepared = Prepared(conv, turns[:n_hist], turns[n_hist:], pruned, originals, tuple(events))
+    prepared.__dict__["turns"] = turns  # `Prepared.turns` as it is already joined, not a third copy of the history
+    return prepared

@@ -42,7 +42,7 @@ class Retriever:
         self._indexes: OrderedDict[tuple[str, str], HybridIndex] = OrderedDict()
         self._max = max_indexes
         # per index: the pool it was last synced to (a call whose pool only grew adds the new documents alone)
-        self._pools: dict[int, tuple[HybridIndex, list[Document]]] = {}
+        self._pools: dict[int, tuple[HybridIndex, tuple[Document, ...]]] = {}
 
     def available(self) -> bool:
         """False when the embedder cannot run here (the light install): ranking is lexical for good."""
@@ -89,18 +89,17 @@ class Retriever:
             self._warming.join(timeout)
         return self.ready()
 
-    def _appended(self, index: HybridIndex, documents: "Sequence[Document]") -> "list[Document] | None":
+    def _appended(self, index: HybridIndex, documents: "tuple[Document, ...]") -> "tuple[Document, ...] | None":
         """The documents after the previous pool of `index`, when `documents` starts with that whole
         pool (the same documents, in order): a call then adds only what is new. None otherwise."""
         held = self._pools.get(id(index))
         if held is None or held[0] is not index or len(held[1]) > len(documents):
             return None
-        head = documents[:len(held[1])]  # a list's slice is a list; any other sequence's is made one
-        if (head if isinstance(head, list) else list(head)) != held[1]:  # one C-level pass, identity first
+        if documents[:len(held[1])] != held[1]:  # one C-level pass, identity first (the same pool: itself)
             return None
-        return list(documents[len(held[1]):])
+        return documents[len(held[1]):]
 
-    def _unchanged(self, index: HybridIndex, documents: "list[Document]", wanted: "set[str]") -> int:
+    def _unchanged(self, index: HybridIndex, documents: "tuple[Document, ...]", wanted: "set[str]") -> int:
         """How many leading documents of the pool are those of the previous pool of `index` (the same
         objects, in order: an equal document may carry other metadata): once the stale ones are gone,
         adding them again changes nothing, so a pool that changed near its end (a compaction rebuilds the
@@ -148,7 +147,7 @@ class Retriever:
             dense = False
         with bounded_threads(self.settings.embedding_threads):
             index = self._index(namespace, layer)
-            documents = list(documents)
+            documents = tuple(documents)  # a tuple given (the Memory pool carried from the last call) is not copied
             with index._lock:  # the pool recorded is the pool the index holds, whatever other threads do
                 fresh = self._appended(index, documents)
                 if fresh is None:  # not the previous pool plus new documents: sync the whole pool

@@ -100,7 +100,7 @@ def split_conversation(inputs: PackInputs, cache: PackCache | None = None) -> Co
         out: tuple[Turn, ...] = ()
         for cut in [k for k in skip if lo <= k < hi] + [hi]:
             if cut > lo:
-                out += grouped_turns(msgs[lo:cut], offset=lo, cache=cache)
+                out += grouped_turns(msgs, 0, cache, span=(lo, cut))
             lo = cut + 1
         return out
 
@@ -280,10 +280,11 @@ def _namespace(inputs: PackInputs) -> str:
 
 
 def _memory_documents(inputs: PackInputs, compacted: "tuple[Turn, ...]", counter: TokenCounting,
-                      cache: PackCache | None) -> list[Document]:
-    """Memory's pool: the remembered facts, then every compacted turn."""
-    mem_docs = [Document(m.id, m.text, m.source, m.timestamp) for m in inputs.memory]
-    return [*mem_docs, *history_documents(compacted, inputs.message_times, counter.count_text, cache)]
+                      cache: PackCache | None) -> tuple[Document, ...]:
+    """Memory's pool: the remembered facts, then every compacted turn (the turns' documents carried from
+    the last call are the same tuple: without facts, the pool is that tuple, not a copy of it)."""
+    mem_docs = tuple(Document(m.id, m.text, m.source, m.timestamp) for m in inputs.memory)
+    return mem_docs + history_documents(compacted, inputs.message_times, counter.count_text, cache)
 
 
 def _verbatim(conv: Conversation, kept: "tuple[Turn, ...]") -> list[str]:
@@ -294,7 +295,7 @@ def _verbatim(conv: Conversation, kept: "tuple[Turn, ...]") -> list[str]:
     return verbatim
 
 
-def _rank_memory(inputs: PackInputs, profile: BudgetProfile, retriever: Retriever, mem_docs: "list[Document]",
+def _rank_memory(inputs: PackInputs, profile: BudgetProfile, retriever: Retriever, mem_docs: "tuple[Document, ...]",
                  verbatim: "list[str]", pool: int | None = None, *, now: float | None) -> RetrievalResult:
     """Memory ranked for the request, above the relevance floor; nothing that is verbatim or Evidence."""
     result = retriever.rank(_namespace(inputs), "memory", query_text(inputs), mem_docs,
@@ -332,7 +333,7 @@ def widen_memory(inputs: PackInputs, profile: BudgetProfile, cands: Candidates, 
     return replace(cands, memory=tuple(memory), unselected={**cands.unselected, "memory": unselected})
 
 
-def _unselected_memory(inputs: PackInputs, mem_docs: "list[Document]", shown: "set[str]") -> "tuple[str, ...]":
+def _unselected_memory(inputs: PackInputs, mem_docs: "tuple[Document, ...]", shown: "set[str]") -> "tuple[str, ...]":
     """The remembered facts Memory left out (the pool's compacted turns come after them: only these are read)."""
     return tuple(d.id for d in mem_docs[:len(inputs.memory)] if d.source != "history" and d.id not in shown)
 
