@@ -17,6 +17,7 @@ from bisect import bisect_left
 
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
+from .build import rehearse_compaction
 from .cache import PackCache
 from .collect import PackInputs, PackState, turn_start
 from .conversation import compacted_reader, verbatim_zone
@@ -31,10 +32,11 @@ __all__ = ["warm_ahead"]
 
 
 def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, counter: TokenCounting,
-               retriever: Retriever, cache: PackCache) -> int:
+               retriever: Retriever, cache: PackCache, window: int | None = None) -> int:
     """Mask, extract the values of, fold and embed the documents of the turns `state` left verbatim (the
     pack built from `inputs`), and the newest compacted turn's document as the next compaction reads
-    it; returns how many turns were read."""
+    it; then rehearse the compaction the next call would make (`build.rehearse_compaction`, for the
+    packer's `window`); returns how many turns were read."""
     with masking(profile.redaction):
         prepared = prepare(inputs, profile, counter, cache)
         zone = verbatim_zone(state, inputs.request.messages)
@@ -47,17 +49,16 @@ def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, 
             line = fold_turn(turn, reader.uris, counter, cache=cache)  # as `decay_zones` folds, counts and quotes it
             counter.count_text(line)
             quote(f"- {line}")
-    if retriever.ready():
-        # each kept turn's document as a compaction will build it (kept in `cache`, where the compaction
-        # looks it up): with the turn after it, and without it (the newest turn a compaction moves); and
-        # the newest compacted turn's with the turn after it, which it reads once that turn moves too
-        # (`kept` leads with the pinned requests, which may sit at the start of a long history: they are
-        # added by position, the tail from the newest compacted turn on)
-        turns = prepared.turns
-        tail = max(0, bisect_left(turns, zone.through, key=turn_start) - 1)
-        pinned = {bisect_left(turns, p, 0, tail, key=turn_start) for p in zone.pinned}
-        rows = sorted({i for i in pinned if i < tail and turns[i].start in zone.pinned} | set(range(tail, len(turns))))
-        retriever.cache.rows([history_document(turns, i, inputs.message_times, counter.count_text, cache,
-                                               following=following).search_text
-                              for i in rows for following in (True, False)])
+    # each kept turn's document as a compaction will build it (kept in `cache`, where the compaction looks it
+    # up), analysed and embedded for the index (`Retriever.ahead`): with the turn after it, and without it (the
+    # newest turn a compaction moves); and the newest compacted turn's with the turn after it, which it reads
+    # once that turn moves too (`kept` leads with the pinned requests, which may sit at the start of a long
+    # history: they are added by position, the tail from the newest compacted turn on)
+    turns = prepared.turns
+    tail = max(0, bisect_left(turns, zone.through, key=turn_start) - 1)
+    pinned = {bisect_left(turns, p, 0, tail, key=turn_start) for p in zone.pinned}
+    rows = sorted({i for i in pinned if i < tail and turns[i].start in zone.pinned} | set(range(tail, len(turns))))
+    retriever.ahead(history_document(turns, i, inputs.message_times, counter.count_text, cache, following=following)
+                    for i in rows for following in (True, False))
+    rehearse_compaction(inputs, state, profile, counter=counter, retriever=retriever, cache=cache, window=window)
     return len(kept)
