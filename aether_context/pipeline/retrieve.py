@@ -104,11 +104,17 @@ class Retriever:
 
     def _sync(self, index: HybridIndex, documents: "list[Document]") -> "tuple[list[Document], bool]":
         """Bring `index` to the pool `documents`: drop the ids no longer in it; returns the documents to add
-        and whether the pool's ids are unique. When the last pool of `index` had unique ids, the leading
-        documents that are its own objects (in order) are what it holds already, so only its tail is read:
-        a pool that grew adds its new documents, one that changed near its end (a compaction rebuilds the
-        last compacted turn's document) drops and adds its tail alone. Otherwise the whole pool is synced."""
+        and whether the pool's ids are unique. A pool that is the last pool of `index` plus new documents adds
+        those. When the last pool had unique ids, the leading documents that are its own objects (in order)
+        are what it holds already, so only the tail is read: a pool that changed near its end (a compaction
+        rebuilds the last compacted turn's document) drops and adds its tail alone. Otherwise the whole pool
+        is synced."""
         held = self._pools.get(id(index))
+        if held is not None and held[0] is index and len(held[1]) <= len(documents) \
+                and documents[:len(held[1])] == held[1]:  # the last pool, grown (one C-level pass, identity first)
+            fresh = documents[len(held[1]):]
+            ids = {d.id for d in fresh}
+            return fresh, held[2] and len(ids) == len(fresh) and not any(i in index for i in ids)
         if held is not None and held[0] is index and held[2]:
             old = held[1]  # alive, as `documents` are: the same id() is the same object
             same = shared_prefix(list(map(id, old)), list(map(id, documents)))
