@@ -2,13 +2,16 @@
 
 A compaction reads the turns it moves out of the verbatim zone: their secrets masked, the values
 they carried (KNOWN VALUES), their fold lines (counted, and quoted as the block shows them) and,
-once they are Memory candidates, their retrieval documents' embeddings. Done at the compaction,
-that is a burst (a tool loop's compaction embedded and scanned three or four large turns at once,
-ten times a normal call). Every one of those results is kept by content (the `PackCache`, the
-counter's and `quote`'s caches, the retriever's embedding cache), so computing them for the turns
-still verbatim, after a call's request has gone out, leaves the compaction only lookups.
+once they are Memory candidates, their retrieval documents' BM25 analysis and embeddings. Done at the
+compaction, that is a burst (a tool loop's compaction embedded and scanned three or four large turns at
+once, ten times a normal call). Every one of those results is kept by content (the `PackCache`, the
+counter's and `quote`'s caches, the retriever's embedding cache and its analyzer), so computing them for
+the turns still verbatim, after a call's request has gone out, leaves the compaction only lookups. Then
+the compaction the next call would make on this history is rehearsed: its value merge is the one the
+next compaction merges from.
 
-`warm_ahead` never changes a pack: it only fills caches whose hits equal their misses.
+`warm_ahead` never changes a pack: it only fills caches whose hits equal their misses, and leaves a
+merge from which the next one gives the same result as from any other.
 """
 
 from __future__ import annotations
@@ -33,9 +36,9 @@ __all__ = ["warm_ahead"]
 
 def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, counter: TokenCounting,
                retriever: Retriever, cache: PackCache, window: int | None = None) -> int:
-    """Mask, extract the values of, fold and embed the documents of the turns `state` left verbatim (the
-    pack built from `inputs`), and the newest compacted turn's document as the next compaction reads
-    it; then rehearse the compaction the next call would make (`build.rehearse_compaction`, for the
+    """Mask, extract the values of, fold, and analyse and embed the documents of the turns `state` left
+    verbatim (the pack built from `inputs`), and the newest compacted turn's document as the next compaction
+    reads it; then rehearse the compaction the next call would make (`build.rehearse_compaction`, for the
     packer's `window`); returns how many turns were read."""
     with masking(profile.redaction):
         prepared = prepare(inputs, profile, counter, cache)
