@@ -344,7 +344,11 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
    38.9, 10.9, 2.92; 35.7 / 42.8, 9.8, 4.03 → 31.9 / 38.1, 10.3, 3.26; 39.1 / 55.6, 10.5, 4.03 → 35.2 / 42.6, 11.0,
    3.08; 39.1 / 48.8, 10.8, 3.88 → 31.7 / 36.7, 9.6, 3.62 ms (the first three pairs before the last commit, whose
    sync built id lists of the whole pool on ordinary calls too: their select stage 1.9 → 2.5 ms at 10,000 events,
-   which raised their p50; the last pair has it, 2.2 → 1.7 ms). The p95 ÷ p50 ≤ 3 target still fails. Tried and
+   which raised their p50; the last pair has it, 2.2 → 1.7 ms). This benchmark, base and this back to back on the
+   same CPU (load average 2.5 and 3.2 at start): tool loop pack p50 / p95 8.1 / 35.3 → 7.7 / 27.2 ms at 1,000
+   events (p95 ÷ p50 4.4 → 3.5) and 11.8 / 44.5 → 11.5 / 42.4 ms at 10,000 (3.8 → 3.7); the work ahead, reported
+   apart, 46.1 → 59.3 and 61.8 → 76.3 ms p50 (the rehearsal); chat p50 29.5 → 27.6 and 30.4 → 28.2 ms. The
+   p95 ÷ p50 ≤ 3 target still fails. Tried and
    dropped: walking the merge by runs of 16 sources checked at once (replayed on the merges of a 10,000-event run:
    no gain; the values the new turns' sources keep touch 60–90% of the runs), gathering the kept values only up to
    the last source merged again, a lazy merge that stops where the render stops (the render reads 45 of 480 sets
