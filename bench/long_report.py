@@ -351,6 +351,44 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
    themselves (a tuple each, the request's own), the outputs' keys and sizes per turn and pruning's turns, the
    times' JSON hashed whole into `inputs_digest` each call (about 0.1 ms at 10,000 events under cProfile;
    carrying its hash state would change every pack id), and the failure view.
+28. **A compaction call's work the call before could do, its pool synced by every id, its block counted twice
+   and masked by every secret pattern at every position** (cProfile of the tool loop's compaction calls alone and
+   per-function CPU timers, 1,000 and 10,000 events, 30 calls; medians per compaction call): the documents a
+   compaction adds to Memory's index were analysed for BM25 on the request's path (`LexicalIndex.add` 1.1 ms at
+   1,000 events, 0.8 at 10,000); the work ahead now analyses them with their embeddings (`Retriever.ahead`, the
+   analyzer keeping each text until it is read once): 0.5 ms. The retriever re-synced a changed pool by a set of
+   every id and a list of every id the index holds (about 2.5 ms at 10,000 events); when the last pool's ids were
+   unique only its tail past the last pool's own documents is read (`Retriever._sync`; Memory's ranking 7.1 → 5.6
+   ms at 10,000). The block of a compaction inside the tool loop was counted without its FAILURES SO FAR section,
+   then again with it (`conversation_tokens` 1.1 and 1.7 ms); the section is now added before its one count
+   (`compact(follows=)`: 0.7 and 1.2 ms). The block's new parts (its KNOWN VALUES and summary, about 2.7 KB each)
+   were masked by 12 secret patterns, 7 of which open with a lookbehind or a word boundary and so are tried at
+   every position; each names the literals a match holds and skips a text holding none (`redact`, 1.14 → 0.46 ms
+   a text). And after each call the work ahead rehearses the compaction the next call of the invocation would make
+   on the same history (`build.rehearse_compaction`): the next compaction merges its values from that rehearsal
+   (`merged_values` 5.6 → 4.9 ms at 1,000 events, 5.8 → 4.4 at 10,000; it costs the work ahead 4–13 ms). Requests
+   byte-identical (120 long-session checksums; the work ahead off and its cache emptied before every call are
+   tested). Paired driver runs on the shared CPU (load average 3), base and this back to back, tool loop, compaction
+   calls' median / max, ordinary calls' p50 and the p95 ÷ p50 of all calls: 1,000 events 23.7 / 30.8, 6.0, 3.96 →
+   23.1 / 29.6, 6.5, 3.61; 30.1 / 36.5, 7.7, 3.90 → 22.8 / 28.0, 6.2, 3.99; 27.7 / 39.5, 7.2, 3.92 → 25.5 / 41.2,
+   8.1, 3.62; 32.3 / 38.9, 8.7, 3.90 → 25.5 / 34.0, 7.4, 3.53 ms; 10,000 events 33.5 / 40.2, 9.0, 3.73 → 34.0 /
+   38.9, 10.9, 2.92; 35.7 / 42.8, 9.8, 4.03 → 31.9 / 38.1, 10.3, 3.26; 39.1 / 55.6, 10.5, 4.03 → 35.2 / 42.6, 11.0,
+   3.08; 39.1 / 48.8, 10.8, 3.88 → 31.7 / 36.7, 9.6, 3.62 ms (the first three pairs before the last commit, whose
+   sync built id lists of the whole pool on ordinary calls too: their select stage 1.9 → 2.5 ms at 10,000 events,
+   which raised their p50; the last pair has it, 2.2 → 1.7 ms). This benchmark, base and this back to back on the
+   same CPU (load average 2.5 and 3.2 at start): tool loop pack p50 / p95 8.1 / 35.3 → 7.7 / 27.2 ms at 1,000
+   events (p95 ÷ p50 4.4 → 3.5) and 11.8 / 44.5 → 11.5 / 42.4 ms at 10,000 (3.8 → 3.7); the work ahead, reported
+   apart, 46.1 → 59.3 and 61.8 → 76.3 ms p50 (the rehearsal); chat p50 29.5 → 27.6 and 30.4 → 28.2 ms. The
+   p95 ÷ p50 ≤ 3 target still fails. Tried and
+   dropped: walking the merge by runs of 16 sources checked at once (replayed on the merges of a 10,000-event run:
+   no gain; the values the new turns' sources keep touch 60–90% of the runs), gathering the kept values only up to
+   the last source merged again, a lazy merge that stops where the render stops (the render reads 45 of 480 sets
+   in 3 of 9 merges, nearly all of them in the others: the calls' labels take the last room), and keeping each
+   source's field ranks across renders (0.2 ms a render by identity; by content the hashing cost more). What a
+   compaction call still pays beside an ordinary call's 6–9 ms: the merge's walk of about 676 sources (3.5 ms a
+   merge replayed alone, up to two merges), Memory's search of the changed pool (3.3–3.8 ms), the render of KNOWN
+   VALUES (1.6–3.4 ms), the block's summary and fold lines (1.2–2.6 ms), counting the new block once (0.7–1.2 ms)
+   and young-generation collections (0.6–1.5 ms).
 
 Still proportional to the history (measured above): the retrieval pool itself (every compacted turn stays
 searchable: BM25 postings and one matrix-vector product over it) and a few C-speed passes under 1 ms at 10,000

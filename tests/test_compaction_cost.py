@@ -42,6 +42,13 @@ class CarryCache(PackCache):
         super().__init__()
         self.carried: list[bool] = []
         self.folded: list[int] = []
+        self.carried_from: list[tuple[int, str]] = []  # (call, thread that left the carry a pack found)
+        self._put_by: dict = {}
+
+    def put(self, kind, key, value):  # type: ignore[no-untyped-def]
+        if kind == "carried":
+            self._put_by[key] = threading.current_thread().name
+        super().put(kind, key, value)
 
     def get(self, kind, key, compute):  # type: ignore[no-untyped-def]
         if kind == "fold_line" and threading.current_thread().name.startswith("aether-pack") \
@@ -53,6 +60,8 @@ class CarryCache(PackCache):
         value = super().lookup(kind, key)
         if kind == "carried" and key[0] == "known_values":
             self.carried.append(value is not None)
+            if value is not None and threading.current_thread().name.startswith("aether-pack"):
+                self.carried_from.append((CALL[0] + 1, self._put_by.get(key, "")))
         return value
 
 
@@ -118,3 +127,42 @@ async def test_a_compaction_folds_no_turn_the_work_ahead_could(memory_store_url)
     control = CarryCache()  # the recorder sees the pack thread: emptied before every call, each compaction folds there
     await _run(f"{memory_store_url}/folds-cold", cold=True, cache=control)
     assert set(compacting) <= set(control.folded), control.folded
+
+
+async def test_a_compaction_merges_from_the_rehearsal_of_the_work_ahead(memory_store_url):
+    """After each call the work ahead rehearses the compaction the next call would make on the same history
+    (`build.rehearse_compaction`): a compaction after the first merges its values from that rehearsal, not
+    from the last real compaction (and sends what a cold cache sends: the test above)."""
+    cache = CarryCache()
+    _, manifests = await _run(f"{memory_store_url}/rehearsed", cold=False, cache=cache)
+    compacting = [k for k, m in enumerate(manifests) if m.compaction]
+    assert len(compacting) >= 3
+    found = {k: who for k, who in cache.carried_from if k in compacting[1:]}
+    assert found and all(who.startswith("aether-ahead") for who in found.values()), (found, compacting)
+
+
+async def test_a_compaction_analyses_no_document_the_work_ahead_could(memory_store_url, monkeypatch):
+    """The documents a compaction adds to Memory's index were analysed for BM25 by the work ahead
+    (`Retriever.ahead`): a compaction after the first analyses its question on the request's path, not
+    the documents' texts and contexts (which it does when the work ahead does not analyse them)."""
+    from aether_context.pipeline.retrieve import Retriever
+    from aether_context.retrieval.analyzer import Analyzer
+
+    analysed: list[tuple[int, str]] = []
+    analyse = Analyzer.analyse
+
+    def recording(self, text):  # type: ignore[no-untyped-def]
+        if threading.current_thread().name.startswith("aether-pack"):
+            analysed.append((CALL[0] + 1, text))
+        return analyse(self, text)
+    monkeypatch.setattr(Analyzer, "analyse", recording)
+    per_call = {}
+    for ahead in (True, False):
+        if not ahead:  # the control: documents are embedded ahead, not analysed
+            monkeypatch.setattr(Retriever, "ahead", lambda self, docs: self.cache.rows([d.search_text for d in docs]))
+        analysed.clear()
+        _, manifests = await _run(f"{memory_store_url}/analysed-{ahead}", cold=False)
+        later = [k for k, m in enumerate(manifests) if m.compaction][1:]
+        assert len(later) >= 2
+        per_call[ahead] = [sum(1 for c, _ in analysed if c == k) for k in later]
+    assert max(per_call[True]) <= 1 and min(per_call[False]) > 1, per_call

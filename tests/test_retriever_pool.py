@@ -62,3 +62,21 @@ def test_a_pool_changed_near_its_end_adds_its_tail_alone():
     pool = pool[:-1] + [_doc(rng, 49), _doc(rng, 50), _doc(rng, 51)]
     assert _ranked(retriever, pool) == _ranked(Retriever(embedder=HashingEmbedder()), pool)
     assert given == [3]
+
+
+def test_a_pool_changed_near_its_end_is_synced_from_its_tail():
+    """The last document rebuilt and one new: the ids to drop are found among the last pool's tail, not by
+    listing every id the index holds (a 10,000-event session's pool is thousands of compacted turns)."""
+    rng = random.Random(7)
+    retriever, fresh = Retriever(embedder=HashingEmbedder()), Retriever(embedder=HashingEmbedder())
+    pool = [_doc(rng, k) for k in range(60)]
+    _ranked(retriever, pool)
+    index = retriever._indexes[("app/u/s/agent", "memory")]
+
+    def listed():  # type: ignore[no-untyped-def]
+        raise AssertionError("the whole pool was listed")
+    index.ids = listed  # type: ignore[method-assign]
+    pool = pool[:-1] + [Document(pool[-1].id, pool[-1].text + " refund", "history", pool[-1].timestamp), _doc(rng, 60)]
+    assert _ranked(retriever, pool) == _ranked(fresh, pool)
+    pool = pool[:-3] + [_doc(rng, 61)]  # documents gone from the tail are dropped
+    assert _ranked(retriever, pool) == _ranked(fresh, pool)

@@ -344,3 +344,31 @@ def test_blobs_are_compressed_and_checked(counter, tmp_path):
     victim.write_bytes(victim.read_bytes()[:-5])  # a cut compressed blob is corrupt, not silently short
     with pytest.raises(ManifestError, match="corrupt"):
         store.get_blob(victim.name)
+
+
+def test_a_rule_skips_texts_without_its_literal_and_masks_as_a_full_search_does():
+    """A secret shape whose pattern opens with a boundary is tried at every position of a text: a rule that
+    names the strings a match holds (`_Rule.needs`) skips a text holding none, with the same result as
+    searching it (each shape, JSON-escaped and at a line start, and texts with only a near miss)."""
+    import random
+
+    from aether_context.redact import _RULES, _apply
+
+    rng = random.Random(3)
+    secrets = ["sk-ant-api03-" + "a1B2" * 8, "sk-proj-" + "Zz9_" * 7, "AIza" + "Sy0_-" * 7, "AKIA" + "Q7" * 8,
+               "ghp_" + "x9" * 18, "github_pat_" + "A_" * 25, "xoxb-1234567890-abc", "https://hooks.slack.com/services/T0/B1/x",
+               "eyJhbGciOi.eyJzdWIiOiIx.c2lnbmF0dXJl", "sk-", "eyJ", "AKIA", "xox"]
+    filler_words = ["path=/tmp/x", "id=BK0042X", "\\n", "ok", "{\"a\": 1}", "\n", "  ", "token", "ask-me"]
+    texts = []
+    for _ in range(400):
+        words = [rng.choice(filler_words) for _ in range(rng.randint(0, 12))]
+        if rng.random() < 0.6:
+            words.insert(rng.randint(0, len(words)), rng.choice(["", "\\n", " "]) + rng.choice(secrets))
+        texts.append(rng.choice(["", " ", "\n"]).join(words))
+    checked = [r for r in _RULES if r.needs]
+    assert len(checked) >= 7
+    for rule in checked:
+        searched = replace(rule, needs=())
+        for text in texts:
+            assert _apply(rule, text) == _apply(searched, text), (rule.kind, text)
+    assert any(_apply(r, t)[1] for r in checked for t in texts)  # the texts do hold secrets

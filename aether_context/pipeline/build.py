@@ -37,7 +37,7 @@ from .select import Candidates, frame_candidates, select, widen_memory
 from .status import FailureView, failure_view
 from .timing import StageTimes
 
-__all__ = ["ContextPack", "build_pack", "request_tokens", "StageTimes"]
+__all__ = ["ContextPack", "build_pack", "rehearse_compaction", "request_tokens", "StageTimes"]
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,31 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
     return ContextPack(request=recital.request, manifest=out.manifest, state=out.state, inputs=inputs)
 
 
+def rehearse_compaction(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, counter: TokenCounting,
+                        retriever: Retriever, cache: PackCache, window: int | None = None) -> bool:
+    """Work ahead: the compaction the next call of this invocation would make on this call's history (the
+    call its state is read by, keeping its payload), for what it leaves in `cache` and the counter's cache
+    only: the value merge the next compaction merges from, the counts of the lines it renders and of the
+    summary's items. The next call, one turn longer, merges again what that turn changed (`merged_values`
+    gives the same result from any earlier merge), so its request is the same with or without this.
+    Returns whether a compaction was rehearsed."""
+    summary = state.summary if state.merged_lines else inputs.summary  # what the next call reads
+    nxt = replace(inputs, previous=state, summary=summary, compact=False)
+    with masking(profile.redaction):
+        prepared = prepare(nxt, profile, counter, cache)
+        zone = verbatim_zone(state, nxt.request.messages)
+        frozen = _frozen_payload(nxt, profile, zone)
+        if frozen is None or not zone.kept(prepared.turns):
+            return False
+        model_window = context_window(nxt.request.model, window if window is not None else profile.window_tokens)
+        failure_log = failure_view(nxt, profile, counter)
+        call = Call(nxt, profile, int(model_window / max(0.5, nxt.calibration)), counter, retriever, cache,
+                    failures_to_show(failure_log, zone.kept(prepared.turns)), failure_log)
+        cands = frame_candidates(nxt, prepared.conversation)
+        kept = conversation_tokens(prepared, zone, counter)
+        return _compact(call, prepared, zone, cands, frozen, "rehearsed", kept) is not None
+
+
 def _plan(call: Call, prepared: Prepared, plain: Prepared, zone: Verbatim, stage) -> Plan:
     """Select for the previous call's zone; when the kept turns exceed their room, compact once and
     select again for the new zone (compacted turns become Memory candidates).
@@ -190,9 +215,6 @@ def _plan(call: Call, prepared: Prepared, plain: Prepared, zone: Verbatim, stage
         return Plan(zone, frozen, ranked_here(kept_at), space, None, call.failures, prepared, changed)
     zone = compaction.zone
     failures = failures_to_show(call.failure_log, zone.kept(prepared.turns))
-    if held is not None and failures:  # the held payload shows the failures it was built with: the
-        zone = replace(zone, block=zone.block + "\n" + failures_section(failures))  # block shows them now
-        compaction = replace(compaction, zone=zone, tokens_after=conversation_tokens(prepared, zone, counter))
     cands = _select(call, prepared, zone, kept_at if held is not None else now)
     space = room(inputs, profile, call.window, cands, zone, held, failures, counter)
     return Plan(zone, held, cands, space, compaction, failures, prepared)
@@ -227,9 +249,12 @@ def _compact(call: Call, prepared: Prepared, zone: Verbatim, cands: Candidates, 
     inputs, profile, counter = call.inputs, call.profile, call.counter
     cap = room(inputs, profile, call.window, cands, zone, held, call.failures, counter,
                memory_wanted=held is None).conversation_cap
+    def follows(new: Verbatim) -> str:  # the held payload shows the failures it was built with: now the block does
+        failures = failures_to_show(call.failure_log, new.kept(prepared.turns))
+        return "\n" + failures_section(failures) if failures else ""
     return compact(inputs, profile, prepared, zone, target=int(cap * profile.conversation.compact_to),
                    ceiling=cap, reason=reason, tokens_before=kept, window=call.window, counter=counter,
-                   cache=call.cache, pinned_only=held is not None)
+                   cache=call.cache, pinned_only=held is not None, follows=follows if held is not None else None)
 
 
 def _select(call: Call, prepared: Prepared, zone: Verbatim, now: float) -> Candidates:

@@ -164,9 +164,11 @@ _VALUES_CLAIM = 0.25  # of the compaction target: what values that need more tha
 
 def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone: Verbatim, *, target: int,
             ceiling: int, reason: str, tokens_before: int, window: int, counter: TokenCounting,
-            cache: PackCache | None = None, pinned_only: bool = False) -> Compaction | None:
+            cache: PackCache | None = None, pinned_only: bool = False,
+            follows: Callable[[Verbatim], str] | None = None) -> Compaction | None:
     """One compaction: the oldest turns leave the verbatim zone, in one step, down to `target`; with
     `pinned_only`, None (no block is built) when the cut does not pin this invocation's request.
+    `follows` gives what the block ends with in the new zone ("" or "\n" and a section): it is counted once.
 
     The block takes its parts by need, in the order a later call needs them: the pinned opening
     request, then KNOWN VALUES (an id read long ago is what a later call types back: values are
@@ -215,7 +217,8 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
         tuple(map(reader.read, compacted[bisect_right(compacted, summary.covered_until, key=turn_start):])),
         summary, opening=opening, uris=reader.uris, values=values, counter=counter, cache=cache,
         goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=caps.fold, summary_max_tokens=caps.summary)
-    new = replace(new, block=block.text, pins_opening=bool(opening), values_tokens=used)
+    new = replace(new, block=block.text + (follows(new) if follows is not None else ""), pins_opening=bool(opening),
+                  values_tokens=used)
     folded = tuple(t.start for t in zone.kept(turns) if not new.keeps(t))
     return Compaction(new, reason, folded, tokens_before, conversation_tokens(prepared, new, counter), block.summary,
                       block.merged_lines)

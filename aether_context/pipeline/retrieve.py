@@ -19,6 +19,7 @@ from collections import OrderedDict
 from typing import Callable, Iterable, Sequence
 
 from ..retrieval import Document, EmbeddingCache, HybridIndex, RetrievalResult, RetrievalSettings
+from ..retrieval.analyzer import STOP_WORDS, Analyzer
 from ..retrieval.embeddings import Embedder, SentenceTransformerEmbedder
 from ..retrieval.threads import bounded_threads
 from .incremental import shared_prefix
@@ -37,12 +38,14 @@ class Retriever:
         s = self.settings
         embedder = embedder or SentenceTransformerEmbedder.from_settings(s)
         self.cache = EmbeddingCache(embedder, url=s.embedding_cache_url)
+        # one analyzer for every index (as each would build it): the work ahead analyses for them (`ahead`)
+        self.analyzer = Analyzer(stop_words=STOP_WORDS if s.stop_words else frozenset(), stem=s.stem)
         self._warming: threading.Thread | None = None
         self._warm_lock = threading.Lock()
         self._indexes: OrderedDict[tuple[str, str], HybridIndex] = OrderedDict()
         self._max = max_indexes
-        # per index: the pool it was last synced to (a call whose pool only grew adds the new documents alone)
-        self._pools: dict[int, tuple[HybridIndex, tuple[Document, ...]]] = {}
+        # per index: the pool it was last synced to, and whether its ids were unique (`_sync`)
+        self._pools: dict[int, tuple[HybridIndex, tuple[Document, ...], bool]] = {}
 
     def available(self) -> bool:
         """False when the embedder cannot run here (the light install): ranking is lexical for good."""
@@ -89,27 +92,58 @@ class Retriever:
             self._warming.join(timeout)
         return self.ready()
 
-    def _appended(self, index: HybridIndex, documents: "tuple[Document, ...]") -> "tuple[Document, ...] | None":
-        """The documents after the previous pool of `index`, when `documents` starts with that whole
-        pool (the same documents, in order): a call then adds only what is new. None otherwise."""
-        held = self._pools.get(id(index))
-        if held is None or held[0] is not index or len(held[1]) > len(documents):
-            return None
-        if documents[:len(held[1])] != held[1]:  # one C-level pass, identity first (the same pool: itself)
-            return None
-        return documents[len(held[1]):]
+    def ahead(self, documents: "Iterable[Document]") -> None:
+        """Work ahead: analyse, for BM25, documents a later call will likely add (their texts and
+        contexts, as `HybridIndex.add` reads them), and embed them (the cache keeps both by content)."""
+        documents = list(documents)
+        for doc in documents:
+            for text in (doc.text, doc.context) if doc.context else (doc.text,):
+                self.analyzer.ahead(text)
+        if self.ready():
+            self.cache.rows([doc.search_text for doc in documents])
 
-    def _unchanged(self, index: HybridIndex, documents: "tuple[Document, ...]", wanted: "set[str]") -> int:
+    def _sync(self, index: HybridIndex, documents: "tuple[Document, ...]") -> "tuple[tuple[Document, ...], bool]":
+        """Bring `index` to the pool `documents`: drop the ids no longer in it; returns the documents to add
+        and whether the pool's ids are unique. A pool that is the last pool of `index` plus new documents adds
+        those. When the last pool had unique ids, the leading documents that are its own objects (in order)
+        are what it holds already, so only the tail is read: a pool that changed near its end (a compaction
+        rebuilds the last compacted turn's document) drops and adds its tail alone. Otherwise the whole pool
+        is synced."""
+        held = self._pools.get(id(index))
+        if held is not None and held[0] is index and len(held[1]) <= len(documents) \
+                and documents[:len(held[1])] == held[1]:  # the last pool, grown (one C-level pass, identity first)
+            fresh = documents[len(held[1]):]
+            ids = {d.id for d in fresh}
+            return fresh, held[2] and len(ids) == len(fresh) and not any(i in index for i in ids)
+        if held is not None and held[0] is index and held[2]:
+            old = held[1]  # alive, as `documents` are: the same id() is the same object
+            same = shared_prefix(list(map(id, old)), list(map(id, documents)))
+            gone = {d.id for d in old[same:]}
+            fresh = documents[same:]
+            ids = {d.id for d in fresh}
+            if len(ids) == len(fresh) and not any(i in index and i not in gone for i in ids):
+                # in the order `index.ids()` lists them (by row): the index's sums then run as a full sync's do
+                stale = sorted((i for i in gone if i not in ids), key=index._row_of.__getitem__)
+                if stale:
+                    index.remove(stale)
+                return fresh, True
+        wanted = {d.id for d in documents}
+        stale = [d for d in index.ids() if d not in wanted]
+        if stale:
+            index.remove(stale)
+        unique = len(wanted) == len(documents)
+        return documents[self._unchanged(index, documents) if unique else 0:], unique
+
+    def _unchanged(self, index: HybridIndex, documents: "tuple[Document, ...]") -> int:
         """How many leading documents of the pool are those of the previous pool of `index` (the same
         objects, in order: an equal document may carry other metadata): once the stale ones are gone,
-        adding them again changes nothing, so a pool that changed near its end (a compaction rebuilds the
-        last compacted turn's document) adds its tail alone. Only when every id is unique, in both pools
-        (else the index may hold another version of one)."""
+        adding them again changes nothing. Only when every id is unique, in both pools (else the index
+        may hold another version of one)."""
         held = self._pools.get(id(index))
-        if held is None or held[0] is not index or len(wanted) != len(documents):
+        if held is None or held[0] is not index:
             return 0
-        old = held[1]  # alive, as `documents` are: the same id() is the same object
-        if len({d.id for d in old}) != len(old):
+        old = held[1]
+        if not held[2] and len({d.id for d in old}) != len(old):
             return 0
         return shared_prefix(list(map(id, old)), list(map(id, documents)))
 
@@ -117,7 +151,7 @@ class Retriever:
         key = (namespace, layer)
         index = self._indexes.get(key)
         if index is None:
-            index = HybridIndex(self.settings, cache=self.cache)
+            index = HybridIndex(self.settings, cache=self.cache, analyzer=self.analyzer)
             self._indexes[key] = index
             while len(self._indexes) > self._max:
                 self._pools.pop(id(self._indexes.popitem(last=False)[1]), None)
@@ -149,15 +183,9 @@ class Retriever:
             index = self._index(namespace, layer)
             documents = tuple(documents)  # a tuple given (the Memory pool carried from the last call) is not copied
             with index._lock:  # the pool recorded is the pool the index holds, whatever other threads do
-                fresh = self._appended(index, documents)
-                if fresh is None:  # not the previous pool plus new documents: sync the whole pool
-                    wanted = {d.id for d in documents}
-                    stale = [d for d in index.ids() if d not in wanted]
-                    if stale:
-                        index.remove(stale)
-                    fresh = documents[self._unchanged(index, documents, wanted):]
+                fresh, unique = self._sync(index, documents)
                 index.add(fresh, embed=dense)
-                self._pools[id(index)] = (index, documents)
+                self._pools[id(index)] = (index, documents, unique)
             if not documents or k < 1:
                 return RetrievalResult(query, (), {"retrieval_hit_rate": 0.0, "similarity": 0.0, "freshness": 0.0,
                                                    "selected": 0.0, "dense_off": float(not dense),

@@ -2,13 +2,16 @@
 
 A compaction reads the turns it moves out of the verbatim zone: their secrets masked, the values
 they carried (KNOWN VALUES), their fold lines (counted, and quoted as the block shows them) and,
-once they are Memory candidates, their retrieval documents' embeddings. Done at the compaction,
-that is a burst (a tool loop's compaction embedded and scanned three or four large turns at once,
-ten times a normal call). Every one of those results is kept by content (the `PackCache`, the
-counter's and `quote`'s caches, the retriever's embedding cache), so computing them for the turns
-still verbatim, after a call's request has gone out, leaves the compaction only lookups.
+once they are Memory candidates, their retrieval documents' BM25 analysis and embeddings. Done at the
+compaction, that is a burst (a tool loop's compaction embedded and scanned three or four large turns at
+once, ten times a normal call). Every one of those results is kept by content (the `PackCache`, the
+counter's and `quote`'s caches, the retriever's embedding cache and its analyzer), so computing them for
+the turns still verbatim, after a call's request has gone out, leaves the compaction only lookups. Then
+the compaction the next call would make on this history is rehearsed: its value merge is the one the
+next compaction merges from.
 
-`warm_ahead` never changes a pack: it only fills caches whose hits equal their misses.
+`warm_ahead` never changes a pack: it only fills caches whose hits equal their misses, and leaves a
+merge from which the next one gives the same result as from any other.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from bisect import bisect_left
 
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
+from .build import rehearse_compaction
 from .cache import PackCache
 from .collect import PackInputs, PackState, turn_start
 from .conversation import compacted_reader, verbatim_zone
@@ -31,10 +35,11 @@ __all__ = ["warm_ahead"]
 
 
 def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, counter: TokenCounting,
-               retriever: Retriever, cache: PackCache) -> int:
-    """Mask, extract the values of, fold and embed the documents of the turns `state` left verbatim (the
-    pack built from `inputs`), and the newest compacted turn's document as the next compaction reads
-    it; returns how many turns were read."""
+               retriever: Retriever, cache: PackCache, window: int | None = None) -> int:
+    """Mask, extract the values of, fold, and analyse and embed the documents of the turns `state` left
+    verbatim (the pack built from `inputs`), and the newest compacted turn's document as the next compaction
+    reads it; then rehearse the compaction the next call would make (`build.rehearse_compaction`, for the
+    packer's `window`); returns how many turns were read."""
     with masking(profile.redaction):
         prepared = prepare(inputs, profile, counter, cache)
         zone = verbatim_zone(state, inputs.request.messages)
@@ -47,17 +52,16 @@ def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, 
             line = fold_turn(turn, reader.uris, counter, cache=cache)  # as `decay_zones` folds, counts and quotes it
             counter.count_text(line)
             quote(f"- {line}")
-    if retriever.ready():
-        # each kept turn's document as a compaction will build it (kept in `cache`, where the compaction
-        # looks it up): with the turn after it, and without it (the newest turn a compaction moves); and
-        # the newest compacted turn's with the turn after it, which it reads once that turn moves too
-        # (`kept` leads with the pinned requests, which may sit at the start of a long history: they are
-        # added by position, the tail from the newest compacted turn on)
-        turns = prepared.turns
-        tail = max(0, bisect_left(turns, zone.through, key=turn_start) - 1)
-        pinned = {bisect_left(turns, p, 0, tail, key=turn_start) for p in zone.pinned}
-        rows = sorted({i for i in pinned if i < tail and turns[i].start in zone.pinned} | set(range(tail, len(turns))))
-        retriever.cache.rows([history_document(turns, i, inputs.message_times, counter.count_text, cache,
-                                               following=following).search_text
-                              for i in rows for following in (True, False)])
+    # each kept turn's document as a compaction will build it (kept in `cache`, where the compaction looks it
+    # up), analysed and embedded for the index (`Retriever.ahead`): with the turn after it, and without it (the
+    # newest turn a compaction moves); and the newest compacted turn's with the turn after it, which it reads
+    # once that turn moves too (`kept` leads with the pinned requests, which may sit at the start of a long
+    # history: they are added by position, the tail from the newest compacted turn on)
+    turns = prepared.turns
+    tail = max(0, bisect_left(turns, zone.through, key=turn_start) - 1)
+    pinned = {bisect_left(turns, p, 0, tail, key=turn_start) for p in zone.pinned}
+    rows = sorted({i for i in pinned if i < tail and turns[i].start in zone.pinned} | set(range(tail, len(turns))))
+    retriever.ahead(history_document(turns, i, inputs.message_times, counter.count_text, cache, following=following)
+                    for i in rows for following in (True, False))
+    rehearse_compaction(inputs, state, profile, counter=counter, retriever=retriever, cache=cache, window=window)
     return len(kept)

@@ -123,6 +123,7 @@ _STEM_LOCK = threading.Lock()
 _STEMS: dict[str, str] = {}
 _STEM_CACHE_MAX = 200_000
 _MEMO_MAX = 200_000
+_TEXTS_MAX = 4_096
 _STEMMER: list = []
 
 
@@ -169,8 +170,24 @@ class Analyzer:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_memo", {})  # word -> its terms: a vocabulary is far smaller than a corpus
+        object.__setattr__(self, "_texts", {})  # text -> its terms: what the work ahead analysed for an index
 
     def __call__(self, text: str) -> list[str]:
+        texts: dict[str, tuple[str, ...]] = self._texts  # type: ignore[attr-defined]
+        terms = texts.pop(text, None)  # read once: the index that asked keeps what it needs
+        return self.analyse(text) if terms is None else list(terms)
+
+    def ahead(self, text: str) -> None:
+        """Analyse `text` now and keep its terms until it is next analysed (a few thousand texts at most):
+        the work ahead analyses the documents a compaction will index while the model answers."""
+        texts: dict[str, tuple[str, ...]] = self._texts  # type: ignore[attr-defined]
+        if text not in texts:
+            if len(texts) >= _TEXTS_MAX:
+                texts.clear()
+            texts[text] = tuple(self.analyse(text))
+
+    def analyse(self, text: str) -> list[str]:
+        """The terms of `text`, read afresh (with the per-word memo)."""
         text = unicodedata.normalize("NFKC", text)
         if self.fold_accents:
             text = fold(text)
