@@ -364,11 +364,11 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
    (`compact(follows=)`: 0.7 and 1.2 ms). The block's new parts (its KNOWN VALUES and summary, about 2.7 KB each)
    were masked by 12 secret patterns, 7 of which open with a lookbehind or a word boundary and so are tried at
    every position; each names the literals a match holds and skips a text holding none (`redact`, 1.14 → 0.46 ms
-   a text). And after each call the work ahead rehearses the compaction the next call of the invocation would make
-   on the same history (`build.rehearse_compaction`): the next compaction merges its values from that rehearsal
-   (`merged_values` 5.6 → 4.9 ms at 1,000 events, 5.8 → 4.4 at 10,000; it costs the work ahead 4–13 ms). Requests
-   byte-identical (120 long-session checksums; the work ahead off and its cache emptied before every call are
-   tested). Paired driver runs on the shared CPU (load average 3), base and this back to back, tool loop, compaction
+   a text). Requests byte-identical (120 long-session checksums; the work ahead off and its cache emptied before
+   every call are tested). The figures below also had the work ahead rehearse, after each call, the compaction the
+   next call would make on the same history, so that the next compaction merged its values from it
+   (`merged_values` 5.6 → 4.9 ms at 1,000 events, 5.8 → 4.4 at 10,000); it cost the work ahead 4–13 ms at every
+   call for about 1 ms at every third, so it was dropped before the merge. Paired driver runs on the shared CPU (load average 3), base and this back to back, tool loop, compaction
    calls' median / max, ordinary calls' p50 and the p95 ÷ p50 of all calls: 1,000 events 23.7 / 30.8, 6.0, 3.96 →
    23.1 / 29.6, 6.5, 3.61; 30.1 / 36.5, 7.7, 3.90 → 22.8 / 28.0, 6.2, 3.99; 27.7 / 39.5, 7.2, 3.92 → 25.5 / 41.2,
    8.1, 3.62; 32.3 / 38.9, 8.7, 3.90 → 25.5 / 34.0, 7.4, 3.53 ms; 10,000 events 33.5 / 40.2, 9.0, 3.73 → 34.0 /
@@ -378,7 +378,7 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
    which raised their p50; the last pair has it, 2.2 → 1.7 ms). This benchmark, base and this back to back on the
    same CPU (load average 2.5 and 3.2 at start): tool loop pack p50 / p95 8.1 / 35.3 → 7.7 / 27.2 ms at 1,000
    events (p95 ÷ p50 4.4 → 3.5) and 11.8 / 44.5 → 11.5 / 42.4 ms at 10,000 (3.8 → 3.7); the work ahead, reported
-   apart, 46.1 → 59.3 and 61.8 → 76.3 ms p50 (the rehearsal); chat p50 29.5 → 27.6 and 30.4 → 28.2 ms. The
+   apart, 46.1 → 59.3 and 61.8 → 76.3 ms p50 (the rehearsal, since dropped); chat p50 29.5 → 27.6 and 30.4 → 28.2 ms. The
    p95 ÷ p50 ≤ 3 target still fails. Tried and
    dropped: walking the merge by runs of 16 sources checked at once (replayed on the merges of a 10,000-event run:
    no gain; the values the new turns' sources keep touch 60–90% of the runs), gathering the kept values only up to

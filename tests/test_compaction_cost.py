@@ -42,13 +42,6 @@ class CarryCache(PackCache):
         super().__init__()
         self.carried: list[bool] = []
         self.folded: list[int] = []
-        self.carried_from: list[tuple[int, str]] = []  # (call, thread that left the carry a pack found)
-        self._put_by: dict = {}
-
-    def put(self, kind, key, value):  # type: ignore[no-untyped-def]
-        if kind == "carried":
-            self._put_by[key] = threading.current_thread().name
-        super().put(kind, key, value)
 
     def get(self, kind, key, compute):  # type: ignore[no-untyped-def]
         if kind == "fold_line" and threading.current_thread().name.startswith("aether-pack") \
@@ -60,8 +53,6 @@ class CarryCache(PackCache):
         value = super().lookup(kind, key)
         if kind == "carried" and key[0] == "known_values":
             self.carried.append(value is not None)
-            if value is not None and threading.current_thread().name.startswith("aether-pack"):
-                self.carried_from.append((CALL[0] + 1, self._put_by.get(key, "")))
         return value
 
 
@@ -127,18 +118,6 @@ async def test_a_compaction_folds_no_turn_the_work_ahead_could(memory_store_url)
     control = CarryCache()  # the recorder sees the pack thread: emptied before every call, each compaction folds there
     await _run(f"{memory_store_url}/folds-cold", cold=True, cache=control)
     assert set(compacting) <= set(control.folded), control.folded
-
-
-async def test_a_compaction_merges_from_the_rehearsal_of_the_work_ahead(memory_store_url):
-    """After each call the work ahead rehearses the compaction the next call would make on the same history
-    (`build.rehearse_compaction`): a compaction after the first merges its values from that rehearsal, not
-    from the last real compaction (and sends what a cold cache sends: the test above)."""
-    cache = CarryCache()
-    _, manifests = await _run(f"{memory_store_url}/rehearsed", cold=False, cache=cache)
-    compacting = [k for k, m in enumerate(manifests) if m.compaction]
-    assert len(compacting) >= 3
-    found = {k: who for k, who in cache.carried_from if k in compacting[1:]}
-    assert found and all(who.startswith("aether-ahead") for who in found.values()), (found, compacting)
 
 
 async def test_a_compaction_analyses_no_document_the_work_ahead_could(memory_store_url, monkeypatch):

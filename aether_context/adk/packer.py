@@ -177,7 +177,7 @@ class ContextPacker(ModelHooks, ToolHooks):
             # ADK's per-request copies of a long history (10,000 contents: about 10 ms for CPython to
             # free) are released on the work-ahead thread, while the model answers, not before it is asked
             start_ahead(_release_then(replaced, warm_ahead), pack.inputs, pack.state, self.profile,
-                        counter=self.counter, retriever=self.retriever, cache=self.cache, window=self.window_tokens)
+                        counter=self.counter, retriever=self.retriever, cache=self.cache)
         del replaced
         record = CallRecord(pack.manifest, uri, timings.to_json())
         self.recent.append(record)

@@ -37,7 +37,7 @@ from .select import Candidates, frame_candidates, select, widen_memory
 from .status import FailureView, failure_view
 from .timing import StageTimes
 
-__all__ = ["ContextPack", "build_pack", "rehearse_compaction", "request_tokens", "StageTimes"]
+__all__ = ["ContextPack", "build_pack", "request_tokens", "StageTimes"]
 
 
 @dataclass(frozen=True)
@@ -139,31 +139,6 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
                               prepared.restored, _ranked_at(inputs, plan.frozen))
         out = record(inputs, profile, decisions, counter)
     return ContextPack(request=recital.request, manifest=out.manifest, state=out.state, inputs=inputs)
-
-
-def rehearse_compaction(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, counter: TokenCounting,
-                        retriever: Retriever, cache: PackCache, window: int | None = None) -> bool:
-    """Work ahead: the compaction the next call of this invocation would make on this call's history (the
-    call its state is read by, keeping its payload), for what it leaves in `cache` and the counter's cache
-    only: the value merge the next compaction merges from, the counts of the lines it renders and of the
-    summary's items. The next call, one turn longer, merges again what that turn changed (`merged_values`
-    gives the same result from any earlier merge), so its request is the same with or without this.
-    Returns whether a compaction was rehearsed."""
-    summary = state.summary if state.merged_lines else inputs.summary  # what the next call reads
-    nxt = replace(inputs, previous=state, summary=summary, compact=False)
-    with masking(profile.redaction):
-        prepared = prepare(nxt, profile, counter, cache)
-        zone = verbatim_zone(state, nxt.request.messages)
-        frozen = _frozen_payload(nxt, profile, zone)
-        if frozen is None or not zone.kept(prepared.turns):
-            return False
-        model_window = context_window(nxt.request.model, window if window is not None else profile.window_tokens)
-        failure_log = failure_view(nxt, profile, counter)
-        call = Call(nxt, profile, int(model_window / max(0.5, nxt.calibration)), counter, retriever, cache,
-                    failures_to_show(failure_log, zone.kept(prepared.turns)), failure_log)
-        cands = frame_candidates(nxt, prepared.conversation)
-        kept = conversation_tokens(prepared, zone, counter)
-        return _compact(call, prepared, zone, cands, frozen, "rehearsed", kept) is not None
 
 
 def _plan(call: Call, prepared: Prepared, plain: Prepared, zone: Verbatim, stage) -> Plan:

@@ -6,12 +6,9 @@ once they are Memory candidates, their retrieval documents' BM25 analysis and em
 compaction, that is a burst (a tool loop's compaction embedded and scanned three or four large turns at
 once, ten times a normal call). Every one of those results is kept by content (the `PackCache`, the
 counter's and `quote`'s caches, the retriever's embedding cache and its analyzer), so computing them for
-the turns still verbatim, after a call's request has gone out, leaves the compaction only lookups. Then
-the compaction the next call would make on this history is rehearsed: its value merge is the one the
-next compaction merges from.
+the turns still verbatim, after a call's request has gone out, leaves the compaction only lookups.
 
-`warm_ahead` never changes a pack: it only fills caches whose hits equal their misses, and leaves a
-merge from which the next one gives the same result as from any other.
+`warm_ahead` never changes a pack: it only fills caches whose hits equal their misses.
 """
 
 from __future__ import annotations
@@ -20,7 +17,6 @@ from bisect import bisect_left
 
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
-from .build import rehearse_compaction
 from .cache import PackCache
 from .collect import PackInputs, PackState, turn_start
 from .conversation import compacted_reader, verbatim_zone
@@ -35,11 +31,10 @@ __all__ = ["warm_ahead"]
 
 
 def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, counter: TokenCounting,
-               retriever: Retriever, cache: PackCache, window: int | None = None) -> int:
+               retriever: Retriever, cache: PackCache) -> int:
     """Mask, extract the values of, fold, and analyse and embed the documents of the turns `state` left
     verbatim (the pack built from `inputs`), and the newest compacted turn's document as the next compaction
-    reads it; then rehearse the compaction the next call would make (`build.rehearse_compaction`, for the
-    packer's `window`); returns how many turns were read."""
+    reads it; returns how many turns were read."""
     with masking(profile.redaction):
         prepared = prepare(inputs, profile, counter, cache)
         zone = verbatim_zone(state, inputs.request.messages)
@@ -63,5 +58,4 @@ def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, 
     rows = sorted({i for i in pinned if i < tail and turns[i].start in zone.pinned} | set(range(tail, len(turns))))
     retriever.ahead(history_document(turns, i, inputs.message_times, counter.count_text, cache, following=following)
                     for i in rows for following in (True, False))
-    rehearse_compaction(inputs, state, profile, counter=counter, retriever=retriever, cache=cache, window=window)
     return len(kept)
