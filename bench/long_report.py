@@ -393,19 +393,23 @@ cProfile of `ContextPacker.pack` on `bench/long_sessions.py` sessions (tool loop
 Still proportional to the history (measured above): the retrieval pool itself (every compacted turn stays
 searchable: BM25 postings and one matrix-vector product over it) and a few C-speed passes under 1 ms at 10,000
 events (tuple comparisons of the unchanged run, copies of the URI map). Not removed, and why the targets still
-fail where they do: a chat call that opens a user turn embeds its new question, a fixed cost per question, not
-per event: the int8 MiniLM forward of a 27-token question is 8.2 ms (5.3 ms of it kernel work by torch.profiler,
-the rest the dispatch of about 300 ops and the tokenizer; a compiled graph might remove part of it, but nothing
-guarantees the same bits), its search about 4 ms beside it at 10,000 events (BM25 and the matrix-vector product
-0.6 ms each, fusion, MMR and item building over a pool of about 200, 2 ms) and its Memory lines about 2 ms (the
-lines of turns no earlier call ranked are rendered and counted), so the opening call stays above 15 ms at both
-sizes. A compaction call still merges the sources its new turns touch
-(4–7 ms: a walk over about 670 sources, reading again those holding a changed value; an index from value to
-sources would skip the others), writes its summary, ranks for the zone it leaves and the zone it keeps, and
-fits Memory's lines anew (2–3 ms). The chat's calls are two populations, those that open a user turn (the new
-question embedded, Memory searched and fitted anew) and those inside its tool loop, about half each: its p50 lands
-on either, so its 1,000-to-10,000 ratio moves from run to run. Full garbage collections of the benchmark process
-(about 430 ms each on this machine, the process holding both sessions, the embedding model and every packer) land
-on whichever call allocates past the threshold; over 29 calls one of them sets the p95 (found by `gc.callbacks` in
-a paired run: the same code had its pauses on call 2 in one run and on calls 15 and 28 in the other).
+fail where they do. The chat's calls are two populations: those that open a user turn (11 of the 29 at 1,000
+events, 17 at 10,000, so at 10,000 its p50 is one of them) and those inside its tool loop. An opening call
+costs what a tool-loop call of the chat costs (8–10 ms at 10,000 events) plus its new question: the int8
+MiniLM forward of a 27–30-token question (4.1 ms of kernel work on a quiet core by torch.profiler, 6.6–8 ms
+under load; the same bits as `encode` are required, which rules out changing its ops), the rest of its search
+(3.5–4.8 ms live, 2.4–3.1 ms replayed warm: BM25 and the matrix-vector product about 0.5 ms each, fusion, MMR
+and the ranked items) and its Memory lines (about 1.5 ms, plus 0.7 ms of fit, for the lines of turns no earlier
+call ranked): about 14.5 ms at best on a quiet core (its parts added, not measured whole), 20 ms and more under
+load, 25–33 ms in the runs above. Making
+Memory's lines ahead (branch h17t: 1–1.5 ms a call in paired driver runs, within the benchmark's spread) was
+not merged: 3 of its 9 driver runs had a 290–400 ms call, not explained. The tool loop's p95 is a compaction
+call (8–9 of its 29 calls), which still pays, beside an ordinary call's 6–9 ms, the merge of the values its new
+turns touch (about 3.5 ms a merge over about 676 sources, up to two merges; an index from value to sources
+would skip the others), Memory's search of the changed pool (3.3–3.8 ms), the render of KNOWN VALUES (1.6–3.4
+ms), the block's summary and fold lines (1.2–2.6 ms) and its count (0.7–1.2 ms). Full garbage collections of
+the benchmark process (about 430 ms each on this machine, the process holding both sessions, the embedding
+model and every packer) land on whichever call allocates past the threshold; over 29 calls one of them sets the
+p95 (found by `gc.callbacks` in a paired run: the same code had its pauses on call 2 in one run and on calls 15
+and 28 in the other).
 """
