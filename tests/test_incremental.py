@@ -377,7 +377,7 @@ def test_kept_contents_found_by_carried_positions_equal_a_full_scan():
         contents = [object() for _ in msgs]  # ADK's copies: new objects on every call
         sent = ModelRequest("m", "sys", tuple(rng.sample(msgs, min(len(msgs), 5))) + (_msg("text", 9000 + step),))
         expected = {m.digest: c for m, c in zip(original.messages, contents)}
-        assert convert._kept(sent, original, contents, cache) == {m.digest: expected[m.digest] for m in sent.messages
+        assert convert._kept(sent, original, contents, cache, "slot") == {m.digest: expected[m.digest] for m in sent.messages
                                                                    if m.digest in expected}, step
         action = rng.random()
         if action < 0.6:

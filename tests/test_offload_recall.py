@@ -248,6 +248,25 @@ def test_saved_tokens_read_the_new_keys_of_the_same_dict_and_every_key_of_anothe
     keys = [m.responses[0].key for m in msgs]
     saved = {keys[0]: 10, keys[4]: 40}
     cache = PackCache()
-    assert _saved_tokens(saved, msgs[:3], cache) == 10
-    assert _saved_tokens(saved, msgs, cache) == 50  # the same dict: the new messages' keys looked up
-    assert _saved_tokens({**saved, keys[1]: 5}, msgs, cache) == 55  # another dict: every key again
+    assert _saved_tokens(saved, msgs[:3], cache, "slot") == 10
+    assert _saved_tokens(saved, msgs, cache, "slot") == 50  # the same dict: the new messages' keys looked up
+    assert _saved_tokens({**saved, keys[1]: 5}, msgs, cache, "slot") == 55  # another dict: every key again
+    assert _saved_tokens(saved, msgs[:3], cache, "other slot") == 10  # another slot's state is its own
+    assert _saved_tokens(saved, msgs, cache, "slot") == 50
+
+
+def test_saved_tokens_that_failed_to_sum_count_no_key_twice():
+    """A state value that is not a number fails the sum: the carried keys stay as their items say, so the
+    next call counts each key once."""
+    import pytest
+
+    from aether_context.adk.packer import _saved_tokens
+    from aether_context.content import FunctionResponse, Message
+    from aether_context.pipeline.cache import PackCache
+    msgs = tuple(Message("user", (FunctionResponse("t", {"r": k}, f"id{k}"),)) for k in range(4))
+    keys = [m.responses[0].key for m in msgs]
+    cache = PackCache()
+    assert _saved_tokens({keys[0]: 10}, msgs[:2], cache, "slot") == 10
+    with pytest.raises(TypeError):
+        _saved_tokens({keys[0]: 10, keys[3]: "many"}, msgs, cache, "slot")
+    assert _saved_tokens({keys[0]: 10, keys[3]: 30}, msgs, cache, "slot") == 40

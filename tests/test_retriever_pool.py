@@ -80,3 +80,57 @@ def test_a_pool_changed_near_its_end_is_synced_from_its_tail():
     assert _ranked(retriever, pool) == _ranked(fresh, pool)
     pool = pool[:-3] + [_doc(rng, 61)]  # documents gone from the tail are dropped
     assert _ranked(retriever, pool) == _ranked(fresh, pool)
+
+
+class _FailingOnce(HashingEmbedder):
+    """Fails the embedding that holds `poison`, once: a store or model error in the middle of a sync."""
+
+    def __init__(self, poison: str):
+        super().__init__()
+        self.poison, self.failed = poison, False
+
+    def embed(self, texts):  # type: ignore[no-untyped-def]
+        if not self.failed and any(self.poison in t for t in texts):
+            self.failed = True
+            raise RuntimeError("embedding failed")
+        return super().embed(texts)
+
+
+def test_a_sync_that_failed_half_way_is_followed_by_a_whole_sync():
+    """An add that fails after the sync dropped and added rows leaves an index that is no known pool:
+    the next calls hold the pool and rank its documents as a fresh index does (before, the tail sync
+    trusted the last pool it recorded and raised KeyError for good, or kept a document the pool no
+    longer has)."""
+    import pytest
+
+    for shape in ("dropped", "added"):
+        rng = random.Random(7)
+        pool = [_doc(rng, k) for k in range(6)]
+        poison = Document("turn-66", "poisoned " + pool[0].text, "history", 1_700_000_066.0)
+        retriever = Retriever(embedder=_FailingOnce("poisoned"))
+        _ranked(retriever, pool)
+        failing = pool[:2] + [poison] if shape == "dropped" else pool + [poison]
+        with pytest.raises(RuntimeError):
+            _ranked(retriever, failing)
+        later = pool[:2] + [_doc(rng, 7), _doc(rng, 8)] if shape == "dropped" else \
+            pool[:-1] + [Document(pool[-1].id, pool[-1].text, "history", pool[-1].timestamp, {"uri": "artifact://x"}),
+                         _doc(rng, 9)]
+        index = retriever._indexes[("app/u/s/agent", "memory")]
+        for step in range(2):  # the same documents, in the same order (the scores after a failure may differ
+            fresh = _ranked(Retriever(embedder=HashingEmbedder()), later)  # in their last digits)
+            assert [r[:3] for r in _ranked(retriever, later)] == [r[:3] for r in fresh], (shape, step)
+            assert sorted(index.ids()) == sorted(d.id for d in later), (shape, step)
+
+
+def test_documents_whose_embedding_failed_are_embedded_at_the_next_search():
+    """A failed embedding leaves its rows waiting for a vector (before, they were dropped from the
+    waiting list and ranked without a dense score for good)."""
+    import pytest
+
+    rng = random.Random(9)
+    pool = [_doc(rng, k) for k in range(6)] + [Document("turn-6", "poisoned refund Denver flight", "history", 1.7e9)]
+    retriever = Retriever(embedder=_FailingOnce("poisoned"))
+    with pytest.raises(RuntimeError):
+        _ranked(retriever, pool)
+    fresh = _ranked(Retriever(embedder=HashingEmbedder()), pool)
+    assert [r[:3] for r in _ranked(retriever, pool)] == [r[:3] for r in fresh]

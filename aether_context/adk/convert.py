@@ -232,7 +232,9 @@ def _messages(contents: "list[types.Content]", cache: "PackCache | None", grown:
     same = _unchanged_prefix(contents, run[0], run[1], grown) if run is not None else 0
     fresh = [_signature(c) for c in contents[same:]]
     msgs = (run[1][:same] if run is not None else ()) + tuple(to_message(c, cache) for c in contents[same:])
-    sigs: list = run[0] if run is not None else []  # the entry's own list, cut and extended in place (not copied)
+    # a slot's own list is cut and extended in place (a slot packs one call at a time); without a slot
+    # (the recovery and failure paths) the entry may be another conversation's: copied
+    sigs: list = (run[0] if scope is not None else run[0][:same]) if run is not None else []
     sigs[same:] = fresh
     cache.put("run", key, (sigs, msgs))
     if run is not None and same == len(run[1]):  # the passes over the messages need not compare them again
@@ -296,19 +298,20 @@ def _tools_config(request: ModelRequest) -> list[types.Tool] | None:
 
 def apply_request(llm_request: LlmRequest, request: ModelRequest, *, declared: "set[str]",
                   added: "dict[str, Any] | None" = None, original: "ModelRequest | None" = None,
-                  cache: "PackCache | None" = None) -> None:
+                  cache: "PackCache | None" = None, scope: Any = None) -> None:
     """Rewrite `llm_request` in place to send `request` (the only place a request is mutated).
 
     `declared` are the function names the original request declared: those not kept by the pack
     leave `tools_dict` too; anything else there (not a declared function) is left alone. `added`
     are tools the pack itself declares (the recall tool), by name. `original` is the core view of
     `llm_request` as it came in: messages the pack left unchanged go out as ADK's own Content objects
-    (found by digest: the newest content of each; with a `cache`, the positions by digest are carried
-    from the last call over the same history).
+    (found by digest: the newest content of each; with a `cache` and the slot `scope`, the positions by
+    digest are carried from the slot's last call over the same history).
     """
     # Everything is built before anything is assigned: a failure leaves the request as it came in.
     keep = {t.name for t in request.tools}
-    kept = _kept(request, original, llm_request.contents, cache) if original is not None else {}
+    kept = _kept(request, original, llm_request.contents, cache if scope is not None else None, scope) \
+        if original is not None else {}
     contents = [kept.get(m.digest) or to_content(m) for m in request.messages]
     had_callables = [t for t in (llm_request.config.tools or []) if not isinstance(t, types.Tool)]
     tools = (_tools_config(request) or []) + had_callables or None
@@ -321,16 +324,16 @@ def apply_request(llm_request: LlmRequest, request: ModelRequest, *, declared: "
 
 
 def _kept(request: ModelRequest, original: ModelRequest, contents: "list[types.Content]",
-          cache: "PackCache | None") -> "dict[str, types.Content]":
+          cache: "PackCache | None", scope: Any) -> "dict[str, types.Content]":
     """ADK's content for each message of `request` that `original` holds (by digest, the newest)."""
     def feed(state: "tuple[dict[str, int], int]", more: tuple) -> "tuple[dict[str, int], int]":
-        # grown in place, never copied: only the entry that carries it holds it, and `extended` feeds it
-        # only messages that follow the ones it has read
+        # grown in place, never copied: only this slot's entry holds it (a slot packs one call at a time),
+        # and `extended` feeds it only messages that follow the ones it has read
         where, n = state
         where.update([(m.digest, n + i) for i, m in enumerate(more)])  # listed first: a failure leaves it as it was
         return where, n + len(more)
 
-    where, _ = extended("positions", original.messages, lambda: ({}, 0), feed, cache)
+    where, _ = extended(("positions", scope), original.messages, lambda: ({}, 0), feed, cache)
     return {m.digest: contents[where[m.digest]] for m in request.messages if m.digest in where}
 
 

@@ -25,7 +25,7 @@ import logging
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.models.llm_request import LlmRequest
@@ -114,8 +114,7 @@ class ContextPacker(ModelHooks, ToolHooks):
 
     def slot(self, ctx: "CallbackContext | ToolContext") -> SessionSlot:
         """The caller's slot, keyed by app, user, session and agent (never by session id alone)."""
-        session = ctx.session
-        return self.slots.get(slot_key(session.app_name, session.user_id, session.id, ctx.agent_name))
+        return self.slots.get(_slot_key_of(ctx))
 
     def release(self, app: str, user: str, session: str) -> None:
         """Forget everything kept for a session (all its agents): call when a session ends.
@@ -146,13 +145,15 @@ class ContextPacker(ModelHooks, ToolHooks):
             recall = inputs.cite_originals
             pack = await self._build(inputs, timings)
             saved = own_state(callback_context).get(SAVED_STATE_KEY) or {}
-            without = pack.manifest.tokens_before + (_saved_tokens(saved, inputs.request.messages, self.cache) if saved else 0)
+            scope = _slot_key_of(callback_context)
+            without = pack.manifest.tokens_before + (_saved_tokens(saved, inputs.request.messages, self.cache, scope)
+                                                     if saved else 0)
             pack = replace(pack, manifest=pack.manifest.model_copy(update={"tokens_without_plugin": without}))
             replaced = llm_request.contents  # ADK's copies of the history, released below
             with timings.stage("apply"):
                 apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
                               added={RECALL_TOOL_NAME: self.recall_tool} if recall else {}, original=inputs.request,
-                              cache=self.cache)
+                              cache=self.cache, scope=scope)
         except Exception as e:  # fail open: the agent keeps working with the request ADK built
             logger.error("aether-context: packing failed for agent %s; sending the original request",
                          callback_context.agent_name, exc_info=True)
@@ -195,8 +196,7 @@ class ContextPacker(ModelHooks, ToolHooks):
         flags = stored.notes + stored.flags
         slot.times = slot.times or EventTimes()
         grown = slot.times.only_grew(session.events)
-        request = request_from_llm(llm_request, self.cache, grown,
-                                   slot_key(session.app_name, session.user_id, session.id, callback_context.agent_name))
+        request = request_from_llm(llm_request, self.cache, grown, _slot_key_of(callback_context))
         recall = self._offers_recall(callback_context, request.messages, stored.state)
         inputs = await collect_inputs(
             callback_context, llm_request, request, keys=self.keys, previous=stored.state,
@@ -287,18 +287,25 @@ def _cites_original(message: Message) -> bool:
     return any("artifact_uri" in r.response for r in message.responses)
 
 
-def _saved_tokens(saved: "dict[str, int]", messages: "tuple[Message, ...]", cache: PackCache) -> int:
+def _slot_key_of(ctx: "CallbackContext | ToolContext") -> tuple[str, str, str, str]:
+    session = ctx.session
+    return slot_key(session.app_name, session.user_id, session.id, ctx.agent_name)
+
+
+def _saved_tokens(saved: "dict[str, int]", messages: "tuple[Message, ...]", cache: PackCache, scope: Any) -> int:
     """What the offloads of the request's tool results saved (`saved`: response key -> tokens). Carried from
-    the last call over the same history while `saved` is the same dict (the tool hook replaces it, never
-    edits it): a call then reads its new messages' keys only."""
+    the last call of the slot `scope` over the same history while `saved` is the same dict (the tool hook
+    replaces it, never edits it): a call then reads its new messages' keys only."""
     def feed(state: "tuple[dict | None, list[str], int]", more: tuple) -> "tuple[dict, list[str], int]":
         read, keys, total = state
         new = [r.key for m in more for r in m.responses]
-        keys.extend(new)  # grown in place, never copied: only the entry that carries it holds it
-        if read is not saved:  # another dict: every key is looked up again
-            return saved, keys, sum(map(saved.get, keys, repeat(0)))
-        return saved, keys, total + sum(map(saved.get, new, repeat(0)))
-    return extended("saved_tokens", messages, lambda: (None, [], 0), feed, cache)[2]
+        # summed before the keys grow in place (never copied: only this slot's entry holds them, and a slot
+        # packs one call at a time): a failure leaves them as the entry's items say
+        total = sum(map(saved.get, keys + new, repeat(0))) if read is not saved else total + sum(
+            map(saved.get, new, repeat(0)))
+        keys.extend(new)
+        return saved, keys, total
+    return extended(("saved_tokens", scope), messages, lambda: (None, [], 0), feed, cache)[2]
 
 
 def _with_blobs(found: tuple, more: tuple) -> tuple:

@@ -102,14 +102,14 @@ class Retriever:
         if self.ready():
             self.cache.rows([doc.search_text for doc in documents])
 
-    def _sync(self, index: HybridIndex, documents: "tuple[Document, ...]") -> "tuple[tuple[Document, ...], bool]":
+    def _sync(self, index: HybridIndex, documents: "tuple[Document, ...]", held: "tuple | None"
+              ) -> "tuple[tuple[Document, ...], bool]":
         """Bring `index` to the pool `documents`: drop the ids no longer in it; returns the documents to add
         and whether the pool's ids are unique. A pool that is the last pool of `index` plus new documents adds
         those. When the last pool had unique ids, the leading documents that are its own objects (in order)
         are what it holds already, so only the tail is read: a pool that changed near its end (a compaction
         rebuilds the last compacted turn's document) drops and adds its tail alone. Otherwise the whole pool
-        is synced."""
-        held = self._pools.get(id(index))
+        is synced. `held` is what the last sync of `index` recorded (None: nothing is known)."""
         if held is not None and held[0] is index and len(held[1]) <= len(documents) \
                 and documents[:len(held[1])] == held[1]:  # the last pool, grown (one C-level pass, identity first)
             fresh = documents[len(held[1]):]
@@ -132,14 +132,13 @@ class Retriever:
         if stale:
             index.remove(stale)
         unique = len(wanted) == len(documents)
-        return documents[self._unchanged(index, documents) if unique else 0:], unique
+        return documents[self._unchanged(index, documents, held) if unique else 0:], unique
 
-    def _unchanged(self, index: HybridIndex, documents: "tuple[Document, ...]") -> int:
+    def _unchanged(self, index: HybridIndex, documents: "tuple[Document, ...]", held: "tuple | None") -> int:
         """How many leading documents of the pool are those of the previous pool of `index` (the same
         objects, in order: an equal document may carry other metadata): once the stale ones are gone,
         adding them again changes nothing. Only when every id is unique, in both pools (else the index
         may hold another version of one)."""
-        held = self._pools.get(id(index))
         if held is None or held[0] is not index:
             return 0
         old = held[1]
@@ -183,7 +182,10 @@ class Retriever:
             index = self._index(namespace, layer)
             documents = tuple(documents)  # a tuple given (the Memory pool carried from the last call) is not copied
             with index._lock:  # the pool recorded is the pool the index holds, whatever other threads do
-                fresh, unique = self._sync(index, documents)
+                # forgotten until synced: a sync or an add that fails half way leaves an index that is no
+                # known pool, and the next call syncs it whole (`index.ids()`), not from a tail
+                held = self._pools.pop(id(index), None)
+                fresh, unique = self._sync(index, documents, held)
                 index.add(fresh, embed=dense)
                 self._pools[id(index)] = (index, documents, unique)
             if not documents or k < 1:

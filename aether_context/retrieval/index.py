@@ -193,11 +193,10 @@ class HybridIndex:
         with self._lock:
             alive = self._lexical.alive_mask()
             rows = [r for r in self._pending if alive[r]]
-            self._pending = []
-            if not rows:
-                return 0
-            with bounded_threads(self.settings.embedding_threads):
-                self._vec_rows[rows] = self.cache.rows([self._docs[r].search_text for r in rows])
+            if rows:
+                with bounded_threads(self.settings.embedding_threads):
+                    self._vec_rows[rows] = self.cache.rows([self._docs[r].search_text for r in rows])
+            self._pending = []  # once embedded: a failed embedding leaves them pending for the next search
             return len(rows)
 
     def _query_vector(self, query: str) -> np.ndarray:
