@@ -8,12 +8,14 @@ recitation, calibration from reported usage and a recall of an offloaded origina
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from google.adk.agents import LlmAgent
 from google.adk.apps.app import App
 from google.adk.artifacts import InMemoryArtifactService
 from google.adk.memory import InMemoryMemoryService
+from google.adk.platform.time import reset_time_provider, set_time_provider
 from google.adk.runners import Runner
 from google.adk.sessions import DatabaseSessionService
 
@@ -30,6 +32,7 @@ COUNTER = TokenCounter()
 USER_TURNS = ["Audit the billing service pages and logs.", "Check the config key for retries.",
               "Fetch the status and incident pages.", "What did the first page say about refunds?",
               "Fetch the archive pages too.", "Summarise what you found."]
+CLOCK0 = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC, the start of a minute
 
 
 def open_file(path: str) -> dict:
@@ -72,7 +75,20 @@ def _replica(llm: ScriptedLlm, db_url: str, store: str) -> tuple[Runner, Context
 
 
 async def _run(tmp_path, name: str, replicas: int) -> tuple[list[str], list, list, dict]:
-    """Run the session's user turns, invocation i on replica i % replicas; the requests' checksums."""
+    """Run the session's user turns, invocation i on replica i % replicas; the requests' checksums.
+
+    The session's clock starts at the same minute in every run (`CLOCK0`, then the real time elapsed):
+    Memory lines are dated to the minute from the events' times, so two runs on the wall clock differed
+    whenever a minute ended between them."""
+    start = time.time()
+    set_time_provider(lambda: CLOCK0 + time.time() - start)
+    try:
+        return await _run_clocked(tmp_path, name, replicas)
+    finally:
+        reset_time_provider()
+
+
+async def _run_clocked(tmp_path, name: str, replicas: int) -> tuple[list[str], list, list, dict]:
     llm = ScriptedLlm(turns=_script(),
                       prompt_token_counter=lambda r: int(1.15 * request_tokens(request_from_llm(r), COUNTER)))
     db_url = f"sqlite+aiosqlite:///{tmp_path / (name + '.db')}"
@@ -83,6 +99,7 @@ async def _run(tmp_path, name: str, replicas: int) -> tuple[list[str], list, lis
     for i, text in enumerate(USER_TURNS):
         events += await run_turn(pairs[i % replicas][0], "s1", text)
     session = await pairs[0][0].session_service.get_session(app_name="app", user_id="u", session_id="s1")
+    assert all(CLOCK0 <= ev.timestamp < CLOCK0 + 60 for ev in session.events)  # the run's clock dated them
     manifests = [r.manifest for _, plugin in pairs for r in plugin.packer.recent]
     for runner, plugin in pairs:
         plugin.packer.store.flush()
