@@ -251,8 +251,21 @@ def test_saved_tokens_read_the_new_keys_of_the_same_dict_and_every_key_of_anothe
     assert _saved_tokens(saved, msgs[:3], cache, "slot") == 10
     assert _saved_tokens(saved, msgs, cache, "slot") == 50  # the same dict: the new messages' keys looked up
     assert _saved_tokens({**saved, keys[1]: 5}, msgs, cache, "slot") == 55  # another dict: every key again
-    assert _saved_tokens(saved, msgs[:3], cache, "other slot") == 10  # another slot's state is its own
-    assert _saved_tokens(saved, msgs, cache, "slot") == 50
+
+
+def test_saved_tokens_grown_for_one_slot_leave_another_slots_keys_alone():
+    """Two sessions may share their first message object: each slot's carried keys, grown in place, are
+    its own (one shared list would take the other session's keys)."""
+    from aether_context.adk.packer import _saved_tokens
+    from aether_context.content import FunctionResponse, Message
+    from aether_context.pipeline.cache import PackCache
+    msgs = tuple(Message("user", (FunctionResponse("t", {"r": k}, f"id{k}"),)) for k in range(6))
+    saved = {msgs[0].responses[0].key: 10, msgs[4].responses[0].key: 40}
+    cache = PackCache()
+    assert _saved_tokens(saved, msgs[:3], cache, "slot a") == _saved_tokens(saved, msgs[:3], cache, "slot b") == 10
+    assert _saved_tokens(saved, msgs, cache, "slot a") == 50
+    keys_of = lambda slot: cache.lookup("carried", (("saved_tokens", slot), id(msgs[0])))[1][1]  # noqa: E731
+    assert len(keys_of("slot a")) == 6 and len(keys_of("slot b")) == 3
 
 
 def test_saved_tokens_that_failed_to_sum_count_no_key_twice():

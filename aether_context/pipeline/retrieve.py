@@ -105,22 +105,21 @@ class Retriever:
     def _sync(self, index: HybridIndex, documents: "tuple[Document, ...]", held: "tuple | None"
               ) -> "tuple[tuple[Document, ...], bool]":
         """Bring `index` to the pool `documents`: drop the ids no longer in it; returns the documents to add
-        and whether the pool's ids are unique. A pool that is the last pool of `index` plus new documents adds
-        those. When the last pool had unique ids, the leading documents that are its own objects (in order)
-        are what it holds already, so only the tail is read: a pool that changed near its end (a compaction
-        rebuilds the last compacted turn's document) drops and adds its tail alone. Otherwise the whole pool
-        is synced. `held` is what the last sync of `index` recorded (None: nothing is known)."""
-        if held is not None and held[0] is index and len(held[1]) <= len(documents) \
-                and documents[:len(held[1])] == held[1]:  # the last pool, grown (one C-level pass, identity first)
-            fresh = documents[len(held[1]):]
+        and whether the pool's ids are unique. `held` is what the last sync of `index` recorded (None: nothing
+        is known). A pool that is the last pool plus new documents adds those. When the last pool's ids were
+        unique, its leading documents that are the same objects, in order (an equal document may carry other
+        metadata), are what the index holds already: a pool that changed near its end (a compaction rebuilds
+        the last compacted turn's document) drops and adds its tail alone, read from the tail only while the
+        tail's ids are unique and new to the leading documents. Otherwise every id is checked."""
+        known = held is not None and held[0] is index
+        if known and len(held[1]) <= len(documents) and documents[:len(held[1])] == held[1]:
+            fresh = documents[len(held[1]):]  # the last pool, grown (one C-level pass, identity first)
             ids = {d.id for d in fresh}
             return fresh, held[2] and len(ids) == len(fresh) and not any(i in index for i in ids)
-        if held is not None and held[0] is index and held[2]:
-            old = held[1]  # alive, as `documents` are: the same id() is the same object
-            same = shared_prefix(list(map(id, old)), list(map(id, documents)))
-            gone = {d.id for d in old[same:]}
-            fresh = documents[same:]
-            ids = {d.id for d in fresh}
+        same = shared_prefix(list(map(id, held[1])), list(map(id, documents))) if known and held[2] else 0
+        if known and held[2]:
+            old, fresh = held[1], documents[same:]  # `old` is alive, as `documents` are: an id() is one object
+            gone, ids = {d.id for d in old[same:]}, {d.id for d in fresh}
             if len(ids) == len(fresh) and not any(i in index and i not in gone for i in ids):
                 # in the order `index.ids()` lists them (by row): the index's sums then run as a full sync's do
                 stale = sorted((i for i in gone if i not in ids), key=index._row_of.__getitem__)
@@ -132,19 +131,7 @@ class Retriever:
         if stale:
             index.remove(stale)
         unique = len(wanted) == len(documents)
-        return documents[self._unchanged(index, documents, held) if unique else 0:], unique
-
-    def _unchanged(self, index: HybridIndex, documents: "tuple[Document, ...]", held: "tuple | None") -> int:
-        """How many leading documents of the pool are those of the previous pool of `index` (the same
-        objects, in order: an equal document may carry other metadata): once the stale ones are gone,
-        adding them again changes nothing. Only when every id is unique, in both pools (else the index
-        may hold another version of one)."""
-        if held is None or held[0] is not index:
-            return 0
-        old = held[1]
-        if not held[2] and len({d.id for d in old}) != len(old):
-            return 0
-        return shared_prefix(list(map(id, old)), list(map(id, documents)))
+        return documents[same if unique else 0:], unique
 
     def _index(self, namespace: str, layer: str) -> HybridIndex:
         key = (namespace, layer)
