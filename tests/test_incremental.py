@@ -549,3 +549,28 @@ def test_a_grown_history_shares_what_is_unchanged_instead_of_copying_it():
         assert repair_orphans(turns, cache)[0] is turns
         assert mapped("same", turns, lambda t: t, cache) is turns
         assert bounded_turns(turns, 10_000, counter, cache=cache) == (turns, ())
+
+
+def test_a_changed_last_turn_is_read_again_alone_not_the_whole_history(monkeypatch):
+    """A chat's opening call: the last call's request turn joins the history and its answer follows, so the
+    last turn of the last call changed. The per-turn cap's cuts and the image positions are rewound to the
+    unchanged turns and read on from there (before, every turn of the history was read again), and equal a
+    fresh computation."""
+    from aether_context.content import Blob
+    from aether_context.pipeline import decay, fit
+    from aether_context.pipeline.decay import decay_images
+    counter, cache = TokenCounter(), PackCache()
+    big = Message("user", (FunctionResponse("bash", {"output": "word " * 400}),))
+    image = Message("user", (Blob("image/png", b"\x89PNG" + bytes(range(40))),))
+    turns = tuple(Turn(i, (_msg("call", i), big if i % 7 == 0 else image if i % 11 == 0 else _msg("resp", i)))
+                  for i in range(0, 600, 2))
+    read: list[int] = []
+    monkeypatch.setattr(fit, "turn_tokens", lambda t, c: read.append(t.start) or turn_tokens(t, c))
+    monkeypatch.setattr(decay, "_has_images", lambda t: read.append(t.start) or any(m.blobs for m in t.messages))
+    first = (bounded_turns(turns, 300, counter, cache=cache)[1], decay_images(turns, 3, {}, cache)[1])
+    changed = turns[:-1] + (Turn(598, (_msg("text", 598),)), Turn(599, (image,)), Turn(600, (_msg("call", 600), big)))
+    read.clear()
+    got = (bounded_turns(changed, 300, counter, cache=cache), decay_images(changed, 3, {}, cache))
+    assert set(read) == {598, 599, 600}  # the three new turns only
+    fresh = (bounded_turns(changed, 300, counter), decay_images(changed, 3, {}))
+    assert got == fresh and first[0] and got[0][1] and got[1][1]

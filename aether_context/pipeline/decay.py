@@ -112,7 +112,7 @@ def decay_images(turns: Sequence[Turn], keep_turns: int, uris: "dict[str, str]",
     """Inline images older than `keep_turns` turns become a one-line description with their URI.
     Which turns carry an image is carried from the last call for its unchanged turns (`cache`)."""
     turns = tuple(turns)
-    with_images = set(extended("image_turns", turns, lambda: (0, ()), _image_turns, cache)[1])
+    with_images = set(extended("image_turns", turns, lambda: (0, ()), _image_turns, cache, _images_before)[1])
     if not with_images:
         return turns, ()
     out: list[Turn] = []
@@ -148,6 +148,11 @@ def _image_turns(state: "tuple[int, tuple[int, ...]]", more: tuple) -> "tuple[in
     positions are kept, not a result per turn of the history."""
     n, found = state
     return n + len(more), found + tuple(n + i for i, t in enumerate(more) if _has_images(t))
+
+
+def _images_before(state: "tuple[int, tuple[int, ...]]", n: int) -> "tuple[int, tuple[int, ...]]":
+    """The state of the first `n` turns: the positions before `n` (ascending, so a slice)."""
+    return n, state[1][:bisect_left(state[1], n)]
 
 
 def _response_tokens(turn: Turn, counter: TokenCounting) -> int:
@@ -206,7 +211,8 @@ def _saved(turns: "tuple[Turn, ...]", keys: "tuple[tuple[str, ...], ...]", uris:
                 where.setdefault(k, []).append(i)
         return where
 
-    where = extended("key_index", turns, dict, feed, cache)
+    # a changed last turn is fed again into the same index: its old entries stay candidates, as above
+    where = extended("key_index", turns, dict, feed, cache, lambda found, n: found)
     key = ("saved", id(turns[0]))
     hit = cache.lookup("carried", key) if cache is not None else None
     if hit is not None and _still(hit, turns, uris, already):

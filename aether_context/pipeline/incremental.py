@@ -166,12 +166,18 @@ def running_totals(kind: Hashable, items: Sequence, weight: Callable[[Any], int]
 
 
 def extended(kind: Hashable, items: tuple, start: Callable[[], Any], feed: Callable[[Any, tuple], Any],
-              cache: PackCache | None) -> Any:
+              cache: PackCache | None, rewind: "Callable[[Any, int], Any] | None" = None) -> Any:
     """A state built by feeding `items` in order (`feed(state, more)` returns the new state), carried
-    from the last call when `items` still begins with all of its items; else built from `start()`."""
+    from the last call when `items` still begins with all of its items; else built from `start()`.
+
+    `rewind(state, n)`, when given, returns the state of the first `n` items: then a call whose last
+    items changed (a turn that grew: a chat's answer joins the turn it closes) feeds only those again,
+    not the whole history."""
     same, old, old_items = _carried(cache, kind, items)
     if old is not None and same == len(old_items):
         state = feed(old, items[same:])
+    elif old is not None and same and rewind is not None:
+        state = feed(rewind(old, same), items[same:])
     else:
         state = feed(start(), items)
     if cache is not None and items:
