@@ -145,3 +145,33 @@ async def test_a_compaction_analyses_no_document_the_work_ahead_could(memory_sto
         assert len(later) >= 2
         per_call[ahead] = [sum(1 for c, _ in analysed if c == k) for k in later]
     assert max(per_call[True]) <= 1 and min(per_call[False]) > 1, per_call
+
+
+async def test_a_compaction_places_only_the_value_sources_it_adds(memory_store_url, monkeypatch):
+    """A compaction's KNOWN VALUES merge starts from the last one's (carried): it places in merge order
+    only the sources new since then, and looks again only at those a change touches, not at every
+    source (a merge from scratch places every one)."""
+    from aether_context.compress import value_merge
+    from aether_context.pipeline import known_values
+
+    placed: list[int] = []
+    merges: list[tuple[int, bool, int]] = []  # (call, from an earlier merge, sources)
+    order, merged = value_merge._order, known_values.merged_values
+
+    def placing(vs):  # type: ignore[no-untyped-def]
+        placed.append(CALL[0] + 1)
+        return order(vs)
+
+    def merging(sets, *, visible="", since=None):  # type: ignore[no-untyped-def]
+        out = merged(sets, visible=visible, since=since)
+        merges.append((CALL[0] + 1, since is not None, len(out.sources)))
+        return out
+    monkeypatch.setattr(value_merge, "_order", placing)
+    monkeypatch.setattr(known_values, "merged_values", merging)
+    await _run(f"{memory_store_url}/placed", cold=False)
+    later = sorted({k for k, again, _ in merges if again})
+    assert len(later) >= 2, merges
+    for k in later:
+        sources = sum(n for c, _, n in merges if c == k)
+        assert placed.count(k) * 2 <= sources, (k, placed.count(k), sources)
+

@@ -72,12 +72,46 @@ def test_a_merge_from_an_earlier_one_equals_a_merge_from_scratch():
             again = merged_values(sources, visible=visible, since=before)
             scratch = merged_values(sources, visible=visible)
             assert list(again.sets) == _reference(sources, visible) == list(scratch.sets)
-            assert (again.sources, again.met, again.kept, again.fresh) == (scratch.sources, scratch.met, scratch.kept,
-                                                                         scratch.fresh)
-            reused += sum(1 for out in again.kept if out is not None and any(out is o for o in before.kept))
+            _same_state(again, scratch)
+            reused += sum(1 for out in again.sets if any(out is o for o in before.sets))
             total += len(again.sets)
             before = again
     assert reused > total // 3
+
+
+def _same_state(again, scratch) -> None:
+    """What a later merge starts from is what a merge from scratch leaves."""
+    assert again.sources == scratch.sources and again.keys == scratch.keys
+    assert [again.entries[id(s)][2:] for s in again.sources] == [scratch.entries[id(s)][2:] for s in scratch.sources]
+    assert again.keepers == scratch.keepers and again.spaced == scratch.spaced
+    assert again.holders == scratch.holders
+    assert (again.visible, again.words, again.runs) == (scratch.visible, scratch.words, scratch.runs)
+
+
+def test_merges_from_one_earlier_merge_and_a_visible_text_in_parts_equal_merges_from_scratch():
+    """An earlier merge is left as it was: two merges from it (a compaction's full merge and its capped
+    one, the newest sources only) each equal a merge from scratch, and so do chains of them; the visible
+    text given as parts joined by line breaks (some parts the same as the last merge's) is that text."""
+    for seed in range(200):
+        rng = random.Random(1000 + seed)
+        sources = [_source(rng, t) for t in range(rng.randint(0, 40))]
+        parts = tuple(_visible(rng) for _ in range(3))
+        before = merged_values(sources, visible=parts)
+        for step in range(5):
+            turn = 40 + step
+            sources = [s for s in sources if rng.random() > 0.1]
+            sources += [_source(rng, turn) for _ in range(rng.randint(0, 4))]
+            parts = tuple(p if rng.random() < 0.6 else _visible(rng) for p in parts[rng.randint(0, 1):]) + (
+                _visible(rng),) * rng.randint(0, 2)
+            text = "\n".join(parts)
+            newest = sorted(sources, key=lambda s: -s.turn)[:rng.randint(0, len(sources))]
+            capped = merged_values(newest, visible=parts, since=before)
+            again = merged_values(sources, visible=parts, since=before)
+            assert list(capped.sets) == _reference(newest, text) == list(merged_values(newest, visible=text).sets)
+            assert list(again.sets) == _reference(sources, text)
+            _same_state(again, merged_values(sources, visible=text))
+            _same_state(capped, merged_values(newest, visible=text))
+            before = again if rng.random() < 0.7 else capped
 
 
 def test_a_value_that_becomes_visible_leaves_the_sources_that_showed_it():
@@ -107,8 +141,7 @@ def test_a_merge_reads_again_only_the_sources_a_change_touches():
     visible = visible + " and res_3"
     again = merged_values(sources, visible=visible, since=before)
     assert list(again.sets) == _reference(sources, visible)
-    untouched = sum(1 for k, s in enumerate(again.sources)
-                    if any(s is o and again.met[k] is before.met[j] for j, o in enumerate(before.sources)))
+    untouched = sum(1 for s in again.sources if again.entries[id(s)] is before.entries.get(id(s)))
     assert untouched > len(again.sources) // 2, untouched
 
 

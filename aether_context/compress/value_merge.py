@@ -1,12 +1,14 @@
-"""Known values merged across sources, and merged again when only a few sources changed.
+"""Known values merged across sources, and merged again at the cost of what changed.
 
 Why: a compaction merges the value sets of the newest compacted turns (hundreds of sources,
 thousands of values) and the next compaction merges nearly the same ones: a few new turns, a few
 old ones gone, another verbatim text. What one source keeps depends only on its own values, on
 which of them the visible text holds, and on which of them the sources before it (in merge order)
-kept: two set intersections, where merging the source reads every value. `merged_values(since=)`
-reuses what a source kept last time when those are as they were, and merges the others: the same
-result as a merge from scratch.
+kept. A merge keeps, beside its result, which sources hold each value and which kept it; the next
+merge (`merged_values(since=)`) starts from the sources a change touches (new, gone, a value whose
+standing in the visible text changed) and follows what each one it merges again keeps differently
+to the later sources holding those values: the others are not even looked at. The result is the
+same as a merge from scratch.
 
 Usage::
 
@@ -17,7 +19,9 @@ Usage::
 
 from __future__ import annotations
 
+import heapq
 import re
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -27,6 +31,19 @@ from .values import _IDLIKE, _WORD, ValueSet
 _RUN = re.compile(r"\w+")  # a run of word characters
 
 __all__ = ["MergedValues", "merge_values", "merged_values"]
+
+
+class _Last:
+    """Sorts after any source: `(key, _LAST)` is past the holder `(key, source)`."""
+
+    def __gt__(self, other: object) -> bool:
+        return True
+
+    def __lt__(self, other: object) -> bool:
+        return False
+
+
+_LAST = _Last()
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,23 +58,31 @@ class _Read:
     own: frozenset[str]
 
 
+# Per source merged (by the id of the source, a live object the merge holds): its place, what was read
+# of it, which of its values were not its to show (the visible text held them, or a source before it
+# kept them), what it kept then (None: nothing), and the values it kept.
+_Entry = "tuple[tuple[bool, int, str], _Read, frozenset[str], ValueSet | None, frozenset[str]]"
+
+
 @dataclass(frozen=True, eq=False)
 class MergedValues:
-    """One merge: `sets`, in the order room goes to them, and per source merged (in merge order) what a
-    later merge reuses: the source, what was read of it, which of its values the visible text held and
-    which the sources before it kept, what it kept then (None: nothing), and the values it kept (all,
-    and the identifiers); and the visible text with what of it was looked up."""
+    """One merge: `sets`, in the order room goes to them, and what a later merge starts from: the sources
+    in merge order with their places, each one's entry (`_Entry`), the sources holding each value and
+    the places of those that kept it (sorted), the phrases (values with a space) with their runs of
+    word characters; the visible text with what of it was looked up. Never changed once made."""
 
     sets: tuple[ValueSet, ...]
     sources: tuple[ValueSet, ...] = ()
-    reads: tuple[_Read, ...] = ()
-    met: tuple[frozenset[str], ...] = ()
-    kept: tuple[ValueSet | None, ...] = ()
-    fresh: "tuple[tuple[frozenset[str], frozenset[str]], ...]" = ()
+    keys: tuple = ()
+    entries: "dict[int, tuple]" = field(default_factory=dict)
+    holders: "dict[str, tuple[ValueSet, ...]]" = field(default_factory=dict)
+    keepers: "dict[str, tuple]" = field(default_factory=dict)
+    spaced: "dict[str, frozenset[str]]" = field(default_factory=dict)
     visible: str = ""
+    parts: "dict[str, tuple[frozenset[str], frozenset[str]]]" = field(default_factory=dict)  # its parts' words, runs
     words: frozenset[str] = frozenset()  # the visible text's whole tokens
-    phrases: "dict[str, bool]" = field(default_factory=dict)  # whether it holds each source's values with a space
-    runs: frozenset[str] | None = None  # its runs of word characters, once read
+    runs: frozenset[str] = frozenset()  # its runs of word characters
+    phrases: "dict[str, bool]" = field(default_factory=dict)  # whether it holds each phrase
 
 
 def merge_values(sets: Iterable[ValueSet | None], *, visible: str = "") -> list[ValueSet]:
@@ -71,45 +96,19 @@ def merge_values(sets: Iterable[ValueSet | None], *, visible: str = "") -> list[
     return list(merged_values(sets, visible=visible).sets)
 
 
-def merged_values(sets: Iterable[ValueSet | None], *, visible: str = "",
+def merged_values(sets: Iterable[ValueSet | None], *, visible: "str | tuple[str, ...]" = "",
                   since: MergedValues | None = None) -> MergedValues:
-    """`merge_values` with what a later merge reuses; given `since` (an earlier merge), a source that is
-    the same object here, and whose values the visible text and the sources before it hold as they did
-    then, keeps what it kept (the result is the same without `since`): it is not even read again when
-    none of its values changed standing (`_Changes`)."""
+    """`merge_values` with what a later merge starts from; given `since` (an earlier merge), only the
+    sources a change touches are merged again (`_Again`): the result is the same without `since`. The
+    `visible` text may come as its parts (joined by line breaks): a part the earlier merge had is not
+    read again."""
     latest: dict[str, ValueSet] = {}
     for vs in sets:
         if vs is not None and (vs.source not in latest or vs.turn >= latest[vs.source].turn):
             latest[vs.source] = vs
-    order = tuple(sorted(latest.values(), key=_order))
-    seen = _Seen(visible, since)
-    changes = _Changes(since, order, seen) if since is not None else None
-    shown: set[str] = set()  # identifiers kept
-    every: set[str] = set()  # every value kept
-    reads, met, kept, fresh = [], [], [], []
-    for s in order:
-        k = changes.match(s) if changes is not None else None
-        if k is not None and changes.same(k, s.derived):  # type: ignore[union-attr]
-            read, now, out, new = since.reads[k], since.met[k], since.kept[k], since.fresh[k]  # type: ignore[union-attr]
-        else:
-            read = since.reads[k] if k is not None else _read(s)  # type: ignore[union-attr]
-            # all a source keeps depends on which of its values are not its to show: those the visible text
-            # holds, and those kept before it (its label's own values are never shown)
-            now = (seen.held(read) | (read.values & (every if s.derived else shown))) - read.own
-            if k is not None and since.met[k] == now:  # type: ignore[union-attr]
-                out, new = since.kept[k], since.fresh[k]  # type: ignore[union-attr]
-            else:
-                out, new = _merge_source(s, read, now)
-            if changes is not None:
-                changes.kept(k, new)
-        every.update(new[0])
-        shown.update(new[1])
-        reads.append(read)
-        met.append(now)
-        kept.append(out)
-        fresh.append(new)
-    return MergedValues(tuple(vs for vs in kept if vs is not None), order, tuple(reads), tuple(met), tuple(kept),
-                        tuple(fresh), visible, seen.words, seen.phrases, seen._runs)
+    if since is None or not since.sources:
+        return _scratch(latest, visible)
+    return _Again(since, visible).merge(latest)
 
 
 def _order(vs: ValueSet) -> tuple[bool, int, str]:
@@ -117,27 +116,213 @@ def _order(vs: ValueSet) -> tuple[bool, int, str]:
     return vs.derived, -vs.turn, vs.source
 
 
+def _scratch(latest: "dict[str, ValueSet]", visible: "str | tuple[str, ...]") -> MergedValues:
+    """Every source merged in order: a source's values kept before it are those an earlier source kept
+    (any value before a model's text, identifiers before a tool result or a user's text)."""
+    keyed = sorted((_order(s), s) for s in latest.values())  # places are unique: sources never compared
+    seen = _Seen(visible, None)
+    shown: set[str] = set()  # identifiers kept
+    every: set[str] = set()  # every value kept
+    entries: dict[int, tuple] = {}
+    holders: dict[str, list[tuple]] = {}
+    keepers: dict[str, list] = {}
+    spaced: dict[str, frozenset[str]] = {}
+    for key, s in keyed:
+        read = _read(s)
+        now = (seen.held(read) | (read.values & (every if s.derived else shown))) - read.own
+        out, fresh = _merge_source(s, read, now)
+        every.update(fresh)
+        shown.update(fresh & read.ids)
+        entries[id(s)] = (key, read, now, out, fresh)
+        for v in read.values:
+            holders.setdefault(v, []).append((key, s))
+        for v in fresh:
+            keepers.setdefault(v, []).append(key)
+        spaced.update(read.spaced)
+    return _result(keyed, entries, {v: tuple(h) for v, h in holders.items()},
+                   {v: tuple(k) for v, k in keepers.items()}, spaced, seen)
+
+
+def _result(keyed: "list[tuple]", entries: "dict[int, tuple]", holders: "dict[str, tuple]",
+            keepers: "dict[str, tuple]", spaced: "dict[str, frozenset[str]]", seen: "_Seen") -> MergedValues:
+    sources = tuple(s for _, s in keyed)
+    sets = tuple(e[3] for e in map(entries.__getitem__, map(id, sources)) if e[3] is not None)
+    return MergedValues(sets, sources, tuple(k for k, _ in keyed), entries, holders, keepers, spaced,
+                        seen.text, seen.parts, seen.words, seen.runs, seen.phrases)
+
+
+class _Again:
+    """A merge from an earlier one (`since`, left as it was): its indexes copied, the sources gone taken
+    out of them, and the sources whose values changed standing merged again in merge order (a heap of
+    places): new sources, those holding a value the visible text gained or lost, or that a gone source
+    kept, and, as each one merged again keeps other values than before, the later sources holding those."""
+
+    def __init__(self, since: MergedValues, visible: "str | tuple[str, ...]") -> None:
+        self.since, self.seen = since, _Seen(visible, since)
+        self.entries = dict(since.entries)
+        self.holders = dict(since.holders)
+        self.keepers = dict(since.keepers)
+        self.spaced = dict(since.spaced)
+        self.reads: dict[int, _Read] = {}  # the new sources' reads
+        self.queue: list[tuple] = []
+        self.queued: dict[int, set[str]] = {}  # per source queued, the values that changed standing
+
+    def merge(self, latest: "dict[str, ValueSet]") -> MergedValues:
+        keyed = self._keyed(latest)
+        self._visible()
+        while self.queue:
+            self._step(*heapq.heappop(self.queue))
+        return _result(keyed, self.entries, self.holders, self.keepers, self.spaced, self.seen)
+
+    def _keyed(self, latest: "dict[str, ValueSet]") -> "list[tuple]":
+        """The sources in merge order with their places: the earlier merge's still here, the new ones
+        read and queued; the gone ones leave the indexes, and the sources holding what they kept are queued."""
+        now = {id(s) for s in latest.values()}
+        keyed, gone = [], []
+        for key, s in zip(self.since.keys, self.since.sources):
+            if id(s) in now:
+                keyed.append((key, s))
+            else:
+                _, read, _, _, fresh = self.entries.pop(id(s))
+                for v in read.values:
+                    self._unhold(v, key)
+                for v in fresh:
+                    self._unkeep(v, key)
+                gone.append((key, fresh))
+        for key, fresh in gone:  # once every gone source is out of the indexes
+            for v in fresh:
+                self._push_after(v, key)
+        new = [(_order(s), s) for s in latest.values() if id(s) not in self.entries]
+        for key, s in new:
+            read = self.reads[id(s)] = _read(s)
+            for v in read.values:
+                hs = self.holders.get(v, ())
+                at = bisect_left(hs, (key,))
+                self.holders[v] = hs[:at] + ((key, s),) + hs[at:]
+            self.spaced.update(read.spaced)
+            self._push(key, s)
+        if new:
+            keyed.extend(new)
+            keyed.sort()  # places are unique: sources never compared
+        return keyed
+
+    def _visible(self) -> None:
+        """Queue the sources holding a value whose standing in the visible text changed."""
+        seen, since = self.seen, self.since
+        if seen.text == since.visible:
+            return
+        for v in seen.words ^ since.words:
+            self._push_holders(v)
+        for v, runs in self.spaced.items():
+            if seen.phrase(v, runs) != since.phrases.get(v):
+                self._push_holders(v)
+
+    def _step(self, key: tuple, _: int, s: ValueSet) -> None:
+        """Merge `s` again: those of its values that changed standing (`why`) are looked up again (what the
+        visible text holds, what the sources before it now keep); if it keeps other values than it did,
+        the later sources holding them are queued."""
+        entry = self.entries.get(id(s))  # as the earlier merge left it (None: new)
+        why = self.queued.pop(id(s))
+        if entry is None:
+            read = self.reads[id(s)]
+            why = read.values
+        else:
+            read = entry[1]
+            why = why - read.own
+        keepers, seen = self.keepers, self.seen
+        ids = read.values if s.derived else read.ids
+        now_in = {v for v in why if (v in ids and (k := keepers.get(v)) and k[0] < key)
+                  or (v in seen.words if v not in read.spaced else seen.phrase(v, read.spaced[v]))}
+        now = (entry[2] - why) | now_in if entry is not None else frozenset(now_in) - read.own
+        if entry is not None and entry[2] == now:
+            return
+        out, fresh = _merge_source(s, read, now)
+        self.entries[id(s)] = (key, read, now, out, fresh)
+        was = entry[4] if entry is not None else frozenset()
+        if fresh != was:
+            for v in was - fresh:
+                self._unkeep(v, key)
+            for v in fresh - was:
+                self.keepers[v] = _inserted(self.keepers.get(v, ()), key)
+            for v in fresh ^ was:
+                self._push_after(v, key)
+
+    def _push_after(self, v: str, key: tuple) -> None:
+        """The source at `key` started or stopped keeping `v` (or is gone): queue the later sources holding
+        it for which that changed whether a source before them keeps it, those up to the next source
+        keeping it (none when one before it does)."""
+        keys = self.keepers.get(v, ())
+        first = keys[1] if keys and keys[0] == key and len(keys) > 1 else (keys[0] if keys and keys[0] != key else None)
+        if first is None or first > key:
+            self._push_holders(v, key, first)
+
+    def _push_holders(self, v: str, after: tuple | None = None, upto: tuple | None = None) -> None:
+        """Queue the sources holding `v` (those placed after `after` and up to `upto`, when given), `v`
+        among the values that changed standing for them."""
+        holders = self.holders.get(v, ())
+        at = 0 if after is None else bisect_right(holders, (after, _LAST))
+        for key, h in holders[at:]:
+            if upto is not None and key > upto:
+                break
+            self._push(key, h, v)
+
+    def _push(self, key: tuple, s: ValueSet, v: str | None = None) -> None:
+        why = self.queued.get(id(s))
+        if why is None:
+            why = self.queued[id(s)] = set()
+            heapq.heappush(self.queue, (key, id(s), s))
+        if v is not None:
+            why.add(v)
+
+    def _unhold(self, v: str, key: tuple) -> None:
+        holders = self.holders[v]
+        at = bisect_left(holders, (key,))
+        left = holders[:at] + holders[at + 1:]
+        if left:
+            self.holders[v] = left
+        else:
+            del self.holders[v]
+            self.spaced.pop(v, None)
+
+    def _unkeep(self, v: str, key: tuple) -> None:
+        keys = self.keepers[v]
+        at = bisect_left(keys, key)
+        left = keys[:at] + keys[at + 1:]
+        if left:
+            self.keepers[v] = left
+        else:
+            del self.keepers[v]
+
+
+def _inserted(keys: tuple, key: tuple) -> tuple:
+    """`keys` (sorted) with `key` added in its place."""
+    at = bisect_left(keys, key)
+    return keys[:at] + (key,) + keys[at:]
+
+
 class _Seen:
-    """Which values one merge's visible text holds: the text's whole tokens, and the phrases (values with
-    a space) looked up once per merge, or taken from the earlier merge of the same text."""
+    """Which values one merge's visible text holds: the text's whole tokens and runs of word characters
+    (per part of the text, taken from the earlier merge for a part it had: neither crosses the line
+    break that joins two parts), and the phrases (values with a space) looked up once per merge, or taken
+    from the earlier merge of the same text."""
 
-    def __init__(self, text: str, since: MergedValues | None) -> None:
-        self.text = text
-        same = since is not None and since.visible == text
-        self.words = since.words if same else frozenset(_WORD.findall(text))  # type: ignore[union-attr]
+    def __init__(self, visible: "str | tuple[str, ...]", since: MergedValues | None) -> None:
+        parts = (visible,) if isinstance(visible, str) else visible
+        self.text = "\n".join(parts)
+        same = since is not None and since.visible == self.text
+        known = since.parts if since is not None else {}
+        self.parts = {p: known.get(p) or (frozenset(_WORD.findall(p)), frozenset(_RUN.findall(p))) for p in parts}
+        if same:
+            self.words, self.runs = since.words, since.runs  # type: ignore[union-attr]
+        else:
+            self.words = frozenset().union(*(w for w, _ in self.parts.values()))
+            self.runs = frozenset().union(*(r for _, r in self.parts.values()))
         self.phrases: dict[str, bool] = dict(since.phrases) if same else {}  # type: ignore[union-attr]
-        self._runs: frozenset[str] | None = since.runs if same else None  # type: ignore[union-attr]
-
-    @property
-    def runs(self) -> frozenset[str]:
-        """The text's runs of word characters: a phrase it holds as a whole has each of its own among them
-        (word characters do not touch it), so most phrases are ruled out without a search."""
-        if self._runs is None:
-            self._runs = frozenset(_RUN.findall(self.text))
-        return self._runs
 
     def phrase(self, v: str, runs: frozenset[str]) -> bool:
-        """Whether the text holds `v` (a value with a space, `runs` its runs of word characters) as a whole."""
+        """Whether the text holds `v` (a value with a space, `runs` its runs of word characters) as a whole:
+        each of its runs is one of the text's (word characters do not touch it), so most phrases are
+        ruled out without a search."""
         held = self.phrases.get(v)
         if held is None:
             held = self.phrases[v] = runs <= self.runs and _holds(self.text, v)
@@ -150,60 +335,11 @@ class _Seen:
         return (read.values & self.words) | frozenset(v for v, runs in read.spaced.items() if self.phrase(v, runs))
 
 
-class _Changes:
-    """What changed since an earlier merge, walked in merge order: the values whose standing changed for
-    the source at hand, i.e. whether the visible text holds them (`moved_words`, and its phrases looked
-    up again), or whether a source before it kept them (a source new, gone, or keeping other values
-    adds what it keeps and kept). A source none of whose values is among them keeps what it kept
-    without being read: what a compaction merges again is what its new turns touch."""
-
-    def __init__(self, since: MergedValues, order: "tuple[ValueSet, ...]", seen: _Seen) -> None:
-        self.since, self.seen = since, seen
-        self.at = {id(s): k for k, s in enumerate(since.sources)}  # live objects: ids unique
-        self.now = {id(s) for s in order}
-        self.moved_words = seen.words ^ since.words
-        self.moved_every: set[str] = set()  # values whose being kept before the source at hand changed
-        self.moved_ids: set[str] = set()  # identifiers among them
-        self.next = 0  # the earlier merge's next source not yet walked past
-
-    def match(self, s: ValueSet) -> int | None:
-        """`s`'s place in the earlier merge (None: new); the earlier sources before it that are gone
-        count as changed."""
-        k = self.at.get(id(s))
-        old = self.since.sources
-        while self.next < len(old) and (self.next < k if k is not None else _order(old[self.next]) <= _order(s)):
-            if id(old[self.next]) not in self.now:
-                self._moved(self.since.fresh[self.next])
-            self.next += 1
-        if k is not None:
-            self.next = k + 1
-        return k
-
-    def same(self, k: int, derived: bool) -> bool:
-        """Whether no value of the earlier merge's `k`th source changed standing."""
-        read, phrases = self.since.reads[k], self.since.phrases
-        return (read.values.isdisjoint(self.moved_words)
-                and read.values.isdisjoint(self.moved_every if derived else self.moved_ids)
-                and all(self.seen.phrase(v, runs) == phrases.get(v) for v, runs in read.spaced.items()))
-
-    def kept(self, k: int | None, new: "tuple[frozenset[str], frozenset[str]]") -> None:
-        """A source read again (`k` its place before, None: new) kept `new`."""
-        if k is None:
-            self._moved(new)
-        elif new != self.since.fresh[k]:
-            self._moved(new)
-            self._moved(self.since.fresh[k])
-
-    def _moved(self, fresh: "tuple[frozenset[str], frozenset[str]]") -> None:
-        self.moved_every.update(fresh[0])
-        self.moved_ids.update(fresh[1])
-
-
 def _merge_source(vs: ValueSet, read: _Read, met: frozenset[str]
-                  ) -> tuple[ValueSet | None, tuple[frozenset[str], frozenset[str]]]:
+                  ) -> tuple[ValueSet | None, frozenset[str]]:
     """What one source keeps when `met` of its values are not its to show (the visible text holds them, or
     a source before it kept them: identifiers for a tool result or a user's text, any value for a model's
-    text), and the values it kept (all, and the identifiers)."""
+    text), and the values it kept."""
     fields = []
     blocked = set(met)  # grows with what this source keeps, field by field
     all_new: list[str] = []
@@ -214,8 +350,7 @@ def _merge_source(vs: ValueSet, read: _Read, met: frozenset[str]
             blocked.update(new if vs.derived else read.ids.intersection(new))
             all_new += new
     out = ValueSet(vs.source, vs.turn, tuple(fields), vs.call) if fields or vs.call else None
-    kept = frozenset(all_new)
-    return out, (kept, kept & read.ids)
+    return out, frozenset(all_new)
 
 
 def _read(vs: ValueSet) -> _Read:

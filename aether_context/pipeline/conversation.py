@@ -197,7 +197,7 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
         compacted, kept = new.split(turns)
         opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter)
         opening_tokens = counter.count_text(opening) if opening else 0
-        visible = "\n".join([opening, *map(turn_text, kept)])
+        visible = (opening, *map(turn_text, kept))  # joined by line breaks: what the block does not repeat
         cap = _block_caps(profile, room, opening_tokens, extra=extra).values
         values, need = known_values(compacted, reader.original, reader.mask, limit=profile.decay.values_max_tokens,
                                     cap=cap, counter=counter, visible=visible, params=params, cache=cache, cut=cut)

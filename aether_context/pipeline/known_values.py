@@ -41,16 +41,17 @@ class _Carry:
 
 
 def known_values(compacted: "tuple[Turn, ...]", original: Callable[[Turn], Turn], mask: Callable[[Turn], Turn], *,
-                 limit: int, cap: int, counter: TokenCounting, visible: str = "",
+                 limit: int, cap: int, counter: TokenCounting, visible: "str | tuple[str, ...]" = "",
                  params: frozenset[str] = frozenset(), cache: PackCache | None = None,
                  cut: bool = True) -> tuple[str, int]:
     """KNOWN VALUES of the `compacted` turns (in order; `original` gives a turn before any cut, `mask`
     it with its secrets masked) within `cap` tokens, and the tokens they take within `limit`
     (`decay.values_max_tokens`): more than `cap` when the cap cut them. The ids and values the turns
     carried (call arguments included), newest value per source, so an identifier read long ago is
-    still there when a call needs it; a value the `visible` text (the verbatim turns, the pinned
-    opening request) holds is not repeated. With `cut` False, values that need more than `cap` are
-    not cut to it (the text is then "": the caller plans again with more room)."""
+    still there when a call needs it; a value the `visible` text (its parts, joined by line breaks:
+    the pinned opening request, the verbatim turns) holds is not repeated. With `cut` False, values
+    that need more than `cap` are not cut to it (the text is then "": the caller plans again with
+    more room)."""
     if limit <= 0 or not compacted:
         return "", 0
     key = ("known_values", id(compacted[0]), masking_now())
