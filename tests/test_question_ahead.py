@@ -75,7 +75,9 @@ async def test_the_opening_call_finds_its_question_embedded(memory_store_url):
     """Each later user turn's question is embedded on the work-ahead thread, never on the pack thread; the
     requests are those of a packer that works nothing ahead."""
     embedder, sent = await _run([(q, None) for q in QUESTIONS], work_ahead=True, store=f"{memory_store_url}/a")
-    for question in QUESTIONS[1:]:  # the first turn has no index yet to rank for: nothing to guess for
+    # the first turn's session has no index yet, so no search to embed it for: the call embeds it
+    assert embedder.threads_of(QUESTIONS[0]) == ["aether-pack_0"]
+    for question in QUESTIONS[1:]:
         assert embedder.threads_of(question) == ["aether-ahead_0"], embedder.calls
     _, plain = await _run([(q, None) for q in QUESTIONS], work_ahead=False, store=f"{memory_store_url}/b")
     assert sent == plain
