@@ -95,3 +95,18 @@ async def test_a_wrong_guess_changes_no_request(memory_store_url):
     assert embedder.threads_of(QUESTIONS[2] + "\n" + goal["aether:goal"]) == ["aether-ahead_0"]
     _, plain = await _run(texts, work_ahead=False, store=f"{memory_store_url}/b")
     assert sent == plain
+
+
+def test_a_question_queued_behind_the_work_ahead_runs_after_it():
+    """The work ahead drops a job while one runs; a queued question waits for it instead, and `wait_ahead` waits
+    for both (the benchmark reads the thread's CPU after it)."""
+    from aether_context.adk.worker import queue_ahead, start_ahead
+
+    wait_ahead()
+    release, ran = threading.Event(), []
+    assert start_ahead(lambda: (release.wait(10), ran.append("work ahead")))
+    queue_ahead(ran.append, "question")
+    assert not start_ahead(ran.append, "dropped")
+    release.set()
+    assert wait_ahead(timeout=10)
+    assert ran == ["work ahead", "question"]

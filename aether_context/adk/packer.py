@@ -133,7 +133,7 @@ class ContextPacker(ModelHooks, ToolHooks):
 
     def on_user_message(self, invocation_context: InvocationContext, user_message: types.Content) -> None:
         """A new user turn: embed, on the work-ahead thread, the question its first model call will rank Evidence
-        and Memory for (the message's text and the task in session state now: `select.retrieval_query`), while
+        and Memory for (the message's text and the task in session state now: `retrieve.retrieval_query`), while
         ADK appends the message and builds the request. A wrong guess (a later plugin rewrote the message, the
         turn's state delta or a callback changed the task) leaves that call to embed its own, as it would have:
         the guess only fills the query vectors, whose hit equals their miss."""

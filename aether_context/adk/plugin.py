@@ -130,6 +130,9 @@ def context_pack_callback(*, packer: ContextPacker | None = None, **settings: An
                           ) -> Callable[..., Awaitable[Optional[LlmResponse]]]:
     """A `before_model_callback` for one `LlmAgent`, with the same engine as the plugin.
 
+    Agent callbacks have no hook before ADK builds the request (`on_user_message_callback` is a plugin's), so
+    unlike the plugin these do not embed a new user turn's question ahead: its first call embeds it itself.
+
     `install_context_pack(agent)` sets all five hooks on an agent and its sub-agents. By hand,
     tool-result offload needs the tool hook too: pass `cb.after_tool` as `after_tool_callback`::
 
