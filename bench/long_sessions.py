@@ -125,8 +125,10 @@ def rss_mb() -> float:
 
 
 class MeteredPacker(ContextPacker):
-    """The production packer, with the CPU time of each `pack` (what before_model awaits: loop and pack thread) and
-    the store bytes each call wrote (read after the background writer finished, untimed)."""
+    """The production packer, with the CPU time of each `pack` (what before_model awaits: loop and pack thread, plus
+    the plugin's `on_user_message` hook before a new user turn's first call, on that call's path too) and the store
+    bytes each call wrote (read after the background writer finished, untimed). The work-ahead thread's CPU (the
+    jobs after each call, and the question a new user turn queues there before its first call) is read apart."""
 
     def __init__(self, **settings: Any):
         super().__init__(**settings)
@@ -136,17 +138,25 @@ class MeteredPacker(ContextPacker):
         self._clock = PackCpuClock()
         self.ahead_cpu: list[float] = []  # the work-ahead thread's CPU after each call (during the model call)
         self._ahead_before = self._clock.ahead()
+        self._hook_cpu = 0.0  # the on_user_message hook's, added to the next call's
+
+    def on_user_message(self, invocation_context, user_message):  # type: ignore[no-untyped-def]
+        c0 = self._clock.now()
+        super().on_user_message(invocation_context, user_message)
+        self._hook_cpu += self._clock.now() - c0
 
     async def pack(self, callback_context, llm_request):  # type: ignore[no-untyped-def]
         c0 = self._clock.now()
         record = await super().pack(callback_context, llm_request)
-        self.cpu.append(self._clock.now() - c0)
+        self.cpu.append(self._clock.now() - c0 + self._hook_cpu)
+        self._hook_cpu = 0.0
         return record
 
     def settle(self) -> None:
         """Wait for the writer (as a real model call's latency lets it finish) and note what this call wrote."""
         self.store.flush()
-        wait_ahead()  # the work ahead for the next compaction (its own thread, not counted in the pack's CPU)
+        wait_ahead()  # the work ahead (its own thread, not counted in the pack's CPU): after this call, for the next
+        # compaction, and before it, the question of a new user turn (so the column holds each call's own question)
         ahead = self._clock.ahead()
         self.ahead_cpu.append(ahead - self._ahead_before)
         self._ahead_before = ahead

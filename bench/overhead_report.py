@@ -241,10 +241,12 @@ event and a tool event per step). To bound the runtime, in the long session the 
 (earlier calls get ADK's request unchanged) so its state is warm before the measured band.
 
 **What is timed.** *pack*: `ContextPacker.pack`, the whole before_model work of the plugin (collect inputs, build the
-pack, rewrite the request, queue the store write). The write itself runs on the store's background thread; the replayed
-model answers at once, so the benchmark waits for the writer inside each model call (untimed), as a real model call's
-latency would let it finish: its work neither overlaps nor counts in the timed sections (its total busy time is
-reported below). The plugin's after_tool hook (`ContextPacker.after_tool`, the offload) is timed separately.
+pack, rewrite the request, queue the store write), and, before a new user turn's first call, the plugin's
+`on_user_message` hook (it reads the message and the task, and queues the question's embedding on the work-ahead
+thread), added to that call. The write itself runs on the store's background thread and the work ahead on its own; the
+replayed model answers at once, so the benchmark waits for both inside each model call (untimed), as a real model call's
+latency would let them finish: their work neither overlaps nor counts in the timed sections (the writer's total busy
+time is reported below). The plugin's after_tool hook (`ContextPacker.after_tool`, the offload) is timed separately.
 *ADK request build* (the baseline): `BaseLlmFlow._preprocess_async` for the same call, i.e. all of ADK's request
 processors (instructions, tool declarations, contents rebuilt from session events), measured in the no-plugin run of
 the same benchmark process. Tokens: `TokenCounter` (cl100k) over `request_from_llm(request)` with `request_tokens`, for

@@ -98,7 +98,8 @@ class PackSample:
 
 
 class TimedPacker(ContextPacker):
-    """The production packer, timed around `pack` (what the plugin's before_model awaits)."""
+    """The production packer, timed around `pack` (what the plugin's before_model awaits), the plugin's
+    `on_user_message` hook before a new user turn's first call added to that call's time."""
 
     def __init__(self, profiler: cProfile.Profile | None = None, profile_from: int = 0, **settings: Any):
         super().__init__(**settings)
@@ -107,6 +108,12 @@ class TimedPacker(ContextPacker):
         self._profiler = profiler
         self._profile_from = profile_from
         self._clock = PackCpuClock()
+        self._hook = (0.0, 0.0)  # the on_user_message hook's seconds and CPU, added to the next call's
+
+    def on_user_message(self, invocation_context, user_message):  # type: ignore[no-untyped-def]
+        t0, c0 = time.perf_counter(), self._clock.now()
+        super().on_user_message(invocation_context, user_message)
+        self._hook = (self._hook[0] + time.perf_counter() - t0, self._hook[1] + self._clock.now() - c0)
 
     async def after_tool(self, tool, tool_args, tool_context, result):  # type: ignore[no-untyped-def]
         t0 = time.perf_counter()
@@ -121,7 +128,8 @@ class TimedPacker(ContextPacker):
             self._profiler.enable()
         t0, c0 = time.perf_counter(), self._clock.now()
         record = await super().pack(callback_context, llm_request)
-        seconds, cpu = time.perf_counter() - t0, self._clock.now() - c0
+        seconds, cpu = time.perf_counter() - t0 + self._hook[0], self._clock.now() - c0 + self._hook[1]
+        self._hook = (0.0, 0.0)
         if profiling:
             self._profiler.disable()
         self.samples.append(PackSample(events, seconds, record.manifest, _stages(record.timings), cpu))

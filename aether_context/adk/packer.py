@@ -28,8 +28,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from google.adk.agents.callback_context import CallbackContext
+from google.adk.agents.invocation_context import InvocationContext
 from google.adk.models.llm_request import LlmRequest
 from google.adk.tools.tool_context import ToolContext
+from google.genai import types
 
 from ..compress import SummarizeFn, Summarizer
 from ..content import Message, sha256_hex
@@ -39,7 +41,7 @@ from ..pipeline.incremental import extended
 from ..pipeline.collect import PackInputs, PackState
 from ..pipeline.decay import blob_key
 from ..pipeline.record import CallRecord, Manifest
-from ..pipeline.retrieve import Retriever, default_retriever
+from ..pipeline.retrieve import Retriever, default_retriever, retrieval_query, session_namespace
 from ..pipeline.warm import warm_ahead
 from ..retrieval.embeddings import Embedder
 from ..profile import BudgetProfile, load_profile
@@ -49,15 +51,15 @@ from ..tokens import TokenCounter, TokenCounting
 from ..windows import window_flag
 from .collect import collect_inputs
 from .event_times import EventTimes, session_now
-from .convert import apply_request, request_from_llm
+from .convert import apply_request, request_from_llm, to_message
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool
 from .session_state import (COMPACT_STATE_KEY, SAVED_STATE_KEY, URIS_STATE_KEY, StoredPack, carried_state,
                             own_state, read_calibration, read_pack, write_pack, write_summary)
 from .model_hooks import ModelHooks
 from .slots import MAX_SESSIONS, SessionSlot, SessionSlots, slot_key
 from .tool_hooks import ToolHooks
-from .task import StateKeys
-from .worker import off_loop, start_ahead
+from .task import StateKeys, task_from_state
+from .worker import off_loop, queue_ahead, start_ahead
 
 logger = logging.getLogger("aether_context")
 
@@ -128,6 +130,22 @@ class ContextPacker(ModelHooks, ToolHooks):
     def compact(self, ctx: "CallbackContext | ToolContext") -> None:
         """Compact the conversation at the next model call of this session (recorded as asked for)."""
         ctx.state[COMPACT_STATE_KEY] = True
+
+    def on_user_message(self, invocation_context: InvocationContext, user_message: types.Content) -> None:
+        """A new user turn: embed, on the work-ahead thread, the question its first model call will rank Evidence
+        and Memory for (the message's text and the task in session state now: `retrieve.retrieval_query`), while
+        ADK appends the message and builds the request. A wrong guess (a later plugin rewrote the message, the
+        turn's state delta or a callback changed the task) leaves that call to embed its own, as it would have:
+        the guess only fills the query vectors, whose hit equals their miss."""
+        if not self.work_ahead:
+            return
+        try:
+            session = invocation_context.session
+            query = retrieval_query(to_message(user_message).text, task_from_state(session.state, self.keys))
+            queue_ahead(self.retriever.ahead_query, query,
+                        session_namespace(session.app_name, session.user_id, session.id))
+        except Exception:  # an optimisation that failed: the call embeds its question itself
+            logger.warning("aether-context: guessing the question ahead failed", exc_info=True)
 
     async def pack(self, callback_context: CallbackContext, llm_request: LlmRequest) -> CallRecord:
         """Rewrite `llm_request` into its Context Pack. Never raises: on failure the request is untouched."""

@@ -6,8 +6,9 @@ embedding caches (one per retrieval settings), so builds run there one at a time
 lives as long as the process. An LLM summary runs under a timeout (`summarize`), a sync
 summarizer on a thread of its own so the timeout can leave it behind. What the next compaction
 will read is computed ahead, after a request has gone out, on a work-ahead thread of its own
-(`start_ahead`: at most one job at a time, dropped when busy). Invalid Unicode from a tool is
-repaired before anything hashes or stores it (`repair_unicode`).
+(`start_ahead`: at most one job at a time, dropped when busy); what an imminent call will read (the
+question of a new user turn) is queued there behind it (`queue_ahead`). Invalid Unicode from a tool
+is repaired before anything hashes or stores it (`repair_unicode`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 from ..compress import SummarizeFn, Summarizer
 
-__all__ = ["off_loop", "pack_worker", "start_ahead", "wait_ahead", "summarize", "repair_unicode"]
+__all__ = ["off_loop", "pack_worker", "start_ahead", "queue_ahead", "wait_ahead", "summarize", "repair_unicode"]
 
 logger = logging.getLogger("aether_context")
 
@@ -51,6 +52,7 @@ async def off_loop(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
 
 
 _AHEAD: list[Future] = []  # the work-ahead job in flight, if any
+_QUEUED: list[Future] = []  # the queued jobs not yet done
 _AHEAD_LOCK = threading.Lock()
 
 
@@ -65,14 +67,24 @@ def start_ahead(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> bool:
     return True
 
 
-def wait_ahead(timeout: float | None = None) -> bool:
-    """Wait for the work-ahead job in flight (benchmarks and tests: a model call's latency lets it finish)."""
+def queue_ahead(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
+    """Run `fn` on the work-ahead thread once the job in flight there is done, never dropped: for a cache
+    fill an imminent call reads whose hit equals its miss (a new user turn's question vector). A call that
+    needs the value before the job starts computes it itself, and the job then finds it. A failure is
+    logged, never raised."""
     with _AHEAD_LOCK:
-        job = _AHEAD[0] if _AHEAD else None
-    if job is None:
-        return True
+        _QUEUED[:] = [job for job in _QUEUED if not job.done()]
+        _QUEUED.append(_thread("ahead").submit(_quietly, fn, *args, **kwargs))
+
+
+def wait_ahead(timeout: float | None = None) -> bool:
+    """Wait for the work-ahead jobs in flight and queued (benchmarks and tests: a model call's latency lets
+    them finish)."""
+    with _AHEAD_LOCK:
+        jobs = _AHEAD + _QUEUED
     try:
-        job.result(timeout)
+        for job in jobs:
+            job.result(timeout)
     except TimeoutError:
         return False
     return True

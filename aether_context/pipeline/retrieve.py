@@ -20,13 +20,25 @@ from typing import Callable, Iterable, Sequence
 
 from ..retrieval import Document, EmbeddingCache, HybridIndex, RetrievalResult, RetrievalSettings
 from ..retrieval.analyzer import STOP_WORDS, Analyzer
-from ..retrieval.embeddings import Embedder, SentenceTransformerEmbedder
+from ..retrieval.embeddings import Embedder, SentenceTransformerEmbedder, text_hash
 from ..retrieval.threads import bounded_threads
+from .collect import TaskSpec
 from .incremental import shared_prefix
 
-__all__ = ["Retriever", "default_retriever", "use_default_embedder"]
+__all__ = ["Retriever", "default_retriever", "use_default_embedder", "retrieval_query", "session_namespace"]
 
 logger = logging.getLogger(__name__)
+
+
+def retrieval_query(request: str, task: TaskSpec) -> str:
+    """What a call ranks Evidence and Memory for: its user request's text, the goal, the step and the acceptance
+    checklist (`select.query_text`; guessed before the call by the work ahead, `ContextPacker.on_user_message`)."""
+    return "\n".join(x for x in (request, task.goal, task.step, *task.acceptance) if x)
+
+
+def session_namespace(app: str, user: str, session: str) -> str:
+    """What the namespaces of one session's indexes start with (each: this, then the agent's name)."""
+    return f"{app}/{user}/{session}/"
 
 
 class Retriever:
@@ -101,6 +113,20 @@ class Retriever:
                 self.analyzer.ahead(text)
         if self.ready():
             self.cache.rows([doc.search_text for doc in documents])
+
+    def ahead_query(self, query: str, session: str) -> bool:
+        """Work ahead: embed `query`, the question a call of `session` (its namespaces' prefix) is about to rank
+        for, into the query vectors its searches read (`QueryVectors`: the same bits whichever thread embeds it;
+        a search asking for it meanwhile waits for it). Only when that search would embed it: dense ranking on,
+        a content word, and an index of the session holding documents. Returns whether it holds the vector."""
+        if self.settings.dense_weight <= 0 or not self.ready() or not self.analyzer.analyse(query):
+            return False
+        indexes = list(self._indexes.items())  # one C-level copy: the pack thread may add an index meanwhile
+        if not any(key[0].startswith(session) and (self._pools.get(id(index)) or (None, ()))[1]
+                   for key, index in indexes):
+            return False
+        self.cache.queries.vector(text_hash(query), query)
+        return True
 
     def _sync(self, index: HybridIndex, documents: "tuple[Document, ...]", held: "tuple | None"
               ) -> "tuple[tuple[Document, ...], bool]":

@@ -17,7 +17,7 @@ from ..profile import BudgetProfile
 from ..retrieval import Document, RetrievalResult
 from ..retrieval.items import ScoredItem
 from ..retrieval.turns import TURNS_AFTER, TURNS_BEFORE, neighbours, turn_context
-from .retrieve import Retriever
+from .retrieve import Retriever, retrieval_query, session_namespace
 from ..tokens import TokenCounting
 from .allocate import LAYER_OVERHEAD, Signals
 from .collect import PackInputs, TaskSpec, Turn, turn_start
@@ -65,9 +65,9 @@ class Candidates:
 
 
 def query_text(inputs: PackInputs) -> str:
-    """The retrieval query: the user request, the step and the acceptance checklist."""
+    """The retrieval query: the user request, the goal, the step and the acceptance checklist."""
     req = inputs.request.messages[inputs.request_index].text if inputs.request_index is not None else ""
-    return "\n".join(x for x in (req, inputs.task.goal, inputs.task.step, *inputs.task.acceptance) if x)
+    return retrieval_query(req, inputs.task)
 
 
 def _date(ts: float | None) -> str:
@@ -276,7 +276,7 @@ def frame_candidates(inputs: PackInputs, conversation: Conversation) -> Candidat
 
 
 def _namespace(inputs: PackInputs) -> str:
-    return f"{inputs.app_name}/{inputs.user_id}/{inputs.session_id}/{inputs.agent}"
+    return session_namespace(inputs.app_name, inputs.user_id, inputs.session_id) + inputs.agent
 
 
 def _memory_documents(inputs: PackInputs, compacted: "tuple[Turn, ...]", counter: TokenCounting,

@@ -308,7 +308,9 @@ class HybridIndex:
             scores[near] = self._cosines(q, near)
             pool = np.union1d(top_rows(bm25, lexical_rows, s.candidate_pool, self._ids),
                               top_rows(scores, near, s.candidate_pool, self._ids))
-            lexical_only = pool[~np.isin(pool, near)]
+            scored = np.zeros(len(self._docs), dtype=bool)  # a mask, not `np.isin` (150 µs for 200 rows)
+            scored[near] = True
+            lexical_only = pool[~scored[pool]]
             scores[lexical_only] = self._cosines(q, lexical_only)
         else:
             scores = np.zeros(len(self._docs), dtype=np.float32)
