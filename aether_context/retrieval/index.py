@@ -84,6 +84,7 @@ class HybridIndex:
         self._dense_on = True
         self._version = 0  # bumped by every change to the documents: a search's result is valid for one version
         self._last: dict[tuple, RetrievalResult] = {}  # the last searches' results by their inputs (a few)
+        self._pools: dict[tuple, tuple] = {}  # the last searches' fusion pools and scores, without the clock (a few)
         self._exclude_keys: dict[str, str] = {}  # the last search's excluded texts -> their content keys
         self._lock = threading.RLock()
 
@@ -282,22 +283,26 @@ class HybridIndex:
             flags = {"dense_off": float(not dense), "empty_query": float(not terms)}
             if len(rows) == 0 or budget_tokens == 0 or not terms:
                 return self._result(query, [], 0, n_excluded, 0, flags=flags)
-            # The same search again (a call that ranks a zone twice; the calls of a payload kept as sent, which
-            # rank at its clock): the result is a function of these inputs and of the documents' version.
-            key = (self._version, query, k, budget_tokens, count_tokens, now, frozenset(excluded), dense, s)
+            # The same search again (a zone ranked twice; a payload kept as sent, at its clock): a function of these
+            # inputs and the version. Its pool and scores do not read the clock: a later clock only ranks again.
+            pooled = (self._version, query, frozenset(excluded), dense, s)
+            key = (*pooled, k, budget_tokens, count_tokens, now)
             result = self._last.get(key)
             if result is None:
-                result = self._search(query, s, rows, terms, k, budget_tokens, count_tokens, now, n_excluded, flags,
-                                      dense)
-                self._last = {**{old: r for old, r in self._last.items() if old[0] == self._version}, key: result}
-                while len(self._last) > LAST_SEARCHES:
-                    del self._last[next(iter(self._last))]
+                pool, bm25, scores, s = held = self._pools.get(pooled) or self._pool(query, s, rows, terms, dense)
+                self._pools = self._remember(self._pools, pooled, held)
+                result = (self._rank(query, s, pool, bm25, scores, k, budget_tokens, count_tokens, now, n_excluded,
+                                     flags) if len(pool) else self._result(query, [], 0, n_excluded, 0, flags=flags))
+                self._last = self._remember(self._last, key, result)
             return result
 
-    def _search(self, query: str, s: RetrievalSettings, rows: np.ndarray, terms: list[str], k: int | None,
-                budget_tokens: int | None, count_tokens: Callable[[str], int] | None, now: float | None,
-                n_excluded: int, flags: dict[str, float], dense: bool) -> RetrievalResult:
-        """Fusion's pool (each retriever's best `candidate_pool` of `rows`), then `_rank`."""
+    def _remember(self, held: dict, key: tuple, value: object) -> dict:
+        """`held` with `key` last, without other versions' entries, the oldest out beyond `LAST_SEARCHES`."""
+        held = {**{old: v for old, v in held.items() if old[0] == self._version}, key: value}
+        return dict(list(held.items())[-LAST_SEARCHES:])
+
+    def _pool(self, query: str, s: RetrievalSettings, rows: np.ndarray, terms: list[str], dense: bool) -> tuple:
+        """Fusion's pool (each retriever's best `candidate_pool` of `rows`), its BM25 and dense scores, the settings."""
         bm25 = self._lexical.scores(terms, k1=s.bm25_k1, b=s.bm25_b, epsilon=s.bm25_epsilon)
         lexical_rows = rows[bm25[rows] > 0]
         if dense:
@@ -316,10 +321,7 @@ class HybridIndex:
             scores = np.zeros(len(self._docs), dtype=np.float32)
             pool = top_rows(bm25, lexical_rows, s.candidate_pool, self._ids)
             s = s.model_copy(update={"dense_weight": 0.0, "lexical_weight": s.lexical_weight or 1.0})
-        if len(pool) == 0:
-            return self._result(query, [], 0, n_excluded, 0, flags=flags)
-        return self._rank(query, s, pool, bm25[pool], scores[pool].astype(np.float64, copy=False), k, budget_tokens,
-                          count_tokens, now, n_excluded, flags)
+        return pool, bm25[pool], scores[pool].astype(np.float64, copy=False), s
 
     def _rank(self, query: str, s: RetrievalSettings, pool: np.ndarray, bm25: np.ndarray, dense: np.ndarray,
               k: int | None, budget: int | None, count_tokens: Callable[[str], int] | None, now: float | None,
