@@ -175,3 +175,42 @@ async def test_a_compaction_places_only_the_value_sources_it_adds(memory_store_u
         sources = sum(n for c, _, n in merges if c == k)
         assert placed.count(k) * 2 <= sources, (k, placed.count(k), sources)
 
+
+
+async def test_a_compaction_that_cannot_hold_the_payload_merges_no_value(memory_store_url, monkeypatch):
+    """A compaction inside a tool loop first tries to keep the payload as sent, which holds only when the
+    cut pins this invocation's request; when the cut stays before the request even at the most room the
+    block may take, it gives up before reading, merging or rendering any known value (the compaction that
+    follows does that once)."""
+    from aether_context.pipeline import build, conversation
+
+    values_in: list[bool] = []  # per known_values call: inside a compaction that tries to hold the payload
+    gave_up: list[int] = []  # those compactions' calls of known_values, when they came to nothing
+    compact, known = build.compact, conversation.known_values
+
+    def compacting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        before = len(values_in)
+        out = compact(*args, **kwargs)
+        if kwargs.get("pinned_only") and out is None:
+            gave_up.append(len(values_in) - before)
+        return out
+
+    def values(*args, **kwargs):  # type: ignore[no-untyped-def]
+        values_in.append(True)
+        return known(*args, **kwargs)
+    monkeypatch.setattr(build, "compact", compacting)
+    monkeypatch.setattr(conversation, "known_values", values)
+    steps = []
+    for t in range(8):
+        steps += [call("lookup_booking", ref=f"ref{3 * t}"), call("lookup_booking", ref=f"ref{3 * t + 1}"),
+                  f"Booking ref{3 * t} belongs to user_{t % 3}_77."]
+    agent, _ = scripted_agent(steps, tools=[lookup_booking])
+    p = ContextPackPlugin(store=f"{memory_store_url}/gave-up", window_tokens=5_000, embedder=HashingEmbedder())
+    runner = make_runner(agent, plugins=[p])
+    await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="chat")
+    for t in range(8):
+        await run_turn(runner, "chat", f"Who holds booking ref{3 * t}?")
+        wait_ahead()
+    assert sum(1 for r in p.packer.recent if r.manifest.compaction) >= 2
+    assert gave_up, "no compaction tried to hold its payload in vain: make the turns longer"
+    assert gave_up == [0] * len(gave_up), gave_up

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Callable, Sequence
 
 from ..compress.middle_out import middle_out
@@ -178,19 +179,12 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     is planned again for the larger block, only when they need it); what they leave goes to fold lines.
     """
     turns, room = prepared.turns, int(target * BLOCK_SHARE)  # block and tail come down to the target together
-    reader = compacted_reader(inputs, prepared, cache)
-    params = parameter_names(t.declaration for t in inputs.request.tools)
+    cut_at = partial(_cut_at, inputs, profile, zone, turns, counter, target, ceiling)
 
     def plan(block_room: int, extra: int, cut: bool) -> tuple:
         """The zone when the block may take `block_room`, and its opening and values (`extra` tokens over
-        their share; not cut to their cap unless `cut`: values that need more are planned again): the tail
-        keeps the rest of the target, and what the block may take is not the tail's."""
-        policy = profile.conversation
-        through, pinned = plan_compaction(turns, target=max(0, target - block_room), min_tail=policy.tail_turns,
-                                          counter=counter, request_index=inputs.request_index, current=zone,
-                                          ceiling=max(0, ceiling - block_room), growth_turns=policy.growth_turns,
-                                          max_turns=policy.max_verbatim_turns)
-        new = Verbatim(through, pinned, "", zone.compactions + 1)
+        their share; not cut to their cap unless `cut`: values that need more are planned again)."""
+        new = Verbatim(*cut_at(block_room), "", zone.compactions + 1)
         # secrets masked before the block derives from them (a value pulled out of its label's context too);
         # the compacted turns' originals are read lazily: newest first for the values (which stop at their
         # cap), and only those the summary does not cover yet for the block
@@ -203,6 +197,10 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
                                     cap=cap, counter=counter, visible=visible, params=params, cache=cache, cut=cut)
         return new, compacted, opening, opening_tokens, values, need - cap
 
+    if pinned_only and inputs.request_index not in cut_at(room + int(target * _VALUES_CLAIM))[1]:
+        return None  # the cut moves on as the block grows: not pinned at the most the block may take, never
+    reader = compacted_reader(inputs, prepared, cache)
+    params = parameter_names(t.declaration for t in inputs.request.tools)
     extra = 0
     new, compacted, opening, opening_tokens, values, short = plan(room, 0, False)
     if short > 0:  # the values need more: the block takes room from the verbatim tail, up to _VALUES_CLAIM
@@ -222,6 +220,17 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     folded = tuple(t.start for t in zone.kept(turns) if not new.keeps(t))
     return Compaction(new, reason, folded, tokens_before, conversation_tokens(prepared, new, counter), block.summary,
                       block.merged_lines)
+
+
+def _cut_at(inputs: PackInputs, profile: BudgetProfile, zone: Verbatim, turns: "tuple[Turn, ...]",
+            counter: TokenCounting, target: int, ceiling: int, block_room: int) -> tuple[int, tuple[int, ...]]:
+    """The new zone's `through` and `pinned` when the block may take `block_room`: the tail keeps the rest
+    of the target, and what the block may take is not the tail's (so `through` never moves back as the
+    block grows)."""
+    policy = profile.conversation
+    return plan_compaction(turns, target=max(0, target - block_room), min_tail=policy.tail_turns, counter=counter,
+                           request_index=inputs.request_index, current=zone, ceiling=max(0, ceiling - block_room),
+                           growth_turns=policy.growth_turns, max_turns=policy.max_verbatim_turns)
 
 
 @dataclass(frozen=True)
