@@ -214,3 +214,22 @@ async def test_a_compaction_that_cannot_hold_the_payload_merges_no_value(memory_
     assert sum(1 for r in p.packer.recent if r.manifest.compaction) >= 2
     assert gave_up, "no compaction tried to hold its payload in vain: make the turns longer"
     assert gave_up == [0] * len(gave_up), gave_up
+
+
+async def test_a_compaction_reads_its_turns_values_without_a_search_per_turn(memory_store_url, monkeypatch):
+    """The known values read the compacted turns newest first, each before any cut: one walk down the
+    prepared turns gives those, not a search of every turn per turn read (a thousand in a long chat)."""
+    import sys
+
+    from aether_context.pipeline.prepare import TurnsByStart
+
+    searched: list[str] = []  # per search of a turn by its start: the function that needed it
+    get = TurnsByStart.get
+
+    def searching(self, start, default=None):  # type: ignore[no-untyped-def]
+        searched.append(sys._getframe(2).f_code.co_name)
+        return get(self, start, default)
+    monkeypatch.setattr(TurnsByStart, "get", searching)
+    requests, manifests = await _run(f"{memory_store_url}/walk", cold=False)
+    assert sum(1 for m in manifests if m.compaction) >= 3 and any("KNOWN VALUES" in str(r) for r in requests)
+    assert "_read" not in searched, searched.count("_read")

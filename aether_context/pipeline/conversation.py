@@ -14,7 +14,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from ..compress.middle_out import middle_out
 from ..compress.values import parameter_names
@@ -193,7 +193,7 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
         opening_tokens = counter.count_text(opening) if opening else 0
         visible = (opening, *map(turn_text, kept))  # joined by line breaks: what the block does not repeat
         cap = _block_caps(profile, room, opening_tokens, extra=extra).values
-        values, need = known_values(compacted, reader.original, reader.mask, limit=profile.decay.values_max_tokens,
+        values, need = known_values(compacted, reader.newest_first, reader.mask, limit=profile.decay.values_max_tokens,
                                     cap=cap, counter=counter, visible=visible, params=params, cache=cache, cut=cut)
         return new, compacted, opening, opening_tokens, values, need - cap
 
@@ -235,13 +235,15 @@ def _cut_at(inputs: PackInputs, profile: BudgetProfile, zone: Verbatim, turns: "
 
 @dataclass(frozen=True)
 class CompactedReader:
-    """How a compaction reads a compacted turn: `original` gives it before any cut, `mask` with its
+    """How a compaction reads a compacted turn: `original` gives it before any cut (`newest_first` those of
+    turns in order), `mask` with its
     secrets masked (`render.turn_masker`), `read` both; `uris` are those the block cites (a masked
     response's key included)."""
 
     original: Callable[[Turn], Turn]
     mask: Callable[[Turn], Turn]
     uris: "dict[str, str]"
+    newest_first: "Callable[[tuple[Turn, ...]], Iterator[Turn]]"  # `original` of turns in order, newest first
 
     def read(self, turn: Turn) -> Turn:
         return self.mask(self.original(turn))
@@ -250,7 +252,7 @@ class CompactedReader:
 def compacted_reader(inputs: PackInputs, prepared: Prepared, cache: PackCache | None) -> CompactedReader:
     """The one reader of compacted turns: the compaction's, and the work ahead's, which fills its caches."""
     mask, uris = turn_masker(inputs.uris if inputs.cite_originals else {}, cache)
-    return CompactedReader(lambda t: prepared.originals.get(t.start, t), mask, uris)
+    return CompactedReader(lambda t: prepared.originals.get(t.start, t), mask, uris, prepared.originals.newest_first)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ when every turn is read and merged afresh (`build_pack` without a cache does tha
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Hashable
+from typing import Callable, Hashable, Iterator
 
 from ..compress.value_merge import MergedValues, merged_values
 from ..compress.values import ValueSet, extract_values, render_values
@@ -40,12 +40,13 @@ class _Carry:
     rendered: "tuple[Hashable, str]" = ((), "")  # the full merge's text, by what it is rendered from
 
 
-def known_values(compacted: "tuple[Turn, ...]", original: Callable[[Turn], Turn], mask: Callable[[Turn], Turn], *,
+def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn, ...]], Iterator[Turn]]",
+                 mask: Callable[[Turn], Turn], *,
                  limit: int, cap: int, counter: TokenCounting, visible: "str | tuple[str, ...]" = "",
                  params: frozenset[str] = frozenset(), cache: PackCache | None = None,
                  cut: bool = True) -> tuple[str, int]:
-    """KNOWN VALUES of the `compacted` turns (in order; `original` gives a turn before any cut, `mask`
-    it with its secrets masked) within `cap` tokens, and the tokens they take within `limit`
+    """KNOWN VALUES of the `compacted` turns (in order; `originals` gives them before any cut, newest
+    first, `mask` a turn with its secrets masked) within `cap` tokens, and the tokens they take within `limit`
     (`decay.values_max_tokens`): more than `cap` when the cap cut them. The ids and values the turns
     carried (call arguments included), newest value per source, so an identifier read long ago is
     still there when a call needs it; a value the `visible` text (its parts, joined by line breaks:
@@ -56,7 +57,7 @@ def known_values(compacted: "tuple[Turn, ...]", original: Callable[[Turn], Turn]
         return "", 0
     key = ("known_values", id(compacted[0]), masking_now())
     carry = cache.lookup("carried", key) if cache is not None else None
-    read = _read(compacted, original, mask, limit, cache, carry.read if carry is not None else {})
+    read = _read(compacted, originals, mask, limit, cache, carry.read if carry is not None else {})
     full = merged_values([vs for _, found in read for vs in found], visible=visible,
                          since=carry.full if carry is not None else None)
     source = (full.sets, limit, params, counter_key(counter))  # what the full text is rendered from
@@ -78,14 +79,15 @@ def known_values(compacted: "tuple[Turn, ...]", original: Callable[[Turn], Turn]
     return text, need
 
 
-def _read(compacted: "tuple[Turn, ...]", original: Callable[[Turn], Turn], mask: Callable[[Turn], Turn], limit: int,
+def _read(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn, ...]], Iterator[Turn]]",
+          mask: Callable[[Turn], Turn], limit: int,
           cache: PackCache | None, carried: "dict[int, tuple[Turn, tuple[ValueSet, ...]]]"
           ) -> "list[tuple[Turn, tuple[ValueSet, ...]]]":
     """The newest turns (newest first) with their value sets, until they give `limit` sources; a turn the
     last compaction read (the same object) is not masked or looked up again."""
     out: list[tuple[Turn, tuple[ValueSet, ...]]] = []
     n = 0
-    for turn in map(original, reversed(compacted)):
+    for turn in originals(compacted):
         hit = carried.get(id(turn))
         if hit is not None and hit[0] is turn:
             found = hit[1]

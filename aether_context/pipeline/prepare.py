@@ -6,9 +6,10 @@ URI, and the per-turn cap. What each repair touched is a `TruncationEvent`.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Iterator
 
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
@@ -48,6 +49,17 @@ class TurnsByStart:
     def get(self, start: int, default: "Turn | None" = None) -> "Turn | None":
         i = bisect_left(self.turns, start, key=turn_start)
         return self.turns[i] if i < len(self.turns) and self.turns[i].start == start else default
+
+    def newest_first(self, turns: "tuple[Turn, ...]") -> "Iterator[Turn]":
+        """`get(t.start, t)` of each of `turns` (in order of start, as `prepare` gives them), newest first:
+        one walk down the turns, not a search per turn (a compaction reads a thousand turns this way)."""
+        own = self.turns
+        j = bisect_right(own, turns[-1].start, key=turn_start) - 1 if turns else -1
+        for turn in reversed(turns):
+            start = turn.start
+            while j >= 0 and own[j].start > start:
+                j -= 1
+            yield own[j] if j >= 0 and own[j].start == start else turn
 
 
 
