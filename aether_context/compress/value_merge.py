@@ -54,7 +54,7 @@ class _Read:
     values: frozenset[str]
     spaced: "dict[str, frozenset[str]]"  # the values with a space, with their runs of word characters
     ids: frozenset[str]
-    fields: tuple[tuple[str, tuple[str, ...]], ...]
+    fields: tuple[tuple[str, tuple[str, ...]], ...]  # less the values its label shows
     own: frozenset[str]
 
 
@@ -343,11 +343,12 @@ def _merge_source(vs: ValueSet, read: _Read, met: frozenset[str]
     fields = []
     blocked = set(met)  # grows with what this source keeps, field by field
     all_new: list[str] = []
+    derived, ids = vs.derived, read.ids
     for name, values in read.fields:
-        new = tuple(v for v in values if v not in read.own and v not in blocked)
+        new = values if blocked.isdisjoint(values) else tuple(v for v in values if v not in blocked)
         if new:
             fields.append((name, new))
-            blocked.update(new if vs.derived else read.ids.intersection(new))
+            blocked.update(new if derived else ids.intersection(new))
             all_new += new
     out = ValueSet(vs.source, vs.turn, tuple(fields), vs.call) if fields or vs.call else None
     return out, frozenset(all_new)
@@ -355,8 +356,10 @@ def _merge_source(vs: ValueSet, read: _Read, met: frozenset[str]
 
 def _read(vs: ValueSet) -> _Read:
     values = frozenset(v for _, vals in vs.fields for v in vals)
+    own = _label_values(vs.source) if vs.call else frozenset()
+    fields = short_fields(vs.fields)  # without the values the label shows: never the source's to show
     return _Read(values, {v: frozenset(_RUN.findall(v)) for v in values if " " in v}, frozenset(v for v in values if _IDLIKE.match(v)),
-                 tuple(short_fields(vs.fields)), _label_values(vs.source) if vs.call else frozenset())
+                 tuple((n, tuple(v for v in vals if v not in own)) if own else (n, vals) for n, vals in fields), own)
 
 
 def _holds(text: str, phrase: str) -> bool:
