@@ -75,7 +75,7 @@ class MergedValues:
     sources: tuple[ValueSet, ...] = ()
     keys: tuple = ()
     entries: "dict[int, tuple]" = field(default_factory=dict)
-    holders: "dict[str, tuple[ValueSet, ...]]" = field(default_factory=dict)
+    holders: "dict[str, tuple[tuple, ...]]" = field(default_factory=dict)  # (place, source) pairs, by place
     keepers: "dict[str, tuple]" = field(default_factory=dict)
     spaced: "dict[str, frozenset[str]]" = field(default_factory=dict)
     visible: str = ""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import lru_cache, partial
 from typing import Callable, Iterator, Sequence
 
 from ..compress.middle_out import middle_out
@@ -179,7 +179,8 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     is planned again for the larger block, only when they need it); what they leave goes to fold lines.
     """
     turns, room = prepared.turns, int(target * BLOCK_SHARE)  # block and tail come down to the target together
-    cut_at = partial(_cut_at, inputs, profile, zone, turns, counter, target, ceiling)
+    # by the block's room, asked for up to three times (the held try's most room may be the values' claim)
+    cut_at = lru_cache(maxsize=4)(partial(_cut_at, inputs, profile, zone, turns, counter, target, ceiling))
 
     def plan(block_room: int, extra: int, cut: bool) -> tuple:
         """The zone when the block may take `block_room`, and its opening and values (`extra` tokens over

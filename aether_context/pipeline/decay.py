@@ -17,7 +17,7 @@ from ..content import Blob, FunctionCall, FunctionResponse, Message, TextPart, s
 from ..tokens import TokenCounting
 from .cache import PackCache, counter_key
 from .collect import Turn, turn_start
-from .incremental import extended, mapped, running_totals, shared_prefix, turn_key
+from .incremental import extended, mapped, running_totals, shared_prefix, sparse, turn_key
 
 __all__ = ["RunningSummary", "fold_turn", "decay_zones", "Zones", "decay_images", "blob_key", "prune_tool_outputs"]
 
@@ -112,7 +112,7 @@ def decay_images(turns: Sequence[Turn], keep_turns: int, uris: "dict[str, str]",
     """Inline images older than `keep_turns` turns become a one-line description with their URI.
     Which turns carry an image is carried from the last call for its unchanged turns (`cache`)."""
     turns = tuple(turns)
-    with_images = set(extended("image_turns", turns, lambda: (0, ()), _image_turns, cache, _images_before)[1])
+    with_images = set(sparse("image_turns", turns, lambda t: True if _has_images(t) else None, cache)[0])
     if not with_images:
         return turns, ()
     out: list[Turn] = []
@@ -141,18 +141,6 @@ def decay_images(turns: Sequence[Turn], keep_turns: int, uris: "dict[str, str]",
 
 def _has_images(turn: Turn) -> bool:
     return any(m.blobs for m in turn.messages)
-
-
-def _image_turns(state: "tuple[int, tuple[int, ...]]", more: tuple) -> "tuple[int, tuple[int, ...]]":
-    """The turns read so far and the positions of those with an inline image, then `more`: only the few
-    positions are kept, not a result per turn of the history."""
-    n, found = state
-    return n + len(more), found + tuple(n + i for i, t in enumerate(more) if _has_images(t))
-
-
-def _images_before(state: "tuple[int, tuple[int, ...]]", n: int) -> "tuple[int, tuple[int, ...]]":
-    """The state of the first `n` turns: the positions before `n` (ascending, so a slice)."""
-    return n, state[1][:bisect_left(state[1], n)]
 
 
 def _response_tokens(turn: Turn, counter: TokenCounting) -> int:

@@ -8,7 +8,6 @@ nothing disappears silently.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass, replace
 from operator import itemgetter
 from os.path import commonprefix
@@ -23,7 +22,7 @@ from ..tokens import TokenCounting
 from .allocate import LAYER_OVERHEAD, Allocation
 from .collect import PackInputs, PackState, Turn
 from .cache import PackCache, counter_key
-from .incremental import extended, mapped, turn_key, turn_tokens
+from .incremental import mapped, sparse, turn_key, turn_tokens
 from .render import block_follows, render_pack, render_payload, request_tokens
 
 if TYPE_CHECKING:
@@ -125,18 +124,7 @@ def bounded_turns(turns: "tuple[Turn, ...]", max_turn_tokens: int, counter: Toke
     # the turns (the same tuple when none is cut) and the cuts' events (only those, not an outcome per turn)
     # are carried from the last call: a call bounds its new turns only (a cut turn's cut is kept by content)
     out = mapped(kind, turns, lambda t: bound(t)[0], cache)
-    turns = tuple(turns)
-
-    def feed(found: "tuple[tuple[int, ...], tuple[TruncationEvent, ...]]", more: tuple):
-        # (positions of the cut turns, their events); `more` are the last turns
-        cuts = [(i, e) for i, e in enumerate((bound(t)[1] for t in more), len(turns) - len(more)) if e is not None]
-        return found[0] + tuple(i for i, _ in cuts), found[1] + tuple(e for _, e in cuts)
-
-    def before(found: "tuple[tuple[int, ...], tuple[TruncationEvent, ...]]", n: int):
-        k = bisect_left(found[0], n)  # the cuts of the first `n` turns
-        return found[0][:k], found[1][:k]
-
-    return out, extended(("cuts", kind), turns, lambda: ((), ()), feed, cache, before)[1]
+    return out, sparse(kind, tuple(turns), lambda t: bound(t)[1], cache)[1]
 
 
 def fit_lines(layer: str, lines: "tuple[Line, ...]", budget: int, item_max_tokens: int, counter: TokenCounting,

@@ -10,6 +10,7 @@ the cache it is given; results equal a fresh computation (and are one, without a
 from __future__ import annotations
 
 import hashlib
+from bisect import bisect_left
 from itertools import accumulate
 from operator import is_
 from typing import Any, Callable, Hashable, Sequence
@@ -20,7 +21,7 @@ from .cache import PackCache
 from .collect import PackInputs, Turn, group_turns
 
 __all__ = ["grouped_turns", "turn_tokens", "turns_tokens", "turn_key", "mapped", "running_totals", "shared_prefix",
-           "note_prefix", "extended", "request_checksum", "inputs_digest"]
+           "note_prefix", "extended", "sparse", "request_checksum", "inputs_digest"]
 
 
 def turn_key(turn: Turn) -> tuple:
@@ -183,6 +184,26 @@ def extended(kind: Hashable, items: tuple, start: Callable[[], Any], feed: Calla
     if cache is not None and items:
         cache.put("carried", (kind, id(items[0])), (items, state))
     return state
+
+
+def sparse(kind: Hashable, items: tuple, fn: Callable[[Any], Any], cache: PackCache | None
+           ) -> "tuple[tuple[int, ...], tuple[Any, ...]]":
+    """The positions of `items` where the pure `fn` (`kind` names it and its parameters) gives something
+    other than None, and what it gave there: a pass whose hits are few (the turns with an inline image, the
+    per-turn cap's cuts) keeps only those, not a result per item of the history. Carried from the last call
+    (`extended`): a call reads its new items, and, when the last call's last items changed (a chat's answer
+    joins the turn it closes), those again from the first changed one."""
+    def feed(state: "tuple[int, tuple[int, ...], tuple]", more: tuple) -> "tuple[int, tuple[int, ...], tuple]":
+        n, at, found = state
+        hits = [(n + i, x) for i, x in enumerate(map(fn, more)) if x is not None]
+        return n + len(more), at + tuple(i for i, _ in hits), found + tuple(x for _, x in hits)
+
+    def rewind(state: "tuple[int, tuple[int, ...], tuple]", n: int) -> "tuple[int, tuple[int, ...], tuple]":
+        k = bisect_left(state[1], n)  # the hits among the first `n` items (positions ascend)
+        return n, state[1][:k], state[2][:k]
+
+    _, at, found = extended(("sparse", kind), items, lambda: (0, (), ()), feed, cache, rewind)
+    return at, found
 
 
 def request_checksum(request: ModelRequest, cache: PackCache | None) -> str:

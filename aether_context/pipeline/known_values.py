@@ -71,7 +71,7 @@ def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn
     if need > cap:
         text = ""
         if cap > 0 and cut:
-            capped = merged_values(_newest_sets(read, cap), visible=visible, since=capped or full)
+            capped = merged_values(_newest_sets(read, cap), visible=visible, since=capped)
             text = render_values(capped.sets, cap, counter, params=params) if capped.sets else ""
     if cache is not None:
         cache.put("carried", key, _Carry(compacted[0], {id(t): (t, found) for t, found in read}, full, capped,
