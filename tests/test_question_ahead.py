@@ -110,3 +110,18 @@ def test_a_question_queued_behind_the_work_ahead_runs_after_it():
     release.set()
     assert wait_ahead(timeout=10)
     assert ran == ["work ahead", "question"]
+
+
+def test_only_the_newest_queued_questions_wait_behind_a_long_job():
+    """Many sessions' messages behind one long job: the oldest waiting questions are cancelled (their calls
+    have run, embedding their own), so the queue stays bounded, and `wait_ahead` waits for the rest."""
+    from aether_context.adk.worker import QUEUED_MAX, queue_ahead, start_ahead
+
+    wait_ahead()
+    release, ran = threading.Event(), []
+    assert start_ahead(lambda: release.wait(10))
+    for i in range(QUEUED_MAX + 5):
+        queue_ahead(ran.append, i)
+    release.set()
+    assert wait_ahead(timeout=10)
+    assert ran == list(range(5, QUEUED_MAX + 5))

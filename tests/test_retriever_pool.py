@@ -134,3 +134,17 @@ def test_documents_whose_embedding_failed_are_embedded_at_the_next_search():
         _ranked(retriever, pool)
     fresh = _ranked(Retriever(embedder=HashingEmbedder()), pool)
     assert [r[:3] for r in _ranked(retriever, pool)] == [r[:3] for r in fresh]
+
+
+def test_a_forgotten_session_leaves_no_index_or_pool_behind():
+    """A released session's indexes go, and so do the pools they were synced to (each holds its index and
+    documents: kept, they grew with every session the process served)."""
+    rng = random.Random(5)
+    retriever = Retriever(embedder=HashingEmbedder())
+    _ranked(retriever, [_doc(rng, k) for k in range(12)])
+    other = retriever.rank("app/u/t/agent", "memory", QUERY, [_doc(rng, 50)], k=4, count_tokens=None, now=None)
+    assert len(retriever._pools) == 2 and other.items
+    retriever.forget("app/u/s/agent")
+    assert len(retriever._indexes) == 1 and len(retriever._pools) == 1
+    retriever.forget("app/u/t/agent")
+    assert not retriever._indexes and not retriever._pools

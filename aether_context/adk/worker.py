@@ -18,8 +18,9 @@ import functools
 import inspect
 import re
 import threading
+import time
 import logging
-from concurrent.futures import Future, ThreadPoolExecutor, TimeoutError
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor, TimeoutError
 from typing import Any, Callable, Sequence
 
 from ..compress import SummarizeFn, Summarizer
@@ -53,6 +54,7 @@ async def off_loop(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
 
 _AHEAD: list[Future] = []  # the work-ahead job in flight, if any
 _QUEUED: list[Future] = []  # the queued jobs not yet done
+QUEUED_MAX = 8  # queued jobs kept waiting: an older one's call has run by then (it embedded its own question)
 _AHEAD_LOCK = threading.Lock()
 
 
@@ -68,12 +70,15 @@ def start_ahead(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> bool:
 
 
 def queue_ahead(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
-    """Run `fn` on the work-ahead thread once the job in flight there is done, never dropped: for a cache
-    fill an imminent call reads whose hit equals its miss (a new user turn's question vector). A call that
-    needs the value before the job starts computes it itself, and the job then finds it. A failure is
-    logged, never raised."""
+    """Run `fn` on the work-ahead thread once the job in flight there is done: for a cache fill an imminent
+    call reads whose hit equals its miss (a new user turn's question vector). A call that needs the value
+    before the job starts computes it itself, and the job then finds it. Only the newest `QUEUED_MAX` wait
+    (many sessions' messages behind a long job: the oldest not started is cancelled). A failure is logged,
+    never raised."""
     with _AHEAD_LOCK:
         _QUEUED[:] = [job for job in _QUEUED if not job.done()]
+        while len(_QUEUED) >= QUEUED_MAX:
+            _QUEUED.pop(0).cancel()  # False when it already runs: it then finishes
         _QUEUED.append(_thread("ahead").submit(_quietly, fn, *args, **kwargs))
 
 
@@ -82,11 +87,14 @@ def wait_ahead(timeout: float | None = None) -> bool:
     them finish)."""
     with _AHEAD_LOCK:
         jobs = _AHEAD + _QUEUED
-    try:
-        for job in jobs:
-            job.result(timeout)
-    except TimeoutError:
-        return False
+    deadline = None if timeout is None else time.monotonic() + timeout  # one timeout for them all
+    for job in jobs:
+        try:
+            job.result(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except CancelledError:  # a queued job a newer one replaced
+            continue
+        except TimeoutError:
+            return False
     return True
 
 

@@ -171,9 +171,12 @@ class Retriever:
         return index
 
     def forget(self, namespace: str) -> None:
-        """Drop the indexes of one namespace (a session the caller released); vectors stay cached by content."""
-        for key in [k for k in self._indexes if k[0] == namespace]:
-            self._indexes.pop(key, None)
+        """Drop the indexes of one namespace (a session the caller released) and the pools they were synced to;
+        vectors stay cached by content."""
+        for key in [k for k in list(self._indexes) if k[0] == namespace]:  # a snapshot: the pack thread may add
+            index = self._indexes.pop(key, None)
+            if index is not None:
+                self._pools.pop(id(index), None)
 
     def rank(self, namespace: str, layer: str, query: str, documents: Sequence[Document], *, k: int,
              count_tokens: Callable[[str], int] | None, now: float | None, exclude: Iterable[str] = (),
