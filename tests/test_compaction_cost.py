@@ -147,6 +147,47 @@ async def test_a_compaction_analyses_no_document_the_work_ahead_could(memory_sto
     assert max(per_call[True]) <= 1 and min(per_call[False]) > 1, per_call
 
 
+async def test_a_compaction_keys_no_document_the_work_ahead_could(memory_store_url, monkeypatch):
+    """Memory's index keys each document's text (normalised and hashed: `content_key`, for duplicates and
+    exclusions); the work ahead keys the texts a compaction will add with their analysis, so a compaction
+    after the first normalises none of them on the request's path (it does when the work ahead does not)."""
+    from aether_context.pipeline.retrieve import Retriever
+    from aether_context.retrieval import analyzer, index
+
+    normalised: list[tuple[int, str]] = []  # (call, text) normalised for a key on the pack thread
+    added: list[tuple[int, str]] = []  # (call, text) of each document added to an index
+    normalize, add = analyzer.normalize_text, index.HybridIndex.add
+
+    def recording(text):  # type: ignore[no-untyped-def]
+        if threading.current_thread().name.startswith("aether-pack"):
+            normalised.append((CALL[0] + 1, text))
+        return normalize(text)
+
+    def adding(self, documents, **kw):  # type: ignore[no-untyped-def]
+        documents = list(documents)
+        added.extend((CALL[0] + 1, d.text) for d in documents)
+        return add(self, documents, **kw)
+    monkeypatch.setattr(analyzer, "normalize_text", recording)
+    monkeypatch.setattr(index.HybridIndex, "add", adding)
+    per_call = {}
+    for ahead in (True, False):
+        if not ahead:  # the control: documents are analysed and embedded ahead, not keyed
+            def unkeyed(self, docs):  # type: ignore[no-untyped-def]
+                for doc in docs:
+                    for text in filter(None, (doc.text, doc.context)):
+                        self.analyzer.ahead(text)
+                self.cache.rows([d.search_text for d in docs])
+            monkeypatch.setattr(Retriever, "ahead", unkeyed)
+        normalised.clear(), added.clear()
+        _, manifests = await _run(f"{memory_store_url}/keyed-{ahead}", cold=False)
+        later = [k for k, m in enumerate(manifests) if m.compaction][1:]
+        assert len(later) >= 2
+        texts = {k: {t for c, t in added if c == k} for k in later}
+        assert all(texts.values()), texts  # each compaction adds documents to Memory's index
+        per_call[ahead] = [sum(1 for c, t in normalised if c == k and t in texts[k]) for k in later]
+    assert max(per_call[True]) == 0 and min(per_call[False]) > 0, per_call
+
+
 async def test_a_compaction_places_only_the_value_sources_it_adds(memory_store_url, monkeypatch):
     """A compaction's KNOWN VALUES merge starts from the last one's (carried): it places in merge order
     only the sources new since then, and looks again only at those a change touches, not at every

@@ -56,8 +56,8 @@ class Retriever:
         self._warm_lock = threading.Lock()
         self._indexes: OrderedDict[tuple[str, str], HybridIndex] = OrderedDict()
         self._max = max_indexes
-        # per index: the pool it was last synced to, and whether its ids were unique (`_sync`)
-        self._pools: dict[int, tuple[HybridIndex, tuple[Document, ...], bool]] = {}
+        # per index: the pool it was last synced to, whether its ids were unique, its documents' id() (`_sync`)
+        self._pools: dict[int, tuple[HybridIndex, tuple[Document, ...], bool, list[int] | None]] = {}
 
     def available(self) -> bool:
         """False when the embedder cannot run here (the light install): ranking is lexical for good."""
@@ -106,11 +106,13 @@ class Retriever:
 
     def ahead(self, documents: "Iterable[Document]") -> None:
         """Work ahead: analyse, for BM25, documents a later call will likely add (their texts and
-        contexts, as `HybridIndex.add` reads them), and embed them (the cache keeps both by content)."""
+        contexts, as `HybridIndex.add` reads them), key their texts, and embed them (the cache keeps both by
+        content)."""
         documents = list(documents)
         for doc in documents:
-            for text in (doc.text, doc.context) if doc.context else (doc.text,):
-                self.analyzer.ahead(text)
+            self.analyzer.ahead(doc.text, key=True)
+            if doc.context:
+                self.analyzer.ahead(doc.context)
         if self.ready():
             self.cache.rows([doc.search_text for doc in documents])
 
@@ -129,20 +131,25 @@ class Retriever:
         return True
 
     def _sync(self, index: HybridIndex, documents: "tuple[Document, ...]", held: "tuple | None"
-              ) -> "tuple[tuple[Document, ...], bool]":
-        """Bring `index` to the pool `documents`: drop the ids no longer in it; returns the documents to add
-        and whether the pool's ids are unique. `held` is what the last sync of `index` recorded (None: nothing
-        is known). A pool that is the last pool plus new documents adds those. When the last pool's ids were
-        unique, its leading documents that are the same objects, in order (an equal document may carry other
-        metadata), are what the index holds already: a pool that changed near its end (a compaction rebuilds
-        the last compacted turn's document) drops and adds its tail alone, read from the tail only while the
-        tail's ids are unique and new to the leading documents. Otherwise every id is checked."""
+              ) -> "tuple[tuple[Document, ...], bool, list[int] | None]":
+        """Bring `index` to the pool `documents`: drop the ids no longer in it; returns the documents to add,
+        whether the pool's ids are unique, and its documents' id() when known. `held` is what the last sync of
+        `index` recorded (None: nothing is known). A pool that is the last pool plus new documents adds those.
+        When the last pool's ids were unique, its leading documents that are the same objects, in order (an
+        equal document may carry other metadata), are what the index holds already: a pool that changed near
+        its end (a compaction rebuilds the last compacted turn's document) drops and adds its tail alone, read
+        from the tail only while the tail's ids are unique and new to the leading documents. Otherwise every
+        id is checked. The objects are compared as lists of their id(), the last pool's kept from the sync that
+        listed it while the pool is the same tuple (a tool loop's calls between compactions): a pool of 10,000
+        documents is listed once per change, not twice."""
         known = held is not None and held[0] is index
         if known and len(held[1]) <= len(documents) and documents[:len(held[1])] == held[1]:
             fresh = documents[len(held[1]):]  # the last pool, grown (one C-level pass, identity first)
             ids = {d.id for d in fresh}
-            return fresh, held[2] and len(ids) == len(fresh) and not any(i in index for i in ids)
-        same = shared_prefix(list(map(id, held[1])), list(map(id, documents))) if known and held[2] else 0
+            objects = held[3] if documents is held[1] else None  # an equal pool may hold other objects
+            return fresh, held[2] and len(ids) == len(fresh) and not any(i in index for i in ids), objects
+        objects = list(map(id, documents)) if known and held[2] else None
+        same = shared_prefix(held[3] or list(map(id, held[1])), objects) if objects is not None else 0
         if known and held[2]:
             old, fresh = held[1], documents[same:]  # `old` is alive, as `documents` are: an id() is one object
             gone, ids = {d.id for d in old[same:]}, {d.id for d in fresh}
@@ -151,13 +158,13 @@ class Retriever:
                 stale = sorted((i for i in gone if i not in ids), key=index._row_of.__getitem__)
                 if stale:
                     index.remove(stale)
-                return fresh, True
+                return fresh, True, objects
         wanted = {d.id for d in documents}
         stale = [d for d in index.ids() if d not in wanted]
         if stale:
             index.remove(stale)
         unique = len(wanted) == len(documents)
-        return documents[same if unique else 0:], unique
+        return documents[same if unique else 0:], unique, objects if unique else None
 
     def _index(self, namespace: str, layer: str) -> HybridIndex:
         key = (namespace, layer)
@@ -201,9 +208,9 @@ class Retriever:
                 # forgotten until synced: a sync or an add that fails half way leaves an index that is no
                 # known pool, and the next call syncs it whole (`index.ids()`), not from a tail
                 held = self._pools.pop(id(index), None)
-                fresh, unique = self._sync(index, documents, held)
+                fresh, unique, objects = self._sync(index, documents, held)
                 index.add(fresh, embed=dense)
-                self._pools[id(index)] = (index, documents, unique)
+                self._pools[id(index)] = (index, documents, unique, objects)
             if not documents or k < 1:
                 return RetrievalResult(query, (), {"retrieval_hit_rate": 0.0, "similarity": 0.0, "freshness": 0.0,
                                                    "selected": 0.0, "dense_off": float(not dense),

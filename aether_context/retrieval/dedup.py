@@ -26,20 +26,21 @@ def group_duplicates(keys: Sequence[str], vectors: np.ndarray | None, threshold:
         sims = vectors @ vectors.T
     # an item with no earlier item at the threshold has no leader at it either: it is only checked by key
     near = np.tril(sims >= threshold, -1).any(axis=1) if sims is not None and len(keys) else None
+    near_of = near.tolist() if near is not None else [False] * len(keys)  # read per item: a list, not numpy scalars
     groups: list[list[int]] = []
     leader_of_key: dict[str, int] = {}
-    group_of = np.full(len(keys), -1, dtype=np.int64)  # group index of each leader, -1 otherwise
+    leaders: list[int] = []  # the leaders so far, in order (each group's first item)
     for i, key in enumerate(keys):
         group = leader_of_key.get(key)
-        if group is None and near is not None and near[i]:
-            candidates = np.where(group_of[:i] >= 0, sims[i, :i], -np.inf)
-            best = int(np.argmax(candidates))
-            if candidates[best] >= threshold:
-                group = int(group_of[best])
+        if group is None and near_of[i]:
+            similar = sims[i, leaders]  # type: ignore[index]  # the first most similar leader, as over all items
+            best = int(np.argmax(similar))
+            if similar[best] >= threshold:
+                group = best  # leaders are numbered as their groups
         if group is None:
             group = len(groups)
             groups.append([])
-            group_of[i] = group
+            leaders.append(i)
             leader_of_key[key] = group
         groups[group].append(i)
     return groups

@@ -73,6 +73,7 @@ class HybridIndex:
         self.analyzer = analyzer or Analyzer(stop_words=STOP_WORDS if s.stop_words else frozenset(),
                                              stem=s.stem)
         self._lexical = LexicalIndex(self.analyzer, context_weight=s.context_weight)
+        self._key_of: Callable[[str], str] = getattr(self.analyzer, "key", content_key)  # an Analyzer's: keyed ahead
         self._docs: list[Document] = []
         self._ids: list[str] = []
         self._keys: list[str] = []
@@ -137,7 +138,7 @@ class HybridIndex:
                 self._ids.append(doc.id)
                 self._row_of[doc.id] = row
                 self._note_timestamp(doc)
-                key = content_key(doc.text)
+                key = self._key_of(doc.text)
                 self._keys.append(key)
                 for h in (key, text_hash(doc.text)):
                     self._link(h, row)
@@ -327,7 +328,8 @@ class HybridIndex:
               k: int | None, budget: int | None, count_tokens: Callable[[str], int] | None, now: float | None,
               n_excluded: int, flags: dict[str, float]) -> RetrievalResult:
         # Candidates in id order: sums, means and ties then never depend on insertion order.
-        by_id = np.argsort(np.array([self._ids[r] for r in pool]), kind="stable")
+        ids, docs = self._ids, self._docs  # rows read as Python ints: indexing a list by numpy scalars costs 3x
+        by_id = np.argsort(np.array([ids[r] for r in pool.tolist()]), kind="stable")
         pool, bm25, dense = pool[by_id], bm25[by_id], dense[by_id]
         id_order = np.arange(len(pool))
         weights = (s.lexical_weight, s.dense_weight)
@@ -339,7 +341,7 @@ class HybridIndex:
         relevance = normalize(fused, "minmax") if np.ptp(fused) > 0 else np.ones(len(pool))
         if now is None:
             now = self._newest
-        stamps = [self._docs[r].timestamp for r in pool]
+        stamps = [docs[r].timestamp for r in pool.tolist()]
         decay = freshness_decay(stamps, now if now is not None else 0.0,
                                 s.freshness_half_life_days if now is not None else None)
         ignored = ignored_timestamps(stamps, now) if now is not None else 0
@@ -347,33 +349,30 @@ class HybridIndex:
         score = relevance * (1.0 - s.freshness_weight + s.freshness_weight * decay)
         keep = np.flatnonzero(relevance >= s.min_score)
         order = keep[np.lexsort((id_order[keep], -score[keep]))]
+        ranked = pool[order].tolist()
         vectors = self._vectors(pool[order])
         sims = vectors @ vectors.T  # shared by dedup and MMR
-        groups = group_duplicates([self._keys[r] for r in pool[order]], vectors, s.dedup_threshold, sims)
+        groups = group_duplicates([self._keys[r] for r in ranked], vectors, s.dedup_threshold, sims)
         leaders = np.array([g[0] for g in groups], dtype=np.int64)
+        at = order[leaders].tolist()  # each group's leader, as an index into pool
 
-        def cost(i: int) -> int:  # token count of candidate i (an index into pool); a counter caches its own
-            assert count_tokens is not None
-            return count_tokens(self._docs[int(pool[i])].text)
-
+        rows = pool.tolist()  # token count of candidate i (an index into pool): a counter caches its own
+        cost = (lambda i: count_tokens(docs[rows[i]].text)) if count_tokens is not None else None
         picks = mmr_select(score[order[leaders]], vectors[leaders], lam=s.mmr_lambda, k=k, budget=budget,
-                           cost=(lambda i: cost(int(order[leaders[i]]))) if budget is not None else None,
+                           cost=(lambda i: cost(at[i])) if budget is not None and cost else None,
                            sims=sims[np.ix_(leaders, leaders)])
-        # the scores as Python floats once (the same values float() of each element gives), rows as ints
-        bm25_f, dense_f, fused_f, decay_f, score_f = (a.tolist() for a in (bm25, dense, fused, decay, score))
-        ranked, docs = pool[order].tolist(), self._docs
-        items = []
-        for rank, (i, mmr_value) in enumerate(picks, start=1):
-            members = [docs[ranked[j]] for j in groups[i]]
-            c = int(order[leaders[i]])
-            items.append(ScoredItem(
-                document=members[0], rank=rank, bm25=bm25_f[c], dense=dense_f[c], fused=fused_f[c],
-                freshness=decay_f[c], score=score_f[c], mmr=mmr_value,
-                tokens=cost(c) if count_tokens is not None else None,
-                duplicates=tuple(d.id for d in members), sources=tuple(d.source for d in members),
-            ))
+        scores = [a.tolist() for a in (bm25, dense, fused, decay, score)]  # as Python floats, once (as float() gives)
+        items = [self._item(rank, [docs[ranked[j]] for j in groups[i]], [f[at[i]] for f in scores], value,
+                            cost(at[i]) if cost else None)
+                 for rank, (i, value) in enumerate(picks, start=1)]
         logger.debug("search %r: %d candidates, %d groups, %d picked", query[:60], len(pool), len(groups), len(items))
         return self._result(query, items, len(pool), n_excluded, len(order) - len(groups), s.hit_threshold, flags)
+
+    @staticmethod
+    def _item(rank: int, members: list[Document], scores: list[float], mmr: float, tokens: int | None) -> ScoredItem:
+        """A picked group as an item: its leader, its bm25, dense, fused, freshness and score, its members."""
+        return ScoredItem(members[0], rank, *scores, mmr, tokens,
+                          tuple([d.id for d in members]), tuple([d.source for d in members]))
 
     @staticmethod
     def _result(query: str, items: list[ScoredItem], candidates: int, excluded: int, collapsed: int,

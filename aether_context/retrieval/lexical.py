@@ -99,19 +99,11 @@ class LexicalIndex:
         for text in texts:
             row = self._alive.size
             counts = self._counts(text)
-            terms = array("i")
-            for term, tf in counts.items():
-                tid = self._vocab.get(term)
-                if tid is None:
-                    tid = len(self._rows)
-                    self._vocab[term] = tid
-                    self._rows.append(array("i"))
-                    self._tfs.append(array("f"))
-                    self._df.append(0)
+            terms = array("i", map(self._term_id, counts))
+            for tid, tf in zip(terms, counts.values()):
                 self._rows[tid].append(row)
                 self._tfs[tid].append(tf)
-                self._df.data[tid] += 1
-                terms.append(tid)
+            self._df.data[np.frombuffer(terms, dtype=np.int32)] += 1  # a document's terms are distinct: one pass
             self._doc_terms.append(terms)
             length = float(sum(counts.values()))
             self._doc_len.append(length)
@@ -122,13 +114,22 @@ class LexicalIndex:
         self._version += 1
         return rows
 
+    def _term_id(self, term: str) -> int:
+        """The term's id, a new one (with empty postings) for a term never seen."""
+        tid = self._vocab.get(term)
+        if tid is None:
+            tid = self._vocab[term] = len(self._rows)
+            self._rows.append(array("i"))
+            self._tfs.append(array("f"))
+            self._df.append(0)
+        return tid
+
     def remove(self, row: int) -> None:
         """Tombstone a row: it leaves df, N and the mean length, so scores match a rebuild without it."""
         if not self._alive.data[row]:
             return
         self._alive.data[row] = False
-        for tid in self._doc_terms[row] or ():
-            self._df.data[tid] -= 1
+        self._df.data[np.frombuffer(self._doc_terms[row] or array("i"), dtype=np.int32)] -= 1
         self._doc_terms[row] = None
         self._n_alive -= 1
         self._total_len -= self._doc_len.data[row]
@@ -139,10 +140,13 @@ class LexicalIndex:
         key = (self._version, epsilon)
         if self._idf_cache is not None and self._idf_cache[0] == key:
             return self._idf_cache[1]
-        df = self._df.view.astype(np.float64)
+        df = self._df.view
         present = df > 0
-        idf = np.zeros_like(df)
-        idf[present] = np.log(self._n_alive - df[present] + 0.5) - np.log(df[present] + 0.5)
+        # a term's idf reads only its df: computed once per df value (a few hundred) and looked up for every term
+        # (tens of thousands), the same bits as computed per term
+        counts = np.arange(int(df.max(initial=0)) + 1, dtype=np.float64)
+        by_count = np.log(self._n_alive - counts + 0.5) - np.log(counts + 0.5)
+        idf = np.where(present, by_count[df], 0.0)
         if present.any():
             mean = float(idf[present].mean())
             if mean > 0:

@@ -30,10 +30,13 @@ def mmr_select(relevance: np.ndarray, vectors: np.ndarray, *, lam: float, k: int
     if budget is not None and cost is None:
         raise ValueError("mmr_select got a budget but no cost function")
     remaining = np.ones(n, dtype=bool)
-    max_sim = np.zeros(n, dtype=np.float64)
     picks: list[tuple[int, float]] = []
     left = budget
     gain = lam * relevance  # the same each round: computed once
+    # the penalty is (1 - lam) times the largest similarity to a pick, kept as the largest scaled similarity: one
+    # ufunc a round, not two, the same bits (scaling by a positive number keeps the order)
+    scale = 1.0 - lam
+    scaled = scale * np.asarray(sims, dtype=np.float64) if sims is not None and lam < 1.0 else None
     penalty = np.zeros(n, dtype=np.float64)
     mmr = np.array(gain, dtype=np.float64)  # candidates taken out are -inf; the others' mmr is updated in place
     for _ in range(n):  # each round takes one candidate out
@@ -50,7 +53,7 @@ def mmr_select(relevance: np.ndarray, vectors: np.ndarray, *, lam: float, k: int
             left -= tokens
         picks.append((best, value))
         if lam < 1.0:
-            np.maximum(max_sim, sims[best] if sims is not None else vectors @ vectors[best], out=max_sim)
-            np.multiply(1.0 - lam, max_sim, out=penalty)
+            row = scaled[best] if scaled is not None else scale * np.asarray(vectors @ vectors[best], dtype=np.float64)
+            np.maximum(penalty, row, out=penalty)
             np.subtract(gain, penalty, out=mmr, where=remaining)
     return picks
