@@ -112,3 +112,19 @@ def test_settings_validate_and_are_frozen():
     with pytest.raises(ValidationError):
         settings.mmr_lambda = 0.1
     assert all(field.description for field in RetrievalSettings.model_fields.values())
+
+
+def test_a_scored_item_made_in_one_step_is_the_constructors():
+    """`ScoredItem.of` (what a search builds its items with) makes the item `ScoredItem(...)` makes."""
+    import pickle
+
+    from aether_context.retrieval import ScoredItem
+
+    doc = Document("m1", "The user prefers window seats.", "memory", 1.7e9, {"uri": "mem://1"})
+    args = (doc, 3, 1.25, 0.5, 0.75, 0.9, 0.6, 0.55, None, ("m1", "m2"), ("memory", "history"))
+    made, built = ScoredItem.of(*args), ScoredItem(*args)
+    assert made == built and hash(made) == hash(built) and repr(made) == repr(built)
+    assert made.to_json() == built.to_json() and pickle.loads(pickle.dumps(made)) == built
+    assert vars(made) == vars(built) and list(vars(made)) == list(vars(built))
+    with pytest.raises(AttributeError):
+        made.rank = 4  # type: ignore[misc]  # still frozen

@@ -371,8 +371,8 @@ class HybridIndex:
     @staticmethod
     def _item(rank: int, members: list[Document], scores: list[float], mmr: float, tokens: int | None) -> ScoredItem:
         """A picked group as an item: its leader, its bm25, dense, fused, freshness and score, its members."""
-        return ScoredItem(members[0], rank, *scores, mmr, tokens,
-                          tuple([d.id for d in members]), tuple([d.source for d in members]))
+        return ScoredItem.of(members[0], rank, *scores, mmr, tokens,
+                             tuple([d.id for d in members]), tuple([d.source for d in members]))
 
     @staticmethod
     def _result(query: str, items: list[ScoredItem], candidates: int, excluded: int, collapsed: int,

@@ -65,6 +65,17 @@ class ScoredItem:
     duplicates: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
 
+    @classmethod
+    def of(cls, document: Document, rank: int, bm25: float, dense: float, fused: float, freshness: float,
+           score: float, mmr: float, tokens: int | None, duplicates: tuple[str, ...], sources: tuple[str, ...]
+           ) -> "ScoredItem":
+        """The item `ScoredItem(...)` makes, for the hundreds one search ranks: its fields set in one step, as
+        unpickling sets them (a frozen dataclass's `__init__` sets each through `object.__setattr__`: 2.5x the CPU)."""
+        item = object.__new__(cls)
+        item.__dict__.update(document=document, rank=rank, bm25=bm25, dense=dense, fused=fused, freshness=freshness,
+                             score=score, mmr=mmr, tokens=tokens, duplicates=duplicates, sources=sources)
+        return item
+
     @property
     def id(self) -> str:
         return self.document.id

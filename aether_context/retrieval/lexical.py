@@ -99,10 +99,12 @@ class LexicalIndex:
         for text in texts:
             row = self._alive.size
             counts = self._counts(text)
-            terms = array("i", map(self._term_id, counts))
+            known = [self._vocab.get(term) for term in counts]  # most terms are known: one dict look-up each
+            terms = array("i", known if None not in known else map(self._term_id, counts))
+            postings, freqs = self._rows, self._tfs
             for tid, tf in zip(terms, counts.values()):
-                self._rows[tid].append(row)
-                self._tfs[tid].append(tf)
+                postings[tid].append(row)
+                freqs[tid].append(tf)
             self._df.data[np.frombuffer(terms, dtype=np.int32)] += 1  # a document's terms are distinct: one pass
             self._doc_terms.append(terms)
             length = float(sum(counts.values()))
