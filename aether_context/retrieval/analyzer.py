@@ -181,7 +181,7 @@ class Analyzer:
     def ahead(self, text: str, *, key: bool = False) -> None:
         """Analyse `text` now and keep its terms until it is next analysed (a few thousand texts at most):
         the work ahead analyses the documents a compaction will index while the model answers. With `key`,
-        its content key too (`key`: an index keys each document's text, normalised and hashed)."""
+        its content key too (`content_key`, normalised and hashed: how an index keys a document's text)."""
         texts: dict[str, tuple[str, ...]] = self._texts  # type: ignore[attr-defined]
         if text not in texts:
             if len(texts) >= _TEXTS_MAX:

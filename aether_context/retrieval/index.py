@@ -356,7 +356,7 @@ class HybridIndex:
         leaders = np.array([g[0] for g in groups], dtype=np.int64)
         at = order[leaders].tolist()  # each group's leader, as an index into pool
 
-        rows = pool.tolist()  # token count of candidate i (an index into pool): a counter caches its own
+        rows = pool.tolist()  # cost(i): the tokens of candidate i, an index into pool (a counter caches its own)
         cost = (lambda i: count_tokens(docs[rows[i]].text)) if count_tokens is not None else None
         picks = mmr_select(score[order[leaders]], vectors[leaders], lam=s.mmr_lambda, k=k, budget=budget,
                            cost=(lambda i: cost(at[i])) if budget is not None and cost else None,
