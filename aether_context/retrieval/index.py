@@ -297,26 +297,27 @@ class HybridIndex:
             return result
 
     def ahead(self, query: str) -> list[Document]:
-        """Work ahead (a new user turn's question, guessed before its call): the fusion pool of `query` with the
-        exclusion, settings and ranking of this index's last search, over its documents now, kept as `search`
-        keeps its own. The call's search, when its inputs match, only ranks; otherwise nothing changes (the
-        pool is a function of its key). Returns the pool's documents (none when no pool is held)."""
+        """Work ahead (a new user turn's question, guessed before its call): the fusion pools of `query` with the
+        exclusion, settings and ranking of each of this index's last searches, over its documents now, kept as
+        `search` keeps its own. The call's search, when its inputs match, only ranks; otherwise nothing changes
+        (a pool is a function of its key). Returns the pools' documents (none when no pool is held)."""
         with self._lock:
-            last = next(reversed(self._pools), None)  # the newest search's key, or None
-            if last is None or last[0] != self._version or not (terms := self.analyzer(query)):
-                return []
-            pooled = (self._version, query, *last[2:])
-            held = self._pools.get(pooled)
-            if held is None:
-                eligible = self._lexical.alive_mask().copy()
-                eligible[list(last[2])] = False
-                rows = np.flatnonzero(eligible)
-                if len(rows) == 0:
-                    return []
-                with bounded_threads(last[4].embedding_threads):
-                    held = self._pool(query, last[4], rows, terms, last[3])
-            self._pools = self._remember(self._pools, pooled, held)
-            return [self._docs[r] for r in held[0].tolist()]
+            shapes = dict.fromkeys(key[2:] for key in self._pools if key[0] == self._version)  # oldest first
+            terms = self.analyzer(query) if shapes else []
+            rows: dict[int, None] = {}
+            for excluded, dense, s in shapes if terms else ():
+                pooled = (self._version, query, excluded, dense, s)
+                held = self._pools.get(pooled)
+                if held is None:
+                    eligible = self._lexical.alive_mask().copy()
+                    eligible[list(excluded)] = False
+                    if not eligible.any():
+                        continue
+                    with bounded_threads(s.embedding_threads):
+                        held = self._pool(query, s, np.flatnonzero(eligible), terms, dense)
+                self._pools = self._remember(self._pools, pooled, held)
+                rows.update(dict.fromkeys(held[0].tolist()))
+            return [self._docs[r] for r in rows]
 
     def _remember(self, held: dict, key: tuple, value: object) -> dict:
         """`held` with `key` last, without other versions' entries, the oldest out beyond `LAST_SEARCHES`."""
