@@ -292,15 +292,15 @@ class HybridIndex:
                 pool, bm25, scores, s = held = self._pools.get(pooled) or self._pool(query, s, rows, terms, dense)
                 self._pools = self._remember(self._pools, pooled, held)
                 result = (self._rank(query, s, pool, bm25, scores, k, budget_tokens, count_tokens, now, n_excluded,
-                                     flags) if len(pool) else RetrievalResult.of(query, [], 0, n_excluded, 0, flags=flags))
+                                     flags) if len(pool) else
+                          RetrievalResult.of(query, [], 0, n_excluded, 0, flags=flags))
                 self._last = self._remember(self._last, key, result)
             return result
 
     def ahead(self, query: str) -> list[Document]:
-        """Work ahead (a new user turn's question, guessed before its call): the fusion pools of `query` with the
-        exclusion, settings and ranking of each of this index's last searches, over its documents now, kept as
-        `search` keeps its own. The call's search, when its inputs match, only ranks; otherwise nothing changes
-        (a pool is a function of its key). Returns the pools' documents (none when no pool is held)."""
+        """Work ahead (a new user turn's guessed question): its fusion pools as each of this index's last searches
+        (exclusion, settings, ranking) would make them now, kept as `search` keeps its own: the call's search only
+        ranks when its inputs match (a pool is a function of its key). Returns the pools' documents."""
         with self._lock:
             shapes = dict.fromkeys(key[2:] for key in self._pools if key[0] == self._version)  # oldest first
             terms = self.analyzer(query) if shapes else []
