@@ -47,7 +47,13 @@ class ModelLatency(BasePlugin):
     async def on_user_message_callback(self, *, invocation_context: Any, user_message: types.Content
                                        ) -> Optional[types.Content]:
         wait_ahead()
+        self.missed = _line_misses(invocation_context)  # the lines missing from the packer's cache so far
         return None
+
+
+def _line_misses(invocation_context: Any) -> "int | None":
+    packer = next((p.packer for p in invocation_context.plugin_manager.plugins if hasattr(p, "packer")), None)
+    return None if packer is None else packer.cache.stats()["by_kind"].get("line", {}).get("misses", 0)
 
 
 async def _run(texts: "list[tuple[str, dict | None]]", *, work_ahead: bool, store: str
@@ -125,3 +131,64 @@ def test_only_the_newest_queued_questions_wait_behind_a_long_job():
     release.set()
     assert wait_ahead(timeout=10)
     assert ran == list(range(5, QUEUED_MAX + 5))
+
+
+# more notes than one search pools (`candidate_pool`), each long enough to be shortened when Memory is over budget
+LONG_NOTES = [{"text": f"note {i}: booking {i} gate {i % 7} terminal {i % 3} " + " ".join(f"n{i}w{j}" for j in range(90)),
+               "timestamp": 1.7e9 + i} for i in range(300)]
+
+
+async def test_the_opening_call_finds_its_pool_and_lines_ahead(memory_store_url, monkeypatch):
+    """The work ahead also pools the guessed question in Memory's index (BM25 over every row, the cosines, the
+    cuts) and renders, counts and shortens the pool's lines: each later turn's call then only ranks, and renders
+    and shortens no line itself (lines missing from the cache: none). Requests are unchanged."""
+    from aether_context.retrieval.index import HybridIndex
+    from aether_context.tokens import TokenCounter
+
+    seen: list[tuple[str, str]] = []  # (what, thread)
+    pool, truncate = HybridIndex._pool, TokenCounter._truncate
+    monkeypatch.setattr(HybridIndex, "_pool", lambda self, *a: seen.append(("pool", _thread())) or pool(self, *a))
+    monkeypatch.setattr(TokenCounter, "_truncate",
+                        lambda self, *a: seen.append(("shorten", _thread())) or truncate(self, *a))
+    agent, llm = scripted_agent([f"answer {i}" for i in range(len(QUESTIONS))], tools=())
+    plugin = ContextPackPlugin(store=f"{memory_store_url}/a", window_tokens=8_000, embedder=CountingEmbedder())
+    latency = ModelLatency()
+    runner = make_runner(agent, plugins=[plugin, latency])
+    await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="s",
+                                                state={"aether:notes": LONG_NOTES})
+    missed = lambda: plugin.packer.cache.stats()["by_kind"].get("line", {}).get("misses", 0)  # noqa: E731
+    for turn, question in enumerate(QUESTIONS):
+        message = types.Content(role="user", parts=[types.Part(text=question)])
+        async for _ in runner.run_async(user_id="u", session_id="s", new_message=message):
+            pass
+        if turn:  # what the call itself did, after the work ahead its message queued
+            assert missed() == latency.missed, turn
+            assert [what for what, thread in seen if thread != "aether-ahead_0"] == [], turn
+        assert {what for what, _ in seen} == {"pool", "shorten"}, turn  # it pooled and shortened, ahead or not
+        seen.clear()
+        latency.missed = None
+    wait_ahead()
+    plugin.packer.store.flush()
+    assert all(any(e["layer"] == "memory" and e["action"] == "compress" for e in record.manifest.truncation_events)
+               for record in plugin.packer.recent)  # every call shortened Memory's lines
+    sent = [request_from_llm(r).to_json() for r in llm.requests]
+    assert sent == await _run_with_state({"aether:notes": LONG_NOTES}, work_ahead=False,
+                                         store=f"{memory_store_url}/b")
+
+
+def _thread() -> str:
+    return threading.current_thread().name
+
+
+async def _run_with_state(state: dict, *, work_ahead: bool, store: str) -> "list[dict]":
+    agent, llm = scripted_agent([f"answer {i}" for i in range(len(QUESTIONS))], tools=())
+    plugin = ContextPackPlugin(store=store, window_tokens=8_000, embedder=CountingEmbedder(), work_ahead=work_ahead)
+    runner = make_runner(agent, plugins=[plugin, ModelLatency()])
+    await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="s", state=state)
+    for question in QUESTIONS:
+        message = types.Content(role="user", parts=[types.Part(text=question)])
+        async for _ in runner.run_async(user_id="u", session_id="s", new_message=message):
+            pass
+    wait_ahead()
+    plugin.packer.store.flush()
+    return [request_from_llm(r).to_json() for r in llm.requests]

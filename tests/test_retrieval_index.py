@@ -230,3 +230,23 @@ def test_dense_scores_do_not_depend_on_where_the_vectors_sit_in_the_shared_matri
         a, b = fresh.search(query, k=40), busy.search(query, k=40)
         assert [i.dense for i in a.items] == [i.dense for i in b.items]  # every bit
         assert [i.to_json() for i in a.items] == [i.to_json() for i in b.items]
+
+
+def test_a_question_pooled_ahead_is_only_ranked_by_its_search(monkeypatch):
+    """`HybridIndex.ahead` pools a new question as each of the index's last searches did (here two: a pool of
+    2 and one of 4, the same exclusion): both later searches only rank, and give what a fresh index gives."""
+    settings, wide = PLAIN.model_copy(update={"candidate_pool": 2}), PLAIN.model_copy(update={"candidate_pool": 4})
+    index = make(settings)
+    for s in (settings, wide):
+        index.search("window seat", k=3, exclude=[DOCS[0].text], settings=s)
+    assert {d.id for d in index.ahead("Lisbon hotel nights")} <= {d.id for d in DOCS}
+    pooled: list[str] = []
+    pool = HybridIndex._pool
+    monkeypatch.setattr(HybridIndex, "_pool", lambda self, query, *a: pooled.append(query) or pool(self, query, *a))
+    ahead = [index.search("Lisbon hotel nights", k=3, exclude=[DOCS[0].text], settings=s) for s in (settings, wide)]
+    assert pooled == []  # both found their pool
+    fresh = make(settings)
+    assert ahead == [fresh.search("Lisbon hotel nights", k=3, exclude=[DOCS[0].text], settings=s) for s in (settings, wide)]
+    assert pooled == ["Lisbon hotel nights"] * 2
+    assert index.ahead("Lisbon hotel nights") and len(pooled) == 2  # held already: not pooled again
+    assert make(settings).ahead("anything") == []  # no search yet: nothing to pool as

@@ -24,6 +24,7 @@ from itertools import repeat
 import logging
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -38,6 +39,7 @@ from ..content import Message, sha256_hex
 from ..pipeline.build import ContextPack, StageTimes, build_pack, request_tokens
 from ..pipeline.cache import PackCache
 from ..pipeline.incremental import extended
+from ..pipeline.lines import ahead_lines
 from ..pipeline.collect import PackInputs, PackState
 from ..pipeline.decay import blob_key
 from ..pipeline.record import CallRecord, Manifest
@@ -133,17 +135,21 @@ class ContextPacker(ModelHooks, ToolHooks):
 
     def on_user_message(self, invocation_context: InvocationContext, user_message: types.Content) -> None:
         """A new user turn: embed, on the work-ahead thread, the question its first model call will rank Evidence
-        and Memory for (the message's text and the task in session state now: `retrieve.retrieval_query`), while
-        ADK appends the message and builds the request. A wrong guess (a later plugin rewrote the message, the
-        turn's state delta or a callback changed the task) leaves that call to embed its own, as it would have:
-        the guess only fills the query vectors, whose hit equals their miss."""
+        and Memory for (the message's text and the task in session state now: `retrieve.retrieval_query`), pool
+        it in the session's indexes and render, count and shorten the pools' lines, while ADK appends the message
+        and builds the request. A wrong guess (a later plugin rewrote the message, the turn's state delta or a
+        callback changed the task) leaves that call to do its own, as it would have: the guess only fills the
+        query vectors, the indexes' pools and the lines kept by content, whose hits equal their misses."""
         if not self.work_ahead:
             return
         try:
             session = invocation_context.session
             query = retrieval_query(to_message(user_message).text, task_from_state(session.state, self.keys))
             queue_ahead(self.retriever.ahead_query, query,
-                        session_namespace(session.app_name, session.user_id, session.id))
+                        session_namespace(session.app_name, session.user_id, session.id),
+                        partial(ahead_lines, counter=self.counter, cache=self.cache, item_max_tokens={
+                            "evidence": self.profile.evidence.item_max_tokens,
+                            "memory": self.profile.memory.item_max_tokens}))
         except Exception:  # an optimisation that failed: the call embeds its question itself
             logger.warning("aether-context: guessing the question ahead failed", exc_info=True)
 

@@ -138,7 +138,7 @@ def fit_lines(layer: str, lines: "tuple[Line, ...]", budget: int, item_max_token
     total = sum(map(size, lines))
     if total <= budget:
         return lines, ()
-    for cap in (item_max_tokens, max(16, item_max_tokens // 2)):
+    for cap in shorten_caps(item_max_tokens):
         long = [ln for ln in lines if ln.tokens > cap]
         if not long or total <= budget:
             continue
@@ -162,15 +162,23 @@ def fit_lines(layer: str, lines: "tuple[Line, ...]", budget: int, item_max_token
     return lines, tuple(events)
 
 
+def shorten_caps(item_max_tokens: int) -> tuple[int, int]:
+    """The caps a line over its layer's budget is shortened to, in turn: the item cap, then half of it."""
+    return item_max_tokens, max(16, item_max_tokens // 2)
+
+
 def _shorten(line: Line, cap: int, counter: TokenCounting) -> Line:
-    cut = counter.truncate_text(line.text, max(1, cap - 2))
-    # never half a URI: the cut moves back to the start of an artifact URI it would split
-    shared = len(cut) if line.text.startswith(cut) else len(commonprefix([cut, line.text]))  # a prefix, mostly
-    end = safe_end(line.text, shared)
-    text = line.text[:end].rstrip() + "…"
-    if line.uri and line.uri not in text:
-        text += f" ({line.uri})"
+    text = shortened(line.text, line.uri, cap, counter)
     return replace(line, text=text, tokens=counter.count_text(text), compressed=True)
+
+
+def shortened(text: str, uri: str, cap: int, counter: TokenCounting) -> str:
+    """A line's `text` cut to about `cap` tokens, its `uri` kept whole (the counter keeps the cut by content)."""
+    cut = counter.truncate_text(text, max(1, cap - 2))
+    # never half a URI: the cut moves back to the start of an artifact URI it would split
+    shared = len(cut) if text.startswith(cut) else len(commonprefix([cut, text]))  # a prefix, mostly
+    out = text[:safe_end(text, shared)].rstrip() + "…"
+    return out + f" ({uri})" if uri and uri not in out else out
 
 
 def selection_events(cands: "Candidates") -> tuple[TruncationEvent, ...]:

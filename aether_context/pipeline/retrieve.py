@@ -116,18 +116,27 @@ class Retriever:
         if self.ready():
             self.cache.rows([doc.search_text for doc in documents])
 
-    def ahead_query(self, query: str, session: str) -> bool:
+    def ahead_query(self, query: str, session: str,
+                    lines: "Callable[[str, list[Document]], None] | None" = None) -> bool:
         """Work ahead: embed `query`, the question a call of `session` (its namespaces' prefix) is about to rank
         for, into the query vectors its searches read (`QueryVectors`: the same bits whichever thread embeds it;
-        a search asking for it meanwhile waits for it). Only when that search would embed it: dense ranking on,
-        a content word, and an index of the session holding documents. Returns whether it holds the vector."""
+        a search asking for it meanwhile waits for it), then pool it in each of the session's indexes as their
+        last search did (`HybridIndex.ahead`: BM25 over every row, the cosines and the cuts; that call's search
+        then only ranks, unless its documents, exclusion or settings changed), and hands each pool's documents
+        to `lines` (its layer, them: `lines.ahead_lines`). Only when that search would embed it: dense ranking
+        on, a content word, and an index of the session holding documents. Returns whether it holds the vector."""
         if self.settings.dense_weight <= 0 or not self.ready() or not self.analyzer.analyse(query):
             return False
         indexes = list(self._indexes.items())  # one C-level copy: the pack thread may add an index meanwhile
-        if not any(key[0].startswith(session) and (self._pools.get(id(index)) or (None, ()))[1]
-                   for key, index in indexes):
+        held = [(key[1], index) for key, index in indexes
+                if key[0].startswith(session) and (self._pools.get(id(index)) or (None, ()))[1]]
+        if not held:
             return False
-        self.cache.queries.vector(text_hash(query), query)
+        for layer, index in held:  # each pool under its index's lock: a search that asks meanwhile waits for it
+            pooled = index.ahead(query)
+            if pooled and lines is not None:
+                lines(layer, pooled)
+        self.cache.queries.vector(text_hash(query), query)  # embedded by the pools, or here when none was made
         return True
 
     def _sync(self, index: HybridIndex, documents: "tuple[Document, ...]", held: "tuple | None"

@@ -9,7 +9,6 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 from typing import Callable
-from datetime import datetime, timezone
 
 from ..compress.values import result_values, structured_result
 from ..content import Message, ToolSpec, canonical_json
@@ -23,6 +22,7 @@ from .allocate import LAYER_OVERHEAD, Signals
 from .collect import PackInputs, TaskSpec, Turn, turn_start
 from .cache import PackCache, counter_key
 from .incremental import grouped_turns, shared_prefix, turn_key
+from .lines import RENDERS, date_label, line_of
 
 __all__ = ["Line", "Conversation", "Candidates", "select", "frame_candidates", "widen_memory", "query_text",
            "split_conversation", "history_documents"]
@@ -68,19 +68,6 @@ def query_text(inputs: PackInputs) -> str:
     """The retrieval query: the user request, the goal, the step and the acceptance checklist."""
     req = inputs.request.messages[inputs.request_index].text if inputs.request_index is not None else ""
     return retrieval_query(req, inputs.task)
-
-
-def _date(ts: float | None) -> str:
-    if ts is None:
-        return "undated"
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
-
-
-def _block(text: str, limit: int) -> str:
-    """Multi-line text as a bullet's body: lines kept (code stays readable), continuation indented."""
-    text = text.strip()
-    text = text if len(text) <= limit else text[: limit - 1] + "…"
-    return "\n  ".join(text.splitlines())
 
 
 def _clip(text: str, limit: int) -> str:
@@ -186,7 +173,7 @@ def _history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None
     for i, turn in enumerate(compacted):
         ts = _turn_time(turn, times)
         previous, following = neighbours(texts, i)
-        context = turn_context(date=_date(ts), previous=previous, next=following, count_tokens=count_tokens)
+        context = turn_context(date=date_label(ts), previous=previous, next=following, count_tokens=count_tokens)
         docs.append(Document(f"turn-{turn.start}", texts[i], "history", ts, context=context))
     return docs
 
@@ -198,11 +185,7 @@ def _lines(result: RetrievalResult, render: Callable[[Document], str], counter: 
     out, counted_by = [], counter_key(counter)
     for item in result.items:
         doc = item.document
-        if cache is None:
-            text, tokens = render(doc), None
-        else:
-            key = (render.__name__, doc.id, doc.text, doc.timestamp, str(doc.metadata.get("uri", "")), counted_by)
-            text, tokens = cache.get("line", key, lambda: (lambda t: (t, counter.count_text(t)))(render(doc)))
+        text, tokens = (render(doc), None) if cache is None else line_of(doc, render, counter, counted_by, cache)
         sources = tuple(dict.fromkeys(item.sources)) if item.sources else (doc.source,)  # each source once
         out.append(Line(id=doc.id, text=text, tokens=counter.count_text(text) if tokens is None else tokens, source="+".join(sources),
                         uri=str(doc.metadata.get("uri", "")), score=round(item.score, 6), timestamp=doc.timestamp,
@@ -211,19 +194,10 @@ def _lines(result: RetrievalResult, render: Callable[[Document], str], counter: 
     return tuple(out)
 
 
-def _render_evidence(doc: Document) -> str:
-    uri = doc.metadata.get("uri", "")
-    return f"- [{doc.id}] {_block(doc.text, 6000)}" + (f" ({uri})" if uri else "")
-
-
 def _relevant(result: RetrievalResult, threshold: float) -> RetrievalResult:
     """Items worth sending: a lexical match, or a dense similarity at the hit threshold."""
     items = tuple(i for i in result.items if i.bm25 > 0 or i.dense >= threshold)
     return RetrievalResult(result.query, items, result.signals) if len(items) != len(result.items) else result
-
-
-def _render_memory(doc: Document) -> str:
-    return f"- ({_date(doc.timestamp)}) {_block(doc.text, 2000)}"
 
 
 MAX_RANKED = 400  # most items one layer ranks per call; the budget then decides how many go in
@@ -252,9 +226,9 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
                                count_tokens=None, now=now, exclude=verbatim)  # `_lines` counts what is shown
     if ev_docs and ev_result.signals.get("empty_query"):  # nothing to rank by: the app's order
         ev_result = _in_given_order(ev_docs, query)
-    evidence = _lines(ev_result, _render_evidence, counter, cache)
+    evidence = _lines(ev_result, RENDERS["evidence"], counter, cache)
     mem_result = _rank_memory(inputs, profile, retriever, mem_docs, verbatim, now=now)
-    memory = _lines(mem_result, _render_memory, counter, cache)
+    memory = _lines(mem_result, RENDERS["memory"], counter, cache)
     flags.extend(_retrieval_flags(ev_result, mem_result))
 
     signals = _signals(inputs.task, conversation, mem_result, bool(memory))
@@ -322,7 +296,7 @@ def widen_memory(inputs: PackInputs, profile: BudgetProfile, cands: Candidates, 
     wide = _rank_memory(inputs, profile, retriever, mem_docs, _verbatim(cands.conversation, kept), MAX_RANKED,
                         now=inputs.now or None)
     free, memory = room - LAYER_OVERHEAD, []
-    for line in _lines(wide, _render_memory, counter, cache):
+    for line in _lines(wide, RENDERS["memory"], counter, cache):
         if line.tokens + 1 <= free:
             memory.append(line)
             free -= line.tokens + 1

@@ -283,7 +283,7 @@ class HybridIndex:
             terms = self.analyzer(query)
             flags = {"dense_off": float(not dense), "empty_query": float(not terms)}
             if len(rows) == 0 or budget_tokens == 0 or not terms:
-                return self._result(query, [], 0, n_excluded, 0, flags=flags)
+                return RetrievalResult.of(query, [], 0, n_excluded, 0, flags=flags)
             # The same search again (a zone ranked twice; a payload kept as sent, at its clock): a function of these
             # inputs and the version. Its pool and scores do not read the clock: a later clock only ranks again.
             pooled = (self._version, query, frozenset(excluded), dense, s)
@@ -293,9 +293,32 @@ class HybridIndex:
                 pool, bm25, scores, s = held = self._pools.get(pooled) or self._pool(query, s, rows, terms, dense)
                 self._pools = self._remember(self._pools, pooled, held)
                 result = (self._rank(query, s, pool, bm25, scores, k, budget_tokens, count_tokens, now, n_excluded,
-                                     flags) if len(pool) else self._result(query, [], 0, n_excluded, 0, flags=flags))
+                                     flags) if len(pool) else
+                          RetrievalResult.of(query, [], 0, n_excluded, 0, flags=flags))
                 self._last = self._remember(self._last, key, result)
             return result
+
+    def ahead(self, query: str) -> list[Document]:
+        """Work ahead (a new user turn's guessed question): its fusion pools as each of this index's last searches
+        (exclusion, settings, ranking) would make them now, kept as `search` keeps its own: the call's search only
+        ranks when its inputs match (a pool is a function of its key). Returns the pools' documents."""
+        with self._lock:
+            shapes = dict.fromkeys(key[2:] for key in self._pools if key[0] == self._version)  # oldest first
+            terms = self.analyzer(query) if shapes else []
+            rows: dict[int, None] = {}
+            for excluded, dense, s in shapes if terms else ():
+                pooled = (self._version, query, excluded, dense, s)
+                held = self._pools.get(pooled)
+                if held is None:
+                    eligible = self._lexical.alive_mask().copy()
+                    eligible[list(excluded)] = False
+                    if not eligible.any():
+                        continue
+                    with bounded_threads(s.embedding_threads):
+                        held = self._pool(query, s, np.flatnonzero(eligible), terms, dense)
+                self._pools = self._remember(self._pools, pooled, held)
+                rows.update(dict.fromkeys(held[0].tolist()))
+            return [self._docs[r] for r in rows]
 
     def _remember(self, held: dict, key: tuple, value: object) -> dict:
         """`held` with `key` last, without other versions' entries, the oldest out beyond `LAST_SEARCHES`."""
@@ -366,7 +389,7 @@ class HybridIndex:
                             cost(at[i]) if cost else None)
                  for rank, (i, value) in enumerate(picks, start=1)]
         logger.debug("search %r: %d candidates, %d groups, %d picked", query[:60], len(pool), len(groups), len(items))
-        return self._result(query, items, len(pool), n_excluded, len(order) - len(groups), s.hit_threshold, flags)
+        return RetrievalResult.of(query, items, len(pool), n_excluded, len(order) - len(groups), s.hit_threshold, flags)
 
     @staticmethod
     def _item(rank: int, members: list[Document], scores: list[float], mmr: float, tokens: int | None) -> ScoredItem:
@@ -374,26 +397,3 @@ class HybridIndex:
         return ScoredItem.of(members[0], rank, *scores, mmr, tokens,
                              tuple([d.id for d in members]), tuple([d.source for d in members]))
 
-    @staticmethod
-    def _result(query: str, items: list[ScoredItem], candidates: int, excluded: int, collapsed: int,
-                hit_threshold: float = 0.0, flags: dict[str, float] | None = None) -> RetrievalResult:
-        n = len(items)
-        dense_off = bool((flags or {}).get("dense_off"))  # without cosines, a hit is a lexical match
-        stamped = [i.freshness for i in items if i.document.timestamp is not None]
-        signals = {
-            "retrieval_hit_rate": (sum(i.bm25 > 0 if dense_off else i.dense >= hit_threshold for i in items) / n
-                                   if n else 0.0),
-            "lexical_match_rate": sum(i.bm25 > 0 for i in items) / n if n else 0.0,
-            "similarity": float(np.mean([i.dense for i in items])) if n else 0.0,
-            "freshness": float(np.mean(stamped)) if stamped else 1.0,
-            "candidates": float(candidates),
-            "selected": float(n),
-            "tokens": float(sum(i.tokens or 0 for i in items)),
-            "duplicates_collapsed": float(collapsed),
-            "excluded": float(excluded),
-            "empty_query": 0.0,
-            "dense_off": 0.0,
-            "timestamps_ignored": 0.0,
-            **(flags or {}),
-        }
-        return RetrievalResult(query, tuple(items), signals)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import numpy as np
+
 __all__ = ["Document", "ScoredItem", "RetrievalResult"]
 
 
@@ -124,3 +126,28 @@ class RetrievalResult:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "RetrievalResult":
         return cls(data["query"], tuple(ScoredItem.from_json(i) for i in data["items"]), dict(data["signals"]))
+
+    @classmethod
+    def of(cls, query: str, items: "list[ScoredItem]", candidates: int, excluded: int, collapsed: int,
+           hit_threshold: float = 0.0, flags: "dict[str, float] | None" = None) -> "RetrievalResult":
+        """A search's result: its items and the signals they give."""
+        n = len(items)
+        dense_off = bool((flags or {}).get("dense_off"))  # without cosines, a hit is a lexical match
+        stamped = [i.freshness for i in items if i.document.timestamp is not None]
+        signals = {
+            "retrieval_hit_rate": (sum(i.bm25 > 0 if dense_off else i.dense >= hit_threshold for i in items) / n
+                                   if n else 0.0),
+            "lexical_match_rate": sum(i.bm25 > 0 for i in items) / n if n else 0.0,
+            "similarity": float(np.mean([i.dense for i in items])) if n else 0.0,
+            "freshness": float(np.mean(stamped)) if stamped else 1.0,
+            "candidates": float(candidates),
+            "selected": float(n),
+            "tokens": float(sum(i.tokens or 0 for i in items)),
+            "duplicates_collapsed": float(collapsed),
+            "excluded": float(excluded),
+            "empty_query": 0.0,
+            "dense_off": 0.0,
+            "timestamps_ignored": 0.0,
+            **(flags or {}),
+        }
+        return cls(query, tuple(items), signals)
