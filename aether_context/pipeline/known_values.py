@@ -38,6 +38,7 @@ class _Carry:
     full: MergedValues | None
     capped: MergedValues | None
     rendered: "tuple[Hashable, str]" = ((), "")  # the full merge's text, by what it is rendered from
+    ranks: "tuple[frozenset[str], dict[int, tuple]]" = (frozenset(), {})  # the renders' field ranks, by params
 
 
 def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn, ...]], Iterator[Turn]]",
@@ -61,10 +62,11 @@ def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn
     full = merged_values([vs for _, found in read for vs in found], visible=visible,
                          since=carry.full if carry is not None else None)
     source = (full.sets, limit, params, counter_key(counter))  # what the full text is rendered from
+    ranks = dict(carry.ranks[1]) if carry is not None and carry.ranks[0] == params else {}
     if carry is not None and carry.rendered[0] == source:
         text = carry.rendered[1]
     else:
-        text = render_values(full.sets, limit, counter, params=params) if full.sets else ""
+        text = render_values(full.sets, limit, counter, params=params, memo=ranks) if full.sets else ""
     need = counter.count_text(text) if text else 0
     capped = carry.capped if carry is not None else None
     rendered = (source, text)
@@ -72,10 +74,11 @@ def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn
         text = ""
         if cap > 0 and cut:
             capped = merged_values(_newest_sets(read, cap), visible=visible, since=capped)
-            text = render_values(capped.sets, cap, counter, params=params) if capped.sets else ""
+            text = render_values(capped.sets, cap, counter, params=params, memo=ranks) if capped.sets else ""
     if cache is not None:
+        shown = (*full.sets, *(capped.sets if capped is not None else ()))
         cache.put("carried", key, _Carry(compacted[0], {id(t): (t, found) for t, found in read}, full, capped,
-                                         rendered))
+                                         rendered, (params, {k: ranks[k] for k in map(id, shown) if k in ranks})))
     return text, need
 
 
