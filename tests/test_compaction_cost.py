@@ -330,3 +330,45 @@ async def test_the_pinned_opening_request_is_cut_once_per_cap(memory_store_url, 
     assert sum(1 for r in p.packer.recent if r.manifest.compaction) >= 3
     assert len(cuts) >= 2 and any(cut(text, cap, p.packer.counter) != text for text, cap in cuts), cuts
     assert len(cuts) == len(set(cuts)), [(len(text), cap) for text, cap in cuts]
+
+
+def lookup_note(ref: str) -> dict:
+    """Look up a short note by its reference."""
+    n = int(ref[3:])
+    return {"note_id": f"NT{n:04d}Y", "owner": f"user_{n % 3}_77", "text": filler(90, seed=n)}
+
+
+async def test_a_compaction_reads_no_verbatim_text_the_work_ahead_could(memory_store_url, monkeypatch):
+    """The known values are not repeated where the verbatim text holds them: a merge reads that text's
+    words. The turns a compaction leaves verbatim, but for the newest (this call's own), were verbatim at
+    the call before: the work ahead reads their words then, so a compaction after the first reads on the
+    request's path the words of one turn at most."""
+    from aether_context.compress import value_merge
+
+    read: list[int] = []  # per text whose words were read on the pack thread: the call
+
+    class Words:
+        def __init__(self, inner):  # type: ignore[no-untyped-def]
+            self.inner = inner
+
+        def findall(self, text):  # type: ignore[no-untyped-def]
+            if threading.current_thread().name.startswith("aether-pack"):
+                read.append(CALL[0] + 1)
+            return self.inner.findall(text)
+    monkeypatch.setattr(value_merge, "_WORD", Words(value_merge._WORD))
+
+    def step(i: int):
+        def answer(req):
+            wait_ahead()
+            CALL[0] = i
+            return call("lookup_note", ref=f"ref{i}")
+        return answer
+    agent, _ = scripted_agent([step(i) for i in range(40)] + ["done"], tools=[lookup_note])
+    p = ContextPackPlugin(store=f"{memory_store_url}/words", window_tokens=5_000, embedder=HashingEmbedder())
+    runner = make_runner(agent, plugins=[p])
+    await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="fixed")
+    await run_turn(runner, "fixed", "Read every note from ref0 on and list their owners.")
+    wait_ahead()
+    compacting = [k for k, r in enumerate(p.packer.recent) if r.manifest.compaction]
+    assert len(compacting) >= 3 and compacting[0] in read, (compacting, read)  # nothing warmed the first
+    assert all(read.count(k) <= 1 for k in compacting[1:]), (compacting, read)
