@@ -162,8 +162,8 @@ async def test_a_compaction_places_only_the_value_sources_it_adds(memory_store_u
         placed.append(CALL[0] + 1)
         return order(vs)
 
-    def merging(sets, *, visible="", since=None):  # type: ignore[no-untyped-def]
-        out = merged(sets, visible=visible, since=since)
+    def merging(sets, *, visible="", since=None, read=None):  # type: ignore[no-untyped-def]
+        out = merged(sets, visible=visible, since=since, read=read)
         merges.append((CALL[0] + 1, since is not None, len(out.sources)))
         return out
     monkeypatch.setattr(value_merge, "_order", placing)
