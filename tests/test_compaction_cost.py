@@ -203,8 +203,8 @@ async def test_a_compaction_places_only_the_value_sources_it_adds(memory_store_u
         placed.append(CALL[0] + 1)
         return order(vs)
 
-    def merging(sets, *, visible="", since=None):  # type: ignore[no-untyped-def]
-        out = merged(sets, visible=visible, since=since)
+    def merging(sets, *, visible="", since=None, read=None):  # type: ignore[no-untyped-def]
+        out = merged(sets, visible=visible, since=since, read=read)
         merges.append((CALL[0] + 1, since is not None, len(out.sources)))
         return out
     monkeypatch.setattr(value_merge, "_order", placing)
@@ -274,3 +274,142 @@ async def test_a_compaction_reads_its_turns_values_without_a_search_per_turn(mem
     requests, manifests = await _run(f"{memory_store_url}/walk", cold=False)
     assert sum(1 for m in manifests if m.compaction) >= 3 and any("KNOWN VALUES" in str(r) for r in requests)
     assert "_read" not in searched, searched.count("_read")
+
+
+async def test_a_compaction_ranks_only_the_value_sources_the_last_render_did_not(memory_store_url, monkeypatch):
+    """KNOWN VALUES' render ranks each source's fields (an identifier pattern over every value) before it
+    fills the room; a merge keeps most sources as they were, so the compaction's carry keeps their ranked
+    fields and a later render ranks only the sources it has not seen (a render from scratch ranks all)."""
+    from aether_context.compress import values as values_module
+    from aether_context.pipeline import known_values
+
+    ranked: list[int] = []  # per field ranked: the call
+    renders: list[tuple[int, int, int]] = []  # per render: (call, fields of its sources, of those not rendered before)
+    seen: dict[int, object] = {}  # the sources rendered so far, by id (held: an id is not reused)
+    rank, render = values_module._field_rank, known_values.render_values
+
+    def ranking(*args, **kwargs):  # type: ignore[no-untyped-def]
+        ranked.append(CALL[0] + 1)
+        return rank(*args, **kwargs)
+
+    def rendering(sets, *args, **kwargs):  # type: ignore[no-untyped-def]
+        sets = list(sets)
+        new = sum(len(vs.fields) for vs in sets if seen.get(id(vs)) is not vs)
+        renders.append((CALL[0] + 1, sum(len(vs.fields) for vs in sets), new))
+        seen.update((id(vs), vs) for vs in sets)
+        return render(sets, *args, **kwargs)
+    monkeypatch.setattr(values_module, "_field_rank", ranking)
+    monkeypatch.setattr(known_values, "render_values", rendering)
+    requests, _ = await _run(f"{memory_store_url}/ranks", cold=False)
+    assert any("KNOWN VALUES" in str(r) for r in requests)
+    later = renders[1:]
+    assert len(later) >= 2 and all(new < fields for _, fields, new in later), renders
+    for k, fields, new in later:
+        assert ranked.count(k) <= new, (k, ranked.count(k), renders)
+
+
+async def test_a_new_compaction_block_is_counted_by_its_new_lines(memory_store_url, monkeypatch):
+    """A compaction block keeps most of the last one's lines (fold lines, the opening request, known
+    values): the count of the conversation it takes encodes the lines it has not counted before, not
+    the whole block (the sum over its lines is the count of the block: `TokenCounter.count_lines`)."""
+    from aether_context.pipeline import conversation
+
+    encoded = [0]
+    blocks: list[tuple[int, int]] = []  # per count of a new zone's conversation: (block chars, chars encoded)
+
+    class Encoding:
+        def __init__(self, inner):  # type: ignore[no-untyped-def]
+            self.inner = inner
+
+        def encode_ordinary(self, text):  # type: ignore[no-untyped-def]
+            encoded[0] += len(text)
+            return self.inner.encode_ordinary(text)
+
+        def __getattr__(self, name):  # type: ignore[no-untyped-def]
+            return getattr(self.inner, name)
+    count = conversation.conversation_tokens
+
+    def counting(prepared, zone, counter):  # type: ignore[no-untyped-def]
+        if not isinstance(counter._encoding, Encoding):
+            counter._encoding = Encoding(counter._encoding)
+        before = encoded[0]
+        out = count(prepared, zone, counter)
+        blocks.append((len(zone.block), encoded[0] - before))
+        return out
+    monkeypatch.setattr(conversation, "conversation_tokens", counting)
+    requests, _ = await _run(f"{memory_store_url}/lines", cold=False)
+    assert len(blocks) >= 3 and any("KNOWN VALUES" in str(r) for r in requests)
+    for size, chars in blocks[1:]:
+        assert chars * 3 <= size * 2, blocks  # a whole count encodes every character (and more: the kept turns)
+
+
+async def test_the_pinned_opening_request_is_cut_once_per_cap(memory_store_url, monkeypatch):
+    """Every compaction of a session pins the same opening request, cut middle-out to the block's share
+    (a binary search of its prefix and suffix, each counted): the cut is kept (the packer's cache), so a
+    later compaction with the same cap does not cut it again."""
+    from aether_context.pipeline import conversation
+
+    cuts: list[tuple[str, int]] = []
+    cut = conversation.middle_out
+
+    def cutting(text, max_tokens, counter, *args, **kwargs):  # type: ignore[no-untyped-def]
+        cuts.append((text, max_tokens))
+        return cut(text, max_tokens, counter, *args, **kwargs)
+    monkeypatch.setattr(conversation, "middle_out", cutting)
+    steps = []
+    for t in range(8):
+        steps += [call("lookup_booking", ref=f"ref{2 * t}"), call("lookup_booking", ref=f"ref{2 * t + 1}"),
+                  f"Booking ref{2 * t} belongs to user_{t % 3}_77."]
+    agent, _ = scripted_agent(steps, tools=[lookup_booking])
+    p = ContextPackPlugin(store=f"{memory_store_url}/opening", window_tokens=5_000, embedder=HashingEmbedder())
+    runner = make_runner(agent, plugins=[p])
+    await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="chat")
+    await run_turn(runner, "chat", "Audit these bookings one by one: " + filler(900, seed=5))
+    for t in range(1, 8):
+        await run_turn(runner, "chat", f"Who holds booking ref{2 * t}?")
+        wait_ahead()
+    assert sum(1 for r in p.packer.recent if r.manifest.compaction) >= 3
+    assert len(cuts) >= 2 and any(cut(text, cap, p.packer.counter) != text for text, cap in cuts), cuts
+    assert len(cuts) == len(set(cuts)), [(len(text), cap) for text, cap in cuts]
+
+
+def lookup_note(ref: str) -> dict:
+    """Look up a short note by its reference."""
+    n = int(ref[3:])
+    return {"note_id": f"NT{n:04d}Y", "owner": f"user_{n % 3}_77", "text": filler(90, seed=n)}
+
+
+async def test_a_compaction_reads_no_verbatim_text_the_work_ahead_could(memory_store_url, monkeypatch):
+    """The known values are not repeated where the verbatim text holds them: a merge reads that text's
+    words. The turns a compaction leaves verbatim, but for the newest (this call's own), were verbatim at
+    the call before: the work ahead reads their words then, so a compaction after the first reads on the
+    request's path the words of one turn at most."""
+    from aether_context.compress import value_merge
+
+    read: list[int] = []  # per text whose words were read on the pack thread: the call
+
+    class Words:
+        def __init__(self, inner):  # type: ignore[no-untyped-def]
+            self.inner = inner
+
+        def findall(self, text):  # type: ignore[no-untyped-def]
+            if threading.current_thread().name.startswith("aether-pack"):
+                read.append(CALL[0] + 1)
+            return self.inner.findall(text)
+    monkeypatch.setattr(value_merge, "_WORD", Words(value_merge._WORD))
+
+    def step(i: int):
+        def answer(req):
+            wait_ahead()
+            CALL[0] = i
+            return call("lookup_note", ref=f"ref{i}")
+        return answer
+    agent, _ = scripted_agent([step(i) for i in range(40)] + ["done"], tools=[lookup_note])
+    p = ContextPackPlugin(store=f"{memory_store_url}/words", window_tokens=5_000, embedder=HashingEmbedder())
+    runner = make_runner(agent, plugins=[p])
+    await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="fixed")
+    await run_turn(runner, "fixed", "Read every note from ref0 on and list their owners.")
+    wait_ahead()
+    compacting = [k for k, r in enumerate(p.packer.recent) if r.manifest.compaction]
+    assert len(compacting) >= 3 and compacting[0] in read, (compacting, read)  # nothing warmed the first
+    assert all(read.count(k) <= 1 for k in compacting[1:]), (compacting, read)

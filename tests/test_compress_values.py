@@ -179,3 +179,18 @@ def test_a_call_with_nothing_to_show_gets_only_the_room_every_value_left():
     assert "calculate(expression=" in full
     tight = render_values(sets, COUNTER.count_text(full) - 5, COUNTER)
     assert "calculate(" not in tight and "payment_id=certificate_7504069" in tight
+
+
+def test_a_render_with_the_last_renders_ranks_renders_the_same():
+    """A render may take each source's ranked fields from an earlier render (`memo`, by the source object,
+    for the same params): the block is the one a render that ranks every field gives, at every cap."""
+    sets = [extract_values(tool="lookup", args={"ref": f"r{i}"}, turn=i,
+                           result={"booking_id": f"BK{i:04d}X", "user": f"user_{i % 3}_77", "note": f"Call Ann {i}",
+                                   "seats": list(range(i % 9)), "price": 100 + i}) for i in range(60)]
+    sets += [extract_values(text=f"Reservation Q{i}X7Z for mia_li_{i} on 2024-05-{i % 28 + 1:02d}", turn=i)
+             for i in range(0, 60, 7)]
+    params = frozenset({"ref"})
+    memo: dict = {}
+    for cap in (10, 40, 80, 150, 300, 600, 80, 10):
+        assert render_values(sets, cap, COUNTER, params=params, memo=memo) == render_values(sets, cap, COUNTER, params=params)
+    assert len(memo) == len(sets)

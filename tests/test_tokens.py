@@ -169,3 +169,19 @@ async def test_adk_session_history_is_not_retokenized(memory_store_url):
     # over the session the misses are linear in the new content, far below the contents counted
     assert final["message_misses"] <= sizes[-1] + 3 * len(sizes)
     assert final["message_misses"] < sum(sizes) / 3
+
+
+def test_a_text_counted_by_its_lines_counts_as_a_whole(counter):
+    """`count_lines` sums the counts of a text's lines where no token runs across the line break: the
+    same count as the whole text's, for texts made of every kind of character around line breaks."""
+    import random
+
+    rng = random.Random(7)
+    pieces = list("ab Z9 .,-\n\n\r\t→…é中😀\u00a0\u2028\u3000\x1c\x85\u200b\"()[]{}:;_=+/\\'") + \
+        ["'s", "'ll", " \n", "\n ", "  - ", "123", "4567", "\n  - lookup(ref=7) → id=BK7", "\nKNOWN VALUES:"]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(40, 160)))
+        fresh = type(counter)()
+        assert fresh.count_lines(text) == counter.count_text(text), repr(text)
+    block = "HEADER:\n" + "\n".join(f"  - line {i}: {filler(12, seed=i)}" for i in range(40))
+    assert counter.count_lines(block) == type(counter)().count_text(block)

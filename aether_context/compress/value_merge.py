@@ -23,14 +23,14 @@ import heapq
 import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ._value_forms import short_fields
 from .values import _IDLIKE, _WORD, ValueSet
 
 _RUN = re.compile(r"\w+")  # a run of word characters
 
-__all__ = ["MergedValues", "merge_values", "merged_values"]
+__all__ = ["MergedValues", "merge_values", "merged_values", "visible_part"]
 
 
 class _Last:
@@ -97,18 +97,26 @@ def merge_values(sets: Iterable[ValueSet | None], *, visible: str = "") -> list[
 
 
 def merged_values(sets: Iterable[ValueSet | None], *, visible: "str | tuple[str, ...]" = "",
-                  since: MergedValues | None = None) -> MergedValues:
+                  since: MergedValues | None = None, read: "Callable[[str], _Part] | None" = None) -> MergedValues:
     """`merge_values` with what a later merge starts from; given `since` (an earlier merge), only the
     sources a change touches are merged again (`_Again`): the result is the same without `since`. The
     `visible` text may come as its parts (joined by line breaks): a part the earlier merge had is not
-    read again."""
+    read again, and `read` (`visible_part`, or what it gave kept by the part) reads the others."""
     latest: dict[str, ValueSet] = {}
     for vs in sets:
         if vs is not None and (vs.source not in latest or vs.turn >= latest[vs.source].turn):
             latest[vs.source] = vs
     if since is None or not since.sources:
-        return _scratch(latest, visible)
-    return _Again(since, visible).merge(latest)
+        return _scratch(latest, visible, read or visible_part)
+    return _Again(since, visible, read or visible_part).merge(latest)
+
+
+_Part = "tuple[frozenset[str], frozenset[str]]"
+
+
+def visible_part(part: str) -> _Part:
+    """What a merge reads of one part of the visible text: its whole tokens and runs of word characters."""
+    return frozenset(_WORD.findall(part)), frozenset(_RUN.findall(part))
 
 
 def _order(vs: ValueSet) -> tuple[bool, int, str]:
@@ -116,11 +124,12 @@ def _order(vs: ValueSet) -> tuple[bool, int, str]:
     return vs.derived, -vs.turn, vs.source
 
 
-def _scratch(latest: "dict[str, ValueSet]", visible: "str | tuple[str, ...]") -> MergedValues:
+def _scratch(latest: "dict[str, ValueSet]", visible: "str | tuple[str, ...]",
+             read: "Callable[[str], _Part]") -> MergedValues:
     """Every source merged in order: a source's values kept before it are those an earlier source kept
     (any value before a model's text, identifiers before a tool result or a user's text)."""
     keyed = sorted((_order(s), s) for s in latest.values())  # places are unique: sources never compared
-    seen = _Seen(visible, None)
+    seen = _Seen(visible, None, read)
     shown: set[str] = set()  # identifiers kept
     every: set[str] = set()  # every value kept
     entries: dict[int, tuple] = {}
@@ -157,8 +166,8 @@ class _Again:
     places): new sources, those holding a value the visible text gained or lost, or that a gone source
     kept, and, as each one merged again keeps other values than before, the later sources holding those."""
 
-    def __init__(self, since: MergedValues, visible: "str | tuple[str, ...]") -> None:
-        self.since, self.seen = since, _Seen(visible, since)
+    def __init__(self, since: MergedValues, visible: "str | tuple[str, ...]", read: "Callable[[str], _Part]") -> None:
+        self.since, self.seen = since, _Seen(visible, since, read)
         self.entries = dict(since.entries)
         self.holders = dict(since.holders)
         self.keepers = dict(since.keepers)
@@ -306,12 +315,13 @@ class _Seen:
     break that joins two parts), and the phrases (values with a space) looked up once per merge, or taken
     from the earlier merge of the same text."""
 
-    def __init__(self, visible: "str | tuple[str, ...]", since: MergedValues | None) -> None:
+    def __init__(self, visible: "str | tuple[str, ...]", since: MergedValues | None,
+                 read: "Callable[[str], _Part]") -> None:
         parts = (visible,) if isinstance(visible, str) else visible
         self.text = "\n".join(parts)
         same = since is not None and since.visible == self.text
         known = since.parts if since is not None else {}
-        self.parts = {p: known.get(p) or (frozenset(_WORD.findall(p)), frozenset(_RUN.findall(p))) for p in parts}
+        self.parts = {p: known.get(p) or read(p) for p in parts}
         if same:
             self.words, self.runs = since.words, since.runs  # type: ignore[union-attr]
         else:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from ..content import FunctionCall, Message, canonical_json
 from ._fit import ELLIPSIS, TokenCounterLike, as_count, safe_end
@@ -180,53 +180,106 @@ def render_call(tool: str, args: Mapping[str, Any], max_chars: int = _ARG_CHARS)
 
 
 def render_values(sets: Iterable[ValueSet], max_tokens: int, counter: TokenCounterLike, *,
-                  title: str = "KNOWN VALUES:", params: frozenset[str] = frozenset()) -> str:
+                  title: str = "KNOWN VALUES:", params: frozenset[str] = frozenset(),
+                  memo: "dict[int, tuple] | None" = None) -> str:
     """`title` then one line per source, newest first: `- source → field=v1,v2 …`, within `max_tokens`.
 
     Room goes first to every source's identifiers (ids, codes, emails), then to the values agents type
     back (names, dates, amounts, paths), then to the rest; in each, newest source first, the first few
     values of every field before all the values of any. A text source with nothing left
     to show is omitted; a tool call keeps at least its label (its arguments) while room allows.
+    `memo` (read and filled) keeps each source's ranked fields for a later render with the same `params`.
     """
     count = as_count(counter)
     sets = [vs for vs in sets if vs.fields or vs.call]
     if max_tokens <= 0 or not sets or count(title) > max_tokens:
         return ""
-    shown: list[dict[int, int]] = [{} for _ in sets]  # per source: field index -> values shown
-    cost: list[int | None] = [None] * len(sets)  # tokens of each shown line (+1 for its line break)
-    used = count(title)
-
-    def attempt(k: int, field: int | None, limit: int) -> None:
-        """Show line k (with `field` at `limit` values); undone when the block would exceed the cap."""
-        nonlocal used
-        before = dict(shown[k])
-        if field is not None:
-            shown[k][field] = limit
-        new = count(_line(sets[k], shown[k])) + 1
-        if used - (cost[k] or 0) + new <= max_tokens:
-            used += new - (cost[k] or 0)
-            cost[k] = new
-        else:
-            shown[k] = before
-
-    ranks: list[list[int] | None] = [None] * len(sets)  # each source's field ranks, read when first needed
-    names: dict[str, int] = {}
-    for rank, limit in ((r, n) for r in range(4) for n in (_FIRST_VALUES, _ALL)):
-        for k, vs in enumerate(sets):
-            if max_tokens - used < _MIN_ROOM:
-                break  # no field or label fits in what is left
-            field_ranks = ranks[k]
-            if field_ranks is None:
-                field_ranks = ranks[k] = [_field_rank(name, values, params, names) for name, values in vs.fields]
-            for f, (name, values) in enumerate(vs.fields):
-                if field_ranks[f] == rank and shown[k].get(f, 0) < min(limit, len(values)):
-                    attempt(k, f, limit)
-            if cost[k] is None and vs.call and rank == 3 and limit == _ALL:
-                attempt(k, None, 0)  # a call with nothing else to show: its arguments, with the room left
-    lines = [_line(vs, shown[k]) for k, vs in enumerate(sets) if cost[k] is not None]
-    while lines and count("\n".join([title, *lines])) > max_tokens:  # counts are not quite additive
+    ranks = _Ranks(sets, params, memo)
+    fill = _Fill(sets, ranks.ranked, count, max_tokens - count(title))
+    for rank in range(4):
+        for limit in (_FIRST_VALUES, _ALL):
+            if rank == 0 and limit == _FIRST_VALUES:
+                fill.fill(ranks.first(), rank, limit)
+            elif rank == 3 and limit == _ALL:  # a call with nothing else to show: its arguments, with the room left
+                calls = (k for k, vs in enumerate(sets) if vs.call and ranks.ranked[k] is not None)
+                fill.fill(sorted({*ranks.by_rank[3], *calls}), rank, limit, labels=True)
+            else:
+                fill.fill(ranks.by_rank[rank], rank, limit)
+    lines = [_line(vs, fill.shown.get(k, _NONE)) for k, vs in enumerate(sets) if fill.cost[k]]
+    whole = getattr(counter, "count_lines", count)  # by its lines when the counter can: most lines recur
+    while lines and whole("\n".join([title, *lines])) > max_tokens:  # counts are not quite additive
         lines.pop()
     return "\n".join([title, *lines]) if lines else ""
+
+
+_Ranked = "tuple[tuple[int, tuple[tuple[int, int], ...]], ...]"  # a source's fields by rank: (rank, ((field, values),))
+_NONE: "dict[int, int]" = {}  # never written: what a source shows before its first line
+
+
+class _Fill:
+    """A render's lines so far: values shown per field of each source shown, the tokens of each line
+    (0: not shown), the room left. Few objects per source: collections were a good part of a render."""
+
+    def __init__(self, sets: "list[ValueSet]", ranked: "list[_Ranked | None]", count: "Callable[[str], int]",
+                 room: int) -> None:
+        self.sets, self.ranked, self.count, self.room = sets, ranked, count, room
+        self.shown: dict[int, dict[int, int]] = {}  # per source shown: field index -> values shown
+        self.cost = [0] * len(sets)
+
+    def fill(self, todo: "Iterable[int]", rank: int, limit: int, labels: bool = False) -> None:
+        """One pass: each source in `todo`, in order, shows its fields of `rank` at `limit` values (with
+        `labels`, a call shown with none keeps its label); a line that would not fit stays as it was."""
+        for k in todo:
+            if self.room < _MIN_ROOM:
+                break  # no field or label fits in what is left
+            for r, fields in self.ranked[k]:  # type: ignore[union-attr]
+                if r == rank:
+                    for f, n in fields:
+                        shown = self.shown.get(k, _NONE)
+                        if shown.get(f, 0) < min(limit, n):
+                            self._attempt(k, {**shown, f: limit})
+            if labels and not self.cost[k] and self.sets[k].call:
+                self._attempt(k, _NONE)
+
+    def _attempt(self, k: int, shown: "dict[int, int]") -> None:
+        grown = self.count(_line(self.sets[k], shown)) + 1 - self.cost[k]
+        if grown <= self.room:
+            self.room -= grown
+            self.cost[k] += grown
+            self.shown[k] = shown
+
+
+class _Ranks:
+    """The sources' fields by rank (`_field_rank`), each ranked when the first pass reaches it (a render
+    whose room runs out early stops every later pass there too), kept in `memo` by source (the same
+    object) for a later render with the same `params`: a merge keeps most sources, and ranking was most
+    of a render."""
+
+    def __init__(self, sets: "list[ValueSet]", params: frozenset[str], memo: "dict[int, tuple] | None") -> None:
+        self.sets, self.params, self.memo = sets, params, memo
+        self.names: dict[str, int] = {}
+        self.ranked: "list[_Ranked | None]" = [None] * len(sets)
+        self.by_rank: "tuple[list[int], ...]" = ([], [], [], [])  # the sources with fields of each rank
+
+    def first(self) -> "Iterator[int]":
+        """The sources with identifiers, ranking every source on the way."""
+        for k, vs in enumerate(self.sets):
+            self.ranked[k] = ranked = self._ranked(vs)
+            for r, _ in ranked:
+                self.by_rank[r].append(k)
+            if ranked and ranked[0][0] == 0:
+                yield k
+
+    def _ranked(self, vs: ValueSet) -> _Ranked:
+        held = self.memo.get(id(vs)) if self.memo is not None else None
+        if held is not None and held[0] is vs:
+            return held[1]
+        ranks = [_field_rank(name, values, self.params, self.names) for name, values in vs.fields]
+        out = tuple((r, tuple((f, len(vs.fields[f][1])) for f, x in enumerate(ranks) if x == r))
+                    for r in sorted(set(ranks)))
+        if self.memo is not None:
+            self.memo[id(vs)] = (vs, out)
+        return out
 
 
 def _field_rank(name: str, values: tuple[str, ...], params: frozenset[str] = frozenset(),

@@ -202,8 +202,9 @@ class Room:
 
 
 def conversation_tokens(prepared: "Prepared", zone: "Verbatim", counter: TokenCounting) -> int:
-    """What the conversation takes with this verbatim zone: its block and the turns it keeps."""
-    block = counter.count_text(zone.block) + 4 if zone.block else 0
+    """What the conversation takes with this verbatim zone: its block and the turns it keeps (the block
+    by its lines when the counter can: a new block keeps most of the last one's lines)."""
+    block = getattr(counter, "count_lines", counter.count_text)(zone.block) + 4 if zone.block else 0
     return block + turns_tokens(zone.kept(prepared.turns), counter)
 
 

@@ -25,7 +25,7 @@ from .allocate import conversation_tokens
 from .collect import PackInputs, PackState, Turn, turn_start
 from .decay import RunningSummary, decay_zones
 from .fit import TruncationEvent
-from .cache import PackCache
+from .cache import PackCache, counter_key
 from .incremental import turn_tokens
 from .known_values import known_values, turn_text
 from .prepare import Prepared
@@ -190,7 +190,7 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
         # the compacted turns' originals are read lazily: newest first for the values (which stop at their
         # cap), and only those the summary does not cover yet for the block
         compacted, kept = new.split(turns)
-        opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter)
+        opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter, cache)
         opening_tokens = counter.count_text(opening) if opening else 0
         visible = (opening, *map(turn_text, kept))  # joined by line breaks: what the block does not repeat
         cap = _block_caps(profile, room, opening_tokens, extra=extra).values
@@ -281,8 +281,9 @@ def _block_caps(profile: BudgetProfile, room: int, opening: int, *, extra: int =
 
 
 def _opening(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: BudgetProfile, window: int,
-             cap: int, counter: TokenCounting) -> str:
-    """The session's opening request, pinned in the block once it left the verbatim zone (capped)."""
+             cap: int, counter: TokenCounting, cache: PackCache | None = None) -> str:
+    """The session's opening request, pinned in the block once it left the verbatim zone (capped: the
+    cut is kept in the `cache` by text and cap, as every compaction of the session pins the same text)."""
     text = inputs.task.opening_request
     if not profile.task.pin_opening_request or inputs.task.goal or not text.strip():
         return ""
@@ -291,7 +292,10 @@ def _opening(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: Bu
         return ""
     if any(any(m.role == "user" and m.text == text for m in t.messages) for t in zone.kept(prepared.turns)):
         return ""
-    return middle_out(text, min(profile.task.opening_max_tokens, int(window * profile.task.opening_max_share), cap), counter)
+    cap = min(profile.task.opening_max_tokens, int(window * profile.task.opening_max_share), cap)
+    if cache is None:
+        return middle_out(text, cap, counter)
+    return cache.get("opening", (text, cap, counter_key(counter)), lambda: middle_out(text, cap, counter))
 
 
 def compaction_events(compaction: Compaction | None) -> tuple[TruncationEvent, ...]:

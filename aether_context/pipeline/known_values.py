@@ -13,9 +13,10 @@ when every turn is read and merged afresh (`build_pack` without a cache does tha
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Hashable, Iterator
 
-from ..compress.value_merge import MergedValues, merged_values
+from ..compress.value_merge import MergedValues, merged_values, visible_part
 from ..compress.values import ValueSet, extract_values, render_values
 from ..content import canonical_json
 from ..tokens import TokenCounting
@@ -24,7 +25,7 @@ from .collect import Turn
 from .incremental import turn_key
 from .render import masking_now
 
-__all__ = ["known_values", "known_values_of", "turn_text"]
+__all__ = ["known_values", "known_values_of", "turn_text", "visible_words"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,6 +39,7 @@ class _Carry:
     full: MergedValues | None
     capped: MergedValues | None
     rendered: "tuple[Hashable, str]" = ((), "")  # the full merge's text, by what it is rendered from
+    ranks: "tuple[frozenset[str], dict[int, tuple]]" = (frozenset(), {})  # the renders' field ranks, by params
 
 
 def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn, ...]], Iterator[Turn]]",
@@ -58,24 +60,27 @@ def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn
     key = ("known_values", id(compacted[0]), masking_now())
     carry = cache.lookup("carried", key) if cache is not None else None
     read = _read(compacted, originals, mask, limit, cache, carry.read if carry is not None else {})
+    words = partial(visible_words, cache=cache)
     full = merged_values([vs for _, found in read for vs in found], visible=visible,
-                         since=carry.full if carry is not None else None)
+                         since=carry.full if carry is not None else None, read=words)
     source = (full.sets, limit, params, counter_key(counter))  # what the full text is rendered from
+    ranks = dict(carry.ranks[1]) if carry is not None and carry.ranks[0] == params else {}
     if carry is not None and carry.rendered[0] == source:
         text = carry.rendered[1]
     else:
-        text = render_values(full.sets, limit, counter, params=params) if full.sets else ""
+        text = render_values(full.sets, limit, counter, params=params, memo=ranks) if full.sets else ""
     need = counter.count_text(text) if text else 0
     capped = carry.capped if carry is not None else None
     rendered = (source, text)
     if need > cap:
         text = ""
         if cap > 0 and cut:
-            capped = merged_values(_newest_sets(read, cap), visible=visible, since=capped)
-            text = render_values(capped.sets, cap, counter, params=params) if capped.sets else ""
+            capped = merged_values(_newest_sets(read, cap), visible=visible, since=capped, read=words)
+            text = render_values(capped.sets, cap, counter, params=params, memo=ranks) if capped.sets else ""
     if cache is not None:
+        shown = (*full.sets, *(capped.sets if capped is not None else ()))
         cache.put("carried", key, _Carry(compacted[0], {id(t): (t, found) for t, found in read}, full, capped,
-                                         rendered))
+                                         rendered, (params, {k: ranks[k] for k in map(id, shown) if k in ranks})))
     return text, need
 
 
@@ -108,6 +113,12 @@ def _newest_sets(read: "list[tuple[Turn, tuple[ValueSet, ...]]]", limit: int) ->
         if len(sets) >= limit:
             break
     return sets
+
+
+def visible_words(part: str, cache: PackCache | None = None) -> tuple:
+    """What a merge reads of one part of the visible text (`visible_part`), once per text with a `cache`:
+    the work ahead reads the verbatim turns' (`turn_text`) before a compaction needs them."""
+    return visible_part(part) if cache is None else cache.get("visible_part", part, lambda: visible_part(part))
 
 
 def known_values_of(turn: Turn, cache: PackCache | None = None) -> tuple:

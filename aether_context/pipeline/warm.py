@@ -1,7 +1,8 @@
 """Work ahead: what the next compaction will read, computed while the model answers.
 
 A compaction reads the turns it moves out of the verbatim zone: their secrets masked, the values
-they carried (KNOWN VALUES), their fold lines (counted, and quoted as the block shows them) and,
+they carried (KNOWN VALUES) and the words of those it leaves verbatim (which those values are not
+repeated from), their fold lines (counted, and quoted as the block shows them) and,
 once they are Memory candidates, their retrieval documents' BM25 analysis and embeddings. Done at the
 compaction, that is a burst (a tool loop's compaction embedded and scanned three or four large turns at
 once, ten times a normal call). Every one of those results is kept by content (the `PackCache`, the
@@ -21,7 +22,7 @@ from .cache import PackCache
 from .collect import PackInputs, PackState, turn_start
 from .conversation import compacted_reader, verbatim_zone
 from .decay import fold_turn
-from .known_values import known_values_of
+from .known_values import known_values_of, turn_text, visible_words
 from .prepare import prepare
 from .render import masking, quote
 from .retrieve import Retriever
@@ -42,6 +43,8 @@ def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, 
         if not kept:
             return 0
         reader = compacted_reader(inputs, prepared, cache)
+        for turn in kept:  # what the known values' merge reads of the text a compaction leaves verbatim
+            visible_words(turn_text(turn), cache)
         for turn in map(reader.read, kept):
             known_values_of(turn, cache)
             line = fold_turn(turn, reader.uris, counter, cache=cache)  # as `decay_zones` folds, counts and quotes it
