@@ -34,6 +34,18 @@ def lookup_booking(ref: str) -> dict:
             "date": f"2024-05-{10 + n:02d}", "notes": filler(260, seed=n)}
 
 
+def _booking_chat(store: str, *, stride: int) -> tuple:
+    """A plugin and a runner at a 5K window whose eight turns each look up two bookings (`stride` apart from
+    turn to turn) and answer: long enough to compact several times."""
+    steps = []
+    for t in range(8):
+        steps += [call("lookup_booking", ref=f"ref{stride * t}"), call("lookup_booking", ref=f"ref{stride * t + 1}"),
+                  f"Booking ref{stride * t} belongs to user_{t % 3}_77."]
+    agent, _ = scripted_agent(steps, tools=[lookup_booking])
+    p = ContextPackPlugin(store=store, window_tokens=5_000, embedder=HashingEmbedder())
+    return p, make_runner(agent, plugins=[p])
+
+
 class CarryCache(PackCache):
     """The packer's cache, noting each lookup of a compaction's carried known values (hit or miss), and
     each turn folded on the pack thread (the request's path), by call."""
@@ -241,13 +253,7 @@ async def test_a_compaction_that_cannot_hold_the_payload_merges_no_value(memory_
         return known(*args, **kwargs)
     monkeypatch.setattr(build, "compact", compacting)
     monkeypatch.setattr(conversation, "known_values", values)
-    steps = []
-    for t in range(8):
-        steps += [call("lookup_booking", ref=f"ref{3 * t}"), call("lookup_booking", ref=f"ref{3 * t + 1}"),
-                  f"Booking ref{3 * t} belongs to user_{t % 3}_77."]
-    agent, _ = scripted_agent(steps, tools=[lookup_booking])
-    p = ContextPackPlugin(store=f"{memory_store_url}/gave-up", window_tokens=5_000, embedder=HashingEmbedder())
-    runner = make_runner(agent, plugins=[p])
+    p, runner = _booking_chat(f"{memory_store_url}/gave-up", stride=3)
     await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="chat")
     for t in range(8):
         await run_turn(runner, "chat", f"Who holds booking ref{3 * t}?")
@@ -356,13 +362,7 @@ async def test_the_pinned_opening_request_is_cut_once_per_cap(memory_store_url, 
         cuts.append((text, max_tokens))
         return cut(text, max_tokens, counter, *args, **kwargs)
     monkeypatch.setattr(conversation, "middle_out", cutting)
-    steps = []
-    for t in range(8):
-        steps += [call("lookup_booking", ref=f"ref{2 * t}"), call("lookup_booking", ref=f"ref{2 * t + 1}"),
-                  f"Booking ref{2 * t} belongs to user_{t % 3}_77."]
-    agent, _ = scripted_agent(steps, tools=[lookup_booking])
-    p = ContextPackPlugin(store=f"{memory_store_url}/opening", window_tokens=5_000, embedder=HashingEmbedder())
-    runner = make_runner(agent, plugins=[p])
+    p, runner = _booking_chat(f"{memory_store_url}/opening", stride=2)
     await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="chat")
     await run_turn(runner, "chat", "Audit these bookings one by one: " + filler(900, seed=5))
     for t in range(1, 8):
