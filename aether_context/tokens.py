@@ -77,7 +77,9 @@ class TokenCounter:
         self._short = _Cache(max(1, cache_size // 4))  # short texts, by the text itself
         self._messages = _Cache(cache_size)
         self._cuts = _Cache(max(1, cache_size // 20))  # truncated texts (strings: a smaller bound)
-        self._by_lines = getattr(self._encoding, "_pat_str", None) in _LINE_ADDITIVE
+        # by lines only where the sum is the whole count: cl100k's pattern, and this class's own count_text
+        self._by_lines = (getattr(self._encoding, "_pat_str", None) in _LINE_ADDITIVE
+                          and type(self).count_text is TokenCounter.count_text)
 
     @property
     def cache_stats(self) -> dict[str, int]:

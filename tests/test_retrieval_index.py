@@ -250,3 +250,21 @@ def test_a_question_pooled_ahead_is_only_ranked_by_its_search(monkeypatch):
     assert pooled == ["Lisbon hotel nights"] * 2
     assert index.ahead("Lisbon hotel nights") and len(pooled) == 2  # held already: not pooled again
     assert make(settings).ahead("anything") == []  # no search yet: nothing to pool as
+
+
+def test_a_question_guessed_ahead_pools_only_its_own_sessions_indexes(monkeypatch):
+    """A namespace is a session's prefix and an agent's name (no "/" in it): a user whose id extends another
+    user's past a "/" ("u" with session "s", "u/s" with session "x") holds another session's indexes, which a
+    guess for the first does not pool (a prefix test took them: work, and evicted pools, for another user)."""
+    from aether_context.pipeline.retrieve import Retriever, session_namespace
+
+    retriever = Retriever(PLAIN, embedder=HashingEmbedder())
+    assert retriever.wait_ready(10)
+    mine, other = session_namespace("app", "u", "s"), session_namespace("app", "u/s", "x")
+    for namespace in (mine, other):
+        retriever.rank(namespace + "agent", "memory", "window seat", DOCS, k=3, count_tokens=None, now=None)
+    pooled: list[HybridIndex] = []
+    ahead = HybridIndex.ahead
+    monkeypatch.setattr(HybridIndex, "ahead", lambda self, query: pooled.append(self) or ahead(self, query))
+    assert retriever.ahead_query("Lisbon hotel nights", mine)
+    assert pooled == [retriever._index(mine + "agent", "memory")]

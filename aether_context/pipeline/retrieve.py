@@ -128,8 +128,10 @@ class Retriever:
         if self.settings.dense_weight <= 0 or not self.ready() or not self.analyzer.analyse(query):
             return False
         indexes = list(self._indexes.items())  # one C-level copy: the pack thread may add an index meanwhile
+        # this session's own (a namespace is the session's prefix and an agent's name, which holds no "/"; a
+        # prefix test would also take a user or session whose id extends this one past a "/")
         held = [(key[1], index) for key, index in indexes
-                if key[0].startswith(session) and (self._pools.get(id(index)) or (None, ()))[1]]
+                if key[0].rpartition("/")[0] + "/" == session and (self._pools.get(id(index)) or (None, ()))[1]]
         if not held:
             return False
         for layer, index in held:  # each pool under its index's lock: a search that asks meanwhile waits for it

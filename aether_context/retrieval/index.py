@@ -73,7 +73,8 @@ class HybridIndex:
         self.analyzer = analyzer or Analyzer(stop_words=STOP_WORDS if s.stop_words else frozenset(),
                                              stem=s.stem)
         self._lexical = LexicalIndex(self.analyzer, context_weight=s.context_weight)
-        self._key_of: Callable[[str], str] = getattr(self.analyzer, "key", content_key)  # an Analyzer's: keyed ahead
+        self._key_of: Callable[[str], str] = (self.analyzer.key if isinstance(self.analyzer, Analyzer)
+                                              else content_key)  # an Analyzer keys texts ahead
         self._docs: list[Document] = []
         self._ids: list[str] = []
         self._keys: list[str] = []
