@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from array import array
 from collections import OrderedDict
 from typing import Callable, Iterable, Sequence
 
@@ -34,6 +35,11 @@ def retrieval_query(request: str, task: TaskSpec) -> str:
     """What a call ranks Evidence and Memory for: its user request's text, the goal, the step and the acceptance
     checklist (`select.query_text`; guessed before the call by the work ahead, `ContextPacker.on_user_message`)."""
     return "\n".join(x for x in (request, task.goal, task.step, *task.acceptance) if x)
+
+
+def _ids(documents: "Sequence[Document]") -> array:
+    """The documents' id(), compared as a sequence: the same objects, in order, give equal arrays."""
+    return array("q", map(id, documents))
 
 
 def session_namespace(app: str, user: str, session: str) -> str:
@@ -57,7 +63,7 @@ class Retriever:
         self._indexes: OrderedDict[tuple[str, str], HybridIndex] = OrderedDict()
         self._max = max_indexes
         # per index: the pool it was last synced to, whether its ids were unique, its documents' id() (`_sync`)
-        self._pools: dict[int, tuple[HybridIndex, tuple[Document, ...], bool, list[int] | None]] = {}
+        self._pools: dict[int, tuple[HybridIndex, tuple[Document, ...], bool, array | None]] = {}
 
     def available(self) -> bool:
         """False when the embedder cannot run here (the light install): ranking is lexical for good."""
@@ -142,7 +148,7 @@ class Retriever:
         return True
 
     def _sync(self, index: HybridIndex, documents: "tuple[Document, ...]", held: "tuple | None"
-              ) -> "tuple[tuple[Document, ...], bool, list[int] | None]":
+              ) -> "tuple[tuple[Document, ...], bool, array | None]":
         """Bring `index` to the pool `documents`: drop the ids no longer in it; returns the documents to add,
         whether the pool's ids are unique, and its documents' id() when known. `held` is what the last sync of
         `index` recorded (None: nothing is known). A pool that is the last pool plus new documents adds those.
@@ -150,7 +156,7 @@ class Retriever:
         equal document may carry other metadata), are what the index holds already: a pool that changed near
         its end (a compaction rebuilds the last compacted turn's document) drops and adds its tail alone, read
         from the tail only while the tail's ids are unique and new to the leading documents. Otherwise every
-        id is checked. The objects are compared as lists of their id(), the last pool's kept from the sync that
+        id is checked. The objects are compared as arrays of their id(), the last pool's kept from the sync that
         listed it while the pool is the same tuple (a tool loop's calls between compactions): a pool of 10,000
         documents is listed once per change, not twice."""
         known = held is not None and held[0] is index
@@ -159,8 +165,8 @@ class Retriever:
             ids = {d.id for d in fresh}
             objects = held[3] if documents is held[1] else None  # an equal pool may hold other objects
             return fresh, held[2] and len(ids) == len(fresh) and not any(i in index for i in ids), objects
-        objects = list(map(id, documents)) if known and held[2] else None
-        same = shared_prefix(held[3] or list(map(id, held[1])), objects) if objects is not None else 0
+        objects = _ids(documents) if known and held[2] else None  # 8 bytes an object (a list of ints: 40)
+        same = shared_prefix(held[3] if held[3] is not None else _ids(held[1]), objects) if objects is not None else 0
         if known and held[2]:
             old, fresh = held[1], documents[same:]  # `old` is alive, as `documents` are: an id() is one object
             gone, ids = {d.id for d in old[same:]}, {d.id for d in fresh}
