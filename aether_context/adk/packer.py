@@ -43,7 +43,7 @@ from ..pipeline.lines import ahead_lines
 from ..pipeline.collect import PackInputs, PackState
 from ..pipeline.decay import blob_key
 from ..pipeline.record import CallRecord, Manifest
-from ..pipeline.retrieve import Retriever, default_retriever, retrieval_query, session_namespace
+from ..pipeline.retrieve import Retriever, agent_namespace, default_retriever, retrieval_query, session_namespace
 from ..pipeline.warm import warm_ahead
 from ..retrieval.embeddings import Embedder
 from ..profile import BudgetProfile, load_profile
@@ -127,7 +127,7 @@ class ContextPacker(ModelHooks, ToolHooks):
 
     def _forget(self, key: tuple[str, str, str, str]) -> None:
         """A released slot takes its retrieval indexes with it (the slots own per-session state)."""
-        self.retriever.forget("/".join(key))
+        self.retriever.forget(agent_namespace(*key))
 
     def compact(self, ctx: "CallbackContext | ToolContext") -> None:
         """Compact the conversation at the next model call of this session (recorded as asked for)."""

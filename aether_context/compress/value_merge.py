@@ -74,7 +74,7 @@ class MergedValues:
     sets: tuple[ValueSet, ...]
     sources: tuple[ValueSet, ...] = ()
     keys: tuple = ()
-    entries: "dict[int, tuple]" = field(default_factory=dict)
+    entries: "dict[int, _Entry]" = field(default_factory=dict)
     holders: "dict[str, tuple[tuple, ...]]" = field(default_factory=dict)  # (place, source) pairs, by place
     keepers: "dict[str, tuple]" = field(default_factory=dict)
     spaced: "dict[str, frozenset[str]]" = field(default_factory=dict)

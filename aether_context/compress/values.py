@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from ..content import FunctionCall, Message, canonical_json
+from ..tokens import lines_count
 from ._fit import ELLIPSIS, TokenCounterLike, as_count, safe_end
 from ._value_forms import compact_form, parameter_names
 
@@ -206,8 +207,7 @@ def render_values(sets: Iterable[ValueSet], max_tokens: int, counter: TokenCount
             else:
                 fill.fill(ranks.by_rank[rank], rank, limit)
     lines = [_line(vs, fill.shown.get(k, _NONE)) for k, vs in enumerate(sets) if fill.cost[k]]
-    whole = getattr(counter, "count_lines", count)  # by its lines when the counter can: most lines recur
-    while lines and whole("\n".join([title, *lines])) > max_tokens:  # counts are not quite additive
+    while lines and lines_count(counter, count)("\n".join([title, *lines])) > max_tokens:  # not quite additive
         lines.pop()
     return "\n".join([title, *lines]) if lines else ""
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from ..content import canonical_json
 from ..errors import BudgetError
 from ..profile import BudgetProfile
-from ..tokens import TokenCounting
+from ..tokens import TokenCounting, lines_count
 from .incremental import turns_tokens
 from .render import payload_message, render_payload
 from .status import recitation_reserve
@@ -204,7 +204,7 @@ class Room:
 def conversation_tokens(prepared: "Prepared", zone: "Verbatim", counter: TokenCounting) -> int:
     """What the conversation takes with this verbatim zone: its block and the turns it keeps (the block
     by its lines when the counter can: a new block keeps most of the last one's lines)."""
-    block = getattr(counter, "count_lines", counter.count_text)(zone.block) + 4 if zone.block else 0
+    block = lines_count(counter, counter.count_text)(zone.block) + 4 if zone.block else 0
     return block + turns_tokens(zone.kept(prepared.turns), counter)
 
 

@@ -48,7 +48,11 @@ def line_of(doc: Document, render: Callable[[Document], str], counter: TokenCoun
             cache: PackCache) -> tuple[str, int]:
     """A document's line and its tokens (`counted_by`: `counter_key(counter)`), kept by the document's content."""
     key = (render.__name__, doc.id, doc.text, doc.timestamp, str(doc.metadata.get("uri", "")), counted_by)
-    return cache.get("line", key, lambda: (lambda t: (t, counter.count_text(t)))(render(doc)))
+    return cache.get("line", key, lambda: _counted(render(doc), counter))
+
+
+def _counted(text: str, counter: TokenCounting) -> tuple[str, int]:
+    return text, counter.count_text(text)
 
 
 def ahead_lines(layer: str, documents: Sequence[Document], *, counter: TokenCounting, cache: PackCache,

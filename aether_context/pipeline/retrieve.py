@@ -26,7 +26,8 @@ from ..retrieval.threads import bounded_threads
 from .collect import TaskSpec
 from .incremental import shared_prefix
 
-__all__ = ["Retriever", "default_retriever", "use_default_embedder", "retrieval_query", "session_namespace"]
+__all__ = ["Retriever", "default_retriever", "use_default_embedder", "retrieval_query", "session_namespace",
+           "agent_namespace"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,11 @@ def retrieval_query(request: str, task: TaskSpec) -> str:
 def _ids(documents: "Sequence[Document]") -> array:
     """The documents' id(), compared as a sequence: the same objects, in order, give equal arrays."""
     return array("q", map(id, documents))
+
+
+def agent_namespace(app: str, user: str, session: str, agent: str) -> str:
+    """The namespace of one agent's indexes in one session: the session's prefix, then the agent's name."""
+    return session_namespace(app, user, session) + agent
 
 
 def session_namespace(app: str, user: str, session: str) -> str:
@@ -126,8 +132,8 @@ class Retriever:
                     lines: "Callable[[str, list[Document]], None] | None" = None) -> bool:
         """Work ahead: embed `query`, the question a call of `session` (its namespaces' prefix) is about to rank
         for, into the query vectors its searches read (`QueryVectors`: the same bits whichever thread embeds it;
-        a search asking for it meanwhile waits for it), then pool it in each of the session's indexes as their
-        last search did (`HybridIndex.ahead`: BM25 over every row, the cosines and the cuts; that call's search
+        a search asking for it meanwhile waits for it), then pool it in each of the session's indexes as each of
+        their last searches did (`HybridIndex.ahead`: BM25 over every row, the cosines and the cuts; that call's search
         then only ranks, unless its documents, exclusion or settings changed), and hands each pool's documents
         to `lines` (its layer, them: `lines.ahead_lines`). Only when that search would embed it: dense ranking
         on, a content word, and an index of the session holding documents. Returns whether it holds the vector."""

@@ -16,7 +16,7 @@ from ..profile import BudgetProfile
 from ..retrieval import Document, RetrievalResult
 from ..retrieval.items import ScoredItem
 from ..retrieval.turns import TURNS_AFTER, TURNS_BEFORE, neighbours, turn_context
-from .retrieve import Retriever, retrieval_query, session_namespace
+from .retrieve import Retriever, agent_namespace, retrieval_query
 from ..tokens import TokenCounting
 from .allocate import LAYER_OVERHEAD, Signals
 from .collect import PackInputs, TaskSpec, Turn, turn_start
@@ -250,7 +250,7 @@ def frame_candidates(inputs: PackInputs, conversation: Conversation) -> Candidat
 
 
 def _namespace(inputs: PackInputs) -> str:
-    return session_namespace(inputs.app_name, inputs.user_id, inputs.session_id) + inputs.agent
+    return agent_namespace(inputs.app_name, inputs.user_id, inputs.session_id, inputs.agent)
 
 
 def _memory_documents(inputs: PackInputs, compacted: "tuple[Turn, ...]", counter: TokenCounting,
