@@ -312,6 +312,7 @@ async def test_a_compaction_ranks_only_the_value_sources_the_last_render_did_not
     assert len(later) >= 2 and all(new < fields for _, fields, new in later), renders
     for k, fields, new in later:
         assert ranked.count(k) <= new, (k, ranked.count(k), renders)
+    assert any(ranked.count(k) for k, _, _ in later), renders  # the count sees a render's ranking at all
 
 
 async def test_a_new_compaction_block_is_counted_by_its_new_lines(memory_store_url, monkeypatch):
@@ -362,6 +363,10 @@ async def test_the_pinned_opening_request_is_cut_once_per_cap(memory_store_url, 
         cuts.append((text, max_tokens))
         return cut(text, max_tokens, counter, *args, **kwargs)
     monkeypatch.setattr(conversation, "middle_out", cutting)
+    pinned: list[str] = []  # per opening request a compaction pinned
+    opening = conversation._opening
+    monkeypatch.setattr(conversation, "_opening", lambda *a, **kw: (lambda text: text and pinned.append(text) or text)(
+        opening(*a, **kw)))
     p, runner = _booking_chat(f"{memory_store_url}/opening", stride=2)
     await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="chat")
     await run_turn(runner, "chat", "Audit these bookings one by one: " + filler(900, seed=5))
@@ -371,6 +376,7 @@ async def test_the_pinned_opening_request_is_cut_once_per_cap(memory_store_url, 
     assert sum(1 for r in p.packer.recent if r.manifest.compaction) >= 3
     assert len(cuts) >= 2 and any(cut(text, cap, p.packer.counter) != text for text, cap in cuts), cuts
     assert len(cuts) == len(set(cuts)), [(len(text), cap) for text, cap in cuts]
+    assert len(pinned) > len(cuts), (len(pinned), len(cuts))  # a later compaction found its cut kept
 
 
 def lookup_note(ref: str) -> dict:

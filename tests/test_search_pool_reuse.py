@@ -42,5 +42,6 @@ async def test_a_compaction_call_does_not_score_again_the_pool_the_call_before_s
     for (_, before), (compacted, now) in zip(calls[-7:], calls[-6:]):  # the loop's calls after its first
         if compacted and before:
             checked += 1
+            assert now, calls  # it scored its new pool (a call that ranked nothing would pass the next line)
             assert before[-1] not in now, calls  # the pool it leaves was scored by the call before
     assert checked >= 1, calls
