@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from google.adk.apps.app import EventsCompactionConfig
 
 from context_eval.systems import COMPACT_RETENTION, COMPACT_THRESHOLD, ExtractiveEventsSummarizer
-from long_sessions import SIZES, long_report, run_long
+from long_sessions import SIZES, chat, dialogue_episodes, long_report, run_long, tool_loop
 from report_sections import DEFAULT_FILE, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,11 +34,11 @@ async def main_long(args: Any, runs: Sequence[Any], taus: Sequence[Any], *, t_st
         event_retention_size=COMPACT_RETENTION)}
     out = []
     with tempfile.TemporaryDirectory(prefix="aether-long-") as tmp:
-        for kind, source in (("tool loop", runs), ("chat", taus)):
+        for kind, source, make in _shapes(args, runs, taus):
             for n in sizes:
                 t0 = time.perf_counter()
                 out.append(await run_long(kind, n, source, live_calls=calls, window=window, profile=args.profile,
-                                          compaction_options=compaction, tmp=Path(tmp)))
+                                          compaction_options=compaction, tmp=Path(tmp), make=make))
                 r = out[-1]
                 print(f"  {kind} {n:,} events: {time.perf_counter() - t0:.0f} s, pack p50 "
                       f"{sorted(r.pack_cpu)[len(r.pack_cpu) // 2] * 1000:.1f} ms, cache {r.cache['hits']} hits / "
@@ -53,6 +53,18 @@ async def main_long(args: Any, runs: Sequence[Any], taus: Sequence[Any], *, t_st
     if not args.no_write:
         print(f"wrote the 'overhead-long' section of {write_section(ROOT / args.out, 'overhead-long', report)}")
     return 0
+
+
+def _shapes(args: Any, runs: Sequence[Any], taus: Sequence[Any]) -> list[tuple[str, Sequence[Any], Any]]:
+    """The sessions measured: a tool loop of mini-swe-agent turns and a chat of tau-bench episodes and, with
+    `--unseen`, two shapes no mechanism was tuned on: a tool loop of tau-bench's JSON tool turns, and a chat
+    without tools (LoCoMo's dialogue, each line of one speaker a user turn)."""
+    shapes = [("tool loop", runs, tool_loop), ("chat", taus, chat)]
+    if args.unseen:
+        from context_eval.locomo import load_locomo
+        shapes += [("tool loop, tau-bench tools (held out)", taus, tool_loop),
+                   ("chat, LoCoMo dialogue (held out)", dialogue_episodes(load_locomo(args.data)), chat)]
+    return shapes
 
 
 # the section's text, with its placeholders (`str.format`): prose, kept beside this module

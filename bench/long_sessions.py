@@ -29,7 +29,7 @@ from google.genai import types
 from replay_adk import AGENT_NAME, ClockedSessionService
 from trajectories import CLOSING_TEXT, Invocation, ModelTurn, Trajectory
 
-__all__ = ["tool_loop", "chat", "seed", "APP_NAME", "USER_ID"]
+__all__ = ["tool_loop", "chat", "dialogue_episodes", "seed", "APP_NAME", "USER_ID"]
 
 APP_NAME, USER_ID = "replay", "bench"
 
@@ -92,6 +92,28 @@ def chat(episodes: Sequence[Trajectory], *, events: int, live_calls: int) -> tup
                                invocations=tuple(live), meta={"history_events": len(history)})
 
 
+def dialogue_episodes(conversations: Sequence[Any]) -> list[Trajectory]:
+    """LoCoMo conversations (`context_eval.locomo.Conversation`) as tool-free episodes for `chat`: each line of
+    the first speaker a user turn, the other speaker's lines after it the model's reply. A held-out shape: no
+    mechanism was tuned on a chat without tools."""
+    out = []
+    for conv in conversations:
+        lines = [t for _, turns in conv.sessions for t in turns]
+        invocations: list[Invocation] = []
+        for k, turn in enumerate(lines):
+            if turn.speaker != conv.speaker_a:
+                continue
+            replies = []
+            for later in lines[k + 1:]:
+                if later.speaker == conv.speaker_a:
+                    break
+                replies.append(later.message())
+            invocations.append(Invocation(turn.message(), (ModelTurn("\n".join(replies) or "I see."),)))
+        out.append(Trajectory(id=f"locomo-{conv.id}", source="locomo", tools=(), invocations=tuple(invocations),
+                              system=f"You are {conv.speaker_b}, talking with your friend {conv.speaker_a}."))
+    return out
+
+
 async def seed(history: Sequence[Event], *, ident: str) -> tuple[ClockedSessionService, str]:
     """A session service holding one session with `history` appended (stamped by its fixed clock)."""
     service = ClockedSessionService(ident)
@@ -104,6 +126,7 @@ async def seed(history: Sequence[Event], *, ident: str) -> tuple[ClockedSessionS
 # --------------------------------------------------------------------------- the benchmark (pack_overhead --long)
 import dataclasses  # noqa: E402
 import math  # noqa: E402
+import re  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -186,11 +209,12 @@ def _events_bytes(session: Any) -> int:
 
 
 async def run_long(kind: str, events: int, source: Sequence[Trajectory], *, live_calls: int, window: int,
-                   profile: str, compaction_options: dict, tmp: Path) -> LongRun:
-    """One session size and kind: no plugin, ADK EventsCompaction and the plugin, each on a fresh copy."""
+                   profile: str, compaction_options: dict, tmp: Path, make: Any = None) -> LongRun:
+    """One session size and kind: no plugin, ADK EventsCompaction and the plugin, each on a fresh copy.
+    `make` builds the session from `source` (`tool_loop` or `chat`; by default as `kind` starts)."""
     from replay_adk import replay  # the Runner-based replay library
 
-    make = tool_loop if kind == "tool loop" else chat
+    make = make or (tool_loop if kind.startswith("tool loop") else chat)
     history, more = make(source, events=events, live_calls=live_calls)
     service, sid = await seed(history, ident=f"{kind}-{events}")
     base = await replay(more, session_service=service, session_id=sid, keep_requests="none")
@@ -198,7 +222,7 @@ async def run_long(kind: str, events: int, source: Sequence[Trajectory], *, live
     compacted = await replay(more, session_service=service, session_id=sid, keep_requests="none",
                              app_options=compaction_options)
     service, sid = await seed(history, ident=f"{kind}-{events}")
-    root = tmp / f"{kind.replace(' ', '_')}-{events}"
+    root = tmp / (re.sub(r"\W+", "_", kind) + f"-{events}")
     packer = MeteredPacker(profile=profile, store=PackStore(str(root), background=True), window_tokens=window)
     packer.retriever.wait_ready()  # a process that has run a while has its embedding model loaded
 

@@ -264,6 +264,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                     help="instead: 1,000/5,000/10,000-event sessions, tool loop and chat (section 'overhead-long')")
     ap.add_argument("--sizes", default="1000,5000,10000", help="--long: session sizes in events (default: %(default)s)")
     ap.add_argument("--calls", type=int, default=None, help="--long: live calls per session (default 40, quick 20)")
+    ap.add_argument("--unseen", action="store_true",
+                    help="--long: also two held-out shapes (a tool loop of tau-bench tool turns, a LoCoMo chat)")
     return ap.parse_args(argv)
 
 
