@@ -88,3 +88,29 @@ async def test_a_folded_pinned_request_leaves_no_document_to_embed_on_the_reques
     # the recorder works: without the work ahead, those compactions embed documents on the pack thread
     control, cold, _ = await _chat(f"{memory_store_url}/control", monkeypatch, work_ahead=False)
     assert cold == compacting and {k for k, _ in control.on_pack} & set(compacting[1:])
+
+
+async def test_a_compaction_compares_its_memory_pool_without_listing_its_documents(memory_store_url, monkeypatch):
+    """A compaction gives the retriever a new Memory pool (the last one less its newest documents, plus the turns it
+    folded): the retriever compares it with the last pool by identity in one pass, not by a list of every
+    document's id() (0.4 ms a compaction at 5,000 documents)."""
+    import builtins
+
+    from aether_context.pipeline import retrieve
+
+    ids, ranks, pooled = [0], [0], [0]
+
+    def counting_id(obj):  # type: ignore[no-untyped-def]
+        ids[0] += 1
+        return builtins.id(obj)
+    rank = retrieve.Retriever.rank
+
+    def ranking(self, namespace, layer, query, documents, **kwargs):  # type: ignore[no-untyped-def]
+        ranks[0] += 1
+        pooled[0] += len(documents)
+        return rank(self, namespace, layer, query, documents, **kwargs)
+    monkeypatch.setattr(retrieve, "id", counting_id, raising=False)
+    monkeypatch.setattr(retrieve.Retriever, "rank", ranking)
+    _, compacting, _ = await _chat(f"{memory_store_url}/identity", monkeypatch)
+    assert len(compacting) >= 3 and pooled[0] > 4 * ranks[0], (ranks, pooled)
+    assert ids[0] <= 3 * ranks[0], (ids, ranks)  # the index's own, a few a call (a list of the pool's: 6 a call)
