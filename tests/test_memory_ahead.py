@@ -55,9 +55,10 @@ def _steps(embedder: PackThreadDocuments, turns: int) -> list:
     return [step(i, r) for i, r in enumerate(replies)]
 
 
-async def _chat(store: str, monkeypatch, *, work_ahead: bool = True) -> "tuple[PackThreadDocuments, list, list]":
-    """Eight user turns of `LOOKUPS` lookups each at a 5K window; the embedder, the compaction calls, and per
-    call whether its zone keeps a request pinned among compacted turns."""
+async def _chat(store: str, monkeypatch, *, work_ahead: bool = True, notes: int = 0
+                ) -> "tuple[PackThreadDocuments, list, list]":
+    """Eight user turns of `LOOKUPS` lookups each at a 5K window (with `notes` remembered facts in Memory's pool);
+    the embedder, the compaction calls, and per call whether its zone keeps a request pinned among compacted turns."""
     from aether_context.pipeline import build
 
     pinned: list[bool] = []
@@ -72,7 +73,10 @@ async def _chat(store: str, monkeypatch, *, work_ahead: bool = True) -> "tuple[P
     agent, _ = scripted_agent(_steps(embedder, 8), tools=[lookup_booking])
     plugin = ContextPackPlugin(store=store, window_tokens=5_000, embedder=embedder, work_ahead=work_ahead)
     runner = make_runner(agent, plugins=[plugin])
-    await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="chat")
+    facts = [{"text": f"note {i}: booking ref{i} moved to gate {i % 7}. " + filler(30, seed=i), "timestamp": 1.7e9 + i}
+             for i in range(notes)]
+    await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="chat",
+                                                state={"aether:notes": facts} if facts else None)
     for t in range(8):
         await run_turn(runner, "chat", f"Who holds booking ref{LOOKUPS * t}? " + filler(60, seed=100 + t))
         wait_ahead()
@@ -114,3 +118,39 @@ async def test_a_compaction_compares_its_memory_pool_without_listing_its_documen
     _, compacting, _ = await _chat(f"{memory_store_url}/identity", monkeypatch)
     assert len(compacting) >= 3 and pooled[0] > 4 * ranks[0], (ranks, pooled)
     assert ids[0] <= 3 * ranks[0], (ids, ranks)  # the index's own, a few a call (a list of the pool's: 6 a call)
+
+
+async def test_a_compaction_multiplies_only_the_vectors_embedded_since_its_question_was_last_scored(
+        memory_store_url, monkeypatch):
+    """A compaction's Memory search scores the question over every vector of the shared matrix (the fast scores that
+    narrow the pool); the product of that question from its last search is kept (`QueryVectors.product`), so the
+    compaction multiplies only the vectors embedded since: the turns it folds, embedded ahead."""
+    import numpy as np
+
+    from aether_context.retrieval import EmbeddingCache
+
+    products: list[tuple[int, int, int]] = []  # per matrix-vector product on the pack thread: (call, rows, matrix)
+    embedder_of: list[PackThreadDocuments] = []
+    matrix = EmbeddingCache.matrix
+
+    class Counted(np.ndarray):
+        def __matmul__(self, other):  # type: ignore[no-untyped-def]
+            if np.ndim(other) == 1 and threading.current_thread().name.startswith("aether-pack") and embedder_of:
+                products.append((embedder_of[0].call + 1, self.shape[0], len(HELD[0])))
+            return np.asarray(self) @ other
+    HELD: list = [()]
+
+    def counted(self):  # type: ignore[no-untyped-def]
+        HELD[0] = matrix.fget(self)
+        return HELD[0].view(Counted)
+    monkeypatch.setattr(EmbeddingCache, "matrix", property(counted))
+    init = PackThreadDocuments.__init__
+
+    def noted(self):  # type: ignore[no-untyped-def]
+        init(self)
+        embedder_of.append(self)
+    monkeypatch.setattr(PackThreadDocuments, "__init__", noted)
+    _, compacting, _ = await _chat(f"{memory_store_url}/products", monkeypatch, notes=80)
+    later = [(rows, size) for k, rows, size in products if k in compacting[1:]]
+    assert len(later) >= 3, (compacting, products)
+    assert all(2 * rows < size for rows, size in later), later  # the new vectors, not the matrix
