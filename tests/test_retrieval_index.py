@@ -269,3 +269,38 @@ def test_a_question_guessed_ahead_pools_only_its_own_sessions_indexes(monkeypatc
     monkeypatch.setattr(HybridIndex, "ahead", lambda self, query: pooled.append(self) or ahead(self, query))
     assert retriever.ahead_query("Lisbon hotel nights", mine)
     assert pooled == [retriever._index(mine + "agent", "memory")]
+
+
+def test_a_search_over_new_documents_multiplies_only_their_vectors(monkeypatch):
+    """A query's fast scores over the shared matrix are kept (`QueryVectors.product`): a later search for it after
+    documents were added (a compaction's folded turns) multiplies only the vectors embedded since, and gives every
+    item, score and signal a fresh index gives (fast scores only narrow the rows exact cosines score)."""
+    from aether_context.retrieval import EmbeddingCache
+
+    multiplied: list[int] = []  # rows of each matrix-vector product
+
+    class Counted(np.ndarray):
+        def __matmul__(self, other):  # type: ignore[no-untyped-def]
+            if np.ndim(other) == 1:
+                multiplied.append(self.shape[0])
+            return np.asarray(self) @ other
+    matrix = EmbeddingCache.matrix
+    monkeypatch.setattr(EmbeddingCache, "matrix", property(lambda self: matrix.fget(self).view(Counted)))
+    rng = np.random.default_rng(11)
+    vocab = [f"w{i}" for i in range(300)]
+    texts = [" ".join(rng.choice(vocab, 12)) for _ in range(900)]
+    query = " ".join(rng.choice(vocab, 5))
+    table = {t: rng.standard_normal(384) for t in texts + [query]}
+    docs = [Document(f"n{i:04d}", t, "memory", timestamp=1.7e9 + i) for i, t in enumerate(texts)]
+    settings = RetrievalSettings(candidate_pool=40)
+    index = HybridIndex(settings, embedder=TableEmbedder(table))
+    for end in (600, 700, 703, 900):
+        index.add(docs[:end])
+        multiplied.clear()
+        result, rows = index.search(query, k=30), list(multiplied)
+        assert rows == [end - {600: 0, 700: 600, 703: 700, 900: 703}[end]], rows
+        fresh = HybridIndex(settings, embedder=TableEmbedder(table))
+        fresh.add(docs[:end])
+        again = fresh.search(query, k=30)
+        assert [i.to_json() for i in result.items] == [i.to_json() for i in again.items]
+        assert result.signals == again.signals

@@ -25,7 +25,8 @@ from .incremental import grouped_turns, shared_prefix, turn_key
 from .lines import RENDERS, date_label, line_of
 
 __all__ = ["Line", "Conversation", "Candidates", "select", "frame_candidates", "widen_memory", "query_text",
-           "split_conversation", "history_documents"]
+           "split_conversation", "history_documents", "history_document", "pinned_neighbours",
+           "request_documents"]
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,28 @@ def history_document(turns: "tuple[Turn, ...]", i: int, times: "tuple[float | No
         return build()
     key = (tuple(turn_key(t) for t in turns[lo:hi]), i - lo, _turn_time(turns[i], times), counter_key(count_tokens))
     return cache.get("history_document", key, build)
+
+
+def pinned_neighbours(pinned: "set[int]", tail: int) -> "list[int]":
+    """The compacted turns (positions before `tail`) whose documents read a pinned request (at `pinned`) as
+    context once it is compacted too: the one before it (its next turn) and the two after it (their previous)."""
+    return sorted({j for i in pinned for j in range(i - TURNS_AFTER, i + TURNS_BEFORE + 1)
+                   if 0 <= j < tail and j not in pinned})
+
+
+def request_documents(inputs: PackInputs, turns: "tuple[Turn, ...]", pinned: "tuple[int, ...]",
+                      count_tokens: Callable[[str], int], cache: PackCache | None = None) -> "list[Document]":
+    """The documents a later invocation's compaction builds around this invocation's request when it folds it:
+    pinned among compacted turns now, the request is a turn of that invocation's history, and its documents and
+    its neighbours' read it (the work ahead builds them before that invocation's opening call compacts)."""
+    r = inputs.request_index
+    if r is None or r not in pinned:
+        return []
+    at = bisect_left(turns, r, key=turn_start)
+    joined = (*turns[:at], Turn(r, (inputs.request.messages[r],)), *turns[at:])
+    times = inputs.message_times
+    return [*(history_document(joined, at, times, count_tokens, cache, following=f) for f in (True, False)),
+            *(history_document(joined, j, times, count_tokens, cache) for j in pinned_neighbours({at}, len(joined)))]
 
 
 def _history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None, ...]",

@@ -15,6 +15,7 @@ the turns still verbatim, after a call's request has gone out, leaves the compac
 from __future__ import annotations
 
 from bisect import bisect_left
+from functools import partial
 
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
@@ -26,7 +27,7 @@ from .known_values import known_values_of, turn_text, visible_words
 from .prepare import prepare
 from .render import masking, quote
 from .retrieve import Retriever
-from .select import history_document
+from .select import history_document, pinned_neighbours, request_documents
 
 __all__ = ["warm_ahead"]
 
@@ -54,11 +55,18 @@ def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, 
     # up), analysed and embedded for the index (`Retriever.ahead`): with the turn after it, and without it (the
     # newest turn a compaction moves); and the newest compacted turn's with the turn after it, which it reads
     # once that turn moves too (`kept` leads with the pinned requests, which may sit at the start of a long
-    # history: they are added by position, the tail from the newest compacted turn on)
+    # history: they are added by position, the tail from the newest compacted turn on). A pinned request
+    # among compacted turns is folded by a later invocation's compaction: its compacted neighbours' documents
+    # then read it as context (`pinned_neighbours`), so those are built and embedded ahead as well; and while
+    # this invocation's request is pinned, its own and its neighbours' as the next invocation's history holds it
     turns = prepared.turns
     tail = max(0, bisect_left(turns, zone.through, key=turn_start) - 1)
-    pinned = {bisect_left(turns, p, 0, tail, key=turn_start) for p in zone.pinned}
-    rows = sorted({i for i in pinned if i < tail and turns[i].start in zone.pinned} | set(range(tail, len(turns))))
-    retriever.ahead(history_document(turns, i, inputs.message_times, counter.count_text, cache, following=following)
-                    for i in rows for following in (True, False))
+    pinned = {i for i in (bisect_left(turns, p, 0, tail, key=turn_start) for p in zone.pinned)
+              if i < tail and turns[i].start in zone.pinned}
+    rows = sorted(pinned | set(range(tail, len(turns))))
+    document = partial(history_document, turns, times=inputs.message_times, count_tokens=counter.count_text,
+                       cache=cache)
+    retriever.ahead([*(document(i, following=following) for i in rows for following in (True, False)),
+                     *(document(i) for i in pinned_neighbours(pinned, tail) if i not in rows),
+                     *request_documents(inputs, turns, zone.pinned, counter.count_text, cache)])
     return len(kept)

@@ -202,20 +202,15 @@ class HybridIndex:
             self._pending = []  # once embedded: a failed embedding leaves them pending for the next search
             return len(rows)
 
-    def _query_vector(self, query: str) -> np.ndarray:
-        return self.cache.queries.vector(text_hash(query), query)  # shared by the indexes of this cache
-
-    def _dense_scores(self, q: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Fast cosine of every row to the query vector (0 for rows not asked for): one product over
-        the shared matrix when this index holds most of it, else over the rows' own vectors. Fast, not
-        exact: a product's bits depend on where a row sits in the matrix (another process, another
-        history), so these only choose the rows `_cosines` scores for ranking."""
+    def _dense_scores(self, query: str, q: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Fast cosine of every row to the query vector (0 for rows not asked for): one product over the shared
+        matrix when this index holds most of it or a product of this query is held (`QueryVectors.product`: its
+        new rows only), else over the rows' own vectors. Fast, not exact: a product's bits depend on where a row
+        sits in the matrix (another process, another history), so these only choose the rows `_cosines` scores."""
         out = np.zeros(len(self._docs), dtype=np.float32)
         matrix = self.cache.matrix
-        if matrix.shape[0] <= 2 * len(rows):
-            out[rows] = (matrix @ q)[self._vec_rows[rows]]
-        else:
-            out[rows] = matrix[self._vec_rows[rows]] @ q
+        product = self.cache.queries.product(text_hash(query), q, matrix, start=matrix.shape[0] <= 2 * len(rows))
+        out[rows] = product[self._vec_rows[rows]] if product is not None else matrix[self._vec_rows[rows]] @ q
         return out
 
     def _cosines(self, q: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -332,9 +327,9 @@ class HybridIndex:
         lexical_rows = rows[bm25[rows] > 0]
         if dense:
             self.prefetch()
-            q = self._query_vector(query)
+            q = self.cache.queries.vector(text_hash(query), query)  # shared by the indexes of this cache
             scores = np.zeros(len(self._docs), dtype=np.float64)
-            near = near_top(self._dense_scores(q, rows), rows, s.candidate_pool)
+            near = near_top(self._dense_scores(query, q, rows), rows, s.candidate_pool)
             scores[near] = self._cosines(q, near)
             pool = np.union1d(top_rows(bm25, lexical_rows, s.candidate_pool, self._ids),
                               top_rows(scores, near, s.candidate_pool, self._ids))

@@ -4,7 +4,8 @@ Why: a call ranks Evidence and Memory for the same question, each layer in its o
 loop's calls ask it again; embedding it is the costliest step of a search (about 8 ms for an int8
 MiniLM question on one core). One `QueryVectors` per `EmbeddingCache`, so every index sharing that
 cache shares them: a question is embedded once. Never persisted, never a row of the cache's matrix
-(the documents' matrix-vector product keeps its shape).
+(the documents' matrix-vector product keeps its shape). Each of the last questions' products over that
+matrix is kept too (`product`): rows never move, so a later search multiplies only the rows added since.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import numpy as np
 
 __all__ = ["QueryVectors"]
 
+PRODUCTS = 2  # queries whose products over the matrix are kept (a turn's question, and the one before it)
+
 
 class QueryVectors:
     """The last `size` queries' vectors by text hash (least recently used dropped first). Thread-safe;
@@ -28,6 +31,7 @@ class QueryVectors:
         self._size = size
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._embedding: dict[str, threading.Event] = {}  # queries being embedded now, by key
+        self._products: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()  # key -> (vector, product)
         self._lock = threading.Lock()
 
     def vector(self, key: str, query: str) -> np.ndarray:
@@ -55,3 +59,24 @@ class QueryVectors:
             with self._lock:
                 del self._embedding[key]
             done.set()
+
+    def product(self, key: str, vector: np.ndarray, matrix: np.ndarray, *, start: bool) -> "np.ndarray | None":
+        """`matrix @ vector`, the fast score of every cached text (any float32 product's bits serve: they only
+        narrow the rows exact cosines score, `cuts.NEAR`), extended from the last product of this query, which
+        covers the rows the matrix had then (rows never move): a search over a grown matrix (a compaction's, the
+        turns it folds embedded since) multiplies its new rows only. None when none is held and not `start`."""
+        with self._lock:
+            held = self._products.get(key)
+        if held is not None and held[0] is vector and len(held[1]) <= len(matrix):
+            done = held[1]
+            product = done if len(done) == len(matrix) else np.concatenate([done, matrix[len(done):] @ vector])
+        elif start:
+            product = matrix @ vector
+        else:
+            return None
+        with self._lock:
+            self._products[key] = (vector, product)
+            self._products.move_to_end(key)
+            while len(self._products) > PRODUCTS:
+                self._products.popitem(last=False)
+        return product

@@ -1,0 +1,156 @@
+"""Memory's documents for a compaction are built and embedded ahead (real Runner): a compaction inside a chat's tool
+loop pins the invocation's request among compacted turns; the next invocation's compaction folds it, and the
+documents of its compacted neighbours then read it as context. The work ahead builds those too, so no compaction
+after the first embeds a document on the request's path."""
+
+from __future__ import annotations
+
+import threading
+
+from aether_context import ContextPackPlugin
+from aether_context.adk.worker import wait_ahead
+from aether_context.retrieval import HashingEmbedder
+from aether_context.testing import call
+
+from conftest import filler, make_runner, run_turn, scripted_agent
+
+TURN_PREFIXES = ("user: ", "model: ", "called ")  # a compacted turn's document (`select._turn_text`)
+
+
+class PackThreadDocuments(HashingEmbedder):
+    """The hashing embedder, noting each turn document it embeds on the pack thread (the request's path), by call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.call = -1
+        self.on_pack: list[tuple[int, str]] = []
+
+    def embed(self, texts):  # type: ignore[no-untyped-def]
+        if threading.current_thread().name.startswith("aether-pack"):
+            self.on_pack.extend((self.call + 1, t) for t in texts if t.startswith(TURN_PREFIXES))
+        return super().embed(texts)
+
+
+def lookup_booking(ref: str) -> dict:
+    """Look up a booking by its reference."""
+    n = int(ref[3:])
+    return {"booking_id": f"BK{n:04d}X", "user_id": f"user_{n % 3}_77", "notes": filler(220, seed=n)}
+
+
+LOOKUPS = 5  # per user turn: its tool loop alone outgrows the conversation's room, so a compaction pins its request
+
+
+def _steps(embedder: PackThreadDocuments, turns: int) -> list:
+    """Per user turn `LOOKUPS` lookups and an answer, each waiting for the work ahead first (a model's latency)."""
+    def step(i: int, reply):  # type: ignore[no-untyped-def]
+        def answer(req):  # type: ignore[no-untyped-def]
+            wait_ahead()
+            embedder.call = i
+            return reply
+        return answer
+    replies = []
+    for t in range(turns):
+        replies += [call("lookup_booking", ref=f"ref{LOOKUPS * t + k}") for k in range(LOOKUPS)]
+        replies.append(f"Booking ref{LOOKUPS * t} belongs to user_{t % 3}_77.")
+    return [step(i, r) for i, r in enumerate(replies)]
+
+
+async def _chat(store: str, monkeypatch, *, work_ahead: bool = True, notes: int = 0
+                ) -> "tuple[PackThreadDocuments, list, list]":
+    """Eight user turns of `LOOKUPS` lookups each at a 5K window (with `notes` remembered facts in Memory's pool);
+    the embedder, the compaction calls, and per call whether its zone keeps a request pinned among compacted turns."""
+    from aether_context.pipeline import build
+
+    pinned: list[bool] = []
+    record = build.record
+
+    def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
+        out = record(*args, **kwargs)
+        pinned.append(bool(out.state.pinned))
+        return out
+    monkeypatch.setattr(build, "record", recording)
+    embedder = PackThreadDocuments()
+    agent, _ = scripted_agent(_steps(embedder, 8), tools=[lookup_booking])
+    plugin = ContextPackPlugin(store=store, window_tokens=5_000, embedder=embedder, work_ahead=work_ahead)
+    runner = make_runner(agent, plugins=[plugin])
+    facts = [{"text": f"note {i}: booking ref{i} moved to gate {i % 7}. " + filler(30, seed=i), "timestamp": 1.7e9 + i}
+             for i in range(notes)]
+    await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="chat",
+                                                state={"aether:notes": facts} if facts else None)
+    for t in range(8):
+        await run_turn(runner, "chat", f"Who holds booking ref{LOOKUPS * t}? " + filler(60, seed=100 + t))
+        wait_ahead()
+    return embedder, [k for k, r in enumerate(plugin.packer.recent) if r.manifest.compaction], pinned
+
+
+async def test_a_folded_pinned_request_leaves_no_document_to_embed_on_the_request_path(memory_store_url, monkeypatch):
+    embedder, compacting, pinned = await _chat(f"{memory_store_url}/pinned", monkeypatch)
+    assert len(compacting) >= 3, compacting
+    # the scenario: a compaction kept the invocation's request pinned among compacted turns, a later one folded it
+    assert any(pinned[k - 1] and not pinned[k] for k in compacting), (pinned, compacting)
+    assert not [(k, text[:80]) for k, text in embedder.on_pack if k in compacting[1:]]
+    # the recorder works: without the work ahead, those compactions embed documents on the pack thread
+    control, cold, _ = await _chat(f"{memory_store_url}/control", monkeypatch, work_ahead=False)
+    assert cold == compacting and {k for k, _ in control.on_pack} & set(compacting[1:])
+
+
+async def test_a_compaction_compares_its_memory_pool_without_listing_its_documents(memory_store_url, monkeypatch):
+    """A compaction gives the retriever a new Memory pool (the last one less its newest documents, plus the turns it
+    folded): the retriever compares it with the last pool by identity in one pass, not by a list of every
+    document's id() (0.4 ms a compaction at 5,000 documents)."""
+    import builtins
+
+    from aether_context.pipeline import retrieve
+
+    ids, ranks, pooled = [0], [0], [0]
+
+    def counting_id(obj):  # type: ignore[no-untyped-def]
+        ids[0] += 1
+        return builtins.id(obj)
+    rank = retrieve.Retriever.rank
+
+    def ranking(self, namespace, layer, query, documents, **kwargs):  # type: ignore[no-untyped-def]
+        ranks[0] += 1
+        pooled[0] += len(documents)
+        return rank(self, namespace, layer, query, documents, **kwargs)
+    monkeypatch.setattr(retrieve, "id", counting_id, raising=False)
+    monkeypatch.setattr(retrieve.Retriever, "rank", ranking)
+    _, compacting, _ = await _chat(f"{memory_store_url}/identity", monkeypatch)
+    assert len(compacting) >= 3 and pooled[0] > 4 * ranks[0], (ranks, pooled)
+    assert ids[0] <= 3 * ranks[0], (ids, ranks)  # the index's own, a few a call (a list of the pool's: 6 a call)
+
+
+async def test_a_compaction_multiplies_only_the_vectors_embedded_since_its_question_was_last_scored(
+        memory_store_url, monkeypatch):
+    """A compaction's Memory search scores the question over every vector of the shared matrix (the fast scores that
+    narrow the pool); the product of that question from its last search is kept (`QueryVectors.product`), so the
+    compaction multiplies only the vectors embedded since: the turns it folds, embedded ahead."""
+    import numpy as np
+
+    from aether_context.retrieval import EmbeddingCache
+
+    products: list[tuple[int, int, int]] = []  # per matrix-vector product on the pack thread: (call, rows, matrix)
+    embedder_of: list[PackThreadDocuments] = []
+    matrix = EmbeddingCache.matrix
+
+    class Counted(np.ndarray):
+        def __matmul__(self, other):  # type: ignore[no-untyped-def]
+            if np.ndim(other) == 1 and threading.current_thread().name.startswith("aether-pack") and embedder_of:
+                products.append((embedder_of[0].call + 1, self.shape[0], len(HELD[0])))
+            return np.asarray(self) @ other
+    HELD: list = [()]
+
+    def counted(self):  # type: ignore[no-untyped-def]
+        HELD[0] = matrix.fget(self)
+        return HELD[0].view(Counted)
+    monkeypatch.setattr(EmbeddingCache, "matrix", property(counted))
+    init = PackThreadDocuments.__init__
+
+    def noted(self):  # type: ignore[no-untyped-def]
+        init(self)
+        embedder_of.append(self)
+    monkeypatch.setattr(PackThreadDocuments, "__init__", noted)
+    _, compacting, _ = await _chat(f"{memory_store_url}/products", monkeypatch, notes=80)
+    later = [(rows, size) for k, rows, size in products if k in compacting[1:]]
+    assert len(later) >= 3, (compacting, products)
+    assert all(2 * rows < size for rows, size in later), later  # the new vectors, not the matrix
