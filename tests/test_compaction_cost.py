@@ -397,7 +397,7 @@ async def test_a_compaction_reads_no_verbatim_text_the_work_ahead_could(memory_s
     words. The turns a compaction leaves verbatim, but for the newest (this call's own), were verbatim at
     the call before: the work ahead reads their words then, so a compaction after the first reads on the
     request's path the words of one turn at most."""
-    from aether_context.compress import value_merge
+    from aether_context.compress import _visible_text
 
     read: list[int] = []  # per text whose words were read on the pack thread: the call
 
@@ -409,7 +409,7 @@ async def test_a_compaction_reads_no_verbatim_text_the_work_ahead_could(memory_s
             if threading.current_thread().name.startswith("aether-pack"):
                 read.append(CALL[0] + 1)
             return self.inner.findall(text)
-    monkeypatch.setattr(value_merge, "_WORD", Words(value_merge._WORD))
+    monkeypatch.setattr(_visible_text, "_WORD", Words(_visible_text._WORD))
 
     def step(i: int):
         def answer(req):
