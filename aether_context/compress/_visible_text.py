@@ -58,15 +58,18 @@ class SeenText:
             held = self.phrases[v] = runs <= self.runs and _holds(self.text, v)
         return held
 
-    def carried(self, since: "MergedValues") -> "Callable[[str], bool | None]":
-        """Whether the text holds a phrase, taken from the earlier merge `since` without a search when no
-        part one text has and the other has not contains it (None: look it up). A phrase without a line
-        break lies within one part, whose ends are not word characters in either text, so the parts both
-        have answer alike; one with a line break is looked up."""
+    def carried(self, since: "MergedValues") -> "Callable[[str, frozenset[str]], bool | None]":
+        """Whether the text holds a phrase (with its runs of word characters) without a search: not when
+        one of its runs is not the text's, else as in the earlier merge `since` when no part one text has
+        and the other has not contains it (None: look it up). A phrase without a line break lies within
+        one part, whose ends are not word characters in either text, so the parts both have answer alike."""
         delta = "\n".join([p for p in self.parts if p not in since.parts] + [p for p in since.parts if p not in self.parts])
-        phrases, known = self.phrases, since.phrases
+        phrases, known, runs_now = self.phrases, since.phrases, self.runs
 
-        def carry(v: str) -> bool | None:
+        def carry(v: str, runs: frozenset[str]) -> bool | None:
+            if not runs <= runs_now:
+                phrases[v] = False  # a run the text lacks: not held, no search (as `phrase`)
+                return False
             held = known.get(v)
             if held is None or "\n" in v or v in delta:
                 return None

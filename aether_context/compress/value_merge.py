@@ -214,7 +214,8 @@ class _Again:
             self._push_holders(v)
         carried = seen.carried(since)
         for v, runs in self.spaced.items():
-            if carried(v) is None and seen.phrase(v, runs) != since.phrases.get(v):
+            held = carried(v, runs)
+            if (seen.phrase(v, runs) if held is None else held) != since.phrases.get(v):
                 self._push_holders(v)
 
     def _step(self, key: tuple, _: int, s: ValueSet) -> None:
