@@ -63,7 +63,8 @@ class SeenText:
         one of its runs is not the text's, else as in the earlier merge `since` when no part one text has
         and the other has not contains it (None: look it up). A phrase without a line break lies within
         one part, whose ends are not word characters in either text, so the parts both have answer alike."""
-        delta = "\n".join([p for p in self.parts if p not in since.parts] + [p for p in since.parts if p not in self.parts])
+        delta = "\n".join([*(p for p in self.parts if p not in since.parts),
+                           *(p for p in since.parts if p not in self.parts)])
         phrases, known, runs_now = self.phrases, since.phrases, self.runs
 
         def carry(v: str, runs: frozenset[str]) -> bool | None:

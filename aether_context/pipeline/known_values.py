@@ -81,11 +81,13 @@ def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn
         text = ""
         if cap > 0 and cut:
             capped = merged_values(_newest_sets(read, cap), visible=visible, since=capped, read=words)
-            text = render_values(capped.sets, cap, counter, params=params, memo=ranks, fields=fields) if capped.sets else ""
+            text = (render_values(capped.sets, cap, counter, params=params, memo=ranks, fields=fields)
+                    if capped.sets else "")
     if cache is not None:
         shown = (*full.sets, *(capped.sets if capped is not None else ()))
+        by_source = {k: ranks[k] for k in map(id, shown) if k in ranks}
         cache.put("carried", key, _Carry(compacted[0], {id(t): (t, found) for t, found in read}, full, capped,
-                                         rendered, (params, {k: ranks[k] for k in map(id, shown) if k in ranks}, fields)))
+                                         rendered, (params, by_source, fields)))
     return text, need
 
 
