@@ -212,12 +212,14 @@ async def test_a_compaction_places_only_the_value_sources_it_adds(memory_store_u
     order, merged = value_merge._order, known_values.merged_values
 
     def placing(vs):  # type: ignore[no-untyped-def]
-        placed.append(CALL[0] + 1)
+        if threading.current_thread().name.startswith("aether-pack"):  # the request's path, not the work ahead
+            placed.append(CALL[0] + 1)
         return order(vs)
 
     def merging(sets, *, visible="", since=None, read=None):  # type: ignore[no-untyped-def]
         out = merged(sets, visible=visible, since=since, read=read)
-        merges.append((CALL[0] + 1, since is not None, len(out.sources)))
+        if threading.current_thread().name.startswith("aether-pack"):
+            merges.append((CALL[0] + 1, since is not None, len(out.sources)))
         return out
     monkeypatch.setattr(value_merge, "_order", placing)
     monkeypatch.setattr(known_values, "merged_values", merging)
@@ -289,19 +291,24 @@ async def test_a_compaction_ranks_only_the_value_sources_the_last_render_did_not
     from aether_context.compress import values as values_module
     from aether_context.pipeline import known_values
 
-    ranked: list[int] = []  # per field ranked: the call
+    ranked: list[int] = []  # per field ranked on the request's path: the call
+    ranked_anywhere: list[int] = []  # the work ahead's too (it plans the next compaction's values)
     renders: list[tuple[int, int, int]] = []  # per render: (call, fields of its sources, of those not rendered before)
     seen: dict[int, object] = {}  # the sources rendered so far, by id (held: an id is not reused)
     rank, render = values_module._field_rank, known_values.render_values
 
+    def on_path() -> bool:
+        return threading.current_thread().name.startswith("aether-pack")
+
     def ranking(*args, **kwargs):  # type: ignore[no-untyped-def]
-        ranked.append(CALL[0] + 1)
+        (ranked if on_path() else ranked_anywhere).append(CALL[0] + 1)
         return rank(*args, **kwargs)
 
     def rendering(sets, *args, **kwargs):  # type: ignore[no-untyped-def]
         sets = list(sets)
         new = sum(len(vs.fields) for vs in sets if seen.get(id(vs)) is not vs)
-        renders.append((CALL[0] + 1, sum(len(vs.fields) for vs in sets), new))
+        if on_path():
+            renders.append((CALL[0] + 1, sum(len(vs.fields) for vs in sets), new))
         seen.update((id(vs), vs) for vs in sets)
         return render(sets, *args, **kwargs)
     monkeypatch.setattr(values_module, "_field_rank", ranking)
@@ -312,7 +319,7 @@ async def test_a_compaction_ranks_only_the_value_sources_the_last_render_did_not
     assert len(later) >= 2 and all(new < fields for _, fields, new in later), renders
     for k, fields, new in later:
         assert ranked.count(k) <= new, (k, ranked.count(k), renders)
-    assert any(ranked.count(k) for k, _, _ in later), renders  # the count sees a render's ranking at all
+    assert any((ranked + ranked_anywhere).count(k) for k, _, _ in later), renders  # the count sees ranking at all
 
 
 async def test_a_new_compaction_block_is_counted_by_its_new_lines(memory_store_url, monkeypatch):
@@ -390,7 +397,7 @@ async def test_a_compaction_reads_no_verbatim_text_the_work_ahead_could(memory_s
     words. The turns a compaction leaves verbatim, but for the newest (this call's own), were verbatim at
     the call before: the work ahead reads their words then, so a compaction after the first reads on the
     request's path the words of one turn at most."""
-    from aether_context.compress import value_merge
+    from aether_context.compress import _visible_text
 
     read: list[int] = []  # per text whose words were read on the pack thread: the call
 
@@ -402,7 +409,7 @@ async def test_a_compaction_reads_no_verbatim_text_the_work_ahead_could(memory_s
             if threading.current_thread().name.startswith("aether-pack"):
                 read.append(CALL[0] + 1)
             return self.inner.findall(text)
-    monkeypatch.setattr(value_merge, "_WORD", Words(value_merge._WORD))
+    monkeypatch.setattr(_visible_text, "_WORD", Words(_visible_text._WORD))
 
     def step(i: int):
         def answer(req):
@@ -419,3 +426,26 @@ async def test_a_compaction_reads_no_verbatim_text_the_work_ahead_could(memory_s
     compacting = [k for k, r in enumerate(p.packer.recent) if r.manifest.compaction]
     assert len(compacting) >= 3 and compacting[0] in read, (compacting, read)  # nothing warmed the first
     assert all(read.count(k) <= 1 for k in compacting[1:]), (compacting, read)
+
+
+async def test_a_compaction_merges_the_values_the_work_ahead_planned(memory_store_url, monkeypatch):
+    """After each request has gone out, the work ahead plans the known values of the compaction the next
+    call would make (the last compaction's target, a turn like the newest to come): a compaction after
+    the first merges from that plan, so it places no value source on the request's path (it used to
+    place the sources of each turn it folded); the requests are those of a packer that reads and
+    merges every value afresh (`test_carried_known_values_send_what_a_cold_cache_sends`)."""
+    from aether_context.compress import value_merge
+
+    placed: list[int] = []  # calls whose pack placed a value source in merge order on the request's path
+    order = value_merge._order
+
+    def placing(vs):  # type: ignore[no-untyped-def]
+        if threading.current_thread().name.startswith("aether-pack"):
+            placed.append(CALL[0] + 1)
+        return order(vs)
+    monkeypatch.setattr(value_merge, "_order", placing)
+    _, manifests = await _run(f"{memory_store_url}/planned", cold=False)
+    compacting = [k for k, m in enumerate(manifests) if m.compaction]
+    assert len(compacting) >= 3, compacting
+    assert compacting[0] in placed, placed  # the recorder works: the first compaction merges from scratch
+    assert not [k for k in placed if k in compacting[1:]], (placed, compacting)

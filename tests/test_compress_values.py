@@ -194,3 +194,24 @@ def test_a_render_with_the_last_renders_ranks_renders_the_same():
     for cap in (10, 40, 80, 150, 300, 600, 80, 10):
         assert render_values(sets, cap, COUNTER, params=params, memo=memo) == render_values(sets, cap, COUNTER, params=params)
     assert len(memo) == len(sets)
+
+
+def test_a_render_ranks_a_field_it_has_ranked_once(monkeypatch):
+    """A merge gives a source it merges again as a new object, most of its fields as they were: a render
+    takes a field's rank by its name and values (`fields`, for the same params) and ranks only new fields,
+    with the block a render that ranks every field gives."""
+    from aether_context.compress import values as values_module
+
+    sets = [extract_values(tool="lookup", args={"ref": f"r{i}"}, turn=i,
+                           result={"booking_id": f"BK{i:04d}X", "note": f"Call Ann {i}", "price": 100 + i % 4})
+            for i in range(30)]
+    fields: dict = {}
+    first = render_values(sets, 300, COUNTER, fields=fields)
+    ranked: list[str] = []
+    rank = values_module._field_rank
+    monkeypatch.setattr(values_module, "_field_rank", lambda name, *a: ranked.append(name) or rank(name, *a))
+    again = [ValueSet(vs.source, vs.turn, vs.fields[:1] + vs.fields[1:], vs.call) for vs in sets]  # new objects
+    again[0] = ValueSet(sets[0].source, 0, (("booking_id", ("BK9999X",)), *sets[0].fields[1:]), True)
+    with_memo = render_values(again, 300, COUNTER, fields=fields)
+    assert ranked == ["booking_id"], ranked  # the one field no render had ranked
+    assert with_memo == render_values(again, 300, COUNTER) and first

@@ -153,3 +153,48 @@ def test_a_phrase_is_held_only_as_a_whole():
         booking = ValueSet("user (turn 1)", 1, (("name", ("Mia Li",)),))
         expected = re.search(r"(?<!\w)Mia Li(?!\w)", text) is None
         assert ("Mia Li" in str(merged_values([booking], visible=text).sets)) == expected, text
+
+
+def test_phrases_keep_their_standing_unless_a_changed_part_holds_them():
+    """A merge from an earlier one takes whether the visible text holds a phrase from it when no part that
+    changed (one text has it, the other not) contains the phrase: the same sets as a merge from scratch,
+    with phrases held in parts that stay, in parts that come or go, split across two parts' line break
+    (a value with a line break is always looked up), or with their words apart in a part that stays."""
+    phrases = ["Mia Li", "975 Sunset Drive", "Sunset\nDrive", "gold member"]
+    words = ["Mia", "Li", "975", "Sunset", "Drive", "gold", "member", "Sunset Drive", "Mia Lin", "xMia Li"]
+    for seed in range(300):
+        rng = random.Random(5000 + seed)
+
+        def source(turn: int) -> ValueSet:
+            values = tuple(dict.fromkeys(rng.choice(phrases + IDS[:4]) for _ in range(rng.randint(1, 3))))
+            return ValueSet(f"get_{rng.randint(0, 3)}(id={rng.choice(IDS)})", turn, (("name", values),), call=True)
+
+        def part() -> str:
+            return " ".join(rng.choice(words + phrases) for _ in range(rng.randint(0, 4)))
+        sources = [source(t) for t in range(rng.randint(1, 12))]
+        parts = tuple(part() for _ in range(rng.randint(1, 4)))
+        before = merged_values(sources, visible=parts)
+        for step in range(4):
+            sources = [s for s in sources if rng.random() > 0.2] + [source(20 + step) for _ in range(rng.randint(0, 2))]
+            parts = tuple(p for p in parts if rng.random() < 0.7) + tuple(part() for _ in range(rng.randint(0, 2)))
+            again = merged_values(sources, visible=parts, since=before)
+            text = "\n".join(parts)
+            assert list(again.sets) == _reference(sources, text) == list(merged_values(sources, visible=text).sets)
+            before = again
+
+
+def test_a_merge_searches_only_the_phrases_a_changed_part_contains(monkeypatch):
+    """The visible text changes by a few parts from one compaction to the next: a phrase that none of them
+    contains keeps its standing without a search of the whole text."""
+    from aether_context.compress import _visible_text
+
+    searched: list[str] = []
+    holds = _visible_text._holds
+    monkeypatch.setattr(_visible_text, "_holds", lambda text, v: searched.append(v) or holds(text, v))
+    sources = [ValueSet(f"get(id=r{k})", k, (("name", (f"Guest {k}", f"Room {k} East")),), call=True)
+               for k in range(20)]
+    first = merged_values(sources, visible=("Guest 3 and Room 7 East", "the tail"))
+    searched.clear()
+    again = merged_values(sources, visible=("Guest 3 and Room 7 East", "Guest 5 came"), since=first)
+    assert searched == ["Guest 5"], searched
+    assert again.sets == merged_values(sources, visible="Guest 3 and Room 7 East\nGuest 5 came").sets

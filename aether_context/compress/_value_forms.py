@@ -1,5 +1,5 @@
 """The forms values are read from: an offloaded result's compact form, the parameters tools declare,
-and short field names.
+short field names, and the values a free text names.
 
 Why: an offloaded result keeps only its compact form in the session (`key: value` lines and
 `key=value` items beside shape notes and its URI); what a tool takes as arguments says which
@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any, Iterable, Mapping
 
-__all__ = ["compact_form", "parameter_names", "short_fields"]
+__all__ = ["compact_form", "parameter_names", "short_fields", "text_fields"]
 
 # In an offloaded result's compact form: its URI and the key lists that describe a shape (`{status, date}`).
 _SHAPE_NOTES = re.compile(r"artifact://\S+|\{\w+(?:, \w+)*\}|\[\d+ items[^\]\n]*\]|\(\d+ keys\)|… \d+ more \w+")
@@ -87,3 +87,38 @@ def _loads(text: str) -> Any:
         return text
 
 
+_MAX_TEXT_CHARS = 20_000  # of a text source: values named past this are rarely typed back
+# Values in free text: what an agent later types back as an argument.
+_TEXT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("emails", re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")),
+    ("urls", re.compile(r"\bhttps?://[^\s<>\"')\]]+")),
+    ("ids", re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b|\b[a-z]+\d+[a-z\d]*\b")),
+    ("codes", re.compile(r"\b(?=[A-Z0-9]*[A-Z])[A-Z0-9]{3,12}\b")),
+    ("dates", re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?\b|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|"
+                         r"Sep|Oct|Nov|Dec)[a-z]*\.? \d{1,2}(?:st|nd|rd|th)?(?:,? \d{4})?\b")),
+    ("amounts", re.compile(r"[$€£]\s?\d[\d,]*(?:\.\d+)?|\b\d[\d,]*(?:\.\d+)? ?(?:USD|EUR|dollars?|euros?)\b")),
+    ("numbers", re.compile(r"(?<![\w.$€£-])\d{3,}(?:\.\d+)?(?![\w.-])")),
+    ("paths", re.compile(r"(?<![\w/.-])(?:\.{0,2}/)?(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:py|js|ts|json|ya?ml|toml|md|"
+                         r"txt|csv|sh|go|rs|java|c|h|cpp|html|css|sql)\b")),
+    ("names", re.compile(r"\b(?:name is|named|called)\s+([A-Z][\w'-]*(?: [A-Z][\w'-]*){0,2})")),
+    ("names", re.compile(r"\b[A-Z][a-z]+(?:[ -](?:[A-Z][a-z]+|[A-Z]'[A-Z][a-z]+)){1,2}\b")),
+    ("quoted", re.compile(r"\"([^\"\n]{2,40})\"|(?<!\w)'([^'\n]{2,40})'(?!\w)|`([^`\n]{2,40})`")),
+)
+
+
+def text_fields(text: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The values a free text names, by kind (`_TEXT_PATTERNS`), each once, in order of appearance."""
+    found: dict[str, list[str]] = {}
+    taken: list[tuple[int, int]] = []
+    text = text[:_MAX_TEXT_CHARS]
+    for name, regex in _TEXT_PATTERNS:
+        for m in regex.finditer(text):
+            value = next((g for g in m.groups() if g), None) if m.groups() else m.group(0)
+            if not value or any(s <= m.start() < e for s, e in taken):
+                continue
+            taken.append(m.span())
+            values = found.setdefault(name, [])
+            value = value.strip().rstrip(".,;:")
+            if value and value not in values:
+                values.append(value)
+    return tuple((name, tuple(values)) for name, values in found.items() if values)

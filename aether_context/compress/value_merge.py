@@ -20,15 +20,13 @@ Usage::
 from __future__ import annotations
 
 import heapq
-import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from ._value_forms import short_fields
-from .values import _IDLIKE, _WORD, ValueSet
-
-_RUN = re.compile(r"\w+")  # a run of word characters
+from ._visible_text import _RUN, SeenText, _Part, visible_part
+from .values import _IDLIKE, ValueSet
 
 __all__ = ["MergedValues", "merge_values", "merged_values", "visible_part"]
 
@@ -111,14 +109,6 @@ def merged_values(sets: Iterable[ValueSet | None], *, visible: "str | tuple[str,
     return _Again(since, visible, read or visible_part).merge(latest)
 
 
-_Part = "tuple[frozenset[str], frozenset[str]]"
-
-
-def visible_part(part: str) -> _Part:
-    """What a merge reads of one part of the visible text: its whole tokens and runs of word characters."""
-    return frozenset(_WORD.findall(part)), frozenset(_RUN.findall(part))
-
-
 def _order(vs: ValueSet) -> tuple[bool, int, str]:
     """Where a source goes in a merge: tool results and the user's texts, newest first, then the model's."""
     return vs.derived, -vs.turn, vs.source
@@ -129,7 +119,7 @@ def _scratch(latest: "dict[str, ValueSet]", visible: "str | tuple[str, ...]",
     """Every source merged in order: a source's values kept before it are those an earlier source kept
     (any value before a model's text, identifiers before a tool result or a user's text)."""
     keyed = sorted((_order(s), s) for s in latest.values())  # places are unique: sources never compared
-    seen = _Seen(visible, None, read)
+    seen = SeenText(visible, None, read)
     shown: set[str] = set()  # identifiers kept
     every: set[str] = set()  # every value kept
     entries: dict[int, tuple] = {}
@@ -138,7 +128,7 @@ def _scratch(latest: "dict[str, ValueSet]", visible: "str | tuple[str, ...]",
     spaced: dict[str, frozenset[str]] = {}
     for key, s in keyed:
         read = _read(s)
-        now = (seen.held(read) | (read.values & (every if s.derived else shown))) - read.own
+        now = (seen.held(read.values, read.spaced) | (read.values & (every if s.derived else shown))) - read.own
         out, fresh = _merge_source(s, read, now)
         every.update(fresh)
         shown.update(fresh & read.ids)
@@ -153,7 +143,7 @@ def _scratch(latest: "dict[str, ValueSet]", visible: "str | tuple[str, ...]",
 
 
 def _result(keyed: "list[tuple]", entries: "dict[int, tuple]", holders: "dict[str, tuple]",
-            keepers: "dict[str, tuple]", spaced: "dict[str, frozenset[str]]", seen: "_Seen") -> MergedValues:
+            keepers: "dict[str, tuple]", spaced: "dict[str, frozenset[str]]", seen: SeenText) -> MergedValues:
     sources = tuple(s for _, s in keyed)
     sets = tuple(e[3] for e in map(entries.__getitem__, map(id, sources)) if e[3] is not None)
     return MergedValues(sets, sources, tuple(k for k, _ in keyed), entries, holders, keepers, spaced,
@@ -167,7 +157,7 @@ class _Again:
     kept, and, as each one merged again keeps other values than before, the later sources holding those."""
 
     def __init__(self, since: MergedValues, visible: "str | tuple[str, ...]", read: "Callable[[str], _Part]") -> None:
-        self.since, self.seen = since, _Seen(visible, since, read)
+        self.since, self.seen = since, SeenText(visible, since, read)
         self.entries = dict(since.entries)
         self.holders = dict(since.holders)
         self.keepers = dict(since.keepers)
@@ -222,8 +212,10 @@ class _Again:
             return
         for v in seen.words ^ since.words:
             self._push_holders(v)
+        carried = seen.carried(since)
         for v, runs in self.spaced.items():
-            if seen.phrase(v, runs) != since.phrases.get(v):
+            held = carried(v, runs)
+            if (seen.phrase(v, runs) if held is None else held) != since.phrases.get(v):
                 self._push_holders(v)
 
     def _step(self, key: tuple, _: int, s: ValueSet) -> None:
@@ -246,6 +238,8 @@ class _Again:
         if entry is not None and entry[2] == now:
             return
         out, fresh = _merge_source(s, read, now)
+        if entry is not None and out == entry[3]:
+            out = entry[3]  # the same object: a render's memo by source finds it
         self.entries[id(s)] = (key, read, now, out, fresh)
         was = entry[4] if entry is not None else frozenset()
         if fresh != was:
@@ -309,42 +303,6 @@ def _inserted(keys: tuple, key: tuple) -> tuple:
     return keys[:at] + (key,) + keys[at:]
 
 
-class _Seen:
-    """Which values one merge's visible text holds: the text's whole tokens and runs of word characters
-    (per part of the text, taken from the earlier merge for a part it had: neither crosses the line
-    break that joins two parts), and the phrases (values with a space) looked up once per merge, or taken
-    from the earlier merge of the same text."""
-
-    def __init__(self, visible: "str | tuple[str, ...]", since: MergedValues | None,
-                 read: "Callable[[str], _Part]") -> None:
-        parts = (visible,) if isinstance(visible, str) else visible
-        self.text = "\n".join(parts)
-        same = since is not None and since.visible == self.text
-        known = since.parts if since is not None else {}
-        self.parts = {p: known.get(p) or read(p) for p in parts}
-        if same:
-            self.words, self.runs = since.words, since.runs  # type: ignore[union-attr]
-        else:
-            self.words = frozenset().union(*(w for w, _ in self.parts.values()))
-            self.runs = frozenset().union(*(r for _, r in self.parts.values()))
-        self.phrases: dict[str, bool] = dict(since.phrases) if same else {}  # type: ignore[union-attr]
-
-    def phrase(self, v: str, runs: frozenset[str]) -> bool:
-        """Whether the text holds `v` (a value with a space, `runs` its runs of word characters) as a whole:
-        each of its runs is one of the text's (word characters do not touch it), so most phrases are
-        ruled out without a search."""
-        held = self.phrases.get(v)
-        if held is None:
-            held = self.phrases[v] = runs <= self.runs and _holds(self.text, v)
-        return held
-
-    def held(self, read: _Read) -> frozenset[str]:
-        """Those of a source's values the text holds as a whole token, or with a space as a whole phrase."""
-        if not read.spaced:
-            return read.values & self.words
-        return (read.values & self.words) | frozenset(v for v, runs in read.spaced.items() if self.phrase(v, runs))
-
-
 def _merge_source(vs: ValueSet, read: _Read, met: frozenset[str]
                   ) -> tuple[ValueSet | None, frozenset[str]]:
     """What one source keeps when `met` of its values are not its to show (the visible text holds them, or
@@ -370,22 +328,6 @@ def _read(vs: ValueSet) -> _Read:
     fields = short_fields(vs.fields)  # without the values the label shows: never the source's to show
     return _Read(values, {v: frozenset(_RUN.findall(v)) for v in values if " " in v}, frozenset(v for v in values if _IDLIKE.match(v)),
                  tuple((n, tuple(v for v in vals if v not in own)) if own else (n, vals) for n, vals in fields), own)
-
-
-def _holds(text: str, phrase: str) -> bool:
-    """Whether `text` holds `phrase` as a whole (no word character just before or after it: a regex
-    `(?<!\\w)phrase(?!\\w)`, without compiling one per phrase)."""
-    at = text.find(phrase)
-    while at >= 0:
-        end = at + len(phrase)
-        if not (at and _word_char(text[at - 1])) and not (end < len(text) and _word_char(text[end])):
-            return True
-        at = text.find(phrase, at + 1)
-    return False
-
-
-def _word_char(c: str) -> bool:
-    return c.isalnum() or c == "_"  # what `\w` matches in a str pattern
 
 
 def _label_values(label: str) -> frozenset[str]:

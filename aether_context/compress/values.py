@@ -24,14 +24,13 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from ..content import FunctionCall, Message, canonical_json
 from ..tokens import lines_count
 from ._fit import ELLIPSIS, TokenCounterLike, as_count, safe_end
-from ._value_forms import compact_form, parameter_names
+from ._value_forms import compact_form, parameter_names, text_fields
 
 __all__ = ["ValueSet", "extract_values", "values_from_messages", "render_values", "render_call",
            "argument_order", "parameter_names"]
 
 _MAX_VALUE_CHARS = 80  # longer strings are prose, not values
 _MAX_LEAVES = 400  # per source: a huge result keeps its first values, not all of them
-_MAX_TEXT_CHARS = 20_000  # of a text source: values named past this are rarely typed back
 _ARG_CHARS = 40  # per argument in a source label
 _FIRST_VALUES = 6  # values per field every source gets before any field gets all of its values
 _ALL = 1 << 30
@@ -43,24 +42,6 @@ _ID_ARG = re.compile(r"(?:^|_)(?:id|ids|number|code|key|uuid|ref)$|Id$", re.I)
 _IDLIKE = re.compile(r"^(?=.*[A-Za-z])(?=.*\d)[\w.@+-]{3,}$|^[A-Z][A-Z0-9]{2,11}$")  # letters and digits, or a code
 _WORD = re.compile(r"[\w.@+-]*\w")  # a whole token of a text, as values are written
 _ID_KEY = re.compile(r"^[A-Za-z][\w-]*\d{3,}$|^(?=.*\d)[A-Z0-9]{5,12}$")  # a dict key that is an id
-
-# Values in free text: what an agent later types back as an argument.
-_TEXT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("emails", re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")),
-    ("urls", re.compile(r"\bhttps?://[^\s<>\"')\]]+")),
-    ("ids", re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b|\b[a-z]+\d+[a-z\d]*\b")),
-    ("codes", re.compile(r"\b(?=[A-Z0-9]*[A-Z])[A-Z0-9]{3,12}\b")),
-    ("dates", re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?\b|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|"
-                         r"Sep|Oct|Nov|Dec)[a-z]*\.? \d{1,2}(?:st|nd|rd|th)?(?:,? \d{4})?\b")),
-    ("amounts", re.compile(r"[$€£]\s?\d[\d,]*(?:\.\d+)?|\b\d[\d,]*(?:\.\d+)? ?(?:USD|EUR|dollars?|euros?)\b")),
-    ("numbers", re.compile(r"(?<![\w.$€£-])\d{3,}(?:\.\d+)?(?![\w.-])")),
-    ("paths", re.compile(r"(?<![\w/.-])(?:\.{0,2}/)?(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.(?:py|js|ts|json|ya?ml|toml|md|"
-                         r"txt|csv|sh|go|rs|java|c|h|cpp|html|css|sql)\b")),
-    ("names", re.compile(r"\b(?:name is|named|called)\s+([A-Z][\w'-]*(?: [A-Z][\w'-]*){0,2})")),
-    ("names", re.compile(r"\b[A-Z][a-z]+(?:[ -](?:[A-Z][a-z]+|[A-Z]'[A-Z][a-z]+)){1,2}\b")),
-    ("quoted", re.compile(r"\"([^\"\n]{2,40})\"|(?<!\w)'([^'\n]{2,40})'(?!\w)|`([^`\n]{2,40})`")),
-)
-
 
 @dataclass(frozen=True)
 class ValueSet:
@@ -93,7 +74,7 @@ def extract_values(*, tool: str | None = None, args: Mapping[str, Any] | None = 
         return ValueSet(render_call(tool, args or {}), turn, fields, call=True)
     if text is None:
         raise ValueError("extract_values needs `tool` (a call and its result) or `text`")
-    fields = _text_fields(text)
+    fields = text_fields(text)
     return ValueSet(f"{role} (turn {turn})", turn, fields) if fields else None
 
 
@@ -182,20 +163,21 @@ def render_call(tool: str, args: Mapping[str, Any], max_chars: int = _ARG_CHARS)
 
 def render_values(sets: Iterable[ValueSet], max_tokens: int, counter: TokenCounterLike, *,
                   title: str = "KNOWN VALUES:", params: frozenset[str] = frozenset(),
-                  memo: "dict[int, tuple] | None" = None) -> str:
+                  memo: "dict[int, tuple] | None" = None, fields: "dict[tuple, int] | None" = None) -> str:
     """`title` then one line per source, newest first: `- source → field=v1,v2 …`, within `max_tokens`.
 
     Room goes first to every source's identifiers (ids, codes, emails), then to the values agents type
     back (names, dates, amounts, paths), then to the rest; in each, newest source first, the first few
     values of every field before all the values of any. A text source with nothing left
     to show is omitted; a tool call keeps at least its label (its arguments) while room allows.
-    `memo` (read and filled) keeps each source's ranked fields for a later render with the same `params`.
+    `memo` (read and filled) keeps each source's ranked fields for a later render with the same `params`,
+    `fields` each field's rank by its name and values (a source merged again keeps most of its fields).
     """
     count = as_count(counter)
     sets = [vs for vs in sets if vs.fields or vs.call]
     if max_tokens <= 0 or not sets or count(title) > max_tokens:
         return ""
-    ranks = _Ranks(sets, params, memo)
+    ranks = _Ranks(sets, params, memo, fields)
     fill = _Fill(sets, ranks.ranked, count, max_tokens - count(title))
     for rank in range(4):
         for limit in (_FIRST_VALUES, _ALL):
@@ -255,8 +237,10 @@ class _Ranks:
     object) for a later render with the same `params`: a merge keeps most sources, and ranking was most
     of a render."""
 
-    def __init__(self, sets: "list[ValueSet]", params: frozenset[str], memo: "dict[int, tuple] | None") -> None:
+    def __init__(self, sets: "list[ValueSet]", params: frozenset[str], memo: "dict[int, tuple] | None",
+                 fields: "dict[tuple, int] | None" = None) -> None:
         self.sets, self.params, self.memo = sets, params, memo
+        self.fields = fields if fields is not None else {}
         self.names: dict[str, int] = {}
         self.ranked: "list[_Ranked | None]" = [None] * len(sets)
         self.by_rank: "tuple[list[int], ...]" = ([], [], [], [])  # the sources with fields of each rank
@@ -274,12 +258,18 @@ class _Ranks:
         held = self.memo.get(id(vs)) if self.memo is not None else None
         if held is not None and held[0] is vs:
             return held[1]
-        ranks = [_field_rank(name, values, self.params, self.names) for name, values in vs.fields]
+        known = self.fields
+        ranks = [known[f] if f in known else self._rank(f) for f in vs.fields]
         out = tuple((r, tuple((f, len(vs.fields[f][1])) for f, x in enumerate(ranks) if x == r))
                     for r in sorted(set(ranks)))
         if self.memo is not None:
             self.memo[id(vs)] = (vs, out)
         return out
+
+
+    def _rank(self, field: "tuple[str, tuple[str, ...]]") -> int:
+        rank = self.fields[field] = _field_rank(*field, self.params, self.names)
+        return rank
 
 
 def _field_rank(name: str, values: tuple[str, ...], params: frozenset[str] = frozenset(),
@@ -321,7 +311,7 @@ def _result_fields(result: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
         _walk(_parse(result), "", collected, budget)
     else:  # an offloaded result: the values its compact form still shows
         _walk(compact[0], "", collected, budget)
-        for name, values in _text_fields(compact[1]):
+        for name, values in text_fields(compact[1]):
             for value in values:
                 _add(collected, name, value, budget)
     return tuple((name, tuple(values)) for name, values in collected.items())
@@ -359,7 +349,7 @@ def _walk(value: Any, path: str, out: dict[str, list[str]], budget: list[int]) -
         if len(value) <= _MAX_VALUE_CHARS and value.strip():
             _add(out, path or "value", value.strip(), budget)
         else:  # prose inside a result: keep the values it names
-            for name, values in _text_fields(value):
+            for name, values in text_fields(value):
                 for v in values:
                     _add(out, f"{path}.{name}" if path else name, v, budget)
     elif value is not None and not isinstance(value, bool):
@@ -371,23 +361,6 @@ def _add(out: dict[str, list[str]], name: str, value: str, budget: list[int]) ->
     if value not in values:
         values.append(value)
         budget[0] -= 1
-
-
-def _text_fields(text: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    found: dict[str, list[str]] = {}
-    taken: list[tuple[int, int]] = []
-    text = text[:_MAX_TEXT_CHARS]
-    for name, regex in _TEXT_PATTERNS:
-        for m in regex.finditer(text):
-            value = next((g for g in m.groups() if g), None) if m.groups() else m.group(0)
-            if not value or any(s <= m.start() < e for s, e in taken):
-                continue
-            taken.append(m.span())
-            values = found.setdefault(name, [])
-            value = value.strip().rstrip(".,;:")
-            if value and value not in values:
-                values.append(value)
-    return tuple((name, tuple(values)) for name, values in found.items() if values)
 
 
 def _bare(value: str) -> bool:

@@ -33,7 +33,8 @@ from .render import quote as _quote, turn_masker
 from .select import query_text
 
 __all__ = ["Compaction", "CompactionBlock", "Verbatim", "verbatim_zone", "plan_compaction", "compaction_block",
-           "BLOCK_HEADER", "compact", "compaction_events", "CompactedReader", "compacted_reader"]
+           "BLOCK_HEADER", "compact", "compaction_events", "CompactedReader", "compacted_reader", "plan_values",
+           "compaction_cuts"]
 
 BLOCK_HEADER = "CONVERSATION SO FAR"
 
@@ -179,8 +180,40 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     is planned again for the larger block, only when they need it); what they leave goes to fold lines.
     """
     turns, room = prepared.turns, int(target * BLOCK_SHARE)  # block and tail come down to the target together
-    # by the block's room, asked for up to three times (the held try's most room may be the values' claim)
-    cut_at = lru_cache(maxsize=4)(partial(_cut_at, inputs, profile, zone, turns, counter, target, ceiling))
+    cut_at = compaction_cuts(inputs, profile, zone, turns, counter, target, ceiling)
+    if pinned_only and inputs.request_index not in cut_at(room + int(target * _VALUES_CLAIM))[1]:
+        return None  # the cut moves on as the block grows: not pinned at the most the block may take, never
+    reader = compacted_reader(inputs, prepared, cache)
+    if cache is not None and turns:  # what the work ahead plans the next compaction's values with
+        cache.put("compaction_target", id(turns[0]), (turns[0], target, ceiling, window))
+    new, compacted, opening, opening_tokens, values, extra = plan_values(
+        inputs, profile, prepared, zone, reader, target=target, window=window, counter=counter, cache=cache,
+        cut_at=cut_at)
+    if pinned_only and inputs.request_index not in new.pinned:
+        return None
+    summary = RunningSummary.from_json(inputs.summary)
+    used = counter.count_text(values) if values else 0
+    caps = _block_caps(profile, room, opening_tokens, values=max(0, used - extra))
+    block = compaction_block(
+        tuple(map(reader.read, compacted[bisect_right(compacted, summary.covered_until, key=turn_start):])),
+        summary, opening=opening, uris=reader.uris, values=values, counter=counter, cache=cache,
+        goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=caps.fold, summary_max_tokens=caps.summary)
+    new = replace(new, block=block.text + (follows(new) if follows is not None else ""), pins_opening=bool(opening),
+                  values_tokens=used)
+    folded = tuple(t.start for t in zone.kept(turns) if not new.keeps(t))
+    return Compaction(new, reason, folded, tokens_before, conversation_tokens(prepared, new, counter), block.summary,
+                      block.merged_lines)
+
+
+def plan_values(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone: Verbatim,
+                reader: "CompactedReader", *, target: int, window: int, counter: TokenCounting,
+                cache: PackCache | None, cut_at: "Callable[[int], tuple[int, tuple[int, ...]]]"
+                ) -> "tuple[Verbatim, tuple[Turn, ...], str, int, str, int]":
+    """A compaction's new zone, its compacted turns, opening request (and its tokens), KNOWN VALUES and the
+    tokens the values claimed from the tail (`extra`), as `compact` plans them (`cut_at` gives the cut
+    for a block room): the work ahead plans the next compaction's the same way (`values_ahead`)."""
+    turns, room = prepared.turns, int(target * BLOCK_SHARE)
+    params = parameter_names(t.declaration for t in inputs.request.tools)
 
     def plan(block_room: int, extra: int, cut: bool) -> tuple:
         """The zone when the block may take `block_room`, and its opening and values (`extra` tokens over
@@ -196,31 +229,20 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
         cap = _block_caps(profile, room, opening_tokens, extra=extra).values
         values, need = known_values(compacted, reader.newest_first, reader.mask, limit=profile.decay.values_max_tokens,
                                     cap=cap, counter=counter, visible=visible, params=params, cache=cache, cut=cut)
-        return new, compacted, opening, opening_tokens, values, need - cap
+        return (new, compacted, opening, opening_tokens, values, extra), need - cap
 
-    if pinned_only and inputs.request_index not in cut_at(room + int(target * _VALUES_CLAIM))[1]:
-        return None  # the cut moves on as the block grows: not pinned at the most the block may take, never
-    reader = compacted_reader(inputs, prepared, cache)
-    params = parameter_names(t.declaration for t in inputs.request.tools)
-    extra = 0
-    new, compacted, opening, opening_tokens, values, short = plan(room, 0, False)
+    planned, short = plan(room, 0, False)
     if short > 0:  # the values need more: the block takes room from the verbatim tail, up to _VALUES_CLAIM
         extra = min(short, int(target * _VALUES_CLAIM))
-        new, compacted, opening, opening_tokens, values, _ = plan(room + extra, extra, True)
-    if pinned_only and inputs.request_index not in new.pinned:
-        return None
-    summary = RunningSummary.from_json(inputs.summary)
-    used = counter.count_text(values) if values else 0
-    caps = _block_caps(profile, room, opening_tokens, values=max(0, used - extra))
-    block = compaction_block(
-        tuple(map(reader.read, compacted[bisect_right(compacted, summary.covered_until, key=turn_start):])),
-        summary, opening=opening, uris=reader.uris, values=values, counter=counter, cache=cache,
-        goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=caps.fold, summary_max_tokens=caps.summary)
-    new = replace(new, block=block.text + (follows(new) if follows is not None else ""), pins_opening=bool(opening),
-                  values_tokens=used)
-    folded = tuple(t.start for t in zone.kept(turns) if not new.keeps(t))
-    return Compaction(new, reason, folded, tokens_before, conversation_tokens(prepared, new, counter), block.summary,
-                      block.merged_lines)
+        planned, _ = plan(room + extra, extra, True)
+    return planned
+
+
+def compaction_cuts(inputs: PackInputs, profile: BudgetProfile, zone: Verbatim, turns: "tuple[Turn, ...]",
+          counter: TokenCounting, target: int, ceiling: int) -> "Callable[[int], tuple[int, tuple[int, ...]]]":
+    """`_cut_at` by the block's room, asked for up to three times (the held try's most room may be the
+    values' claim)."""
+    return lru_cache(maxsize=4)(partial(_cut_at, inputs, profile, zone, turns, counter, target, ceiling))
 
 
 def _cut_at(inputs: PackInputs, profile: BudgetProfile, zone: Verbatim, turns: "tuple[Turn, ...]",

@@ -27,6 +27,8 @@ from .render import masking_now
 
 __all__ = ["known_values", "known_values_of", "turn_text", "visible_words"]
 
+_MAX_FIELD_RANKS = 20_000  # fields ranked by name and values, carried until they number this many (then afresh)
+
 
 @dataclass(frozen=True, eq=False)
 class _Carry:
@@ -39,7 +41,8 @@ class _Carry:
     full: MergedValues | None
     capped: MergedValues | None
     rendered: "tuple[Hashable, str]" = ((), "")  # the full merge's text, by what it is rendered from
-    ranks: "tuple[frozenset[str], dict[int, tuple]]" = (frozenset(), {})  # the renders' field ranks, by params
+    ranks: "tuple[frozenset[str], dict[int, tuple], dict[tuple, int]]" = (frozenset(), {}, {})  # by params:
+    # the renders' ranked fields by source, and each field's rank by its name and values
 
 
 def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn, ...]], Iterator[Turn]]",
@@ -64,11 +67,13 @@ def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn
     full = merged_values([vs for _, found in read for vs in found], visible=visible,
                          since=carry.full if carry is not None else None, read=words)
     source = (full.sets, limit, params, counter_key(counter))  # what the full text is rendered from
-    ranks = dict(carry.ranks[1]) if carry is not None and carry.ranks[0] == params else {}
+    same = carry is not None and carry.ranks[0] == params
+    ranks = dict(carry.ranks[1]) if same else {}
+    fields = dict(carry.ranks[2]) if same and len(carry.ranks[2]) < _MAX_FIELD_RANKS else {}
     if carry is not None and carry.rendered[0] == source:
         text = carry.rendered[1]
     else:
-        text = render_values(full.sets, limit, counter, params=params, memo=ranks) if full.sets else ""
+        text = render_values(full.sets, limit, counter, params=params, memo=ranks, fields=fields) if full.sets else ""
     need = counter.count_text(text) if text else 0
     capped = carry.capped if carry is not None else None
     rendered = (source, text)
@@ -76,11 +81,13 @@ def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn
         text = ""
         if cap > 0 and cut:
             capped = merged_values(_newest_sets(read, cap), visible=visible, since=capped, read=words)
-            text = render_values(capped.sets, cap, counter, params=params, memo=ranks) if capped.sets else ""
+            text = (render_values(capped.sets, cap, counter, params=params, memo=ranks, fields=fields)
+                    if capped.sets else "")
     if cache is not None:
         shown = (*full.sets, *(capped.sets if capped is not None else ()))
+        by_source = {k: ranks[k] for k in map(id, shown) if k in ranks}
         cache.put("carried", key, _Carry(compacted[0], {id(t): (t, found) for t, found in read}, full, capped,
-                                         rendered, (params, {k: ranks[k] for k in map(id, shown) if k in ranks})))
+                                         rendered, (params, by_source, fields)))
     return text, need
 
 

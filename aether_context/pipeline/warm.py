@@ -28,6 +28,7 @@ from .prepare import prepare
 from .render import masking, quote
 from .retrieve import Retriever
 from .select import history_document, pinned_neighbours, request_documents
+from .values_ahead import values_ahead
 
 __all__ = ["warm_ahead"]
 
@@ -51,6 +52,7 @@ def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, 
             line = fold_turn(turn, reader.uris, counter, cache=cache)  # as `decay_zones` folds, counts and quotes it
             counter.count_text(line)
             quote(f"- {line}")
+        values_ahead(inputs, prepared, zone, profile, counter=counter, cache=cache)  # merged as it will be
     # each kept turn's document as a compaction will build it (kept in `cache`, where the compaction looks it
     # up), analysed and embedded for the index (`Retriever.ahead`): with the turn after it, and without it (the
     # newest turn a compaction moves); and the newest compacted turn's with the turn after it, which it reads

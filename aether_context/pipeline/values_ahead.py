@@ -1,0 +1,46 @@
+"""Work ahead: the KNOWN VALUES the next compaction will most likely plan, merged while the model answers.
+
+A compaction merges the value sets of its newest compacted turns against the text it leaves verbatim
+(`known_values`), starting from what the last merge of the conversation left in the `PackCache`
+(`merged_values(since=)`, equal to a merge from scratch whatever it starts from); what it pays is the
+change since then: the turns it folds (their values enter, their words leave the verbatim text), the
+turns that arrived meanwhile (their words enter), several calls' worth. After each call's request has
+gone out, the work ahead plans the values as a compaction would now, with the last compaction's target
+(`plan_values`): the carry it leaves is a merge of nearly what the next compaction reads, which then
+pays for the turn that arrived since, and reuses the render when its value sets are the same. A wrong
+guess costs time only: the merge and the render give the same text from any carry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..profile import BudgetProfile
+from ..tokens import TokenCounting
+from .cache import PackCache
+from .collect import PackInputs, Turn
+from .conversation import Verbatim, compacted_reader, compaction_cuts, plan_values
+from .prepare import Prepared
+
+__all__ = ["values_ahead"]
+
+
+def values_ahead(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: BudgetProfile, *,
+                 counter: TokenCounting, cache: PackCache) -> bool:
+    """Plan the known values of the compaction of `prepared`'s turns (the zone `zone` as the call left it)
+    that the next call would make if it added a turn the size of the newest, with the target, ceiling and
+    window of the conversation's last compaction, leaving its merges and renders in `cache`; False when
+    the conversation has not compacted yet (nothing to plan with)."""
+    turns = prepared.turns
+    held = cache.lookup("compaction_target", id(turns[0])) if turns and zone.through > 0 else None
+    if held is None or held[0] is not turns[0]:
+        return False
+    _, target, ceiling, window = held
+    # the next call's turn, guessed as one like the newest: it moves the cut as the real one will, and its
+    # text joins what the compaction leaves verbatim (the words every turn of a loop shows stay put)
+    coming = Turn(turns[-1].start + len(turns[-1].messages), turns[-1].messages)
+    ahead = replace(prepared, loop=(*prepared.loop, coming))
+    cut_at = compaction_cuts(inputs, profile, zone, ahead.turns, counter, target, ceiling)
+    plan_values(inputs, profile, ahead, zone, compacted_reader(inputs, ahead, cache), target=target,
+                window=window, counter=counter, cache=cache, cut_at=cut_at)
+    return True
