@@ -21,10 +21,10 @@ from ..tokens import TokenCounting
 from .cache import PackCache
 from .collect import PackInputs, PackState, turn_start
 from .conversation import compacted_reader, verbatim_zone
-from .decay import fold_turn
+from .decay import fold_ahead
 from .known_values import known_values_of, turn_text, visible_words
 from .prepare import prepare
-from .render import masking, quote
+from .render import masking
 from .retrieve import Retriever
 from .select import history_document
 
@@ -47,9 +47,7 @@ def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, 
             visible_words(turn_text(turn), cache)
         for turn in map(reader.read, kept):
             known_values_of(turn, cache)
-            line = fold_turn(turn, reader.uris, counter, cache=cache)  # as `decay_zones` folds, counts and quotes it
-            counter.count_text(line)
-            quote(f"- {line}")
+            fold_ahead(turn, reader.uris, counter, cache)  # as `decay_zones` folds and summarizes it
     # each kept turn's document as a compaction will build it (kept in `cache`, where the compaction looks it
     # up), analysed and embedded for the index (`Retriever.ahead`): with the turn after it, and without it (the
     # newest turn a compaction moves); and the newest compacted turn's with the turn after it, which it reads

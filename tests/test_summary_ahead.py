@@ -1,0 +1,78 @@
+"""A compaction's running summary takes in fold lines the work ahead already read and counted: the
+summary a compaction writes costs it lookups, not a reading of each line and an encoding of the text."""
+
+from __future__ import annotations
+
+import threading
+
+from aether_context.adk import packer
+from aether_context.compress import summarize as summarize_module
+from aether_context.pipeline.cache import PackCache
+
+from test_compaction_cost import CALL, _run
+
+
+def _on_pack_thread() -> bool:
+    return threading.current_thread().name.startswith("aether-pack")
+
+
+class Encoding:
+    """A tiktoken encoding noting the characters it encodes on the pack thread, by call, while `inside`."""
+
+    def __init__(self, inner, inside: list[bool], encoded: dict[int, int]):  # type: ignore[no-untyped-def]
+        self.inner, self.inside, self.encoded = inner, inside, encoded
+
+    def encode_ordinary(self, text):  # type: ignore[no-untyped-def]
+        if self.inside[0] and _on_pack_thread():
+            self.encoded[CALL[0] + 1] = self.encoded.get(CALL[0] + 1, 0) + len(text)
+        return self.inner.encode_ordinary(text)
+
+    def __getattr__(self, name):  # type: ignore[no-untyped-def]
+        return getattr(self.inner, name)
+
+
+async def test_a_compaction_summary_reads_and_encodes_no_line_the_work_ahead_could(memory_store_url, monkeypatch):
+    """The fold lines a summary takes in were fold lines of turns the work ahead read while they were
+    verbatim: their reading (the clipped Progress line, its decisions, errors and files), whether a line
+    names anything, and the counts of the lines the summary and the block show are kept then, and the
+    summary's text is counted by its lines. So each summary after the first finds no reference in a line
+    and encodes nothing while it writes its summary, and sends what a packer that works nothing ahead sends."""
+    summaries: list[int] = []  # the calls whose pack wrote a summary
+    searched: list[int] = []  # the calls whose summary looked for references in a line on the pack thread
+    encoded: dict[int, int] = {}
+    inside = [False]
+    write, find = summarize_module.ExtractiveSummarizer.summarize, summarize_module.extract_references
+
+    def writing(self, previous, items, **kw):  # type: ignore[no-untyped-def]
+        counter = self.counter
+        if not isinstance(counter._encoding, Encoding):
+            counter._encoding = Encoding(counter._encoding, inside, encoded)
+        if _on_pack_thread():
+            summaries.append(CALL[0] + 1)
+        inside[0] = True
+        try:
+            return write(self, previous, items, **kw)
+        finally:
+            inside[0] = False
+
+    def finding(text, **kw):  # type: ignore[no-untyped-def]
+        if inside[0] and _on_pack_thread():
+            searched.append(CALL[0] + 1)
+        return find(text, **kw)
+    monkeypatch.setattr(summarize_module.ExtractiveSummarizer, "summarize", writing)
+    monkeypatch.setattr(summarize_module, "extract_references", finding)
+    seen = {}
+    for ahead in (True, False):
+        if not ahead:  # the control: no work ahead, so each compaction reads and counts its lines itself
+            monkeypatch.setattr(packer, "warm_ahead", lambda *a, **k: 0)
+        summaries.clear(), searched.clear(), encoded.clear()
+        requests, manifests = await _run(f"{memory_store_url}/summary-{ahead}", cold=False, cache=PackCache())
+        compacting = [k for k, m in enumerate(manifests) if m.compaction]
+        # the summaries after the first (which counts the session's goal line and section headers once)
+        later = [k for k in summaries if k in compacting[1:] and k != summaries[0]]
+        assert len(later) >= 2, (summaries, compacting)
+        assert any("SUMMARY:" in str(r) for r in requests)
+        seen[ahead] = (requests, [k for k in searched if k in later], {k: n for k, n in encoded.items() if k in later})
+    assert seen[False][1] and seen[False][2], seen[False][1:]  # the recorders see the pack thread's work
+    assert not seen[True][1] and not seen[True][2], seen[True][1:]
+    assert seen[True][0] == seen[False][0]
