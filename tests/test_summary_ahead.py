@@ -76,3 +76,45 @@ async def test_a_compaction_summary_reads_and_encodes_no_line_the_work_ahead_cou
     assert seen[False][1] and seen[False][2], seen[False][1:]  # the recorders see the pack thread's work
     assert not seen[True][1] and not seen[True][2], seen[True][1:]
     assert seen[True][0] == seen[False][0]
+
+
+async def test_a_summary_reads_no_line_of_a_block_the_work_ahead_saw(memory_store_url, monkeypatch):
+    """A first compaction (a long history packed cold) folds turns no call saw verbatim, so the work ahead
+    never read their fold lines; it reads them from the block it finds after a call (once per block), so the
+    compactions that later fold those lines into the summary look for no reference in them."""
+    from aether_context.pipeline import warm
+
+    searched: list[int] = []  # the calls whose summary looked for references in a line on the pack thread
+    inside = [False]
+    write, find, ahead = summarize_module.ExtractiveSummarizer.summarize, summarize_module.extract_references, \
+        warm.warm_ahead
+
+    def writing(self, previous, items, **kw):  # type: ignore[no-untyped-def]
+        inside[0] = True
+        try:
+            return write(self, previous, items, **kw)
+        finally:
+            inside[0] = False
+
+    def finding(text, **kw):  # type: ignore[no-untyped-def]
+        if inside[0] and _on_pack_thread():
+            searched.append(CALL[0] + 1)
+        return find(text, **kw)
+
+    def after_first_compaction(inputs, state, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return ahead(inputs, state, *args, **kwargs) if state.compactions else 0
+    monkeypatch.setattr(summarize_module.ExtractiveSummarizer, "summarize", writing)
+    monkeypatch.setattr(summarize_module, "extract_references", finding)
+    monkeypatch.setattr(packer, "warm_ahead", after_first_compaction)
+    seen = {}
+    for block in (True, False):
+        if not block:  # the control: the work ahead reads the verbatim turns only
+            monkeypatch.setattr(warm, "_block_ahead", lambda *a, **k: None)
+        searched.clear()
+        requests, manifests = await _run(f"{memory_store_url}/block-{block}", cold=False, cache=PackCache())
+        later = [k for k, m in enumerate(manifests) if m.compaction][1:]
+        assert len(later) >= 2 and any("SUMMARY:" in str(r) for r in requests)
+        seen[block] = (requests, [k for k in searched if k in later])
+    assert seen[False][1], "no summary folded a line of the first block"
+    assert not seen[True][1], seen[True][1]
+    assert seen[True][0] == seen[False][0]
