@@ -6,10 +6,12 @@ from __future__ import annotations
 import threading
 
 from aether_context.adk import packer
+from aether_context.adk.worker import wait_ahead
 from aether_context.compress import summarize as summarize_module
 from aether_context.pipeline.cache import PackCache
 
-from test_compaction_cost import CALL, _run
+from conftest import filler, run_turn
+from test_compaction_cost import CALL, _booking_chat, _run
 
 
 def _on_pack_thread() -> bool:
@@ -25,6 +27,22 @@ class Encoding:
     def encode_ordinary(self, text):  # type: ignore[no-untyped-def]
         if self.inside[0] and _on_pack_thread():
             self.encoded[CALL[0] + 1] = self.encoded.get(CALL[0] + 1, 0) + len(text)
+        return self.inner.encode_ordinary(text)
+
+    def __getattr__(self, name):  # type: ignore[no-untyped-def]
+        return getattr(self.inner, name)
+
+
+class Counting:
+    """A tiktoken encoding adding the characters it encodes on the pack thread while `inside` to `encoded[0]`
+    (the work ahead may run meanwhile, on its own thread)."""
+
+    def __init__(self, inner, inside: list[bool], encoded: list[int]):  # type: ignore[no-untyped-def]
+        self.inner, self.inside, self.encoded = inner, inside, encoded
+
+    def encode_ordinary(self, text):  # type: ignore[no-untyped-def]
+        if self.inside[0] and _on_pack_thread():
+            self.encoded[0] += len(text)
         return self.inner.encode_ordinary(text)
 
     def __getattr__(self, name):  # type: ignore[no-untyped-def]
@@ -118,3 +136,35 @@ async def test_a_summary_reads_no_line_of_a_block_the_work_ahead_saw(memory_stor
     assert seen[False][1], "no summary folded a line of the first block"
     assert not seen[True][1], seen[True][1]
     assert seen[True][0] == seen[False][0]
+
+
+async def test_a_new_cap_cuts_the_opening_request_by_its_lines(memory_store_url, monkeypatch):
+    """The pinned opening request is cut middle-out at each new cap of the block's share: a binary search
+    over its prefixes and suffixes, each counted. They are counted by their lines (the same counts:
+    `TokenCounter.count_lines`), which the session counted before, so a cut encodes the partial lines it
+    tries (less than the text's length), not every prefix whole (many times its length)."""
+    from aether_context.pipeline import conversation
+
+    encoded = [0]
+    cuts: list[tuple[int, int]] = []  # per cut: (characters of the text, characters encoded)
+    inside = [False]
+    cut = conversation.middle_out
+
+    def cutting(text, max_tokens, counter, *args, **kwargs):  # type: ignore[no-untyped-def]
+        before, inside[0] = encoded[0], True
+        try:
+            return cut(text, max_tokens, counter, *args, **kwargs)
+        finally:
+            inside[0] = False
+            cuts.append((len(text), encoded[0] - before))
+    monkeypatch.setattr(conversation, "middle_out", cutting)
+    p, runner = _booking_chat(f"{memory_store_url}/opening-lines", stride=2)
+    p.packer.counter._encoding = Counting(p.packer.counter._encoding, inside, encoded)
+    await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="chat")
+    opening = "Audit these bookings one by one:\n" + "\n".join(filler(40, seed=k) for k in range(24))
+    await run_turn(runner, "chat", opening)
+    for t in range(1, 8):
+        await run_turn(runner, "chat", f"Who holds booking ref{2 * t}?")
+        wait_ahead()
+    assert len(cuts) >= 2 and all(chars for _, chars in cuts), cuts  # cuts at new caps, each counting
+    assert all(chars < size for size, chars in cuts), cuts
