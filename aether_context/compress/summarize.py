@@ -18,9 +18,10 @@ from __future__ import annotations
 import inspect
 import re
 from collections import Counter
-from dataclasses import dataclass
-from typing import Awaitable, Callable, Protocol, Sequence, Union, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Hashable, Protocol, Sequence, Union, runtime_checkable
 
+from ..tokens import lines_count
 from ._fit import TokenCounterLike, as_count, clip_text
 from .references import extract_references
 
@@ -72,6 +73,9 @@ _PREFIX_RE = re.compile(r"^\[turn \d+\] (?:user|model): ")
 _KIND_SECTION = {"decision": "Decisions", "error": "Errors"}
 _PLAIN_PROGRESS = 0.7  # a Progress line naming no file, error or decision is the first to go
 _Sections = dict[str, dict[str, str]]  # section -> (dedupe key -> line), oldest first
+Reading = tuple[tuple[str, str, str], ...]  # what one item puts into the sections: (section, key, line), in order
+# `memo(key, compute)`: compute() kept by key (a `PackCache` bound to a kind): a pure function of the key
+Memo = Callable[[Hashable, Callable[[], Any]], Any]
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,7 @@ class ExtractiveSummarizer:
     max_decisions: int = 12
     max_errors: int = 12
     max_files: int = 30
+    memo: Memo | None = field(default=None, compare=False, repr=False)  # keeps each item's reading by content
 
     def __post_init__(self) -> None:
         if self.line_tokens < 8:
@@ -100,7 +105,8 @@ class ExtractiveSummarizer:
             return ""
         old_goal, sections = _parse(previous_summary or "")
         for item in new_items:
-            self._absorb(sections, item, count)
+            for section, key, line in self.reading(item):
+                _put(sections[section], key, line)
         limits = {"Progress": self.max_progress, "Decisions": self.max_decisions, "Errors": self.max_errors,
                   "Files": self.max_files}
         for name in _SECTIONS:
@@ -108,25 +114,42 @@ class ExtractiveSummarizer:
             sections[name] = dict(kept)
         goal_text = " ".join((goal or old_goal).split())
         goal_line = f"Goal: {clip_text(goal_text, max(8, max_tokens // 3), count)}" if goal_text else ""
-        return _fit(goal_line, sections, max_tokens, count)
+        return _fit(goal_line, sections, max_tokens, count, lines_count(self.counter, count), self.plain)
 
-    def _absorb(self, sections: _Sections, item: str, count: Callable[[str], int]) -> None:
+    def reading(self, item: str) -> Reading:
+        """What `item` puts into the sections: its clipped Progress line, then its decisions, errors and
+        files. With a `memo`, read once per content: a session's summaries take in each fold line once, and
+        the work ahead reads the lines of the turns a compaction will fold before it does."""
+        if self.memo is None:
+            return self._read(item)
+        return self.memo(("reading", item, self.line_tokens), lambda: self._read(item))
+
+    def plain(self, line: str) -> bool:
+        """Whether a Progress line names no file, error or decision (it is the first to go).
+        With a `memo`, once per line: every summary ranks the lines it keeps again."""
+        if self.memo is None:
+            return not extract_references(line)
+        return self.memo(("plain", line), lambda: not extract_references(line))
+
+    def _read(self, item: str) -> Reading:
+        count = as_count(self.counter)
         flat = " ".join(item.split())
         if not flat:
-            return
+            return ()
         turn = _TURN_RE.match(flat)
         uri = _URI_RE.search(flat)
         tag = f" (turn {turn.group(1)})" if turn else ""
         tag += f" · {uri.group(1)}" if uri else ""
         clipped = clip_text(flat, self.line_tokens, count)
-        _put(sections["Progress"], clipped, clipped)
+        out = [("Progress", clipped, clipped)]
         for ref in extract_references(item):
             if ref.kind in ("decision", "error"):
                 value = _PREFIX_RE.sub("", ref.value).split(" · ")[0] if ref.kind == "decision" else ref.value
                 value = clip_text(value, self.line_tokens, count)
-                _put(sections[_KIND_SECTION[ref.kind]], value, value + tag)
+                out.append((_KIND_SECTION[ref.kind], value, value + tag))
             elif ref.kind == "file":
-                _put(sections["Files"], ref.value, ref.value)
+                out.append(("Files", ref.value, ref.value))
+        return tuple(out)
 
 
 def _put(entries: dict[str, str], key: str, text: str) -> None:
@@ -161,14 +184,17 @@ def _parse(summary: str) -> tuple[str, _Sections]:
     return goal, sections
 
 
-def _fit(goal_line: str, sections: _Sections, max_tokens: int, count: Callable[[str], int]) -> str:
+def _fit(goal_line: str, sections: _Sections, max_tokens: int, count: Callable[[str], int],
+         count_whole: Callable[[str], int], plain: Callable[[str], bool]) -> str:
+    """The best lines within `max_tokens`; the rendered text is counted by `count_whole` (by its lines where
+    the counter can: each try drops one line of the last)."""
     ranked: list[tuple[float, int, int, str]] = []  # (score, section index, position, text)
     for s, name in enumerate(_SECTIONS):
         entries = list(sections[name].values())
         for i, text in enumerate(entries):
             recency = i / (len(entries) - 1) if len(entries) > 1 else 1.0
             weight = _SECTION_WEIGHT[name]
-            if name == "Progress" and not extract_references(text):
+            if name == "Progress" and plain(text):
                 weight *= _PLAIN_PROGRESS
             ranked.append((weight * (0.5 + 0.5 * recency), s, i, text))
     ranked.sort(key=lambda r: (-r[0], r[1], -r[2]))
@@ -184,7 +210,7 @@ def _fit(goal_line: str, sections: _Sections, max_tokens: int, count: Callable[[
             used += cost
     while True:
         text = _render(goal_line, kept)
-        if count(text) <= max_tokens:
+        if count_whole(text) <= max_tokens:
             return text
         if not kept:
             return clip_text(goal_line, max_tokens, count)

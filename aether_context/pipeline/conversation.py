@@ -20,7 +20,7 @@ from ..compress.middle_out import middle_out
 from ..compress.values import parameter_names
 from ..content import Message
 from ..profile import BudgetProfile
-from ..tokens import TokenCounting
+from ..tokens import TokenCounting, lines_count
 from .allocate import conversation_tokens
 from .collect import PackInputs, PackState, Turn, turn_start
 from .decay import RunningSummary, decay_zones
@@ -305,7 +305,8 @@ def _block_caps(profile: BudgetProfile, room: int, opening: int, *, extra: int =
 def _opening(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: BudgetProfile, window: int,
              cap: int, counter: TokenCounting, cache: PackCache | None = None) -> str:
     """The session's opening request, pinned in the block once it left the verbatim zone (capped: the
-    cut is kept in the `cache` by text and cap, as every compaction of the session pins the same text)."""
+    cut is kept in the `cache` by text and cap, as every compaction of the session pins the same text;
+    a new cap's cut counts by lines)."""
     text = inputs.task.opening_request
     if not profile.task.pin_opening_request or inputs.task.goal or not text.strip():
         return ""
@@ -315,9 +316,12 @@ def _opening(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: Bu
     if any(any(m.role == "user" and m.text == text for m in t.messages) for t in zone.kept(prepared.turns)):
         return ""
     cap = min(profile.task.opening_max_tokens, int(window * profile.task.opening_max_share), cap)
+    # its prefixes and suffixes counted by their lines where the counter can (the same counts): a cut at a new
+    # cap then encodes the partial lines it tries, not every prefix whole
+    count = lines_count(counter, counter.count_text)
     if cache is None:
-        return middle_out(text, cap, counter)
-    return cache.get("opening", (text, cap, counter_key(counter)), lambda: middle_out(text, cap, counter))
+        return middle_out(text, cap, count)
+    return cache.get("opening", (text, cap, counter_key(counter)), lambda: middle_out(text, cap, count))
 
 
 def compaction_events(compaction: Compaction | None) -> tuple[TruncationEvent, ...]:

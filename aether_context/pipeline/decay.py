@@ -18,8 +18,10 @@ from ..tokens import TokenCounting
 from .cache import PackCache, counter_key
 from .collect import Turn, turn_start
 from .incremental import extended, mapped, running_totals, shared_prefix, sparse, turn_key
+from .render import quote
 
-__all__ = ["RunningSummary", "fold_turn", "decay_zones", "Zones", "decay_images", "blob_key", "prune_tool_outputs"]
+__all__ = ["RunningSummary", "fold_turn", "decay_zones", "Zones", "decay_images", "blob_key", "prune_tool_outputs",
+           "summarizer", "fold_ahead"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,30 @@ def _fold_turn(turn: Turn, uris: "dict[str, str]", counter: TokenCounting, max_t
     return fold_message(turn.start, turn.messages[0], counter, max_tokens)
 
 
+def summarizer(counter: TokenCounting, cache: PackCache | None = None) -> ExtractiveSummarizer:
+    """The summarizer a compaction folds its overflow with, its readings of lines kept in `cache`."""
+    if cache is None:
+        return ExtractiveSummarizer(counter)
+    key = counter_key(counter)
+    return ExtractiveSummarizer(counter, memo=lambda k, compute: cache.get("summary_reading", (k, key), compute))
+
+
+def fold_ahead(turn: Turn, uris: "dict[str, str]", counter: TokenCounting, cache: PackCache) -> None:
+    """Fill the caches with what a compaction reads of a (masked) turn it will fold: its fold line, counted
+    and quoted as the block shows it, and the summary's reading of that line, each line it puts counted as
+    the summary and the block count it (`count_lines`: a line with its line break). Only caches by content:
+    a hit equals a miss."""
+    line = fold_turn(turn, uris, counter, cache=cache)
+    counter.count_text(line)
+    counter.count_text(quote(f"- {line}") + "\n")
+    summary = summarizer(counter, cache)
+    for section, _, text in summary.reading(line):
+        if section == "Progress":
+            summary.plain(text)
+        for shown in (f"- {text}", f"- {text}\n", quote(f"- {text}") + "\n"):
+            counter.count_text(shown)
+
+
 @dataclass(frozen=True)
 class Zones:
     summary: RunningSummary
@@ -101,8 +127,8 @@ def decay_zones(folded: Sequence[Turn], previous: RunningSummary, *, goal: str, 
         cut += 1
     if not cut:
         return Zones(previous, tuple(lines), ())
-    summarizer = ExtractiveSummarizer(counter)
-    text = summarizer.summarize(previous.text or None, lines[:cut], goal=goal, max_tokens=summary_max_tokens)
+    text = summarizer(counter, cache).summarize(previous.text or None, lines[:cut], goal=goal,
+                                                max_tokens=summary_max_tokens)
     summary = RunningSummary(text=text, covered_until=uncovered[cut - 1].start)
     return Zones(summary, tuple(lines[cut:]), tuple(t.start for t in uncovered[:cut]), tuple(lines[:cut]))
 

@@ -14,18 +14,18 @@ the turns still verbatim, after a call's request has gone out, leaves the compac
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from functools import partial
 
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .cache import PackCache
 from .collect import PackInputs, PackState, turn_start
-from .conversation import compacted_reader, verbatim_zone
-from .decay import fold_turn
+from .conversation import CompactedReader, Verbatim, compacted_reader, verbatim_zone
+from .decay import RunningSummary, fold_ahead
 from .known_values import known_values_of, turn_text, visible_words
-from .prepare import prepare
-from .render import masking, quote
+from .prepare import Prepared, prepare
+from .render import masking
 from .retrieve import Retriever
 from .select import history_document, pinned_neighbours, request_documents
 from .values_ahead import values_ahead
@@ -37,7 +37,7 @@ def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, 
                retriever: Retriever, cache: PackCache) -> int:
     """Mask, extract the values of, fold, and analyse and embed the documents of the turns `state` left
     verbatim (the pack built from `inputs`), and the newest compacted turn's document as the next compaction
-    reads it; returns how many turns were read."""
+    reads it; read the block's fold lines as the summary will; returns how many verbatim turns were read."""
     with masking(profile.redaction):
         prepared = prepare(inputs, profile, counter, cache)
         zone = verbatim_zone(state, inputs.request.messages)
@@ -49,9 +49,8 @@ def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, 
             visible_words(turn_text(turn), cache)
         for turn in map(reader.read, kept):
             known_values_of(turn, cache)
-            line = fold_turn(turn, reader.uris, counter, cache=cache)  # as `decay_zones` folds, counts and quotes it
-            counter.count_text(line)
-            quote(f"- {line}")
+            fold_ahead(turn, reader.uris, counter, cache)  # as `decay_zones` folds and summarizes it
+        _block_ahead(prepared, zone, state, reader, counter, cache)
         values_ahead(inputs, prepared, zone, profile, counter=counter, cache=cache)  # merged as it will be
     # each kept turn's document as a compaction will build it (kept in `cache`, where the compaction looks it
     # up), analysed and embedded for the index (`Retriever.ahead`): with the turn after it, and without it (the
@@ -72,3 +71,16 @@ def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, 
                      *(document(i) for i in pinned_neighbours(pinned, tail) if i not in rows),
                      *request_documents(inputs, turns, zone.pinned, counter.count_text, cache)])
     return len(kept)
+
+
+def _block_ahead(prepared: Prepared, zone: Verbatim, state: PackState, reader: CompactedReader,
+                 counter: TokenCounting, cache: PackCache) -> None:
+    """The block's fold lines read as the summary will, once per block: a later compaction folds them into
+    the summary, and a first compaction's turns were never verbatim at a call before it."""
+    if not zone.block or cache.lookup("block_ahead", zone.block) is not None:
+        return
+    compacted = zone.split(prepared.turns)[0]
+    covered = RunningSummary.from_json(state.summary).covered_until
+    for turn in map(reader.read, compacted[bisect_right(compacted, covered, key=turn_start):]):
+        fold_ahead(turn, reader.uris, counter, cache)
+    cache.put("block_ahead", zone.block, True)
