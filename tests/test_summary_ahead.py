@@ -49,24 +49,16 @@ class Counting:
         return getattr(self.inner, name)
 
 
-async def test_a_compaction_summary_reads_and_encodes_no_line_the_work_ahead_could(memory_store_url, monkeypatch):
-    """The fold lines a summary takes in were fold lines of turns the work ahead read while they were
-    verbatim: their reading (the clipped Progress line, its decisions, errors and files), whether a line
-    names anything, and the counts of the lines the summary and the block show are kept then, and the
-    summary's text is counted by its lines. So each summary after the first finds no reference in a line
-    and encodes nothing while it writes its summary, and sends what a packer that works nothing ahead sends."""
-    summaries: list[int] = []  # the calls whose pack wrote a summary
-    searched: list[int] = []  # the calls whose summary looked for references in a line on the pack thread
-    encoded: dict[int, int] = {}
+def _record_searches(monkeypatch, searched: list[int], on_write=None) -> list[bool]:  # type: ignore[no-untyped-def]
+    """Patch the summarizer so that each call whose summary looks for references in a line on the pack thread
+    is noted in `searched` (`on_write(summarizer)` runs first at each summary); returns the flag that is
+    True while a summary is written."""
     inside = [False]
     write, find = summarize_module.ExtractiveSummarizer.summarize, summarize_module.extract_references
 
     def writing(self, previous, items, **kw):  # type: ignore[no-untyped-def]
-        counter = self.counter
-        if not isinstance(counter._encoding, Encoding):
-            counter._encoding = Encoding(counter._encoding, inside, encoded)
-        if _on_pack_thread():
-            summaries.append(CALL[0] + 1)
+        if on_write is not None:
+            on_write(self)
         inside[0] = True
         try:
             return write(self, previous, items, **kw)
@@ -79,6 +71,26 @@ async def test_a_compaction_summary_reads_and_encodes_no_line_the_work_ahead_cou
         return find(text, **kw)
     monkeypatch.setattr(summarize_module.ExtractiveSummarizer, "summarize", writing)
     monkeypatch.setattr(summarize_module, "extract_references", finding)
+    return inside
+
+
+async def test_a_compaction_summary_reads_and_encodes_no_line_the_work_ahead_could(memory_store_url, monkeypatch):
+    """The fold lines a summary takes in were fold lines of turns the work ahead read while they were
+    verbatim: their reading (the clipped Progress line, its decisions, errors and files), whether a line
+    names anything, and the counts of the lines the summary and the block show are kept then, and the
+    summary's text is counted by its lines. So each summary after the first finds no reference in a line
+    and encodes nothing while it writes its summary, and sends what a packer that works nothing ahead sends."""
+    summaries: list[int] = []  # the calls whose pack wrote a summary
+    searched: list[int] = []  # the calls whose summary looked for references in a line on the pack thread
+    encoded: dict[int, int] = {}
+
+    def writing(summarizer) -> None:  # type: ignore[no-untyped-def]
+        counter = summarizer.counter
+        if not isinstance(counter._encoding, Encoding):
+            counter._encoding = Encoding(counter._encoding, inside, encoded)
+        if _on_pack_thread():
+            summaries.append(CALL[0] + 1)
+    inside = _record_searches(monkeypatch, searched, writing)
     seen = {}
     for ahead in (True, False):
         if not ahead:  # the control: no work ahead, so each compaction reads and counts its lines itself
@@ -103,26 +115,11 @@ async def test_a_summary_reads_no_line_of_a_block_the_work_ahead_saw(memory_stor
     from aether_context.pipeline import warm
 
     searched: list[int] = []  # the calls whose summary looked for references in a line on the pack thread
-    inside = [False]
-    write, find, ahead = summarize_module.ExtractiveSummarizer.summarize, summarize_module.extract_references, \
-        warm.warm_ahead
-
-    def writing(self, previous, items, **kw):  # type: ignore[no-untyped-def]
-        inside[0] = True
-        try:
-            return write(self, previous, items, **kw)
-        finally:
-            inside[0] = False
-
-    def finding(text, **kw):  # type: ignore[no-untyped-def]
-        if inside[0] and _on_pack_thread():
-            searched.append(CALL[0] + 1)
-        return find(text, **kw)
+    ahead = warm.warm_ahead
 
     def after_first_compaction(inputs, state, *args, **kwargs):  # type: ignore[no-untyped-def]
         return ahead(inputs, state, *args, **kwargs) if state.compactions else 0
-    monkeypatch.setattr(summarize_module.ExtractiveSummarizer, "summarize", writing)
-    monkeypatch.setattr(summarize_module, "extract_references", finding)
+    _record_searches(monkeypatch, searched)
     monkeypatch.setattr(packer, "warm_ahead", after_first_compaction)
     seen = {}
     for block in (True, False):
