@@ -239,7 +239,8 @@ def plan_values(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, 
 
 
 def compaction_cuts(inputs: PackInputs, profile: BudgetProfile, zone: Verbatim, turns: "tuple[Turn, ...]",
-          counter: TokenCounting, target: int, ceiling: int) -> "Callable[[int], tuple[int, tuple[int, ...]]]":
+                    counter: TokenCounting, target: int, ceiling: int
+                    ) -> "Callable[[int], tuple[int, tuple[int, ...]]]":
     """`_cut_at` by the block's room, asked for up to three times (the held try's most room may be the
     values' claim)."""
     return lru_cache(maxsize=4)(partial(_cut_at, inputs, profile, zone, turns, counter, target, ceiling))
