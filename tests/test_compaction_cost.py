@@ -18,11 +18,16 @@ ON_PACK_THREAD: list[tuple[int, str]] = []  # (call, text) embedded on the pack 
 CALL = [-1]
 
 
+def on_pack_thread() -> bool:
+    """Whether this runs on the pack thread (the request's path), not the work-ahead thread."""
+    return threading.current_thread().name.startswith("aether-pack")
+
+
 class RecordingEmbedder(HashingEmbedder):
     """The hashing embedder, noting each text it embeds on the pack thread (the request's path)."""
 
     def embed(self, texts):  # type: ignore[no-untyped-def]
-        if threading.current_thread().name.startswith("aether-pack"):
+        if on_pack_thread():
             ON_PACK_THREAD.extend((CALL[0] + 1, t) for t in texts)  # the next call's pack
         return super().embed(texts)
 
@@ -56,7 +61,7 @@ class CarryCache(PackCache):
         self.folded: list[int] = []
 
     def get(self, kind, key, compute):  # type: ignore[no-untyped-def]
-        if kind == "fold_line" and threading.current_thread().name.startswith("aether-pack") \
+        if kind == "fold_line" and on_pack_thread() \
                 and self.lookup(kind, key) is None:
             self.folded.append(CALL[0] + 1)  # the next call's pack
         return super().get(kind, key, compute)
@@ -143,7 +148,7 @@ async def test_a_compaction_analyses_no_document_the_work_ahead_could(memory_sto
     analyse = Analyzer.analyse
 
     def recording(self, text):  # type: ignore[no-untyped-def]
-        if threading.current_thread().name.startswith("aether-pack"):
+        if on_pack_thread():
             analysed.append((CALL[0] + 1, text))
         return analyse(self, text)
     monkeypatch.setattr(Analyzer, "analyse", recording)
@@ -171,7 +176,7 @@ async def test_a_compaction_keys_no_document_the_work_ahead_could(memory_store_u
     normalize, add = analyzer.normalize_text, index.HybridIndex.add
 
     def recording(text):  # type: ignore[no-untyped-def]
-        if threading.current_thread().name.startswith("aether-pack"):
+        if on_pack_thread():
             normalised.append((CALL[0] + 1, text))
         return normalize(text)
 
@@ -212,13 +217,13 @@ async def test_a_compaction_places_only_the_value_sources_it_adds(memory_store_u
     order, merged = value_merge._order, known_values.merged_values
 
     def placing(vs):  # type: ignore[no-untyped-def]
-        if threading.current_thread().name.startswith("aether-pack"):  # the request's path, not the work ahead
+        if on_pack_thread():  # the request's path, not the work ahead
             placed.append(CALL[0] + 1)
         return order(vs)
 
     def merging(sets, *, visible="", since=None, read=None):  # type: ignore[no-untyped-def]
         out = merged(sets, visible=visible, since=since, read=read)
-        if threading.current_thread().name.startswith("aether-pack"):
+        if on_pack_thread():
             merges.append((CALL[0] + 1, since is not None, len(out.sources)))
         return out
     monkeypatch.setattr(value_merge, "_order", placing)
@@ -251,7 +256,8 @@ async def test_a_compaction_that_cannot_hold_the_payload_merges_no_value(memory_
         return out
 
     def values(*args, **kwargs):  # type: ignore[no-untyped-def]
-        values_in.append(True)
+        if on_pack_thread():  # the work ahead plans the next compaction's values meanwhile, on its own thread
+            values_in.append(True)
         return known(*args, **kwargs)
     monkeypatch.setattr(build, "compact", compacting)
     monkeypatch.setattr(conversation, "known_values", values)
@@ -297,17 +303,14 @@ async def test_a_compaction_ranks_only_the_value_sources_the_last_render_did_not
     seen: dict[int, object] = {}  # the sources rendered so far, by id (held: an id is not reused)
     rank, render = values_module._field_rank, known_values.render_values
 
-    def on_path() -> bool:
-        return threading.current_thread().name.startswith("aether-pack")
-
     def ranking(*args, **kwargs):  # type: ignore[no-untyped-def]
-        (ranked if on_path() else ranked_anywhere).append(CALL[0] + 1)
+        (ranked if on_pack_thread() else ranked_anywhere).append(CALL[0] + 1)
         return rank(*args, **kwargs)
 
     def rendering(sets, *args, **kwargs):  # type: ignore[no-untyped-def]
         sets = list(sets)
         new = sum(len(vs.fields) for vs in sets if seen.get(id(vs)) is not vs)
-        if on_path():
+        if on_pack_thread():
             renders.append((CALL[0] + 1, sum(len(vs.fields) for vs in sets), new))
         seen.update((id(vs), vs) for vs in sets)
         return render(sets, *args, **kwargs)
@@ -336,7 +339,8 @@ async def test_a_new_compaction_block_is_counted_by_its_new_lines(memory_store_u
             self.inner = inner
 
         def encode_ordinary(self, text):  # type: ignore[no-untyped-def]
-            encoded[0] += len(text)
+            if on_pack_thread():  # not the work ahead's counts, which may run meanwhile
+                encoded[0] += len(text)
             return self.inner.encode_ordinary(text)
 
         def __getattr__(self, name):  # type: ignore[no-untyped-def]
@@ -360,20 +364,28 @@ async def test_a_new_compaction_block_is_counted_by_its_new_lines(memory_store_u
 async def test_the_pinned_opening_request_is_cut_once_per_cap(memory_store_url, monkeypatch):
     """Every compaction of a session pins the same opening request, cut middle-out to the block's share
     (a binary search of its prefix and suffix, each counted): the cut is kept (the packer's cache), so a
-    later compaction with the same cap does not cut it again."""
+    later compaction with the same cap does not cut it again. Counted on the request's path (the pack
+    thread): the work ahead plans the next compaction's values with its opening too, on its own thread,
+    and may cut a new cap at the same time as a call."""
     from aether_context.pipeline import conversation
 
     cuts: list[tuple[str, int]] = []
     cut = conversation.middle_out
 
     def cutting(text, max_tokens, counter, *args, **kwargs):  # type: ignore[no-untyped-def]
-        cuts.append((text, max_tokens))
+        if on_pack_thread():
+            cuts.append((text, max_tokens))
         return cut(text, max_tokens, counter, *args, **kwargs)
     monkeypatch.setattr(conversation, "middle_out", cutting)
-    pinned: list[str] = []  # per opening request a compaction pinned
+    pinned: list[str] = []  # per opening request a compaction pinned on the request's path
     opening = conversation._opening
-    monkeypatch.setattr(conversation, "_opening", lambda *a, **kw: (lambda text: text and pinned.append(text) or text)(
-        opening(*a, **kw)))
+
+    def pinning(*args, **kwargs) -> str:  # type: ignore[no-untyped-def]
+        text = opening(*args, **kwargs)
+        if text and on_pack_thread():
+            pinned.append(text)
+        return text
+    monkeypatch.setattr(conversation, "_opening", pinning)
     p, runner = _booking_chat(f"{memory_store_url}/opening", stride=2)
     await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="chat")
     await run_turn(runner, "chat", "Audit these bookings one by one: " + filler(900, seed=5))
@@ -406,7 +418,7 @@ async def test_a_compaction_reads_no_verbatim_text_the_work_ahead_could(memory_s
             self.inner = inner
 
         def findall(self, text):  # type: ignore[no-untyped-def]
-            if threading.current_thread().name.startswith("aether-pack"):
+            if on_pack_thread():
                 read.append(CALL[0] + 1)
             return self.inner.findall(text)
     monkeypatch.setattr(_visible_text, "_WORD", Words(_visible_text._WORD))
@@ -440,7 +452,7 @@ async def test_a_compaction_merges_the_values_the_work_ahead_planned(memory_stor
     order = value_merge._order
 
     def placing(vs):  # type: ignore[no-untyped-def]
-        if threading.current_thread().name.startswith("aether-pack"):
+        if on_pack_thread():
             placed.append(CALL[0] + 1)
         return order(vs)
     monkeypatch.setattr(value_merge, "_order", placing)

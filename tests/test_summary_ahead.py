@@ -3,19 +3,13 @@ summary a compaction writes costs it lookups, not a reading of each line and an 
 
 from __future__ import annotations
 
-import threading
-
 from aether_context.adk import packer
 from aether_context.adk.worker import wait_ahead
 from aether_context.compress import summarize as summarize_module
 from aether_context.pipeline.cache import PackCache
 
 from conftest import filler, run_turn
-from test_compaction_cost import CALL, _booking_chat, _run
-
-
-def _on_pack_thread() -> bool:
-    return threading.current_thread().name.startswith("aether-pack")
+from test_compaction_cost import CALL, _booking_chat, _run, on_pack_thread
 
 
 class Encoding:
@@ -25,7 +19,7 @@ class Encoding:
         self.inner, self.inside, self.encoded = inner, inside, encoded
 
     def encode_ordinary(self, text):  # type: ignore[no-untyped-def]
-        if self.inside[0] and _on_pack_thread():
+        if self.inside[0] and on_pack_thread():
             self.encoded[CALL[0] + 1] = self.encoded.get(CALL[0] + 1, 0) + len(text)
         return self.inner.encode_ordinary(text)
 
@@ -41,7 +35,7 @@ class Counting:
         self.inner, self.inside, self.encoded = inner, inside, encoded
 
     def encode_ordinary(self, text):  # type: ignore[no-untyped-def]
-        if self.inside[0] and _on_pack_thread():
+        if self.inside[0] and on_pack_thread():
             self.encoded[0] += len(text)
         return self.inner.encode_ordinary(text)
 
@@ -66,7 +60,7 @@ def _record_searches(monkeypatch, searched: list[int], on_write=None) -> list[bo
             inside[0] = False
 
     def finding(text, **kw):  # type: ignore[no-untyped-def]
-        if inside[0] and _on_pack_thread():
+        if inside[0] and on_pack_thread():
             searched.append(CALL[0] + 1)
         return find(text, **kw)
     monkeypatch.setattr(summarize_module.ExtractiveSummarizer, "summarize", writing)
@@ -88,7 +82,7 @@ async def test_a_compaction_summary_reads_and_encodes_no_line_the_work_ahead_cou
         counter = summarizer.counter
         if not isinstance(counter._encoding, Encoding):
             counter._encoding = Encoding(counter._encoding, inside, encoded)
-        if _on_pack_thread():
+        if on_pack_thread():
             summaries.append(CALL[0] + 1)
     inside = _record_searches(monkeypatch, searched, writing)
     seen = {}
