@@ -4,7 +4,7 @@ joined by line breaks): which values it holds as whole tokens or phrases, so the
 Why apart from the merge: the text comes in parts that mostly stay from one merge to the next, and what
 is read of a part (its tokens and runs of word characters) is kept by the part (`visible_part`), as is
 whether the text holds each phrase (`SeenText.phrases`): a phrase no part that changed contains keeps
-its standing (`SeenText.delta`).
+its standing (`SeenText.carried`).
 """
 
 from __future__ import annotations

@@ -266,9 +266,8 @@ class _Ranks:
             self.memo[id(vs)] = (vs, out)
         return out
 
-
     def _rank(self, field: "tuple[str, tuple[str, ...]]") -> int:
-        rank = self.fields[field] = _field_rank(*field, self.params, self.names)
+        self.fields[field] = rank = _field_rank(*field, self.params, self.names)
         return rank
 
 
