@@ -137,6 +137,13 @@ async def test_a_compaction_folds_no_turn_the_work_ahead_could(memory_store_url)
     assert set(compacting) <= set(control.folded), control.folded
 
 
+def _no_search_ahead(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The compactions add their new documents to Memory's index on their own path: the Memory search ranked ahead
+    (`memory_ahead`) would add them first, and leave these tests nothing to see."""
+    from aether_context.pipeline import warm
+    monkeypatch.setattr(warm, "memory_ahead", lambda *args, **kwargs: False)
+
+
 async def test_a_compaction_analyses_no_document_the_work_ahead_could(memory_store_url, monkeypatch):
     """The documents a compaction adds to Memory's index were analysed for BM25 by the work ahead
     (`Retriever.ahead`): a compaction after the first analyses its question on the request's path, not
@@ -152,6 +159,7 @@ async def test_a_compaction_analyses_no_document_the_work_ahead_could(memory_sto
             analysed.append((CALL[0] + 1, text))
         return analyse(self, text)
     monkeypatch.setattr(Analyzer, "analyse", recording)
+    _no_search_ahead(monkeypatch)
     per_call = {}
     for ahead in (True, False):
         if not ahead:  # the control: documents are embedded ahead, not analysed
@@ -186,6 +194,7 @@ async def test_a_compaction_keys_no_document_the_work_ahead_could(memory_store_u
         return add(self, documents, **kw)
     monkeypatch.setattr(analyzer, "normalize_text", recording)
     monkeypatch.setattr(index.HybridIndex, "add", adding)
+    _no_search_ahead(monkeypatch)
     per_call = {}
     for ahead in (True, False):
         if not ahead:  # the control: documents are analysed and embedded ahead, not keyed

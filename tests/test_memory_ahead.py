@@ -55,10 +55,11 @@ def _steps(embedder: PackThreadDocuments, turns: int) -> list:
     return [step(i, r) for i, r in enumerate(replies)]
 
 
-async def _chat(store: str, monkeypatch, *, work_ahead: bool = True, notes: int = 0
+async def _chat(store: str, monkeypatch, *, work_ahead: bool = True, notes: int = 0, plugins: "list | None" = None
                 ) -> "tuple[PackThreadDocuments, list, list]":
     """Eight user turns of `LOOKUPS` lookups each at a 5K window (with `notes` remembered facts in Memory's pool);
-    the embedder, the compaction calls, and per call whether its zone keeps a request pinned among compacted turns."""
+    the embedder, the compaction calls, and per call whether its zone keeps a request pinned among compacted turns
+    (the plugin is appended to `plugins`, when given)."""
     from aether_context.pipeline import build
 
     pinned: list[bool] = []
@@ -72,6 +73,8 @@ async def _chat(store: str, monkeypatch, *, work_ahead: bool = True, notes: int 
     embedder = PackThreadDocuments()
     agent, _ = scripted_agent(_steps(embedder, 8), tools=[lookup_booking])
     plugin = ContextPackPlugin(store=store, window_tokens=5_000, embedder=embedder, work_ahead=work_ahead)
+    if plugins is not None:
+        plugins.append(plugin)
     runner = make_runner(agent, plugins=[plugin])
     facts = [{"text": f"note {i}: booking ref{i} moved to gate {i % 7}. " + filler(30, seed=i), "timestamp": 1.7e9 + i}
              for i in range(notes)]
@@ -152,5 +155,48 @@ async def test_a_compaction_multiplies_only_the_vectors_embedded_since_its_quest
     monkeypatch.setattr(PackThreadDocuments, "__init__", noted)
     _, compacting, _ = await _chat(f"{memory_store_url}/products", monkeypatch, notes=80)
     later = [(rows, size) for k, rows, size in products if k in compacting[1:]]
-    assert len(later) >= 3, (compacting, products)
+    # the compactions that hold the payload find their search ranked ahead (no product on the request's path at
+    # all: `test_a_compaction_that_holds_the_payload_finds_its_memory_ranked_ahead`); the others multiply here
+    assert len(later) >= 2, (compacting, products)
     assert all(2 * rows < size for rows, size in later), later  # the new vectors, not the matrix
+
+
+async def test_a_compaction_that_holds_the_payload_finds_its_memory_ranked_ahead(memory_store_url, monkeypatch):
+    """A compaction inside a tool loop keeps the payload as sent and ranks Memory once, at the payload's clock, over
+    the turns it compacts: the work ahead plans its cut and ranks that pool while the model answers, so such a
+    compaction runs no Memory search on the request's path (without the work ahead, each does), and sends what
+    a packer without the work ahead sends."""
+    from aether_context.pipeline import retrieve
+    from aether_context.retrieval import HybridIndex
+
+    searched: list[int] = []  # per Memory search on the pack thread: the call
+    layer, embedders, plugins = [""], [], []
+    rank, search, init = retrieve.Retriever.rank, HybridIndex.search, PackThreadDocuments.__init__
+
+    def ranking(self, namespace, kind, *args, **kwargs):  # type: ignore[no-untyped-def]
+        layer[0] = kind
+        return rank(self, namespace, kind, *args, **kwargs)
+
+    def searching(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if layer[0] == "memory" and threading.current_thread().name.startswith("aether-pack"):
+            searched.append(embedders[-1].call + 1)
+        return search(self, *args, **kwargs)
+
+    def noted(self):  # type: ignore[no-untyped-def]
+        init(self)
+        embedders.append(self)
+    monkeypatch.setattr(retrieve.Retriever, "rank", ranking)
+    monkeypatch.setattr(HybridIndex, "search", searching)
+    monkeypatch.setattr(PackThreadDocuments, "__init__", noted)
+    sent, holding = {}, {}
+    for ahead in (True, False):
+        searched.clear()
+        _, compacting, _ = await _chat(f"{memory_store_url}/ranked-{ahead}", monkeypatch, work_ahead=ahead,
+                                       plugins=plugins)
+        recent = plugins[-1].packer.recent
+        sent[ahead] = [r.manifest.checksum for r in recent]
+        holding[ahead] = [k for k in compacting if recent[k].manifest.reused_payload]
+        assert len(holding[ahead]) >= 3, compacting
+        # after the first (its pool was never planned ahead), none searches; without the work ahead, each does
+        assert [k for k in holding[ahead][1:] if k in searched] == ([] if ahead else holding[ahead][1:]), searched
+    assert sent[True] == sent[False]

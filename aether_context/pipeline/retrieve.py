@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from itertools import compress, count
 from operator import is_not
 from typing import Callable, Iterable, Sequence
@@ -23,6 +24,7 @@ from typing import Callable, Iterable, Sequence
 from ..retrieval import Document, EmbeddingCache, HybridIndex, RetrievalResult, RetrievalSettings
 from ..retrieval.analyzer import STOP_WORDS, Analyzer
 from ..retrieval.embeddings import Embedder, SentenceTransformerEmbedder, text_hash
+from ..retrieval.index import LAST_SEARCHES
 from ..retrieval.threads import bounded_threads
 from .collect import TaskSpec
 
@@ -36,6 +38,24 @@ def retrieval_query(request: str, task: TaskSpec) -> str:
     """What a call ranks Evidence and Memory for: its user request's text, the goal, the step and the acceptance
     checklist (`select.query_text`; guessed before the call by the work ahead, `ContextPacker.on_user_message`)."""
     return "\n".join(x for x in (request, task.goal, task.step, *task.acceptance) if x)
+
+
+@dataclass(frozen=True, eq=False)
+class _Search:
+    """One search `Retriever.rank` keeps: its pool and the pool's ids, what it ranked by (all but the exclusion),
+    the ids of the pool's documents the exclusion took out, and its result."""
+
+    pool: "tuple[Document, ...]"
+    ids: frozenset[str]
+    args: tuple
+    excluded: frozenset[str]
+    result: RetrievalResult
+
+
+def _excluded(index: HybridIndex, exclude: "tuple[str, ...]", ids: "frozenset[str] | None") -> frozenset[str]:
+    """The ids of `index`'s documents holding an excluded text (of those in `ids`, when given)."""
+    out = frozenset(index._ids[r] for r in index._excluded_rows(exclude))
+    return out if ids is None else out & ids
 
 
 def _same_objects(old: "Sequence[Document]", new: "Sequence[Document]") -> int:
@@ -72,6 +92,9 @@ class Retriever:
         # per index: the pool it was last synced to (held: its documents stay the objects compared), whether its
         # ids were unique (`_sync`)
         self._pools: dict[int, tuple[HybridIndex, tuple[Document, ...], bool]] = {}
+        # per index: its last searches, each with its pool (and the pool's ids), what it ranked by, the ids the
+        # exclusion took out of the pool and its result (`_kept_search`)
+        self._searches: dict[int, tuple[_Search, ...]] = {}
 
     def available(self) -> bool:
         """False when the embedder cannot run here (the light install): ranking is lexical for good."""
@@ -194,7 +217,9 @@ class Retriever:
             index = HybridIndex(self.settings, cache=self.cache, analyzer=self.analyzer)
             self._indexes[key] = index
             while len(self._indexes) > self._max:
-                self._pools.pop(id(self._indexes.popitem(last=False)[1]), None)
+                gone = id(self._indexes.popitem(last=False)[1])
+                self._pools.pop(gone, None)
+                self._searches.pop(gone, None)
         self._indexes.move_to_end(key)
         return index
 
@@ -205,6 +230,7 @@ class Retriever:
             index = self._indexes.pop(key, None)
             if index is not None:
                 self._pools.pop(id(index), None)
+                self._searches.pop(id(index), None)
 
     def rank(self, namespace: str, layer: str, query: str, documents: Sequence[Document], *, k: int,
              count_tokens: Callable[[str], int] | None, now: float | None, exclude: Iterable[str] = (),
@@ -225,20 +251,51 @@ class Retriever:
         with bounded_threads(self.settings.embedding_threads):
             index = self._index(namespace, layer)
             documents = tuple(documents)  # a tuple given (the Memory pool carried from the last call) is not copied
-            with index._lock:  # the pool recorded is the pool the index holds, whatever other threads do
+            exclude = tuple(exclude)
+            args = (query, k, count_tokens, now, dense, pool)
+            # one critical section: the pool recorded is the pool the index holds, and the search reads it,
+            # whatever other threads do (the work ahead ranks the next compaction's pool: `memory_ahead`)
+            with index._lock:
+                slot = id(index)
+                kept = self._kept_search(index, slot, documents, args, exclude) if now is not None else None
+                if kept is not None:
+                    return kept
                 # forgotten until synced: a sync or an add that fails half way leaves an index that is no
                 # known pool, and the next call syncs it whole (`index.ids()`), not from a tail
-                held = self._pools.pop(id(index), None)
+                held = self._pools.pop(slot, None)
                 fresh, unique = self._sync(index, documents, held)
                 index.add(fresh, embed=dense)
-                self._pools[id(index)] = (index, documents, unique)
-            if not documents or k < 1:
-                return RetrievalResult(query, (), {"retrieval_hit_rate": 0.0, "similarity": 0.0, "freshness": 0.0,
-                                                   "selected": 0.0, "dense_off": float(not dense),
-                                                   "empty_query": 0.0, "timestamps_ignored": 0.0})
-            settings = self.settings.model_copy(update={"candidate_pool": pool}) if pool else None
-            return index.search(query, k=k, count_tokens=count_tokens, now=now, exclude=exclude, dense=dense,
-                                settings=settings)
+                self._pools[slot] = (index, documents, unique)
+                if not documents or k < 1:
+                    return RetrievalResult(query, (), {"retrieval_hit_rate": 0.0, "similarity": 0.0,
+                                                       "freshness": 0.0, "selected": 0.0, "dense_off": float(not dense),
+                                                       "empty_query": 0.0, "timestamps_ignored": 0.0})
+                settings = self.settings.model_copy(update={"candidate_pool": pool}) if pool else None
+                result = index.search(query, k=k, count_tokens=count_tokens, now=now, exclude=exclude, dense=dense,
+                                      settings=settings)
+                ids = frozenset(d.id for d in documents)
+                searches = self._searches.get(slot, ())[-(LAST_SEARCHES - 1):]
+                self._searches[slot] = (*searches, _Search(documents, ids, args, _excluded(index, exclude, ids),
+                                                                result))
+                return result
+
+    def _kept_search(self, index: HybridIndex, slot: int, documents: "tuple[Document, ...]", args: tuple,
+                     exclude: "tuple[str, ...]") -> RetrievalResult | None:
+        """The result of one of `index`'s last searches (kept under `slot`, its id) over the same pool (the same objects) with the same query,
+        clock and settings, whose exclusion took the same documents out of it: a search at a clock is a function of
+        those alone, not of what the index held before (its rows are ranked in id order; without a clock it reads
+        the newest time ever added), so a call that repeats one (a payload kept as sent ranks at its own clock)
+        is not synced back from the pool the work ahead ranked meanwhile."""
+        searches, found = self._searches.get(slot, ()), None
+        for at in range(len(searches) - 1, -1, -1):
+            search = searches[at]
+            if search.args == args and (search.pool is documents or (
+                    len(search.pool) == len(documents) and _same_objects(search.pool, documents) == len(documents))):
+                found = found if found is not None else _excluded(index, exclude, None)
+                if found & search.ids == search.excluded:  # kept the longest: the work ahead's come and go
+                    self._searches[slot] = (*searches[:at], *searches[at + 1:], search)
+                    return search.result
+        return None
 
 
 _DEFAULT: dict[str, Retriever] = {}

@@ -26,21 +26,22 @@ __all__ = ["values_ahead"]
 
 
 def values_ahead(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: BudgetProfile, *,
-                 counter: TokenCounting, cache: PackCache) -> bool:
+                 counter: TokenCounting, cache: PackCache) -> "tuple[Prepared, Verbatim] | None":
     """Plan the known values of the compaction of `prepared`'s turns (the zone `zone` as the call left it)
     that the next call would make if it added a turn the size of the newest, with the target, ceiling and
-    window of the conversation's last compaction, leaving its merges and renders in `cache`; False when
-    the conversation has not compacted yet (nothing to plan with)."""
+    window of the conversation's last compaction, leaving its merges and renders in `cache`. Returns the
+    turns with the guessed one and the zone planned (what `memory_ahead` ranks for); None when the
+    conversation has not compacted yet (nothing to plan with)."""
     turns = prepared.turns
     held = cache.lookup("compaction_target", id(turns[0])) if turns and zone.through > 0 else None
     if held is None or held[0] is not turns[0]:
-        return False
+        return None
     _, target, ceiling, window = held
     # the next call's turn, guessed as one like the newest: it moves the cut as the real one will, and its
     # text joins what the compaction leaves verbatim (the words every turn of a loop shows stay put)
     coming = Turn(turns[-1].start + len(turns[-1].messages), turns[-1].messages)
     ahead = replace(prepared, loop=(*prepared.loop, coming))
     cut_at = compaction_cuts(inputs, profile, zone, ahead.turns, counter, target, ceiling)
-    plan_values(inputs, profile, ahead, zone, compacted_reader(inputs, ahead, cache), target=target,
-                window=window, counter=counter, cache=cache, cut_at=cut_at)
-    return True
+    planned = plan_values(inputs, profile, ahead, zone, compacted_reader(inputs, ahead, cache), target=target,
+                          window=window, counter=counter, cache=cache, cut_at=cut_at)
+    return ahead, planned[0]

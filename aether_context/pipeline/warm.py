@@ -9,9 +9,11 @@ once, ten times a normal call). Every one of those results is kept by content (t
 counter's and `quote`'s caches, the retriever's embedding cache and its analyzer), so computing them for
 the turns still verbatim, after a call's request has gone out, leaves the compaction only lookups.
 What is not per turn, the merge of the values, is planned for the compaction the next call would
-make (`values_ahead`): the compaction then merges only what its real new turn changed.
+make (`values_ahead`): the compaction then merges only what its real new turn changed; and when that
+compaction would keep the payload as sent, its Memory search is ranked too (`memory_ahead`).
 
-`warm_ahead` never changes a pack: it only fills caches whose hits equal their misses.
+`warm_ahead` never changes a pack: it only fills caches whose hits equal their misses (and syncs a
+retrieval index to a pool, which no search's result depends on).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from .known_values import known_values_of, turn_text, visible_words
 from .prepare import Prepared, prepare
 from .render import masking
 from .retrieve import Retriever
+from .memory_ahead import memory_ahead
 from .select import history_document, pinned_neighbours, request_documents
 from .values_ahead import values_ahead
 
@@ -53,7 +56,9 @@ def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, 
             known_values_of(turn, cache)
             fold_ahead(turn, reader.uris, counter, cache)  # as `decay_zones` folds and summarizes it
         _block_ahead(prepared, zone, state, reader, counter, cache)
-        values_ahead(inputs, prepared, zone, profile, counter=counter, cache=cache)  # merged as it will be
+        planned = values_ahead(inputs, prepared, zone, profile, counter=counter, cache=cache)  # merged as it will be
+        if planned is not None:  # and Memory ranked for it
+            memory_ahead(inputs, *planned, state, profile, counter=counter, retriever=retriever, cache=cache)
     # each kept turn's document as a compaction will build it (kept in `cache`, where the compaction looks it
     # up), analysed and embedded for the index (`Retriever.ahead`): with the turn after it, and without it (the
     # newest turn a compaction moves); and the newest compacted turn's with the turn after it, which it reads
