@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 from itertools import compress, count
 from operator import is_not
 from typing import Callable, Iterable, Sequence
@@ -40,22 +39,30 @@ def retrieval_query(request: str, task: TaskSpec) -> str:
     return "\n".join(x for x in (request, task.goal, task.step, *task.acceptance) if x)
 
 
-@dataclass(frozen=True, eq=False)
 class _Search:
-    """One search `Retriever.rank` keeps: its pool and the pool's ids, what it ranked by (all but the exclusion),
-    the ids of the pool's documents the exclusion took out, and its result."""
+    """One search `Retriever.rank` keeps: its pool, what it ranked by (all but the exclusion), the ids of the pool's
+    documents the exclusion took out, and its result; the pool's ids are listed only when a later exclusion takes
+    out a document (a verbatim text that some document holds: rare, and then only once)."""
 
-    pool: "tuple[Document, ...]"
-    ids: frozenset[str]
-    args: tuple
-    excluded: frozenset[str]
-    result: RetrievalResult
+    __slots__ = ("pool", "args", "excluded", "result", "_ids")
+
+    def __init__(self, pool: "tuple[Document, ...]", args: tuple, excluded: frozenset[str],
+                 result: RetrievalResult) -> None:
+        self.pool, self.args, self.excluded, self.result = pool, args, excluded, result
+        self._ids: frozenset[str] | None = None
+
+    def takes_out(self, found: frozenset[str]) -> frozenset[str]:
+        """Of the documents `found` (by id), those in this search's pool."""
+        if not found:
+            return found
+        if self._ids is None:
+            self._ids = frozenset(d.id for d in self.pool)
+        return found & self._ids
 
 
-def _excluded(index: HybridIndex, exclude: "tuple[str, ...]", ids: "frozenset[str] | None") -> frozenset[str]:
-    """The ids of `index`'s documents holding an excluded text (of those in `ids`, when given)."""
-    out = frozenset(index._ids[r] for r in index._excluded_rows(exclude))
-    return out if ids is None else out & ids
+def _excluded(index: HybridIndex, exclude: "tuple[str, ...]") -> frozenset[str]:
+    """The ids of `index`'s documents holding an excluded text."""
+    return frozenset(index._ids[r] for r in index._excluded_rows(exclude))
 
 
 def _same_objects(old: "Sequence[Document]", new: "Sequence[Document]") -> int:
@@ -92,8 +99,8 @@ class Retriever:
         # per index: the pool it was last synced to (held: its documents stay the objects compared), whether its
         # ids were unique (`_sync`)
         self._pools: dict[int, tuple[HybridIndex, tuple[Document, ...], bool]] = {}
-        # per index: its last searches, each with its pool (and the pool's ids), what it ranked by, the ids the
-        # exclusion took out of the pool and its result (`_kept_search`)
+        # per index: its last searches, each with its pool, what it ranked by, the ids the exclusion took out of
+        # the pool and its result (`_kept_search`)
         self._searches: dict[int, tuple[_Search, ...]] = {}
 
     def available(self) -> bool:
@@ -273,10 +280,9 @@ class Retriever:
                 settings = self.settings.model_copy(update={"candidate_pool": pool}) if pool else None
                 result = index.search(query, k=k, count_tokens=count_tokens, now=now, exclude=exclude, dense=dense,
                                       settings=settings)
-                ids = frozenset(d.id for d in documents)
                 searches = self._searches.get(slot, ())[-(LAST_SEARCHES - 1):]
-                self._searches[slot] = (*searches, _Search(documents, ids, args, _excluded(index, exclude, ids),
-                                                                result))
+                # the index holds this pool now: what the exclusion takes out of it is what it takes out of the index
+                self._searches[slot] = (*searches, _Search(documents, args, _excluded(index, exclude), result))
                 return result
 
     def _kept_search(self, index: HybridIndex, slot: int, documents: "tuple[Document, ...]", args: tuple,
@@ -291,8 +297,8 @@ class Retriever:
             search = searches[at]
             if search.args == args and (search.pool is documents or (
                     len(search.pool) == len(documents) and _same_objects(search.pool, documents) == len(documents))):
-                found = found if found is not None else _excluded(index, exclude, None)
-                if found & search.ids == search.excluded:  # kept the longest: the work ahead's come and go
+                found = found if found is not None else _excluded(index, exclude)
+                if search.takes_out(found) == search.excluded:  # kept the longest: the work ahead's come and go
                     self._searches[slot] = (*searches[:at], *searches[at + 1:], search)
                     return search.result
         return None
