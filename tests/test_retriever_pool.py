@@ -177,3 +177,23 @@ def test_a_search_repeated_over_a_pool_is_not_synced_back_and_ranks_as_a_fresh_i
     assert index._version != version
     assert other == rank(Retriever(embedder=HashingEmbedder()), pool, (pool[3].text,))
     assert first == rank(Retriever(embedder=HashingEmbedder()), pool)
+
+
+def test_a_kept_search_is_not_given_back_once_the_index_lacks_a_document_of_its_pool():
+    """What an exclusion takes out of a kept search's pool is read from the index: once the index has been synced
+    to a pool without one of its documents, an exclusion that would take that document out ranks again (and
+    ranks as a fresh index does), it does not get the kept result back."""
+    rng = random.Random(9)
+    kept = Retriever(embedder=HashingEmbedder())
+    pool = tuple(_doc(rng, k) for k in range(30))
+
+    def rank(retriever: Retriever, docs: "tuple[Document, ...]", exclude: "tuple[str, ...]" = ()) -> list:
+        result = retriever.rank("app/u/s/agent", "memory", QUERY, docs, k=8, count_tokens=None,
+                                now=1_700_000_100.0, exclude=exclude, dense=True)
+        return [i.document.id for i in result.items]
+
+    rank(kept, pool)
+    rank(kept, pool[:3] + pool[4:])  # another pool, without the fourth document
+    excluded = rank(kept, pool, (pool[3].text,))
+    assert excluded == rank(Retriever(embedder=HashingEmbedder()), pool, (pool[3].text,))
+    assert pool[3].id not in excluded

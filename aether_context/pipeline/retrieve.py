@@ -65,6 +65,13 @@ def _excluded(index: HybridIndex, exclude: "tuple[str, ...]") -> frozenset[str]:
     return frozenset(index._ids[r] for r in index._excluded_rows(exclude))
 
 
+def _holds(index: HybridIndex, held: "tuple | None", documents: "tuple[Document, ...]") -> bool:
+    """Whether `index` holds a document with the id and text of each of `documents` (`held`: the pool it was last
+    synced to, whose leading documents that are the same objects it holds)."""
+    same = _same_objects(held[1], documents) if held is not None and held[0] is index else 0
+    return all((doc := index.get(d.id)) is not None and doc.text == d.text for d in documents[same:])
+
+
 def _same_objects(old: "Sequence[Document]", new: "Sequence[Document]") -> int:
     """How many leading items of `old` and `new` are the same objects: one C-level pass (`map` of `is_not`), no
     list of their id()s (building one for a 5,000-document pool cost 0.4 ms a compaction)."""
@@ -287,17 +294,21 @@ class Retriever:
 
     def _kept_search(self, index: HybridIndex, slot: int, documents: "tuple[Document, ...]", args: tuple,
                      exclude: "tuple[str, ...]") -> RetrievalResult | None:
-        """The result of one of `index`'s last searches (kept under `slot`, its id) over the same pool (the same objects) with the same query,
-        clock and settings, whose exclusion took the same documents out of it: a search at a clock is a function of
-        those alone, not of what the index held before (its rows are ranked in id order; without a clock it reads
-        the newest time ever added), so a call that repeats one (a payload kept as sent ranks at its own clock)
-        is not synced back from the pool the work ahead ranked meanwhile."""
+        """The result of one of `index`'s last searches (kept under `slot`, its id) over the same pool (the same
+        objects) with the same query, clock and settings, whose exclusion took the same documents out of it: a
+        search at a clock is a function of those alone, not of what the index held before (its rows are ranked in
+        id order; without a clock it reads the newest time ever added), so a call that repeats one (a payload kept
+        as sent ranks at its own clock) is not synced back from the pool the work ahead ranked meanwhile. What the
+        exclusion takes out is read from the index, so only while it holds every text of the pool."""
         searches, found = self._searches.get(slot, ()), None
         for at in range(len(searches) - 1, -1, -1):
             search = searches[at]
             if search.args == args and (search.pool is documents or (
                     len(search.pool) == len(documents) and _same_objects(search.pool, documents) == len(documents))):
-                found = found if found is not None else _excluded(index, exclude)
+                if found is None:
+                    if not _holds(index, self._pools.get(slot), documents):
+                        return None
+                    found = _excluded(index, exclude)
                 if search.takes_out(found) == search.excluded:  # kept the longest: the work ahead's come and go
                     self._searches[slot] = (*searches[:at], *searches[at + 1:], search)
                     return search.result

@@ -279,8 +279,14 @@ def _namespace(inputs: PackInputs) -> str:
 def _memory_documents(inputs: PackInputs, compacted: "tuple[Turn, ...]", counter: TokenCounting,
                       cache: PackCache | None) -> tuple[Document, ...]:
     """Memory's pool: the remembered facts, then every compacted turn (the turns' documents carried from
-    the last call are the same tuple: without facts, the pool is that tuple, not a copy of it)."""
-    mem_docs = tuple(Document(m.id, m.text, m.source, m.timestamp) for m in inputs.memory)
+    the last call are the same tuple: without facts, the pool is that tuple, not a copy of it). A fact's
+    document is kept by its content: the retriever compares a pool with the last one, and finds a search it
+    kept, by the identity of its documents."""
+    def fact(m) -> Document:  # type: ignore[no-untyped-def]
+        key = (m.id, m.text, m.source, m.timestamp)
+        build = lambda: Document(*key)  # noqa: E731
+        return build() if cache is None else cache.get("fact_document", key, build)
+    mem_docs = tuple(map(fact, inputs.memory))
     return mem_docs + history_documents(compacted, inputs.message_times, counter.count_text, cache)
 
 
