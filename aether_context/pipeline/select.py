@@ -19,7 +19,7 @@ from ..retrieval.turns import TURNS_AFTER, TURNS_BEFORE, neighbours, turn_contex
 from .retrieve import Retriever, agent_namespace, retrieval_query
 from ..tokens import TokenCounting
 from .allocate import LAYER_OVERHEAD, Signals
-from .collect import PackInputs, TaskSpec, Turn, turn_start
+from .collect import MemoryItem, PackInputs, TaskSpec, Turn, turn_start
 from .cache import PackCache, counter_key
 from .incremental import grouped_turns, shared_prefix, turn_key
 from .lines import RENDERS, date_label, line_of
@@ -282,7 +282,7 @@ def _memory_documents(inputs: PackInputs, compacted: "tuple[Turn, ...]", counter
     the last call are the same tuple: without facts, the pool is that tuple, not a copy of it). A fact's
     document is kept by its content: the retriever compares a pool with the last one, and finds a search it
     kept, by the identity of its documents."""
-    def fact(m) -> Document:  # type: ignore[no-untyped-def]
+    def fact(m: MemoryItem) -> Document:
         key = (m.id, m.text, m.source, m.timestamp)
         build = lambda: Document(*key)  # noqa: E731
         return build() if cache is None else cache.get("fact_document", key, build)

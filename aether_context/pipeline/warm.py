@@ -3,8 +3,8 @@
 A compaction reads the turns it moves out of the verbatim zone: their secrets masked, the values
 they carried (KNOWN VALUES) and the words of those it leaves verbatim (which those values are not
 repeated from), their fold lines (counted, and quoted as the block shows them) and the running
-summary's reading of each (`decay.fold_ahead`), and, once they are Memory candidates, their retrieval documents' BM25 analysis and embeddings. Done at the
-compaction, that is a burst (a tool loop's compaction embedded and scanned three or four large turns at
+summary's reading of each (`decay.fold_ahead`), and, once they are Memory candidates, their retrieval
+documents' BM25 analysis and embeddings. Done at the compaction, that is a burst (a tool loop's compaction embedded and scanned three or four large turns at
 once, ten times a normal call). Every one of those results is kept by content (the `PackCache`, the
 counter's and `quote`'s caches, the retriever's embedding cache and its analyzer), so computing them for
 the turns still verbatim, after a call's request has gone out, leaves the compaction only lookups.
@@ -28,10 +28,10 @@ from .collect import PackInputs, PackState, turn_start
 from .conversation import CompactedReader, Verbatim, compacted_reader, verbatim_zone
 from .decay import RunningSummary, fold_ahead
 from .known_values import known_values_of, turn_text, visible_words
+from .memory_ahead import memory_ahead
 from .prepare import Prepared, prepare
 from .render import masking
 from .retrieve import Retriever
-from .memory_ahead import memory_ahead
 from .select import history_document, pinned_neighbours, request_documents
 from .values_ahead import values_ahead
 
