@@ -3,6 +3,8 @@ cache-stable across invocations, repeatable, and no cost when there is nothing t
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from google.adk.events import Event
 from google.genai import types
@@ -446,15 +448,16 @@ async def test_the_calls_of_a_payload_kept_as_sent_rank_at_its_clock_and_search_
     from aether_context.retrieval import HybridIndex
     from aether_context.testing import call
 
-    searches: list[int] = []
+    searches: list[int] = []  # the thread of each search: the work ahead ranks on its own, maybe meanwhile
     calls: list[tuple[bool, int, float, float]] = []  # per call: payload kept, searches, its clock, its payload's
     rank, plan = HybridIndex._rank, build._plan  # every search not repeated from the index's last ones ranks
-    monkeypatch.setattr(HybridIndex, "_rank", lambda *a, **kw: searches.append(1) or rank(*a, **kw))
+    monkeypatch.setattr(HybridIndex, "_rank", lambda *a, **kw: searches.append(threading.get_ident()) or rank(*a, **kw))
 
     def counted(c, *a, **kw):
         before = len(searches)
         out = plan(c, *a, **kw)
-        calls.append((out.frozen is not None and out.compaction is None, len(searches) - before, c.inputs.now,
+        mine = searches[before:].count(threading.get_ident())  # this call's own searches
+        calls.append((out.frozen is not None and out.compaction is None, mine, c.inputs.now,
                       getattr(c.inputs.previous, "ranked_at", None)))
         return out
     monkeypatch.setattr(build, "_plan", counted)
