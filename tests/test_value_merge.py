@@ -79,6 +79,22 @@ def test_a_merge_from_an_earlier_one_equals_a_merge_from_scratch():
     assert reused > total // 3
 
 
+def test_a_merge_after_a_new_verbatim_turn_equals_a_merge_from_scratch():
+    """A new verbatim turn only adds words to the visible text: the sources holding them keep what they kept,
+    less those values (`_less`, not merged again); each merge equals a fresh one, state included."""
+    for seed in range(200):
+        rng = random.Random(5000 + seed)
+        sources = [_source(rng, t) for t in range(rng.randint(1, 40))]
+        parts = (_visible(rng),)
+        before = merged_values(sources, visible=parts)
+        for _ in range(5):
+            parts = (*parts, _visible(rng))  # a turn joins the verbatim zone
+            again = merged_values(sources, visible=parts, since=before)
+            assert list(again.sets) == _reference(sources, "\n".join(parts))
+            _same_state(again, merged_values(sources, visible="\n".join(parts)))
+            before = again
+
+
 def _same_state(again, scratch) -> None:
     """What a later merge starts from is what a merge from scratch leaves."""
     assert again.sources == scratch.sources and again.keys == scratch.keys

@@ -237,7 +237,10 @@ class _Again:
         now = (entry[2] - why) | now_in if entry is not None else frozenset(now_in) - read.own
         if entry is not None and entry[2] == now:
             return
-        out, fresh = _merge_source(s, read, now)
+        if entry is not None and entry[2] <= now:  # only more of its values are met: it keeps what it kept, less them
+            out, fresh = _less(entry[3], entry[4], now - entry[2])
+        else:
+            out, fresh = _merge_source(s, read, now)
         if entry is not None and out == entry[3]:
             out = entry[3]  # the same object: a render's memo by source finds it
         self.entries[id(s)] = (key, read, now, out, fresh)
@@ -320,6 +323,18 @@ def _merge_source(vs: ValueSet, read: _Read, met: frozenset[str]
             all_new += new
     out = ValueSet(vs.source, vs.turn, tuple(fields), vs.call) if fields or vs.call else None
     return out, frozenset(all_new)
+
+
+def _less(kept: ValueSet | None, fresh: frozenset[str], met: frozenset[str]
+          ) -> tuple[ValueSet | None, frozenset[str]]:
+    """`_merge_source` again once `met` more of a source's values are not its to show (a verbatim turn shows
+    them): a value met blocks only itself, so the source keeps what it kept (`kept`, its values `fresh`) less
+    those, at the cost of its kept fields, not of all it holds (a new turn's words touch many sources)."""
+    if kept is None or fresh.isdisjoint(met):
+        return kept, fresh
+    fields = tuple((name, left) for name, values in kept.fields
+                   if (left := values if met.isdisjoint(values) else tuple(v for v in values if v not in met)))
+    return (ValueSet(kept.source, kept.turn, fields, kept.call) if fields or kept.call else None), fresh - met
 
 
 def _read(vs: ValueSet) -> _Read:
