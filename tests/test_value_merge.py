@@ -79,9 +79,19 @@ def test_a_merge_from_an_earlier_one_equals_a_merge_from_scratch():
     assert reused > total // 3
 
 
-def test_a_merge_after_a_new_verbatim_turn_equals_a_merge_from_scratch():
+def test_a_merge_after_a_new_verbatim_turn_equals_a_merge_from_scratch(monkeypatch):
     """A new verbatim turn only adds words to the visible text: the sources holding them keep what they kept,
     less those values (`_less`, not merged again); each merge equals a fresh one, state included."""
+    from aether_context.compress import value_merge
+
+    calls = {"merged": 0, "less": 0}
+    merge_source, less = value_merge._merge_source, value_merge._less
+
+    def counted(name, fn):  # type: ignore[no-untyped-def]
+        def call(*args):  # type: ignore[no-untyped-def]
+            calls[name] += 1
+            return fn(*args)
+        return call
     for seed in range(200):
         rng = random.Random(5000 + seed)
         sources = [_source(rng, t) for t in range(rng.randint(1, 40))]
@@ -89,10 +99,14 @@ def test_a_merge_after_a_new_verbatim_turn_equals_a_merge_from_scratch():
         before = merged_values(sources, visible=parts)
         for _ in range(5):
             parts = (*parts, _visible(rng))  # a turn joins the verbatim zone
-            again = merged_values(sources, visible=parts, since=before)
+            with monkeypatch.context() as patch:
+                patch.setattr(value_merge, "_merge_source", counted("merged", merge_source))
+                patch.setattr(value_merge, "_less", counted("less", less))
+                again = merged_values(sources, visible=parts, since=before)
             assert list(again.sets) == _reference(sources, "\n".join(parts))
             _same_state(again, merged_values(sources, visible="\n".join(parts)))
             before = again
+    assert calls["merged"] == 0 and calls["less"] > 1000, calls  # no source merged again whole
 
 
 def _same_state(again, scratch) -> None:

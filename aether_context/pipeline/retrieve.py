@@ -60,11 +60,6 @@ class _Search:
         return found & self._ids
 
 
-def _excluded(index: HybridIndex, exclude: "tuple[str, ...]") -> frozenset[str]:
-    """The ids of `index`'s documents holding an excluded text."""
-    return frozenset(index._ids[r] for r in index._excluded_rows(exclude))
-
-
 def _holds(index: HybridIndex, held: "tuple | None", documents: "tuple[Document, ...]") -> bool:
     """Whether `index` holds a document with the id and text of each of `documents` (`held`: the pool it was last
     synced to, whose leading documents that are the same objects it holds)."""
@@ -289,7 +284,7 @@ class Retriever:
                                       settings=settings)
                 searches = self._searches.get(slot, ())[-(LAST_SEARCHES - 1):]
                 # the index holds this pool now: what the exclusion takes out of it is what it takes out of the index
-                self._searches[slot] = (*searches, _Search(documents, args, _excluded(index, exclude), result))
+                self._searches[slot] = (*searches, _Search(documents, args, index.excluded_ids(exclude), result))
                 return result
 
     def _kept_search(self, index: HybridIndex, slot: int, documents: "tuple[Document, ...]", args: tuple,
@@ -308,7 +303,7 @@ class Retriever:
                 if found is None:
                     if not _holds(index, self._pools.get(slot), documents):
                         return None
-                    found = _excluded(index, exclude)
+                    found = index.excluded_ids(exclude)
                 if search.takes_out(found) == search.excluded:  # kept the longest: the work ahead's come and go
                     self._searches[slot] = (*searches[:at], *searches[at + 1:], search)
                     return search.result

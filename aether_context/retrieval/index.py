@@ -104,6 +104,11 @@ class HybridIndex:
         """Ids of the live documents (each once)."""
         return list(self._row_of)
 
+    def excluded_ids(self, exclude: Iterable[str]) -> frozenset[str]:
+        """Ids of the live documents a search with `exclude` leaves out (those holding an excluded text)."""
+        with self._lock:
+            return frozenset(self._ids[r] for r in self._excluded_rows(exclude))
+
     def add(self, documents: Iterable[Document], *, embed: bool | None = None) -> int:
         """Index new documents; returns how many rows were added.
 
