@@ -200,3 +200,49 @@ async def test_a_compaction_that_holds_the_payload_finds_its_memory_ranked_ahead
         # after the first (its pool was never planned ahead), none searches; without the work ahead, each does
         assert [k for k in holding[ahead][1:] if k in searched] == ([] if ahead else holding[ahead][1:]), searched
     assert sent[True] == sent[False]
+
+
+
+async def _pruning_chat(store: str, monkeypatch, *, work_ahead: bool) -> "tuple[PackThreadDocuments, list[int]]":
+    """`_chat`'s eight user turns with a pruning that clears outputs past the newest 1,500 tokens of them, once 600
+    are reclaimed: the embedder, and the calls whose pruning cleared turns already compacted (Memory documents)
+    without compacting too (one that also folds the last invocation's tool loop still embeds a few: the work
+    ahead predicts the prune from that loop's turns as they stood, long report item 42)."""
+    from aether_context import load_profile
+    from aether_context.pipeline import build
+
+    through: list[int] = []
+    record = build.record
+
+    def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
+        out = record(*args, **kwargs)
+        through.append(out.state.compacted_through)
+        return out
+    monkeypatch.setattr(build, "record", recording)
+    profile = load_profile("default").override(pruning={"protect_tokens": 1_500, "minimum_tokens": 600})
+    embedder = PackThreadDocuments()
+    agent, _ = scripted_agent(_steps(embedder, 8), tools=[lookup_booking])
+    plugin = ContextPackPlugin(store=store, profile=profile, window_tokens=5_000, embedder=embedder,
+                               work_ahead=work_ahead)
+    runner = make_runner(agent, plugins=[plugin])
+    await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="chat")
+    for t in range(8):
+        await run_turn(runner, "chat", f"Who holds booking ref{LOOKUPS * t}? " + filler(60, seed=100 + t))
+        wait_ahead()
+    pruning = []
+    for k, r in enumerate(plugin.packer.recent):
+        cleared = {int(t.split("-")[1].split(":")[0]) for e in r.manifest.truncation_events
+                   if "pruning" in e["reason"] for t in e["ids"]}
+        if cleared and min(cleared) < through[k] and not r.manifest.compaction:
+            pruning.append(k)
+    return embedder, pruning
+
+
+async def test_a_prune_of_compacted_turns_leaves_no_document_to_embed_on_the_request_path(memory_store_url,
+                                                                                          monkeypatch):
+    embedder, pruning = await _pruning_chat(f"{memory_store_url}/pruning", monkeypatch, work_ahead=True)
+    assert pruning  # the scenario: a new invocation's pruning clears outputs of turns that are Memory documents
+    assert not [(k, text[:80]) for k, text in embedder.on_pack if k in pruning]
+    # the recorder works: without the work ahead, those calls embed the cleared turns' documents on the pack thread
+    control, cold = await _pruning_chat(f"{memory_store_url}/pruning-control", monkeypatch, work_ahead=False)
+    assert cold == pruning and {k for k, _ in control.on_pack} & set(pruning)

@@ -21,7 +21,7 @@ from .incremental import extended, mapped, running_totals, shared_prefix, sparse
 from .render import quote
 
 __all__ = ["RunningSummary", "fold_turn", "decay_zones", "Zones", "decay_images", "blob_key", "prune_tool_outputs",
-           "summarizer", "fold_ahead"]
+           "clearable", "cleared_turn", "summarizer", "fold_ahead"]
 
 
 @dataclass(frozen=True)
@@ -193,19 +193,36 @@ def prune_tool_outputs(turns: Sequence[Turn], *, protect_tokens: int, minimum_to
     """
     turns, already = tuple(turns), frozenset(already)
     keys = mapped("response_keys", turns, _response_keys, cache)
-    totals = running_totals(("response_tokens", counter_key(counter)), turns, lambda t: _response_tokens(t, counter), cache)
-    total = totals[-1] if totals else 0
-    fresh: list[Turn] = []
-    if consider_new and (already or total >= protect_tokens + minimum_tokens):
-        # turn i has `total - totals[i]` tokens of outputs after it: past the protected ones for i < older
-        older = bisect_right(totals, total - protect_tokens)
-        fresh = [turns[i] for i in reversed(_saved(turns, keys, uris, already, cache)) if i < older]
-        if sum(_response_tokens(t, counter) for t in fresh) < minimum_tokens:
-            fresh = []
+    fresh = clearable(turns, protect_tokens=protect_tokens, minimum_tokens=minimum_tokens, uris=uris,
+                      already=already, counter=counter, cache=cache) if consider_new else ()
     cleared = already | {t.start for t in fresh}
     if not cleared:
         return turns, frozenset(), ()
     return _pruned(turns, keys, cleared, uris, cache), cleared, tuple(t.start for t in fresh)
+
+
+def clearable(turns: "tuple[Turn, ...]", *, protect_tokens: int, minimum_tokens: int, uris: "dict[str, str]",
+              already: "frozenset[int]", counter: TokenCounting, cache: PackCache | None = None) -> tuple[Turn, ...]:
+    """The turns (newest first) whose outputs a prune of `turns` clears now, besides those cleared `already`:
+    none unless together they reclaim `minimum_tokens`. The work ahead asks it of the turns a call had, to
+    build the documents the next invocation's prune will give them (`warm`)."""
+    keys = mapped("response_keys", turns, _response_keys, cache)
+    totals = running_totals(("response_tokens", counter_key(counter)), turns, lambda t: _response_tokens(t, counter), cache)
+    total = totals[-1] if totals else 0
+    if not (already or total >= protect_tokens + minimum_tokens):
+        return ()
+    # turn i has `total - totals[i]` tokens of outputs after it: past the protected ones for i < older
+    older = bisect_right(totals, total - protect_tokens)
+    fresh = tuple(turns[i] for i in reversed(_saved(turns, keys, uris, already, cache)) if i < older)
+    return fresh if sum(_response_tokens(t, counter) for t in fresh) >= minimum_tokens else ()
+
+
+def cleared_turn(turn: Turn, uris: "dict[str, str]", cache: PackCache | None = None) -> Turn:
+    """`turn` with its outputs that have a URI cleared to a placeholder naming it (built once per content and URIs)."""
+    if cache is None:
+        return _cleared_turn(turn, uris)
+    key = (turn_key(turn), tuple(uris.get(r.key, "") for m in turn.messages for r in m.responses))
+    return cache.get("cleared_turn", key, lambda: _cleared_turn(turn, uris))
 
 
 def _saved(turns: "tuple[Turn, ...]", keys: "tuple[tuple[str, ...], ...]", uris: "dict[str, str]",
@@ -257,12 +274,7 @@ def _pruned(turns: "tuple[Turn, ...]", keys: "tuple[tuple[str, ...], ...]", clea
     cleared and its outputs' URIs: the last call's outcome stands for its unchanged leading turns
     when turns were only cleared since and URIs only added, but for those the additions touch."""
     def one(t: Turn) -> Turn:
-        if t.start not in cleared:
-            return t
-        if cache is None:
-            return _cleared_turn(t, uris)
-        key = (turn_key(t), tuple(uris.get(r.key, "") for m in t.messages for r in m.responses))
-        return cache.get("cleared_turn", key, lambda: _cleared_turn(t, uris))
+        return cleared_turn(t, uris, cache) if t.start in cleared else t
 
     hit = cache.lookup("carried", ("pruned", id(turns[0]))) if cache is not None and turns else None
     same = 0

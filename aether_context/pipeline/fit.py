@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from .select import Candidates, Line
 
 __all__ = ["TruncationEvent", "Fit", "Fitted", "fit_layers", "fit_to_window", "fit_lines", "cut_turn", "turn_id",
-           "repair_orphans", "bounded_turns", "selection_events"]
+           "repair_orphans", "bounded_turn", "bounded_turns", "selection_events"]
 
 Action = Literal["compress", "drop", "fold", "cut"]
 
@@ -101,21 +101,28 @@ def _repaired(t: Turn) -> Turn:
     return Turn(t.start, (Message("user", (TextPart(f"[turn {t.start}] tool result whose call is no longer in the history: {brief}"),)),))
 
 
+def bounded_turn(turn: Turn, max_turn_tokens: int, counter: TokenCounting, cache: "PackCache | None" = None) -> Turn:
+    """`turn` itself when it fits `max_turn_tokens`, else cut to it (the same turn is cut again on every later
+    call: with a `cache`, by its content, the same cut)."""
+    if turn_tokens(turn, counter) <= max_turn_tokens:
+        return turn
+    if cache is None:
+        return cut_turn(turn, max_turn_tokens, counter)
+    return cache.get("cut_turn", (turn_key(turn), max_turn_tokens, counter_key(counter)),
+                     lambda: cut_turn(turn, max_turn_tokens, counter))
+
+
 def bounded_turns(turns: "tuple[Turn, ...]", max_turn_tokens: int, counter: TokenCounting,
                   layer: str = "conversation", cache: "PackCache | None" = None
                   ) -> tuple[tuple[Turn, ...], tuple[TruncationEvent, ...]]:
     """Apply the per-turn cap; each cut is an event. With a `cache`, the unchanged leading turns of
     the last call keep their outcome (`incremental.mapped`), and a turn cut once is cut again from it."""
     def bound(t: Turn) -> "tuple[Turn, TruncationEvent | None]":
-        before = turn_tokens(t, counter)
-        if before <= max_turn_tokens:
+        t2 = bounded_turn(t, max_turn_tokens, counter, cache)
+        if t2 is t:
             return t, None
-        if cache is None:
-            t2 = cut_turn(t, max_turn_tokens, counter)
-        else:  # the same turn is cut again on every later call: by its content, the same cut
-            t2 = cache.get("cut_turn", (turn_key(t), max_turn_tokens, counter_key(counter)),
-                           lambda: cut_turn(t, max_turn_tokens, counter))
-        return t2, TruncationEvent(layer, "cut", "turn over max_turn_tokens", (turn_id(t),), before, turn_tokens(t2, counter))
+        return t2, TruncationEvent(layer, "cut", "turn over max_turn_tokens", (turn_id(t),), turn_tokens(t, counter),
+                                   turn_tokens(t2, counter))
 
     if cache is None:
         outcomes = [bound(t) for t in turns]

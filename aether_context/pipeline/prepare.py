@@ -15,11 +15,11 @@ from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .cache import PackCache
 from .collect import PackInputs, Turn, turn_start
-from .decay import decay_images, prune_tool_outputs
+from .decay import clearable, decay_images, prune_tool_outputs
 from .fit import TruncationEvent, bounded_turns, repair_orphans
 from .select import Conversation, split_conversation
 
-__all__ = ["Prepared", "TurnsByStart", "prepare"]
+__all__ = ["Prepared", "TurnsByStart", "prepare", "pruned_next"]
 
 
 @dataclass(frozen=True)
@@ -65,19 +65,8 @@ class TurnsByStart:
 
 def prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting, cache: PackCache | None = None) -> Prepared:
     """Orphan repair, image decay, pruning of old tool outputs and the per-turn cap."""
-    conv = split_conversation(inputs, cache)
-    history, orphan_h = repair_orphans(conv.history, cache)
-    loop, orphan_l = repair_orphans(conv.loop, cache)
-    events: list[TruncationEvent] = [*orphan_h, *orphan_l]
-    n_hist = len(history)
+    conv, turns, n_hist, events = _unpruned(inputs, profile, cache)
     same_invocation = inputs.previous is not None and inputs.previous.invocation_id == inputs.invocation_id
-    # like pruning, images age only at a new invocation: an image's age counts the turns before this
-    # invocation's request, never its tool loop, so every call of one invocation (the first one too,
-    # whatever its loop or previous state) describes the same images and the sent (cached) prefix stays
-    keep = profile.decay.image_keep_turns + len(loop)
-    turns, images = decay_images(history + loop, keep, inputs.uris, cache)
-    if images:
-        events.append(TruncationEvent("conversation", "compress", "old inline images replaced by a description + URI", images))
     already = frozenset(inputs.previous.pruned) if inputs.previous else frozenset()
     pruned: frozenset[int] = already
     if profile.pruning.enabled:
@@ -94,3 +83,33 @@ def prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting, 
     prepared = Prepared(conv, turns[:n_hist], turns[n_hist:], pruned, originals, tuple(events))
     prepared.__dict__["turns"] = turns  # `Prepared.turns` as it is already joined, not a third copy of the history
     return prepared
+
+
+def pruned_next(inputs: PackInputs, profile: BudgetProfile, pruned: frozenset[int], counter: TokenCounting,
+                cache: PackCache | None = None) -> tuple[Turn, ...]:
+    """The turns of `inputs` whose outputs the next invocation's pruning would clear as they stand now (those
+    cleared `pruned` aside): a prune clears many turns at once, and the work ahead builds their Memory
+    documents before that call (`warm`)."""
+    if not profile.pruning.enabled:
+        return ()
+    turns = _unpruned(inputs, profile, cache)[1]
+    return clearable(turns, protect_tokens=profile.pruning.protect_tokens, minimum_tokens=profile.pruning.minimum_tokens,
+                     uris=inputs.uris, already=pruned, counter=counter, cache=cache)
+
+
+def _unpruned(inputs: PackInputs, profile: BudgetProfile, cache: PackCache | None
+              ) -> "tuple[Conversation, tuple[Turn, ...], int, list[TruncationEvent]]":
+    """The conversation, its turns with orphans repaired and old images decayed (not pruned yet), how many
+    of them are history, and the events."""
+    conv = split_conversation(inputs, cache)
+    history, orphan_h = repair_orphans(conv.history, cache)
+    loop, orphan_l = repair_orphans(conv.loop, cache)
+    events: list[TruncationEvent] = [*orphan_h, *orphan_l]
+    # like pruning, images age only at a new invocation: an image's age counts the turns before this
+    # invocation's request, never its tool loop, so every call of one invocation (the first one too,
+    # whatever its loop or previous state) describes the same images and the sent (cached) prefix stays
+    keep = profile.decay.image_keep_turns + len(loop)
+    turns, images = decay_images(history + loop, keep, inputs.uris, cache)
+    if images:
+        events.append(TruncationEvent("conversation", "compress", "old inline images replaced by a description + URI", images))
+    return conv, tuple(turns), len(history), events

@@ -4,7 +4,8 @@ A compaction reads the turns it moves out of the verbatim zone: their secrets ma
 they carried (KNOWN VALUES) and the words of those it leaves verbatim (which those values are not
 repeated from), their fold lines (counted, and quoted as the block shows them) and the running
 summary's reading of each (`decay.fold_ahead`), and, once they are Memory candidates, their retrieval
-documents' BM25 analysis and embeddings. Done at the compaction, that is a burst (a tool loop's
+documents' BM25 analysis and embeddings (also as the next invocation's pruning of old tool outputs will
+change them: a prune clears many compacted turns at once, dozens of documents to embed again). Done at the compaction, that is a burst (a tool loop's
 compaction embedded and scanned three or four large turns at once, ten times a normal call). Every one
 of those results is kept by content (the `PackCache`, the counter's and `quote`'s caches, the retriever's
 embedding cache and its analyzer), so computing them for the turns still verbatim, after a call's request
@@ -23,14 +24,17 @@ from bisect import bisect_left, bisect_right
 from functools import partial
 
 from ..profile import BudgetProfile
+from ..retrieval import Document
+from ..retrieval.turns import TURNS_AFTER, TURNS_BEFORE
 from ..tokens import TokenCounting
 from .cache import PackCache
 from .collect import PackInputs, PackState, turn_start
 from .conversation import CompactedReader, Verbatim, compacted_reader, verbatim_zone
-from .decay import RunningSummary, fold_ahead
+from .decay import RunningSummary, cleared_turn, fold_ahead
+from .fit import bounded_turn
 from .known_values import known_values_of, turn_text, visible_words
 from .memory_ahead import memory_ahead
-from .prepare import Prepared, prepare
+from .prepare import Prepared, prepare, pruned_next
 from .render import masking
 from .retrieve import Retriever
 from .select import history_document, pinned_neighbours, request_documents
@@ -77,8 +81,29 @@ def warm_ahead(inputs: PackInputs, state: PackState, profile: BudgetProfile, *, 
                        cache=cache)
     retriever.ahead([*(document(i, following=following) for i in rows for following in (True, False)),
                      *(document(i) for i in pinned_neighbours(pinned, tail) if i not in rows),
-                     *request_documents(inputs, turns, zone.pinned, counter.count_text, cache)])
+                     *request_documents(inputs, turns, zone.pinned, counter.count_text, cache),
+                     *_pruned_documents(inputs, prepared, zone, state, profile, counter, cache)])
     return len(kept)
+
+
+def _pruned_documents(inputs: PackInputs, prepared: Prepared, zone: Verbatim, state: PackState,
+                      profile: BudgetProfile, counter: TokenCounting, cache: PackCache) -> "list[Document]":
+    """The Memory documents of the compacted turns that the next invocation's pruning changes, as it will
+    build them: a prune clears the outputs of many turns at once (those past `pruning.protect_tokens`, once
+    they reclaim `pruning.minimum_tokens`), and each cleared turn changes its own document and its
+    neighbours' (their context reads it); met at that call, they were dozens of texts embedded on its path.
+    None while the turns as they stand would not be pruned (the next call adds to them: a few more may be)."""
+    with masking(profile.redaction):
+        due = pruned_next(inputs, profile, frozenset(state.pruned), counter, cache)
+    if not due:
+        return []
+    cap = profile.conversation.max_turn_tokens
+    cleared = {t.start: bounded_turn(cleared_turn(t, inputs.uris, cache), cap, counter, cache) for t in due}
+    compacted = zone.split(tuple(cleared.get(t.start, t) for t in prepared.turns))[0]
+    at = (bisect_left(compacted, start, key=turn_start) for start in cleared)
+    rows = sorted({j for i in at if i < len(compacted) and compacted[i].start in cleared
+                   for j in range(i - TURNS_AFTER, i + TURNS_BEFORE + 1) if 0 <= j < len(compacted)})
+    return [history_document(compacted, j, inputs.message_times, counter.count_text, cache) for j in rows]
 
 
 def _block_ahead(prepared: Prepared, zone: Verbatim, state: PackState, reader: CompactedReader,
