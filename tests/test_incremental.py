@@ -574,3 +574,60 @@ def test_a_changed_last_turn_is_read_again_alone_not_the_whole_history(monkeypat
     assert set(read) == {598, 599, 600}  # the three new turns only
     fresh = (bounded_turns(changed, 300, counter), decay_images(changed, 3, {}))
     assert got == fresh and first[0] and got[0][1] and got[1][1]
+
+
+def test_changed_items_by_halving_equal_comparing_every_position():
+    from aether_context.pipeline.incremental import MAX_CHANGED, changed_items
+    rng = random.Random(17)
+    for _ in range(300):
+        old = tuple(object() for _ in range(rng.randint(1, 200)))
+        new = list(old)
+        for i in rng.sample(range(len(old)), rng.randint(0, len(old) // rng.choice((1, 4, 16)))):
+            new[i] = object()
+        new = tuple(new) + tuple(object() for _ in range(rng.randint(0, 5)))
+        same = next((i for i, (a, b) in enumerate(zip(old, new)) if a is not b), len(old))
+        every = [i for i in range(same, len(old)) if old[i] is not new[i]]
+        got = changed_items(old, new, same)
+        few = len(every) <= min(MAX_CHANGED, (len(old) - same) // 2)
+        assert got == (every if same < len(old) and few else None)
+
+
+def test_a_few_items_changed_in_place_are_mapped_again_alone():
+    """A prune clears a few turns deep in the history: the carried passes (`mapped`, `sparse`, the Memory
+    documents) redo those (and the documents of their neighbours), not every turn after the first, and equal a
+    fresh pass."""
+    from aether_context.pipeline.incremental import mapped, sparse
+    from aether_context.pipeline.select import history_documents
+    counter = TokenCounter()
+    rng = random.Random(23)
+    cache = PackCache()
+    msgs = _random_messages(rng, 400)
+    times = tuple(1_700_000_000.0 + 60 * i for i in range(len(msgs) + 20))
+    calls: list[int] = []
+
+    def size(t: Turn) -> int:
+        calls.append(t.start)
+        return turn_tokens(t, counter)
+
+    def big(t: Turn) -> "int | None":
+        calls.append(t.start)
+        n = turn_tokens(t, counter)
+        return n if n > 12 else None
+
+    for step in range(12):
+        turns = grouped_turns(msgs, 0, cache)
+        calls.clear()
+        assert mapped("size", turns, size, cache) == tuple(turn_tokens(t, counter) for t in turns)
+        at, found = sparse("big", turns, big, cache)
+        fresh = [(i, turn_tokens(t, counter)) for i, t in enumerate(turns) if turn_tokens(t, counter) > 12]
+        assert (at, found) == (tuple(i for i, _ in fresh), tuple(n for _, n in fresh))
+        got = history_documents(turns, times, counter.count_text, cache)
+        assert got == history_documents(turns, times, counter.count_text), step
+        if step:
+            assert len(calls) <= 2 * (changed + 4), (step, len(calls))  # the changed turns and the new ones
+        changed = rng.randint(1, 6)  # a few old tool outputs cleared in place (the turns keep their shape)
+        outputs = [k for k in range(10, len(msgs) - 10) if msgs[k].responses]
+        for k in rng.sample(outputs, changed):
+            msgs[k] = Message(msgs[k].role, tuple(FunctionResponse(p.name, {"cleared": f"{step}"}, p.id)
+                                                  for p in msgs[k].parts))
+        msgs += _random_messages(rng, 1)

@@ -21,7 +21,7 @@ from .cache import PackCache
 from .collect import PackInputs, Turn, group_turns
 
 __all__ = ["grouped_turns", "turn_tokens", "turns_tokens", "turn_key", "mapped", "running_totals", "shared_prefix",
-           "note_prefix", "extended", "sparse", "request_checksum", "inputs_digest"]
+           "note_prefix", "extended", "sparse", "changed_items", "request_checksum", "inputs_digest"]
 
 
 def turn_key(turn: Turn) -> tuple:
@@ -125,6 +125,33 @@ def _shared_prefix(old: tuple, new: tuple) -> int:
     return lo
 
 
+MAX_CHANGED = 1024  # items changed in place past the shared prefix that a carry takes by position (more: from there)
+
+
+def changed_items(old: tuple, new: tuple, same: int) -> "list[int] | None":
+    """The positions past `same` (the shared prefix) and within `old` where `new` holds another item than `old`,
+    when `new` is at least as long and they are at most `MAX_CHANGED` and half of the items past `same`; else
+    None. Found by halving C-level slice comparisons (identity first): a pass changed in place (a prune clears
+    old turns deep in the history) then redoes those items, not every item after the first."""
+    if len(new) < len(old) or same >= len(old):
+        return None
+    most = min(MAX_CHANGED, (len(old) - same) // 2)
+    found: list[int] = []
+    todo = [(same, len(old))]
+    while todo:
+        lo, hi = todo.pop()
+        if old[lo:hi] == new[lo:hi]:
+            continue
+        if hi - lo == 1:
+            found.append(lo)
+            if len(found) > most:
+                return None
+            continue
+        mid = (lo + hi) // 2
+        todo += [(mid, hi), (lo, mid)]
+    return sorted(found)
+
+
 def _carried(cache: PackCache | None, kind: Hashable, items: tuple) -> "tuple[int, Any, tuple]":
     """What the last call of `kind` over a sequence starting with the same item left: how many of
     its items `items` still starts with, and its results."""
@@ -142,6 +169,21 @@ def mapped(kind: Hashable, items: Sequence, fn: Callable[[Any], Any], cache: Pac
     When `fn` gives back every item itself, the result is `items` (equal, and no history-sized copy)."""
     items, kind = tuple(items), ("mapped", kind)
     same, old, old_items = _carried(cache, kind, items)
+    changed = changed_items(old_items, items, same) if same else None
+    if changed is not None:  # items changed in place: those mapped again, and the new ones
+        n = len(old_items)
+        redone = {i: fn(items[i]) for i in changed}
+        fresh = tuple(fn(x) for x in items[n:])
+        if old is old_items and all(redone[i] is items[i] for i in changed) and all(map(is_, fresh, items[n:])):
+            out = items
+        else:
+            out = list(old)
+            for i, x in redone.items():
+                out[i] = x
+            out = tuple(out) + fresh
+        if cache is not None:
+            cache.put("carried", (kind, id(items[0])), (items, out))
+        return out
     fresh = tuple(fn(x) for x in items[same:])
     if (not same or old is old_items) and all(map(is_, fresh, items[same:])):
         out = items  # the pass left every item as it was (e.g. no orphan to repair): shared, not copied
@@ -202,6 +244,21 @@ def sparse(kind: Hashable, items: tuple, fn: Callable[[Any], Any], cache: PackCa
         k = bisect_left(state[1], n)  # the hits among the first `n` items (positions ascend)
         return n, state[1][:k], state[2][:k]
 
+    same, old, old_items = _carried(cache, ("sparse", kind), items)
+    changed = changed_items(old_items, items, same) if same else None
+    if changed is not None:  # items changed in place: their hits found again, then the new items fed
+        n, at, found = old
+        hits = dict(zip(at, found))
+        for i in changed:
+            x = fn(items[i])
+            if x is None:
+                hits.pop(i, None)
+            else:
+                hits[i] = x
+        at = tuple(sorted(hits))
+        state = feed((n, at, tuple(map(hits.__getitem__, at))), items[n:])
+        cache.put("carried", (("sparse", kind), id(items[0])), (items, state))  # type: ignore[union-attr]
+        return state[1], state[2]
     _, at, found = extended(("sparse", kind), items, lambda: (0, (), ()), feed, cache, rewind)
     return at, found
 

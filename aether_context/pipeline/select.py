@@ -21,7 +21,7 @@ from ..tokens import TokenCounting
 from .allocate import LAYER_OVERHEAD, Signals
 from .collect import MemoryItem, PackInputs, TaskSpec, Turn, turn_start
 from .cache import PackCache, counter_key
-from .incremental import grouped_turns, shared_prefix, turn_key
+from .incremental import changed_items, grouped_turns, shared_prefix, turn_key
 from .lines import RENDERS, date_label, line_of
 
 __all__ = ["Line", "Conversation", "Candidates", "select", "frame_candidates", "widen_memory", "query_text",
@@ -145,7 +145,21 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
     same = 0
     if run is not None:  # times compared as one slice: a tuple of the turns' own times cost 10x more
         same = shared_prefix(run[0], compacted, cache)
-        same = bisect_left(compacted, shared_prefix(run[1], dates), hi=same, key=turn_start)
+        times_same = shared_prefix(run[1], dates)
+        # turns changed in place while every time the last call read stayed: by position (else from the first change)
+        changed = changed_items(run[0], compacted, same) if same and times_same >= len(run[1]) else None
+        same = bisect_left(compacted, times_same, hi=same, key=turn_start)
+        if changed is not None:  # turns changed in place (a prune): their documents and their neighbours' rebuilt
+            n = len(run[0])
+            redo = {j for i in changed for j in range(i - TURNS_AFTER, i + TURNS_BEFORE + 1) if 0 <= j < n}
+            redo.update(range(max(0, n - TURNS_AFTER), n))  # their context reads the turn after them
+            docs = list(run[2])
+            for j in redo:
+                docs[j] = history_document(compacted, j, times, count_tokens, cache)
+            out = tuple(docs) + tuple(history_document(compacted, i, times, count_tokens, cache)
+                                      for i in range(n, len(compacted)))
+            cache.put("history_run", run_key, (compacted, dates, out))
+            return out
         same = max(0, same - TURNS_AFTER) if same < len(run[0]) or same < len(compacted) else same
     docs = run[2][:same] if run is not None else ()
     docs += tuple(history_document(compacted, i, times, count_tokens, cache) for i in range(same, len(compacted)))
