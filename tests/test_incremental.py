@@ -584,12 +584,12 @@ def test_changed_items_by_halving_equal_comparing_every_position():
         new = list(old)
         for i in rng.sample(range(len(old)), rng.randint(0, len(old) // rng.choice((1, 4, 16)))):
             new[i] = object()
-        new = tuple(new) + tuple(object() for _ in range(rng.randint(0, 5)))
-        same = next((i for i, (a, b) in enumerate(zip(old, new)) if a is not b), len(old))
-        every = [i for i in range(same, len(old)) if old[i] is not new[i]]
-        got = changed_items(old, new, same)
-        few = len(every) <= min(MAX_CHANGED, (len(old) - same) // 2)
-        assert got == (every if same < len(old) and few else None)
+        new = tuple(new[:len(new) - rng.randint(0, 3)]) + tuple(object() for _ in range(rng.randint(0, 5)))
+        end = min(len(old), len(new))
+        same = next((i for i, (a, b) in enumerate(zip(old, new)) if a is not b), end)
+        every = [i for i in range(same, end) if old[i] is not new[i]]
+        few = len(every) <= min(MAX_CHANGED, (end - same) // 2)
+        assert changed_items(old, new, same) == (every if same < end and few else None)
 
 
 def test_a_few_items_changed_in_place_are_mapped_again_alone():
@@ -630,4 +630,11 @@ def test_a_few_items_changed_in_place_are_mapped_again_alone():
         for k in rng.sample(outputs, changed):
             msgs[k] = Message(msgs[k].role, tuple(FunctionResponse(p.name, {"cleared": f"{step}"}, p.id)
                                                   for p in msgs[k].parts))
+        if step % 3 == 2:  # the pass over a shorter sequence in between (another pool of the same turns)
+            shorter = grouped_turns(msgs[:-3], 0, cache)
+            assert mapped("size", shorter, size, cache) == tuple(turn_tokens(t, counter) for t in shorter)
+            assert sparse("big", shorter, big, cache)[0] == tuple(
+                i for i, t in enumerate(shorter) if turn_tokens(t, counter) > 12)
+            assert history_documents(shorter, times, counter.count_text, cache) == history_documents(
+                shorter, times, counter.count_text)
         msgs += _random_messages(rng, 1)

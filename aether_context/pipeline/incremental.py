@@ -129,15 +129,16 @@ MAX_CHANGED = 1024  # items changed in place past the shared prefix that a carry
 
 
 def changed_items(old: tuple, new: tuple, same: int) -> "list[int] | None":
-    """The positions past `same` (the shared prefix) and within `old` where `new` holds another item than `old`,
-    when `new` is at least as long and they are at most `MAX_CHANGED` and half of the items past `same`; else
-    None. Found by halving C-level slice comparisons (identity first): a pass changed in place (a prune clears
-    old turns deep in the history) then redoes those items, not every item after the first."""
-    if len(new) < len(old) or same >= len(old):
+    """The positions past `same` (the shared prefix) and within both sequences where `new` holds another item
+    than `old`, when they are at most `MAX_CHANGED` and half of the positions compared; else None. Found by
+    halving C-level slice comparisons (identity first): a pass changed in place (a prune clears old turns deep
+    in the history) then redoes those items and the end past the shorter one, not every item after the first."""
+    end = min(len(old), len(new))
+    if same >= end:
         return None
-    most = min(MAX_CHANGED, (len(old) - same) // 2)
+    most = min(MAX_CHANGED, (end - same) // 2)
     found: list[int] = []
-    todo = [(same, len(old))]
+    todo = [(same, end)]
     while todo:
         lo, hi = todo.pop()
         if old[lo:hi] == new[lo:hi]:
@@ -170,14 +171,14 @@ def mapped(kind: Hashable, items: Sequence, fn: Callable[[Any], Any], cache: Pac
     items, kind = tuple(items), ("mapped", kind)
     same, old, old_items = _carried(cache, kind, items)
     changed = changed_items(old_items, items, same) if same else None
-    if changed is not None:  # items changed in place: those mapped again, and the new ones
-        n = len(old_items)
+    if changed is not None:  # items changed in place: those mapped again, and those past the last call's
+        n = min(len(old_items), len(items))
         redone = {i: fn(items[i]) for i in changed}
         fresh = tuple(fn(x) for x in items[n:])
         if old is old_items and all(redone[i] is items[i] for i in changed) and all(map(is_, fresh, items[n:])):
             out = items
         else:
-            out = list(old)
+            out = list(old[:n])
             for i, x in redone.items():
                 out[i] = x
             out = tuple(out) + fresh
@@ -246,9 +247,9 @@ def sparse(kind: Hashable, items: tuple, fn: Callable[[Any], Any], cache: PackCa
 
     same, old, old_items = _carried(cache, ("sparse", kind), items)
     changed = changed_items(old_items, items, same) if same else None
-    if changed is not None:  # items changed in place: their hits found again, then the new items fed
-        n, at, found = old
-        hits = dict(zip(at, found))
+    if changed is not None:  # items changed in place: their hits found again, then those past the last call's fed
+        n = min(old[0], len(items))
+        hits = {i: x for i, x in zip(old[1], old[2]) if i < n}
         for i in changed:
             x = fn(items[i])
             if x is None:

@@ -147,13 +147,13 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
         same = shared_prefix(run[0], compacted, cache)
         times_same = shared_prefix(run[1], dates)
         # turns changed in place while every time the last call read stayed: by position (else from the first change)
-        changed = changed_items(run[0], compacted, same) if same and times_same >= len(run[1]) else None
+        changed = changed_items(run[0], compacted, same) if same and times_same >= min(len(run[1]), len(dates)) else None
         same = bisect_left(compacted, times_same, hi=same, key=turn_start)
         if changed is not None:  # turns changed in place (a prune): their documents and their neighbours' rebuilt
-            n = len(run[0])
+            n = min(len(run[0]), len(compacted))
             redo = {j for i in changed for j in range(i - TURNS_AFTER, i + TURNS_BEFORE + 1) if 0 <= j < n}
             redo.update(range(max(0, n - TURNS_AFTER), n))  # their context reads the turn after them
-            docs = list(run[2])
+            docs = list(run[2][:n])
             for j in redo:
                 docs[j] = history_document(compacted, j, times, count_tokens, cache)
             out = tuple(docs) + tuple(history_document(compacted, i, times, count_tokens, cache)
