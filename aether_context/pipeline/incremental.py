@@ -258,7 +258,8 @@ def sparse(kind: Hashable, items: tuple, fn: Callable[[Any], Any], cache: PackCa
                 hits[i] = x
         at = tuple(sorted(hits))
         state = feed((n, at, tuple(map(hits.__getitem__, at))), items[n:])
-        cache.put("carried", (("sparse", kind), id(items[0])), (items, state))  # type: ignore[union-attr]
+        if cache is not None:
+            cache.put("carried", (("sparse", kind), id(items[0])), (items, state))
         return state[1], state[2]
     _, at, found = extended(("sparse", kind), items, lambda: (0, (), ()), feed, cache, rewind)
     return at, found

@@ -93,7 +93,8 @@ def pruned_next(inputs: PackInputs, profile: BudgetProfile, pruned: frozenset[in
     if not profile.pruning.enabled:
         return ()
     turns = _unpruned(inputs, profile, cache)[1]
-    return clearable(turns, protect_tokens=profile.pruning.protect_tokens, minimum_tokens=profile.pruning.minimum_tokens,
+    policy = profile.pruning
+    return clearable(turns, protect_tokens=policy.protect_tokens, minimum_tokens=policy.minimum_tokens,
                      uris=inputs.uris, already=pruned, counter=counter, cache=cache)
 
 

@@ -147,7 +147,8 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
         same = shared_prefix(run[0], compacted, cache)
         times_same = shared_prefix(run[1], dates)
         # turns changed in place while every time the last call read stayed: by position (else from the first change)
-        changed = changed_items(run[0], compacted, same) if same and times_same >= min(len(run[1]), len(dates)) else None
+        times_kept = times_same >= min(len(run[1]), len(dates))
+        changed = changed_items(run[0], compacted, same) if same and times_kept else None
         same = bisect_left(compacted, times_same, hi=same, key=turn_start)
         if changed is not None:  # turns changed in place (a prune): their documents and their neighbours' rebuilt
             n = min(len(run[0]), len(compacted))

@@ -5,11 +5,11 @@ they carried (KNOWN VALUES) and the words of those it leaves verbatim (which tho
 repeated from), their fold lines (counted, and quoted as the block shows them) and the running
 summary's reading of each (`decay.fold_ahead`), and, once they are Memory candidates, their retrieval
 documents' BM25 analysis and embeddings (also as the next invocation's pruning of old tool outputs will
-change them: a prune clears many compacted turns at once, dozens of documents to embed again). Done at the compaction, that is a burst (a tool loop's
-compaction embedded and scanned three or four large turns at once, ten times a normal call). Every one
-of those results is kept by content (the `PackCache`, the counter's and `quote`'s caches, the retriever's
-embedding cache and its analyzer), so computing them for the turns still verbatim, after a call's request
-has gone out, leaves the compaction only lookups.
+change them: a prune clears many compacted turns at once, dozens of documents to embed again). Done at
+the compaction, that is a burst (a tool loop's compaction embedded and scanned three or four large turns
+at once, ten times a normal call). Every one of those results is kept by content (the `PackCache`, the
+counter's and `quote`'s caches, the retriever's embedding cache and its analyzer), so computing them for
+the turns still verbatim, after a call's request has gone out, leaves the compaction only lookups.
 What is not per turn, the merge of the values, is planned for the compaction the next call would
 make (`values_ahead`): the compaction then merges only what its real new turn changed; and when that
 compaction would keep the payload as sent, its Memory search is ranked too (`memory_ahead`).
