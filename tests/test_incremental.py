@@ -638,3 +638,22 @@ def test_a_few_items_changed_in_place_are_mapped_again_alone():
             assert history_documents(shorter, times, counter.count_text, cache) == history_documents(
                 shorter, times, counter.count_text)
         msgs += _random_messages(rng, 1)
+
+
+def test_turns_changed_in_place_take_their_documents_times_from_this_call():
+    """A pool whose turns changed in place is carried by position only while the times its kept documents read are
+    the last call's: times given now and not then (or then and not now) give every document this call's time."""
+    from aether_context.pipeline.select import history_documents
+    counter = TokenCounter()
+    msgs = _random_messages(random.Random(5), 200)
+    full = tuple(1_700_000_000.0 + 60 * i for i in range(len(msgs)))
+    for before, now in (((), full), (full, ()), (full[:50], full)):
+        cache = PackCache()
+        m = list(msgs)
+        history_documents(grouped_turns(m, 0, cache), before, counter.count_text, cache)
+        k = next(k for k in range(60, 150) if m[k].responses)
+        m[k] = Message(m[k].role, tuple(FunctionResponse(p.name, {"cleared": "x"}, p.id) for p in m[k].parts))
+        turns = grouped_turns(m, 0, cache)
+        assert history_documents(turns, now, counter.count_text, cache) == history_documents(
+            turns, now, counter.count_text), (len(before), len(now))
+

@@ -92,9 +92,10 @@ async def test_a_folded_pinned_request_leaves_no_document_to_embed_on_the_reques
     # the scenario: a compaction kept the invocation's request pinned among compacted turns, a later one folded it
     assert any(pinned[k - 1] and not pinned[k] for k in compacting), (pinned, compacting)
     assert not [(k, text[:80]) for k, text in embedder.on_pack if k in compacting[1:]]
-    # the recorder works: without the work ahead, those compactions embed documents on the pack thread
+    # the recorder works: without the work ahead, compactions embed documents on the pack thread (the control's own
+    # compactions: a run a minute later dates its turns otherwise, which may move a compaction by a call)
     control, cold, _ = await _chat(f"{memory_store_url}/control", monkeypatch, work_ahead=False)
-    assert cold == compacting and {k for k, _ in control.on_pack} & set(compacting[1:])
+    assert {k for k, _ in control.on_pack} & set(cold[1:])
 
 
 async def test_a_compaction_compares_its_memory_pool_without_listing_its_documents(memory_store_url, monkeypatch):
@@ -243,6 +244,7 @@ async def test_a_prune_of_compacted_turns_leaves_no_document_to_embed_on_the_req
     embedder, pruning = await _pruning_chat(f"{memory_store_url}/pruning", monkeypatch, work_ahead=True)
     assert pruning  # the scenario: a new invocation's pruning clears outputs of turns that are Memory documents
     assert not [(k, text[:80]) for k, text in embedder.on_pack if k in pruning]
-    # the recorder works: without the work ahead, those calls embed the cleared turns' documents on the pack thread
+    # the recorder works: without the work ahead, such calls embed the cleared turns' documents on the pack thread
+    # (the control's own: a run a minute later dates its turns otherwise, which may move a call's prune or compaction)
     control, cold = await _pruning_chat(f"{memory_store_url}/pruning-control", monkeypatch, work_ahead=False)
-    assert cold == pruning and {k for k, _ in control.on_pack} & set(pruning)
+    assert {k for k, _ in control.on_pack} & set(cold)

@@ -146,8 +146,9 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
     if run is not None:  # times compared as one slice: a tuple of the turns' own times cost 10x more
         same = shared_prefix(run[0], compacted, cache)
         times_same = shared_prefix(run[1], dates)
-        # turns changed in place while every time the last call read stayed: by position (else from the first change)
-        times_kept = times_same >= min(len(run[1]), len(dates))
+        # turns changed in place are redone by position (else all from the first change) while every turn kept by
+        # position starts before the first time that changed, or that one of the two calls lacks
+        times_kept = compacted[min(len(run[0]), len(compacted)) - 1].start < times_same
         changed = changed_items(run[0], compacted, same) if same and times_kept else None
         same = bisect_left(compacted, times_same, hi=same, key=turn_start)
         if changed is not None:  # turns changed in place (a prune): their documents and their neighbours' rebuilt
