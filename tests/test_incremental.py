@@ -592,12 +592,20 @@ def test_changed_items_by_halving_equal_comparing_every_position():
         assert changed_items(old, new, same) == (every if same < end and few else None)
 
 
-def test_a_few_items_changed_in_place_are_mapped_again_alone():
+def test_a_few_items_changed_in_place_are_mapped_again_alone(monkeypatch):
     """A prune clears a few turns deep in the history: the carried passes (`mapped`, `sparse`, the Memory
     documents) redo those (and the documents of their neighbours), not every turn after the first, and equal a
     fresh pass."""
+    from aether_context.pipeline import select
     from aether_context.pipeline.incremental import mapped, sparse
     from aether_context.pipeline.select import history_documents
+    built: list[int] = []
+    document = select.history_document
+
+    def counted(turns, i, *args, **kwargs):  # type: ignore[no-untyped-def]
+        built.append(i)
+        return document(turns, i, *args, **kwargs)
+    monkeypatch.setattr(select, "history_document", counted)
     counter = TokenCounter()
     rng = random.Random(23)
     cache = PackCache()
@@ -621,10 +629,13 @@ def test_a_few_items_changed_in_place_are_mapped_again_alone():
         at, found = sparse("big", turns, big, cache)
         fresh = [(i, turn_tokens(t, counter)) for i, t in enumerate(turns) if turn_tokens(t, counter) > 12]
         assert (at, found) == (tuple(i for i, _ in fresh), tuple(n for _, n in fresh))
+        built.clear()
         got = history_documents(turns, times, counter.count_text, cache)
         assert got == history_documents(turns, times, counter.count_text), step
         if step:
             assert len(calls) <= 2 * (changed + 4), (step, len(calls))  # the changed turns and the new ones
+            # each changed turn's document and the three whose context reads it, the last ones, and the new ones
+            assert len(built) <= 4 * changed + 6, (step, len(built))
         changed = rng.randint(1, 6)  # a few old tool outputs cleared in place (the turns keep their shape)
         outputs = [k for k in range(10, len(msgs) - 10) if msgs[k].responses]
         for k in rng.sample(outputs, changed):
