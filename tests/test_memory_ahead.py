@@ -5,7 +5,10 @@ after the first embeds a document on the request's path."""
 
 from __future__ import annotations
 
+import itertools
 import threading
+
+from google.adk.platform import time as adk_time
 
 from aether_context import ContextPackPlugin
 from aether_context.adk.worker import wait_ahead
@@ -35,6 +38,14 @@ def lookup_booking(ref: str) -> dict:
     """Look up a booking by its reference."""
     n = int(ref[3:])
     return {"booking_id": f"BK{n:04d}X", "user_id": f"user_{n % 3}_77", "notes": filler(220, seed=n)}
+
+
+def _fixed_clock() -> None:
+    """ADK's event times (for this test's task) from a clock that starts at the same instant in every run and
+    ticks a second per read: runs compared with each other date their turns alike (a wall clock may cross a
+    minute between them, and a turn's date is in its Memory document)."""
+    ticks = itertools.count()
+    adk_time.set_time_provider(lambda: 1_700_000_000.0 + next(ticks))
 
 
 LOOKUPS = 5  # per user turn: its tool loop alone outgrows the conversation's room, so a compaction pins its request
@@ -70,6 +81,7 @@ async def _chat(store: str, monkeypatch, *, work_ahead: bool = True, notes: int 
         pinned.append(bool(out.state.pinned))
         return out
     monkeypatch.setattr(build, "record", recording)
+    _fixed_clock()
     embedder = PackThreadDocuments()
     agent, _ = scripted_agent(_steps(embedder, 8), tools=[lookup_booking])
     plugin = ContextPackPlugin(store=store, window_tokens=5_000, embedder=embedder, work_ahead=work_ahead)
@@ -92,10 +104,9 @@ async def test_a_folded_pinned_request_leaves_no_document_to_embed_on_the_reques
     # the scenario: a compaction kept the invocation's request pinned among compacted turns, a later one folded it
     assert any(pinned[k - 1] and not pinned[k] for k in compacting), (pinned, compacting)
     assert not [(k, text[:80]) for k, text in embedder.on_pack if k in compacting[1:]]
-    # the recorder works: without the work ahead, compactions embed documents on the pack thread (the control's own
-    # compactions: a run a minute later dates its turns otherwise, which may move a compaction by a call)
+    # the recorder works: without the work ahead, those compactions embed documents on the pack thread
     control, cold, _ = await _chat(f"{memory_store_url}/control", monkeypatch, work_ahead=False)
-    assert {k for k, _ in control.on_pack} & set(cold[1:])
+    assert cold == compacting and {k for k, _ in control.on_pack} & set(compacting[1:])
 
 
 async def test_a_compaction_compares_its_memory_pool_without_listing_its_documents(memory_store_url, monkeypatch):
@@ -220,6 +231,7 @@ async def _pruning_chat(store: str, monkeypatch, *, work_ahead: bool) -> "tuple[
         through.append(out.state.compacted_through)
         return out
     monkeypatch.setattr(build, "record", recording)
+    _fixed_clock()
     profile = load_profile("default").override(pruning={"protect_tokens": 1_500, "minimum_tokens": 600})
     embedder = PackThreadDocuments()
     agent, _ = scripted_agent(_steps(embedder, 8), tools=[lookup_booking])
@@ -244,7 +256,6 @@ async def test_a_prune_of_compacted_turns_leaves_no_document_to_embed_on_the_req
     embedder, pruning = await _pruning_chat(f"{memory_store_url}/pruning", monkeypatch, work_ahead=True)
     assert pruning  # the scenario: a new invocation's pruning clears outputs of turns that are Memory documents
     assert not [(k, text[:80]) for k, text in embedder.on_pack if k in pruning]
-    # the recorder works: without the work ahead, such calls embed the cleared turns' documents on the pack thread
-    # (the control's own: a run a minute later dates its turns otherwise, which may move a call's prune or compaction)
+    # the recorder works: without the work ahead, those calls embed the cleared turns' documents on the pack thread
     control, cold = await _pruning_chat(f"{memory_store_url}/pruning-control", monkeypatch, work_ahead=False)
-    assert {k for k, _ in control.on_pack} & set(cold)
+    assert cold == pruning and {k for k, _ in control.on_pack} & set(pruning)
