@@ -115,6 +115,7 @@ def _same_state(again, scratch) -> None:
     assert [again.entries[id(s)][2:] for s in again.sources] == [scratch.entries[id(s)][2:] for s in scratch.sources]
     assert again.keepers == scratch.keepers and again.spaced == scratch.spaced
     assert again.holders == scratch.holders
+    assert [again.shown[id(s)] for s in again.sources] == [scratch.shown[id(s)] for s in scratch.sources]
     assert (again.visible, again.words, again.runs) == (scratch.visible, scratch.words, scratch.runs)
 
 
@@ -228,3 +229,26 @@ def test_a_merge_searches_only_the_phrases_a_changed_part_contains(monkeypatch):
     again = merged_values(sources, visible=("Guest 3 and Room 7 East", "Guest 5 came"), since=first)
     assert searched == ["Guest 5"], searched
     assert again.sets == merged_values(sources, visible="Guest 3 and Room 7 East\nGuest 5 came").sets
+
+
+def test_a_new_visible_text_alone_merges_no_source_again(monkeypatch):
+    """The same sources with another visible text (a compaction whose cut the work ahead guessed, and a new
+    verbatim turn): the merge without the text is the earlier one (its indexes the same objects, no source
+    placed or merged again), and only the sources that kept a value whose standing in the text changed
+    show something else; the result equals a merge from scratch."""
+    from aether_context.compress import value_merge
+
+    rng = random.Random(11)
+    sources = [_source(rng, t) for t in range(300)]
+    before = merged_values(sources, visible=("the user asked", "about gold"))
+    visible = ("the user asked", "about res_3 and Austin")
+    work: list[str] = []
+    for name in ("_order", "_merge_source", "_read"):
+        monkeypatch.setattr(value_merge, name, lambda *a, _f=getattr(value_merge, name), _n=name: work.append(_n) or _f(*a))
+    again = merged_values(sources, visible=visible, since=before)
+    monkeypatch.undo()
+    assert work == [] and again.entries is before.entries and again.holders is before.holders
+    changed = {"gold", "res_3", "and", "Austin"}  # the words that came or went ("about" stayed)
+    other = [s for s in again.sources if again.shown[id(s)] is not before.shown[id(s)]]
+    assert other and all(again.entries[id(s)][4] & changed for s in other)
+    assert list(again.sets) == _reference(sources, "\n".join(visible)) == list(merged_values(sources, visible=visible).sets)

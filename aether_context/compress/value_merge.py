@@ -4,11 +4,15 @@ Why: a compaction merges the value sets of the newest compacted turns (hundreds 
 thousands of values) and the next compaction merges nearly the same ones: a few new turns, a few
 old ones gone, another verbatim text. What one source keeps depends only on its own values, on
 which of them the visible text holds, and on which of them the sources before it (in merge order)
-kept. A merge keeps, beside its result, which sources hold each value and which kept it; the next
-merge (`merged_values(since=)`) starts from the sources a change touches (new, gone, a value whose
-standing in the visible text changed) and follows what each one it merges again keeps differently
-to the later sources holding those values: the others are not even looked at. The result is the
-same as a merge from scratch.
+kept. A value the visible text holds blocks only itself, everywhere: what a source keeps is what it
+keeps when the text is left out, less the values the text holds. So a merge is two layers. The
+first merges without the visible text, and keeps, beside its result, which sources hold each value
+and which kept it: the next merge (`merged_values(since=)`) starts from the sources that came or
+went and follows what each one it merges again keeps differently to the later sources holding those
+values (the others are not even looked at); with the same sources, it is the earlier one. The
+second takes from each source what the visible text holds, looked at again only for the sources
+keeping a value whose standing in the text changed (a new verbatim turn's words): no later source
+depends on it. The result is the same as a merge from scratch.
 
 Usage::
 
@@ -56,18 +60,19 @@ class _Read:
     own: frozenset[str]
 
 
-# Per source merged (by the id of the source, a live object the merge holds): its place, what was read
-# of it, which of its values were not its to show (the visible text held them, or a source before it
-# kept them), what it kept then (None: nothing), and the values it kept.
+# Per source merged without the visible text (by the id of the source, a live object the merge holds): its
+# place, what was read of it, which of its values were not its to show (a source before it kept them), what
+# it kept then (None: nothing), and the values it kept.
 _Entry = "tuple[tuple[bool, int, str], _Read, frozenset[str], ValueSet | None, frozenset[str]]"
 
 
 @dataclass(frozen=True, eq=False)
 class MergedValues:
     """One merge: `sets`, in the order room goes to them, and what a later merge starts from: the sources
-    in merge order with their places, each one's entry (`_Entry`), the sources holding each value and
-    the places of those that kept it (sorted), the phrases (values with a space) with their runs of
-    word characters; the visible text with what of it was looked up. Never changed once made."""
+    in merge order with their places, each one's entry without the visible text (`_Entry`), the sources
+    holding each value and the places of those that kept it (sorted), the phrases (values with a space)
+    with their runs of word characters; per source, which of the values it kept the visible text holds
+    and what it shows less those; the visible text with what of it was looked up. Never changed once made."""
 
     sets: tuple[ValueSet, ...]
     sources: tuple[ValueSet, ...] = ()
@@ -76,6 +81,7 @@ class MergedValues:
     holders: "dict[str, tuple[tuple, ...]]" = field(default_factory=dict)  # (place, source) pairs, by place
     keepers: "dict[str, tuple]" = field(default_factory=dict)
     spaced: "dict[str, frozenset[str]]" = field(default_factory=dict)
+    shown: "dict[int, tuple[frozenset[str], ValueSet | None]]" = field(default_factory=dict)
     visible: str = ""
     parts: "dict[str, tuple[frozenset[str], frozenset[str]]]" = field(default_factory=dict)  # its parts' words, runs
     words: frozenset[str] = frozenset()  # the visible text's whole tokens
@@ -116,8 +122,9 @@ def _order(vs: ValueSet) -> tuple[bool, int, str]:
 
 def _scratch(latest: "dict[str, ValueSet]", visible: "str | tuple[str, ...]",
              read: "Callable[[str], _Part]") -> MergedValues:
-    """Every source merged in order: a source's values kept before it are those an earlier source kept
-    (any value before a model's text, identifiers before a tool result or a user's text)."""
+    """Every source merged in order without the visible text (a source's values kept before it are those an
+    earlier source kept: any value before a model's text, identifiers before a tool result or a user's
+    text), then what the text holds taken from each."""
     keyed = sorted((_order(s), s) for s in latest.values())  # places are unique: sources never compared
     seen = SeenText(visible, None, read)
     shown: set[str] = set()  # identifiers kept
@@ -128,7 +135,7 @@ def _scratch(latest: "dict[str, ValueSet]", visible: "str | tuple[str, ...]",
     spaced: dict[str, frozenset[str]] = {}
     for key, s in keyed:
         read = _read(s)
-        now = (seen.held(read.values, read.spaced) | (read.values & (every if s.derived else shown))) - read.own
+        now = (read.values & (every if s.derived else shown)) - read.own
         out, fresh = _merge_source(s, read, now)
         every.update(fresh)
         shown.update(fresh & read.ids)
@@ -138,40 +145,67 @@ def _scratch(latest: "dict[str, ValueSet]", visible: "str | tuple[str, ...]",
         for v in fresh:
             keepers.setdefault(v, []).append(key)
         spaced.update(read.spaced)
+    for v, runs in spaced.items():
+        seen.phrase(v, runs)  # every phrase's standing, which a later merge compares with its own
+    held = _held(seen, spaced)
     return _result(keyed, entries, {v: tuple(h) for v, h in holders.items()},
-                   {v: tuple(k) for v, k in keepers.items()}, spaced, seen)
+                   {v: tuple(k) for v, k in keepers.items()}, spaced,
+                   {k: _shown(e[3], e[4], held) for k, e in entries.items()}, seen)
+
+
+def _held(seen: SeenText, spaced: "dict[str, frozenset[str]]") -> "Callable[[str], bool]":
+    """Whether the visible text holds a value: as a whole token, or one with a space as a whole phrase."""
+    words, phrase = seen.words, seen.phrase
+    return lambda v: v in words if v not in spaced else phrase(v, spaced[v])
+
+
+def _shown(kept: ValueSet | None, fresh: frozenset[str], held: "Callable[[str], bool]"
+           ) -> "tuple[frozenset[str], ValueSet | None]":
+    """Which of the values a source kept the visible text holds, and what it shows less those."""
+    hidden = frozenset(v for v in fresh if held(v))
+    return hidden, _less(kept, fresh, hidden)[0]
 
 
 def _result(keyed: "list[tuple]", entries: "dict[int, tuple]", holders: "dict[str, tuple]",
-            keepers: "dict[str, tuple]", spaced: "dict[str, frozenset[str]]", seen: SeenText) -> MergedValues:
+            keepers: "dict[str, tuple]", spaced: "dict[str, frozenset[str]]",
+            shown: "dict[int, tuple[frozenset[str], ValueSet | None]]", seen: SeenText) -> MergedValues:
     sources = tuple(s for _, s in keyed)
-    sets = tuple(e[3] for e in map(entries.__getitem__, map(id, sources)) if e[3] is not None)
-    return MergedValues(sets, sources, tuple(k for k, _ in keyed), entries, holders, keepers, spaced,
+    sets = tuple(out for out in (shown[id(s)][1] for s in sources) if out is not None)
+    return MergedValues(sets, sources, tuple(k for k, _ in keyed), entries, holders, keepers, spaced, shown,
                         seen.text, seen.parts, seen.words, seen.runs, seen.phrases)
 
 
 class _Again:
-    """A merge from an earlier one (`since`, left as it was): its indexes copied, the sources gone taken
-    out of them, and the sources whose values changed standing merged again in merge order (a heap of
-    places): new sources, those holding a value the visible text gained or lost, or that a gone source
-    kept, and, as each one merged again keeps other values than before, the later sources holding those."""
+    """A merge from an earlier one (`since`, left as it was). Without the visible text: with the same sources,
+    the earlier merge's; else its indexes copied, the sources gone taken out of them, and the sources whose
+    values changed standing merged again in merge order (a heap of places): new sources, those holding a
+    value a gone source kept, and, as each one merged again keeps other values than before, the later
+    sources holding those. Then what the visible text holds is taken again from the sources merged again
+    and from those keeping a value whose standing in the text changed."""
 
     def __init__(self, since: MergedValues, visible: "str | tuple[str, ...]", read: "Callable[[str], _Part]") -> None:
         self.since, self.seen = since, SeenText(visible, since, read)
-        self.entries = dict(since.entries)
-        self.holders = dict(since.holders)
-        self.keepers = dict(since.keepers)
-        self.spaced = dict(since.spaced)
+        self.entries = since.entries
+        self.holders = since.holders
+        self.keepers = since.keepers
+        self.spaced = since.spaced
         self.reads: dict[int, _Read] = {}  # the new sources' reads
         self.queue: list[tuple] = []
         self.queued: dict[int, set[str]] = {}  # per source queued, the values that changed standing
+        self.touched: dict[int, ValueSet] = {}  # the sources merged again (new ones included)
 
     def merge(self, latest: "dict[str, ValueSet]") -> MergedValues:
-        keyed = self._keyed(latest)
-        self._visible()
-        while self.queue:
-            self._step(*heapq.heappop(self.queue))
-        return _result(keyed, self.entries, self.holders, self.keepers, self.spaced, self.seen)
+        since = self.since
+        if len(latest) == len(since.sources) and all(map(dict.__contains__, [since.entries] * len(latest),
+                                                         map(id, latest.values()))):
+            keyed = list(zip(since.keys, since.sources))  # the same sources: merged as before
+        else:
+            self.entries, self.holders = dict(since.entries), dict(since.holders)
+            self.keepers, self.spaced = dict(since.keepers), dict(since.spaced)
+            keyed = self._keyed(latest)
+            while self.queue:
+                self._step(*heapq.heappop(self.queue))
+        return _result(keyed, self.entries, self.holders, self.keepers, self.spaced, self._shown(keyed), self.seen)
 
     def _keyed(self, latest: "dict[str, ValueSet]") -> "list[tuple]":
         """The sources in merge order with their places: the earlier merge's still here, the new ones
@@ -205,23 +239,51 @@ class _Again:
             keyed.sort()  # places are unique: sources never compared
         return keyed
 
-    def _visible(self) -> None:
-        """Queue the sources holding a value whose standing in the visible text changed."""
-        seen, since = self.seen, self.since
-        if seen.text == since.visible:
-            return
-        for v in seen.words ^ since.words:
-            self._push_holders(v)
-        carried = seen.carried(since)
-        for v, runs in self.spaced.items():
-            held = carried(v, runs)
-            if (seen.phrase(v, runs) if held is None else held) != since.phrases.get(v):
-                self._push_holders(v)
+    def _shown(self, keyed: "list[tuple]") -> "dict[int, tuple[frozenset[str], ValueSet | None]]":
+        """What each source shows: the earlier merge's, taken again for the sources merged again and for
+        those keeping a value whose standing in the visible text changed (only those values looked up)."""
+        seen, since, spaced = self.seen, self.since, self.spaced
+        held = _held(seen, spaced)
+        again: dict[int, tuple[ValueSet, set[str]]] = {}
+        if seen.text != since.visible:
+            changed = set(seen.words ^ since.words)
+            carried = seen.carried(since)
+            for v, runs in spaced.items():
+                standing = carried(v, runs)
+                if (seen.phrase(v, runs) if standing is None else standing) != since.phrases.get(v):
+                    changed.add(v)
+            for v in changed:
+                for _, h in self.holders.get(v, ()):
+                    again.setdefault(id(h), (h, set()))[1].add(v)
+        else:
+            for s in self.touched.values():
+                for v, runs in self.reads[id(s)].spaced.items() if id(s) in self.reads else ():
+                    seen.phrase(v, runs)
+        if not again and not self.touched:
+            return since.shown if len(since.shown) == len(keyed) else {id(s): since.shown[id(s)] for _, s in keyed}
+        shown = {id(s): since.shown[id(s)] for _, s in keyed if id(s) in since.shown}
+        for k, s in self.touched.items():
+            _, _, _, kept, fresh = self.entries[k]
+            was = shown.get(k)
+            now = _shown(kept, fresh, held)
+            shown[k] = was if was is not None and was[1] == now[1] and was[0] == now[0] else now
+        for k, (s, values) in again.items():
+            if k in self.touched or k not in self.entries:
+                continue
+            _, _, _, kept, fresh = self.entries[k]
+            hidden, out = shown[k]
+            looked = fresh.intersection(values)
+            if not looked and hidden.isdisjoint(values):
+                continue
+            now_hidden = (hidden - values) | frozenset(v for v in looked if held(v))
+            if now_hidden != hidden:
+                shown[k] = (now_hidden, _less(kept, fresh, now_hidden)[0])
+        return shown
 
     def _step(self, key: tuple, _: int, s: ValueSet) -> None:
         """Merge `s` again: those of its values that changed standing (`why`) are looked up again (what the
-        visible text holds, what the sources before it now keep); if it keeps other values than it did,
-        the later sources holding them are queued."""
+        sources before it now keep); if it keeps other values than it did, the later sources holding them
+        are queued."""
         entry = self.entries.get(id(s))  # as the earlier merge left it (None: new)
         why = self.queued.pop(id(s))
         if entry is None:
@@ -230,10 +292,9 @@ class _Again:
         else:
             read = entry[1]
             why = why - read.own
-        keepers, seen = self.keepers, self.seen
+        keepers = self.keepers
         ids = read.values if s.derived else read.ids
-        now_in = {v for v in why if (v in ids and (k := keepers.get(v)) and k[0] < key)
-                  or (v in seen.words if v not in read.spaced else seen.phrase(v, read.spaced[v]))}
+        now_in = {v for v in why if v in ids and (k := keepers.get(v)) and k[0] < key}
         now = (entry[2] - why) | now_in if entry is not None else frozenset(now_in) - read.own
         if entry is not None and entry[2] == now:
             return
@@ -244,6 +305,7 @@ class _Again:
         if entry is not None and out == entry[3]:
             out = entry[3]  # the same object: a render's memo by source finds it
         self.entries[id(s)] = (key, read, now, out, fresh)
+        self.touched[id(s)] = s
         was = entry[4] if entry is not None else frozenset()
         if fresh != was:
             for v in was - fresh:
@@ -328,13 +390,18 @@ def _merge_source(vs: ValueSet, read: _Read, met: frozenset[str]
 def _less(kept: ValueSet | None, fresh: frozenset[str], met: frozenset[str]
           ) -> tuple[ValueSet | None, frozenset[str]]:
     """`_merge_source` again once `met` more of a source's values are not its to show (a verbatim turn shows
-    them): a value met blocks only itself, so the source keeps what it kept (`kept`, its values `fresh`) less
-    those, at the cost of its kept fields, not of all it holds (a new turn's words touch many sources)."""
+    them, or a source before it now keeps them): a value met blocks only itself, so the source keeps what it
+    kept (`kept`, its values `fresh`) less those, at the cost of its kept fields, not of all it holds (a new
+    turn's words touch many sources). A field without them stays the same object."""
     if kept is None or fresh.isdisjoint(met):
         return kept, fresh
-    fields = tuple((name, left) for name, values in kept.fields
-                   if (left := values if met.isdisjoint(values) else tuple(v for v in values if v not in met)))
-    return (ValueSet(kept.source, kept.turn, fields, kept.call) if fields or kept.call else None), fresh - met
+    fields = []
+    for field in kept.fields:
+        if met.isdisjoint(field[1]):
+            fields.append(field)
+        elif left := tuple(v for v in field[1] if v not in met):
+            fields.append((field[0], left))
+    return (ValueSet(kept.source, kept.turn, tuple(fields), kept.call) if fields or kept.call else None), fresh - met
 
 
 def _read(vs: ValueSet) -> _Read:
