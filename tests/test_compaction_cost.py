@@ -470,3 +470,29 @@ async def test_a_compaction_merges_the_values_the_work_ahead_planned(memory_stor
     assert len(compacting) >= 3, compacting
     assert compacting[0] in placed, placed  # the recorder works: the first compaction merges from scratch
     assert not [k for k in placed if k in compacting[1:]], (placed, compacting)
+
+
+def test_the_next_call_is_guessed_as_the_last_cycle_again():
+    """The work ahead plans the next compaction with the turns the next call will most likely add: after a
+    tool exchange the loop's next one, after a user message a chat's model answer and next user message
+    (both, or the cut moves less than the real one), placed after the newest turn."""
+    from aether_context.content import FunctionCall, FunctionResponse, Message, TextPart
+    from aether_context.pipeline.collect import group_turns
+    from aether_context.pipeline.values_ahead import _next_turns
+
+    def said(role: str, text: str) -> Message:
+        return Message(role, (TextPart(text),))
+
+    call = Message("model", (FunctionCall("look", {"q": 1}),))
+    result = Message("user", (FunctionResponse("look", {"hits": 3}),))
+    chat = tuple(group_turns([said("user", "hi"), said("model", "hello"), said("user", "book a flight")]))
+    guessed = _next_turns(chat)
+    assert [t.messages for t in guessed] == [chat[1].messages, chat[2].messages]
+    assert [t.start for t in guessed] == [3, 4]
+    loop = tuple(group_turns([said("user", "fix it"), call, result, call, result]))
+    assert [(t.start, t.messages) for t in _next_turns(loop)] == [(5, loop[-1].messages)]
+    started = tuple(group_turns([said("user", "fix it"), call, result, said("model", "done"), said("user", "next"),
+                                 call, result]))  # a loop's first exchange: the loop goes on
+    assert [(t.start, t.messages) for t in _next_turns(started)] == [(7, started[-1].messages)]
+    alone = tuple(group_turns([said("user", "hi")]))
+    assert [(t.start, t.messages) for t in _next_turns(alone)] == [(1, alone[0].messages)]

@@ -28,7 +28,7 @@ __all__ = ["values_ahead"]
 def values_ahead(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: BudgetProfile, *,
                  counter: TokenCounting, cache: PackCache) -> "tuple[Prepared, Verbatim] | None":
     """Plan the known values of the compaction of `prepared`'s turns (the zone `zone` as the call left it)
-    that the next call would make if it added a turn the size of the newest, with the target, ceiling and
+    that the next call would make if it added the turns guessed (`_next_turns`), with the target, ceiling and
     window of the conversation's last compaction, leaving its merges and renders in `cache`. Returns the
     turns with the guessed one and the zone planned (what `memory_ahead` ranks for); None when the
     conversation has not compacted yet (nothing to plan with)."""
@@ -37,11 +37,36 @@ def values_ahead(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile
     if held is None or held[0] is not turns[0]:
         return None
     _, target, ceiling, window = held
-    # the next call's turn, guessed as one like the newest: it moves the cut as the real one will, and its
-    # text joins what the compaction leaves verbatim (the words every turn of a loop shows stay put)
-    coming = Turn(turns[-1].start + len(turns[-1].messages), turns[-1].messages)
-    ahead = replace(prepared, loop=(*prepared.loop, coming))
+    # the next call's turns, guessed as the last cycle again (`_next_turns`): they move the cut as the real
+    # ones will, and their text joins what the compaction leaves verbatim (the words every turn shows stay put)
+    ahead = replace(prepared, loop=(*prepared.loop, *_next_turns(turns)))
     cut_at = compaction_cuts(inputs, profile, zone, ahead.turns, counter, target, ceiling)
     planned = plan_values(inputs, profile, ahead, zone, compacted_reader(inputs, ahead, cache), target=target,
                           window=window, counter=counter, cache=cache, cut_at=cut_at)
     return ahead, planned[0]
+
+
+_MAX_CYCLE = 6  # turns: the longest cycle guessed (a longer one is a shape the guess does not know)
+
+
+def _shape(turn: Turn) -> tuple[str, bool]:
+    return turn.messages[0].role, turn.is_tool_exchange
+
+
+def _next_turns(turns: "tuple[Turn, ...]") -> "tuple[Turn, ...]":
+    """What the next call adds, guessed from the newest turn: after a tool exchange, the loop's next
+    exchange (one like it); after a message, the turns since the last one shaped like it (its role, and
+    whether it is a tool exchange), i.e. a chat's model answer and next user message (one turn like the
+    newest would leave the answer out: the cut then moves less than the real one, and the compaction pays
+    the difference). Each is a copy placed after the newest."""
+    newest = turns[-1]
+    cycle = (newest,)
+    for back in range(2, min(_MAX_CYCLE, len(turns)) + 1) if not newest.is_tool_exchange else ():
+        if _shape(turns[-back]) == _shape(newest):
+            cycle = turns[len(turns) - back + 1:]
+            break
+    start, out = newest.start + len(newest.messages), []
+    for turn in cycle:
+        out.append(Turn(start, turn.messages))
+        start += len(turn.messages)
+    return tuple(out)
