@@ -5,17 +5,15 @@ after the first embeds a document on the request's path."""
 
 from __future__ import annotations
 
-import itertools
 import threading
 
-from google.adk.platform import time as adk_time
 
 from aether_context import ContextPackPlugin
 from aether_context.adk.worker import wait_ahead
 from aether_context.retrieval import HashingEmbedder
 from aether_context.testing import call
 
-from conftest import filler, make_runner, run_turn, scripted_agent
+from conftest import filler, fixed_clock, make_runner, run_turn, scripted_agent
 
 TURN_PREFIXES = ("user: ", "model: ", "called ")  # a compacted turn's document (`select._turn_text`)
 
@@ -38,14 +36,6 @@ def lookup_booking(ref: str) -> dict:
     """Look up a booking by its reference."""
     n = int(ref[3:])
     return {"booking_id": f"BK{n:04d}X", "user_id": f"user_{n % 3}_77", "notes": filler(220, seed=n)}
-
-
-def _fixed_clock() -> None:
-    """ADK's event times (for this test's task) from a clock that starts at the same instant in every run and
-    ticks a second per read: runs compared with each other date their turns alike (a wall clock may cross a
-    minute between them, and a turn's date is in its Memory document)."""
-    ticks = itertools.count()
-    adk_time.set_time_provider(lambda: 1_700_000_000.0 + next(ticks))
 
 
 LOOKUPS = 5  # per user turn: its tool loop alone outgrows the conversation's room, so a compaction pins its request
@@ -81,7 +71,7 @@ async def _chat(store: str, monkeypatch, *, work_ahead: bool = True, notes: int 
         pinned.append(bool(out.state.pinned))
         return out
     monkeypatch.setattr(build, "record", recording)
-    _fixed_clock()
+    fixed_clock()
     embedder = PackThreadDocuments()
     agent, _ = scripted_agent(_steps(embedder, 8), tools=[lookup_booking])
     plugin = ContextPackPlugin(store=store, window_tokens=5_000, embedder=embedder, work_ahead=work_ahead)
@@ -231,7 +221,7 @@ async def _pruning_chat(store: str, monkeypatch, *, work_ahead: bool) -> "tuple[
         through.append(out.state.compacted_through)
         return out
     monkeypatch.setattr(build, "record", recording)
-    _fixed_clock()
+    fixed_clock()
     profile = load_profile("default").override(pruning={"protect_tokens": 1_500, "minimum_tokens": 600})
     embedder = PackThreadDocuments()
     agent, _ = scripted_agent(_steps(embedder, 8), tools=[lookup_booking])

@@ -16,7 +16,7 @@ from aether_context.adk import request_from_llm
 from aether_context.adk.worker import wait_ahead
 from aether_context.retrieval import HashingEmbedder
 
-from conftest import make_runner, scripted_agent
+from conftest import fixed_clock, make_runner, scripted_agent
 
 NOTES = [{"text": f"note {i}: the customer's booking {i} moved to gate {i} at terminal {i % 3}", "timestamp": 1.7e9 + i}
          for i in range(12)]
@@ -58,6 +58,7 @@ def _line_misses(invocation_context: Any) -> "int | None":
 
 async def _run(texts: "list[tuple[str, dict | None]]", *, work_ahead: bool, store: str
                ) -> "tuple[CountingEmbedder, list[str]]":
+    fixed_clock()  # the runs compared date their turns alike
     embedder = CountingEmbedder()
     agent, llm = scripted_agent([f"answer {i}" for i in range(len(texts))], tools=())
     plugin = ContextPackPlugin(store=store, window_tokens=8_000, embedder=embedder, work_ahead=work_ahead)
@@ -145,6 +146,7 @@ async def test_the_opening_call_finds_its_pool_and_lines_ahead(memory_store_url,
     from aether_context.retrieval.index import HybridIndex
     from aether_context.tokens import TokenCounter
 
+    fixed_clock()  # compared with a run without the work ahead, dated alike
     seen: list[tuple[str, str]] = []  # (what, thread)
     pool, truncate = HybridIndex._pool, TokenCounter._truncate
     monkeypatch.setattr(HybridIndex, "_pool", lambda self, *a: seen.append(("pool", _thread())) or pool(self, *a))
@@ -181,6 +183,7 @@ def _thread() -> str:
 
 
 async def _run_with_state(state: dict, *, work_ahead: bool, store: str) -> "list[dict]":
+    fixed_clock()  # the runs compared date their turns alike
     agent, llm = scripted_agent([f"answer {i}" for i in range(len(QUESTIONS))], tools=())
     plugin = ContextPackPlugin(store=store, window_tokens=8_000, embedder=CountingEmbedder(), work_ahead=work_ahead)
     runner = make_runner(agent, plugins=[plugin, ModelLatency()])
