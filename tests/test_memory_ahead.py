@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 
-
 from aether_context import ContextPackPlugin
 from aether_context.adk.worker import wait_ahead
 from aether_context.retrieval import HashingEmbedder

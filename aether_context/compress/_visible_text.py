@@ -78,13 +78,6 @@ class SeenText:
             return held
         return carry
 
-    def held(self, values: frozenset[str], spaced: "dict[str, frozenset[str]]") -> frozenset[str]:
-        """Those of a source's `values` the text holds as a whole token, or with a space (`spaced`, with
-        their runs of word characters) as a whole phrase."""
-        if not spaced:
-            return values & self.words
-        return (values & self.words) | frozenset(v for v, runs in spaced.items() if self.phrase(v, runs))
-
 
 def _holds(text: str, phrase: str) -> bool:
     """Whether `text` holds `phrase` as a whole (no word character just before or after it: a regex

@@ -127,7 +127,7 @@ def _scratch(latest: "dict[str, ValueSet]", visible: "str | tuple[str, ...]",
     text), then what the text holds taken from each."""
     keyed = sorted((_order(s), s) for s in latest.values())  # places are unique: sources never compared
     seen = SeenText(visible, None, read)
-    shown: set[str] = set()  # identifiers kept
+    ids_kept: set[str] = set()
     every: set[str] = set()  # every value kept
     entries: dict[int, tuple] = {}
     holders: dict[str, list[tuple]] = {}
@@ -135,10 +135,10 @@ def _scratch(latest: "dict[str, ValueSet]", visible: "str | tuple[str, ...]",
     spaced: dict[str, frozenset[str]] = {}
     for key, s in keyed:
         read = _read(s)
-        now = (read.values & (every if s.derived else shown)) - read.own
+        now = (read.values & (every if s.derived else ids_kept)) - read.own
         out, fresh = _merge_source(s, read, now)
         every.update(fresh)
-        shown.update(fresh & read.ids)
+        ids_kept.update(fresh & read.ids)
         entries[id(s)] = (key, read, now, out, fresh)
         for v in read.values:
             holders.setdefault(v, []).append((key, s))
@@ -150,7 +150,7 @@ def _scratch(latest: "dict[str, ValueSet]", visible: "str | tuple[str, ...]",
     held = _held(seen, spaced)
     return _result(keyed, entries, {v: tuple(h) for v, h in holders.items()},
                    {v: tuple(k) for v, k in keepers.items()}, spaced,
-                   {k: _shown(e[3], e[4], held) for k, e in entries.items()}, seen)
+                   {k: _source_shows(e[3], e[4], held) for k, e in entries.items()}, seen)
 
 
 def _held(seen: SeenText, spaced: "dict[str, frozenset[str]]") -> "Callable[[str], bool]":
@@ -159,7 +159,7 @@ def _held(seen: SeenText, spaced: "dict[str, frozenset[str]]") -> "Callable[[str
     return lambda v: v in words if v not in spaced else phrase(v, spaced[v])
 
 
-def _shown(kept: ValueSet | None, fresh: frozenset[str], held: "Callable[[str], bool]"
+def _source_shows(kept: ValueSet | None, fresh: frozenset[str], held: "Callable[[str], bool]"
            ) -> "tuple[frozenset[str], ValueSet | None]":
     """Which of the values a source kept the visible text holds, and what it shows less those."""
     hidden = frozenset(v for v in fresh if held(v))
@@ -185,10 +185,8 @@ class _Again:
 
     def __init__(self, since: MergedValues, visible: "str | tuple[str, ...]", read: "Callable[[str], _Part]") -> None:
         self.since, self.seen = since, SeenText(visible, since, read)
-        self.entries = since.entries
-        self.holders = since.holders
-        self.keepers = since.keepers
-        self.spaced = since.spaced
+        # the earlier merge's indexes, read only: `merge` copies them before it changes any
+        self.entries, self.holders, self.keepers, self.spaced = since.entries, since.holders, since.keepers, since.spaced
         self.reads: dict[int, _Read] = {}  # the new sources' reads
         self.queue: list[tuple] = []
         self.queued: dict[int, set[str]] = {}  # per source queued, the values that changed standing
@@ -196,8 +194,7 @@ class _Again:
 
     def merge(self, latest: "dict[str, ValueSet]") -> MergedValues:
         since = self.since
-        if len(latest) == len(since.sources) and all(map(dict.__contains__, [since.entries] * len(latest),
-                                                         map(id, latest.values()))):
+        if len(latest) == len(since.sources) and all(id(s) in since.entries for s in latest.values()):
             keyed = list(zip(since.keys, since.sources))  # the same sources: merged as before
         else:
             self.entries, self.holders = dict(since.entries), dict(since.holders)
@@ -205,7 +202,7 @@ class _Again:
             keyed = self._keyed(latest)
             while self.queue:
                 self._step(*heapq.heappop(self.queue))
-        return _result(keyed, self.entries, self.holders, self.keepers, self.spaced, self._shown(keyed), self.seen)
+        return _result(keyed, self.entries, self.holders, self.keepers, self.spaced, self._shows(keyed), self.seen)
 
     def _keyed(self, latest: "dict[str, ValueSet]") -> "list[tuple]":
         """The sources in merge order with their places: the earlier merge's still here, the new ones
@@ -239,12 +236,12 @@ class _Again:
             keyed.sort()  # places are unique: sources never compared
         return keyed
 
-    def _shown(self, keyed: "list[tuple]") -> "dict[int, tuple[frozenset[str], ValueSet | None]]":
+    def _shows(self, keyed: "list[tuple]") -> "dict[int, tuple[frozenset[str], ValueSet | None]]":
         """What each source shows: the earlier merge's, taken again for the sources merged again and for
         those keeping a value whose standing in the visible text changed (only those values looked up)."""
         seen, since, spaced = self.seen, self.since, self.spaced
         held = _held(seen, spaced)
-        again: dict[int, tuple[ValueSet, set[str]]] = {}
+        again: dict[int, set[str]] = {}  # per source holding a value whose standing changed: those values
         if seen.text != since.visible:
             changed = set(seen.words ^ since.words)
             carried = seen.carried(since)
@@ -254,26 +251,26 @@ class _Again:
                     changed.add(v)
             for v in changed:
                 for _, h in self.holders.get(v, ()):
-                    again.setdefault(id(h), (h, set()))[1].add(v)
-        else:
-            for s in self.touched.values():
-                for v, runs in self.reads[id(s)].spaced.items() if id(s) in self.reads else ():
+                    again.setdefault(id(h), set()).add(v)
+        else:  # the new sources' phrases, which the earlier merge did not look up
+            for read in self.reads.values():
+                for v, runs in read.spaced.items():
                     seen.phrase(v, runs)
         if not again and not self.touched:
             return since.shown if len(since.shown) == len(keyed) else {id(s): since.shown[id(s)] for _, s in keyed}
         shown = {id(s): since.shown[id(s)] for _, s in keyed if id(s) in since.shown}
-        for k, s in self.touched.items():
+        for k in self.touched:
             _, _, _, kept, fresh = self.entries[k]
             was = shown.get(k)
-            now = _shown(kept, fresh, held)
+            now = _source_shows(kept, fresh, held)
             shown[k] = was if was is not None and was[1] == now[1] and was[0] == now[0] else now
-        for k, (s, values) in again.items():
-            if k in self.touched or k not in self.entries:
+        for k, values in again.items():
+            if k in self.touched:
                 continue
             _, _, _, kept, fresh = self.entries[k]
-            hidden, out = shown[k]
+            hidden = shown[k][0]  # a subset of what it kept (`fresh`)
             looked = fresh.intersection(values)
-            if not looked and hidden.isdisjoint(values):
+            if not looked:
                 continue
             now_hidden = (hidden - values) | frozenset(v for v in looked if held(v))
             if now_hidden != hidden:
@@ -370,9 +367,8 @@ def _inserted(keys: tuple, key: tuple) -> tuple:
 
 def _merge_source(vs: ValueSet, read: _Read, met: frozenset[str]
                   ) -> tuple[ValueSet | None, frozenset[str]]:
-    """What one source keeps when `met` of its values are not its to show (the visible text holds them, or
-    a source before it kept them: identifiers for a tool result or a user's text, any value for a model's
-    text), and the values it kept."""
+    """What one source keeps when `met` of its values are not its to show (a source before it kept them:
+    identifiers for a tool result or a user's text, any value for a model's text), and the values it kept."""
     fields = []
     blocked = set(met)  # grows with what this source keeps, field by field
     all_new: list[str] = []
@@ -396,11 +392,11 @@ def _less(kept: ValueSet | None, fresh: frozenset[str], met: frozenset[str]
     if kept is None or fresh.isdisjoint(met):
         return kept, fresh
     fields = []
-    for field in kept.fields:
-        if met.isdisjoint(field[1]):
-            fields.append(field)
-        elif left := tuple(v for v in field[1] if v not in met):
-            fields.append((field[0], left))
+    for pair in kept.fields:
+        if met.isdisjoint(pair[1]):
+            fields.append(pair)
+        elif left := tuple(v for v in pair[1] if v not in met):
+            fields.append((pair[0], left))
     return (ValueSet(kept.source, kept.turn, tuple(fields), kept.call) if fields or kept.call else None), fresh - met
 
 

@@ -30,7 +30,7 @@ def values_ahead(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile
     """Plan the known values of the compaction of `prepared`'s turns (the zone `zone` as the call left it)
     that the next call would make if it added the turns guessed (`_next_turns`), with the target, ceiling and
     window of the conversation's last compaction, leaving its merges and renders in `cache`. Returns the
-    turns with the guessed one and the zone planned (what `memory_ahead` ranks for); None when the
+    turns with the guessed ones and the zone planned (what `memory_ahead` ranks for); None when the
     conversation has not compacted yet (nothing to plan with)."""
     turns = prepared.turns
     held = cache.lookup("compaction_target", id(turns[0])) if turns and zone.through > 0 else None
@@ -61,10 +61,11 @@ def _next_turns(turns: "tuple[Turn, ...]") -> "tuple[Turn, ...]":
     the difference). Each is a copy placed after the newest."""
     newest = turns[-1]
     cycle = (newest,)
-    for back in range(2, min(_MAX_CYCLE, len(turns)) + 1) if not newest.is_tool_exchange else ():
-        if _shape(turns[-back]) == _shape(newest):
-            cycle = turns[len(turns) - back + 1:]
-            break
+    if not newest.is_tool_exchange:
+        for back in range(2, min(_MAX_CYCLE + 1, len(turns)) + 1):  # the turn `back` from the end, and after it
+            if _shape(turns[-back]) == _shape(newest):
+                cycle = turns[len(turns) - back + 1:]
+                break
     start, out = newest.start + len(newest.messages), []
     for turn in cycle:
         out.append(Turn(start, turn.messages))
