@@ -577,6 +577,7 @@ def test_a_changed_last_turn_is_read_again_alone_not_the_whole_history(monkeypat
 
 
 def test_changed_items_by_halving_equal_comparing_every_position():
+    """`changed_items` finds what a comparison of every position finds, and gives up past its limits."""
     from aether_context.pipeline.incremental import MAX_CHANGED, changed_items
     rng = random.Random(17)
     for _ in range(300):

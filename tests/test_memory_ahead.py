@@ -203,7 +203,6 @@ async def test_a_compaction_that_holds_the_payload_finds_its_memory_ranked_ahead
     assert sent[True] == sent[False]
 
 
-
 async def _pruning_chat(store: str, monkeypatch, *, work_ahead: bool) -> "tuple[PackThreadDocuments, list[int]]":
     """`_chat`'s eight user turns with a pruning that clears outputs past the newest 1,500 tokens of them, once 600
     are reclaimed: the embedder, and the calls whose pruning cleared turns already compacted (Memory documents)
@@ -242,6 +241,8 @@ async def _pruning_chat(store: str, monkeypatch, *, work_ahead: bool) -> "tuple[
 
 async def test_a_prune_of_compacted_turns_leaves_no_document_to_embed_on_the_request_path(memory_store_url,
                                                                                           monkeypatch):
+    """A new invocation's pruning clears the outputs of turns that are already Memory documents: the work ahead
+    built and embedded their documents as that call rebuilds them, so it embeds none on the pack thread."""
     embedder, pruning = await _pruning_chat(f"{memory_store_url}/pruning", monkeypatch, work_ahead=True)
     assert pruning  # the scenario: a new invocation's pruning clears outputs of turns that are Memory documents
     assert not [(k, text[:80]) for k, text in embedder.on_pack if k in pruning]

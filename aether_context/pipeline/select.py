@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Callable, Iterable
 
 from ..compress.values import result_values, structured_result
 from ..content import Message, ToolSpec, canonical_json
@@ -25,6 +25,7 @@ from .incremental import changed_items, grouped_turns, shared_prefix, turn_key
 from .lines import RENDERS, date_label, line_of
 
 __all__ = ["Line", "Conversation", "Candidates", "select", "frame_candidates", "widen_memory", "query_text",
+           "documents_reading",
            "split_conversation", "history_documents", "history_document", "pinned_neighbours",
            "request_documents"]
 
@@ -153,7 +154,7 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
         same = bisect_left(compacted, times_same, hi=same, key=turn_start)
         if changed is not None:  # turns changed in place (a prune): their documents and their neighbours' rebuilt
             n = min(len(run[0]), len(compacted))
-            redo = {j for i in changed for j in range(i - TURNS_AFTER, i + TURNS_BEFORE + 1) if 0 <= j < n}
+            redo = documents_reading(changed, n)
             redo.update(range(max(0, n - TURNS_AFTER), n))  # their context reads the turn after them
             docs = list(run[2][:n])
             for j in redo:
@@ -183,11 +184,16 @@ def history_document(turns: "tuple[Turn, ...]", i: int, times: "tuple[float | No
     return cache.get("history_document", key, build)
 
 
+def documents_reading(positions: "Iterable[int]", n: int) -> "set[int]":
+    """The positions (below `n`) of the turns whose Memory documents read a turn at one of `positions`: its own,
+    and its neighbours' whose context reads it (the `TURNS_AFTER` before it, the `TURNS_BEFORE` after it)."""
+    return {j for i in positions for j in range(max(0, i - TURNS_AFTER), min(n, i + TURNS_BEFORE + 1))}
+
+
 def pinned_neighbours(pinned: "set[int]", tail: int) -> "list[int]":
     """The compacted turns (positions before `tail`) whose documents read a pinned request (at `pinned`) as
     context once it is compacted too: the one before it (its next turn) and the two after it (their previous)."""
-    return sorted({j for i in pinned for j in range(i - TURNS_AFTER, i + TURNS_BEFORE + 1)
-                   if 0 <= j < tail and j not in pinned})
+    return sorted(documents_reading(pinned, tail) - pinned)
 
 
 def request_documents(inputs: PackInputs, turns: "tuple[Turn, ...]", pinned: "tuple[int, ...]",

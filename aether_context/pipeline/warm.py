@@ -25,7 +25,6 @@ from functools import partial
 
 from ..profile import BudgetProfile
 from ..retrieval import Document
-from ..retrieval.turns import TURNS_AFTER, TURNS_BEFORE
 from ..tokens import TokenCounting
 from .cache import PackCache
 from .collect import PackInputs, PackState, turn_start
@@ -37,7 +36,7 @@ from .memory_ahead import memory_ahead
 from .prepare import Prepared, prepare, pruned_next
 from .render import masking
 from .retrieve import Retriever
-from .select import history_document, pinned_neighbours, request_documents
+from .select import documents_reading, history_document, pinned_neighbours, request_documents
 from .values_ahead import values_ahead
 
 __all__ = ["warm_ahead"]
@@ -101,9 +100,8 @@ def _pruned_documents(inputs: PackInputs, prepared: Prepared, zone: Verbatim, st
     cleared = {t.start: bounded_turn(cleared_turn(t, inputs.uris, cache), cap, counter, cache) for t in due}
     compacted = zone.split(tuple(cleared.get(t.start, t) for t in prepared.turns))[0]
     at = (bisect_left(compacted, start, key=turn_start) for start in cleared)
-    rows = sorted({j for i in at if i < len(compacted) and compacted[i].start in cleared
-                   for j in range(i - TURNS_AFTER, i + TURNS_BEFORE + 1) if 0 <= j < len(compacted)})
-    return [history_document(compacted, j, inputs.message_times, counter.count_text, cache) for j in rows]
+    rows = documents_reading((i for i in at if i < len(compacted) and compacted[i].start in cleared), len(compacted))
+    return [history_document(compacted, j, inputs.message_times, counter.count_text, cache) for j in sorted(rows)]
 
 
 def _block_ahead(prepared: Prepared, zone: Verbatim, state: PackState, reader: CompactedReader,
