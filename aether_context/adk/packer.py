@@ -149,7 +149,7 @@ class ContextPacker(ModelHooks, ToolHooks):
                         session_namespace(session.app_name, session.user_id, session.id),
                         partial(ahead_lines, counter=self.counter, cache=self.cache, item_max_tokens={
                             "evidence": self.profile.evidence.item_max_tokens,
-                            "memory": self.profile.memory.item_max_tokens}))
+                            "memory": self.profile.memory.item_max_tokens}, redaction=self.profile.redaction))
         except Exception:  # an optimisation that failed: the call embeds its question itself
             logger.warning("aether-context: guessing the question ahead failed", exc_info=True)
 

@@ -170,15 +170,16 @@ def render_values(sets: Iterable[ValueSet], max_tokens: int, counter: TokenCount
     back (names, dates, amounts, paths), then to the rest; in each, newest source first, the first few
     values of every field before all the values of any. A text source with nothing left
     to show is omitted; a tool call keeps at least its label (its arguments) while room allows.
-    `memo` (read and filled) keeps each source's ranked fields for a later render with the same `params`,
-    `fields` each field's rank by its name and values (a source merged again keeps most of its fields).
+    `memo` (read and filled) keeps each source's ranked fields and the tokens of the lines tried for it, for a
+    later render with the same `params` and counter (a merge keeps most sources, and each tries the same lines
+    again), `fields` each field's rank by its name and values (a source merged again keeps most of its fields).
     """
     count = as_count(counter)
     sets = [vs for vs in sets if vs.fields or vs.call]
     if max_tokens <= 0 or not sets or count(title) > max_tokens:
         return ""
     ranks = _Ranks(sets, params, memo, fields)
-    fill = _Fill(sets, ranks.ranked, count, max_tokens - count(title))
+    fill = _Fill(sets, ranks, count, max_tokens - count(title))
     for rank in range(4):
         for limit in (_FIRST_VALUES, _ALL):
             if rank == 0 and limit == _FIRST_VALUES:
@@ -202,9 +203,8 @@ class _Fill:
     """A render's lines so far: values shown per field of each source shown, the tokens of each line
     (0: not shown), the room left. Few objects per source: collections were a good part of a render."""
 
-    def __init__(self, sets: "list[ValueSet]", ranked: "list[_Ranked | None]", count: "Callable[[str], int]",
-                 room: int) -> None:
-        self.sets, self.ranked, self.count, self.room = sets, ranked, count, room
+    def __init__(self, sets: "list[ValueSet]", ranks: "_Ranks", count: "Callable[[str], int]", room: int) -> None:
+        self.sets, self.ranked, self.tried, self.count, self.room = sets, ranks.ranked, ranks.tried, count, room
         self.shown: dict[int, dict[int, int]] = {}  # per source shown: field index -> values shown
         self.cost = [0] * len(sets)
 
@@ -224,7 +224,11 @@ class _Fill:
                 self._attempt(k, _NONE)
 
     def _attempt(self, k: int, shown: "dict[int, int]") -> None:
-        grown = self.count(_line(self.sets[k], shown)) + 1 - self.cost[k]
+        tried, key = self.tried[k], frozenset(shown.items())
+        tokens = tried.get(key)
+        if tokens is None:
+            tokens = tried[key] = self.count(_line(self.sets[k], shown))
+        grown = tokens + 1 - self.cost[k]
         if grown <= self.room:
             self.room -= grown
             self.cost[k] += grown
@@ -243,28 +247,35 @@ class _Ranks:
         self.fields = fields if fields is not None else {}
         self.names: dict[str, int] = {}
         self.ranked: "list[_Ranked | None]" = [None] * len(sets)
+        self.tried: "list[dict[frozenset, int] | None]" = [None] * len(sets)  # per source: each line tried, its tokens
         self.by_rank: "tuple[list[int], ...]" = ([], [], [], [])  # the sources with fields of each rank
 
     def first(self) -> "Iterator[int]":
         """The sources with identifiers, ranking every source on the way."""
         for k, vs in enumerate(self.sets):
-            self.ranked[k] = ranked = self._ranked(vs)
+            ranked, self.tried[k] = self._ranked(vs)
+            self.ranked[k] = ranked
             for r, _ in ranked:
                 self.by_rank[r].append(k)
             if ranked and ranked[0][0] == 0:
                 yield k
 
-    def _ranked(self, vs: ValueSet) -> _Ranked:
+    def _ranked(self, vs: ValueSet) -> "tuple[_Ranked, dict[frozenset, int]]":
+        """A source's fields by rank, and the tokens of the lines tried for it (filled by `_Fill`)."""
         held = self.memo.get(id(vs)) if self.memo is not None else None
         if held is not None and held[0] is vs:
-            return held[1]
-        known = self.fields
-        ranks = [known[f] if f in known else self._rank(f) for f in vs.fields]
-        out = tuple((r, tuple((f, len(vs.fields[f][1])) for f, x in enumerate(ranks) if x == r))
-                    for r in sorted(set(ranks)))
+            return held[1], held[2]
+        known, by_rank = self.fields, {}
+        for at, field in enumerate(vs.fields):
+            rank = known.get(field)
+            if rank is None:
+                rank = self._rank(field)
+            by_rank.setdefault(rank, []).append((at, len(field[1])))
+        out = tuple((rank, tuple(by_rank[rank])) for rank in sorted(by_rank))
+        tried: dict[frozenset, int] = {}
         if self.memo is not None:
-            self.memo[id(vs)] = (vs, out)
-        return out
+            self.memo[id(vs)] = (vs, out, tried)
+        return out, tried
 
     def _rank(self, field: "tuple[str, tuple[str, ...]]") -> int:
         self.fields[field] = rank = _field_rank(*field, self.params, self.names)

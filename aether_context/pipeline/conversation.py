@@ -213,7 +213,10 @@ def plan_values(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, 
     tokens the values claimed from the tail (`extra`), as `compact` plans them (`cut_at` gives the cut
     for a block room): the work ahead plans the next compaction's the same way (`values_ahead`)."""
     turns, room = prepared.turns, int(target * BLOCK_SHARE)
-    params = parameter_names(t.declaration for t in inputs.request.tools)
+    tools = inputs.request.tools
+    params = (parameter_names(t.declaration for t in tools) if cache is None else  # the same tools on every call
+              cache.get("parameter_names", tuple(t.declaration_json for t in tools),
+                        lambda: parameter_names(t.declaration for t in tools)))
 
     def plan(block_room: int, extra: int, cut: bool) -> tuple:
         """The zone when the block may take `block_room`, and its opening and values (`extra` tokens over

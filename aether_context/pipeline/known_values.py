@@ -41,8 +41,8 @@ class _Carry:
     full: MergedValues | None
     capped: MergedValues | None
     rendered: "tuple[Hashable, str]" = ((), "")  # the full merge's text, by what it is rendered from
-    ranks: "tuple[frozenset[str], dict[int, tuple], dict[tuple, int]]" = (frozenset(), {}, {})  # by params:
-    # the renders' ranked fields by source, and each field's rank by its name and values
+    ranks: "tuple[tuple, dict[int, tuple], dict[tuple, int]]" = ((), {}, {})  # by params and counter: the
+    # renders' ranked fields and lines tried by source, and each field's rank by its name and values
 
 
 def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn, ...]], Iterator[Turn]]",
@@ -67,7 +67,7 @@ def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn
     full = merged_values([vs for _, found in read for vs in found], visible=visible,
                          since=carry.full if carry is not None else None, read=words)
     source = (full.sets, limit, params, counter_key(counter))  # what the full text is rendered from
-    same = carry is not None and carry.ranks[0] == params
+    same = carry is not None and carry.ranks[0] == (params, counter_key(counter))
     ranks = dict(carry.ranks[1]) if same else {}
     fields = dict(carry.ranks[2]) if same and len(carry.ranks[2]) < _MAX_FIELD_RANKS else {}
     if carry is not None and carry.rendered[0] == source:
@@ -85,9 +85,10 @@ def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn
                     if capped.sets else "")
     if cache is not None:
         shown = (*full.sets, *(capped.sets if capped is not None else ()))
-        by_source = {k: ranks[k] for k in map(id, shown) if k in ranks}
-        cache.put("carried", key, _Carry(compacted[0], {id(t): (t, found) for t, found in read}, full, capped,
-                                         rendered, (params, by_source, fields)))
+        if len(ranks) > 2 * len(shown):  # the sources no merge shows any more, dropped once they are half
+            ranks = {k: ranks[k] for k in map(id, shown) if k in ranks}
+        cache.put("carried", key, _Carry(compacted[0], {id(pair[0]): pair for pair in read}, full, capped,
+                                         rendered, ((params, counter_key(counter)), ranks, fields)))
     return text, need
 
 
@@ -100,13 +101,11 @@ def _read(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn, ...]]
     out: list[tuple[Turn, tuple[ValueSet, ...]]] = []
     n = 0
     for turn in originals(compacted):
-        hit = carried.get(id(turn))
-        if hit is not None and hit[0] is turn:
-            found = hit[1]
-        else:
-            found = tuple(vs for vs in known_values_of(mask(turn), cache) if vs is not None)
-        out.append((turn, found))
-        n += len(found)
+        read = carried.get(id(turn))
+        if read is None or read[0] is not turn:
+            read = (turn, tuple(vs for vs in known_values_of(mask(turn), cache) if vs is not None))
+        out.append(read)
+        n += len(read[1])
         if n >= limit:
             break
     return out

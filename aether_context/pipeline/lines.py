@@ -11,10 +11,12 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Callable, Mapping, Sequence
 
+from ..redact import RedactionSettings
 from ..retrieval import Document
 from ..tokens import TokenCounting
 from .cache import PackCache, counter_key
 from .fit import shorten_caps, shortened
+from .render import masking, quote
 
 __all__ = ["RENDERS", "date_label", "line_of", "ahead_lines"]
 
@@ -56,14 +58,20 @@ def _counted(text: str, counter: TokenCounting) -> tuple[str, int]:
 
 
 def ahead_lines(layer: str, documents: Sequence[Document], *, counter: TokenCounting, cache: PackCache,
-                item_max_tokens: Mapping[str, int]) -> None:
+                item_max_tokens: Mapping[str, int], redaction: RedactionSettings | None = None) -> None:
     """Work ahead: the lines of `layer`'s documents a call is about to rank, and the shortened forms `fit` cuts
-    the long ones to when the layer is over its budget (`item_max_tokens`: per layer), so the call finds them."""
+    the long ones to when the layer is over its budget (`item_max_tokens`: per layer), so the call finds them;
+    with `redaction` (the profile's), each masked as the payload will quote it."""
+    if redaction is not None:
+        with masking(redaction):
+            return ahead_lines(layer, documents, counter=counter, cache=cache, item_max_tokens=item_max_tokens)
     render, counted_by = RENDERS[layer], counter_key(counter)
     caps = shorten_caps(item_max_tokens[layer])
     for doc in documents:
         text, tokens = line_of(doc, render, counter, counted_by, cache)
+        quote(text)  # inside `masking`: masked as the payload will quote it (kept by its text)
         for cap in caps:  # as `fit.fit_lines` shortens: to the item cap, then what that left to half of it
             if tokens > cap:
                 text = shortened(text, str(doc.metadata.get("uri", "")), cap, counter)
                 tokens = counter.count_text(text)
+                quote(text)
