@@ -182,8 +182,9 @@ def test_a_call_with_nothing_to_show_gets_only_the_room_every_value_left():
 
 
 def test_a_render_with_the_last_renders_ranks_renders_the_same():
-    """A render may take each source's ranked fields from an earlier render (`memo`, by the source object,
-    for the same params): the block is the one a render that ranks every field gives, at every cap."""
+    """A render may take each source's ranked fields and the tokens of the lines it tried from an earlier render
+    (`memo`, by the source object, for the same params and counter): the block is the one a render that ranks
+    and counts every line gives, at every cap, and once some sources are new objects with fewer values."""
     sets = [extract_values(tool="lookup", args={"ref": f"r{i}"}, turn=i,
                            result={"booking_id": f"BK{i:04d}X", "user": f"user_{i % 3}_77", "note": f"Call Ann {i}",
                                    "seats": list(range(i % 9)), "price": 100 + i}) for i in range(60)]
@@ -194,6 +195,10 @@ def test_a_render_with_the_last_renders_ranks_renders_the_same():
     for cap in (10, 40, 80, 150, 300, 600, 80, 10):
         assert render_values(sets, cap, COUNTER, params=params, memo=memo) == render_values(sets, cap, COUNTER, params=params)
     assert len(memo) == len(sets)
+    fewer = [ValueSet(vs.source, vs.turn, tuple((n, v[:1]) for n, v in vs.fields), vs.call) if i % 5 == 0 else vs
+             for i, vs in enumerate(sets)]  # as a merge gives the sources a verbatim turn's words touch
+    for cap in (10, 80, 300, 600):
+        assert render_values(fewer, cap, COUNTER, params=params, memo=memo) == render_values(fewer, cap, COUNTER, params=params)
 
 
 def test_a_render_ranks_a_field_it_has_ranked_once(monkeypatch):

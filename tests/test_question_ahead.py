@@ -141,8 +141,9 @@ LONG_NOTES = [{"text": f"note {i}: booking {i} gate {i % 7} terminal {i % 3} " +
 
 async def test_the_opening_call_finds_its_pool_and_lines_ahead(memory_store_url, monkeypatch):
     """The work ahead also pools the guessed question in Memory's index (BM25 over every row, the cosines, the
-    cuts) and renders, counts and shortens the pool's lines: each later turn's call then only ranks, and renders
-    and shortens no line itself (lines missing from the cache: none). Requests are unchanged."""
+    cuts) and renders, counts, shortens and masks the pool's lines: each later turn's call then only ranks, and
+    renders, shortens and masks no line itself (lines missing from the cache: none). Requests are unchanged."""
+    from aether_context.pipeline import render
     from aether_context.retrieval.index import HybridIndex
     from aether_context.tokens import TokenCounter
 
@@ -152,6 +153,9 @@ async def test_the_opening_call_finds_its_pool_and_lines_ahead(memory_store_url,
     monkeypatch.setattr(HybridIndex, "_pool", lambda self, *a: seen.append(("pool", _thread())) or pool(self, *a))
     monkeypatch.setattr(TokenCounter, "_truncate",
                         lambda self, *a: seen.append(("shorten", _thread())) or truncate(self, *a))
+    redact = render.redact
+    monkeypatch.setattr(render, "redact", lambda text, *a: seen.append(("mask", _thread())) or redact(text, *a))
+    render._masked.cache_clear()
     agent, llm = scripted_agent([f"answer {i}" for i in range(len(QUESTIONS))], tools=())
     plugin = ContextPackPlugin(store=f"{memory_store_url}/a", window_tokens=8_000, embedder=CountingEmbedder())
     latency = ModelLatency()
@@ -166,7 +170,7 @@ async def test_the_opening_call_finds_its_pool_and_lines_ahead(memory_store_url,
         if turn:  # what the call itself did, after the work ahead its message queued
             assert missed() == latency.missed, turn
             assert [what for what, thread in seen if thread != "aether-ahead_0"] == [], turn
-        assert {what for what, _ in seen} == {"pool", "shorten"}, turn  # it pooled and shortened, ahead or not
+        assert {what for what, _ in seen} == {"pool", "shorten", "mask"}, turn  # pooled, shortened, masked
         seen.clear()
         latency.missed = None
     wait_ahead()

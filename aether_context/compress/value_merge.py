@@ -148,8 +148,8 @@ def _scratch(latest: "dict[str, ValueSet]", visible: "str | tuple[str, ...]",
     for v, runs in spaced.items():
         seen.phrase(v, runs)  # every phrase's standing, which a later merge compares with its own
     held = _held(seen, spaced)
-    return _result(keyed, entries, {v: tuple(h) for v, h in holders.items()},
-                   {v: tuple(k) for v, k in keepers.items()}, spaced,
+    return _result(tuple(k for k, _ in keyed), tuple(s for _, s in keyed), entries,
+                   {v: tuple(h) for v, h in holders.items()}, {v: tuple(k) for v, k in keepers.items()}, spaced,
                    {k: _source_shows(e[3], e[4], held) for k, e in entries.items()}, seen)
 
 
@@ -166,12 +166,11 @@ def _source_shows(kept: ValueSet | None, fresh: frozenset[str], held: "Callable[
     return hidden, _less(kept, fresh, hidden)[0]
 
 
-def _result(keyed: "list[tuple]", entries: "dict[int, tuple]", holders: "dict[str, tuple]",
+def _result(keys: tuple, sources: "tuple[ValueSet, ...]", entries: "dict[int, tuple]", holders: "dict[str, tuple]",
             keepers: "dict[str, tuple]", spaced: "dict[str, frozenset[str]]",
             shown: "dict[int, tuple[frozenset[str], ValueSet | None]]", seen: SeenText) -> MergedValues:
-    sources = tuple(s for _, s in keyed)
     sets = tuple(out for out in (shown[id(s)][1] for s in sources) if out is not None)
-    return MergedValues(sets, sources, tuple(k for k, _ in keyed), entries, holders, keepers, spaced, shown,
+    return MergedValues(sets, sources, keys, entries, holders, keepers, spaced, shown,
                         seen.text, seen.parts, seen.words, seen.runs, seen.phrases)
 
 
@@ -191,18 +190,20 @@ class _Again:
         self.queue: list[tuple] = []
         self.queued: dict[int, set[str]] = {}  # per source queued, the values that changed standing
         self.touched: dict[int, ValueSet] = {}  # the sources merged again (new ones included)
+        self.gone: list[int] = []  # the earlier merge's sources not in this one
 
     def merge(self, latest: "dict[str, ValueSet]") -> MergedValues:
         since = self.since
         if len(latest) == len(since.sources) and all(id(s) in since.entries for s in latest.values()):
-            keyed = list(zip(since.keys, since.sources))  # the same sources: merged as before
+            keys, sources = since.keys, since.sources  # the same sources: merged as before
         else:
             self.entries, self.holders = dict(since.entries), dict(since.holders)
             self.keepers, self.spaced = dict(since.keepers), dict(since.spaced)
             keyed = self._keyed(latest)
             while self.queue:
                 self._step(*heapq.heappop(self.queue))
-        return _result(keyed, self.entries, self.holders, self.keepers, self.spaced, self._shows(keyed), self.seen)
+            keys, sources = tuple(k for k, _ in keyed), tuple(s for _, s in keyed)
+        return _result(keys, sources, self.entries, self.holders, self.keepers, self.spaced, self._shows(), self.seen)
 
     def _keyed(self, latest: "dict[str, ValueSet]") -> "list[tuple]":
         """The sources in merge order with their places: the earlier merge's still here, the new ones
@@ -214,6 +215,7 @@ class _Again:
                 keyed.append((key, s))
             else:
                 _, read, _, _, fresh = self.entries.pop(id(s))
+                self.gone.append(id(s))
                 for v in read.values:
                     self._unhold(v, key)
                 for v in fresh:
@@ -236,7 +238,7 @@ class _Again:
             keyed.sort()  # places are unique: sources never compared
         return keyed
 
-    def _shows(self, keyed: "list[tuple]") -> "dict[int, tuple[frozenset[str], ValueSet | None]]":
+    def _shows(self) -> "dict[int, tuple[frozenset[str], ValueSet | None]]":
         """What each source shows: the earlier merge's, taken again for the sources merged again and for
         those keeping a value whose standing in the visible text changed (only those values looked up)."""
         seen, since, spaced = self.seen, self.since, self.spaced
@@ -256,9 +258,11 @@ class _Again:
             for read in self.reads.values():
                 for v, runs in read.spaced.items():
                     seen.phrase(v, runs)
-        if not again and not self.touched:
-            return since.shown if len(since.shown) == len(keyed) else {id(s): since.shown[id(s)] for _, s in keyed}
-        shown = {id(s): since.shown[id(s)] for _, s in keyed if id(s) in since.shown}
+        if not again and not self.touched and not self.gone:
+            return since.shown
+        shown = dict(since.shown)  # less the sources gone (a copy in C, not a pass over every source)
+        for k in self.gone:
+            del shown[k]
         for k in self.touched:
             _, _, _, kept, fresh = self.entries[k]
             was = shown.get(k)
