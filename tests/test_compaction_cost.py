@@ -496,3 +496,30 @@ def test_the_next_call_is_guessed_as_the_last_cycle_again():
     assert [(t.start, t.messages) for t in _next_turns(started)] == [(7, started[-1].messages)]
     alone = tuple(group_turns([said("user", "hi")]))
     assert [(t.start, t.messages) for t in _next_turns(alone)] == [(1, alone[0].messages)]
+
+
+def test_a_carry_counted_by_one_counter_renders_nothing_for_another():
+    """What a compaction carries for the next one's render (each source's ranked fields and the tokens of the lines
+    tried) holds for the counter it was counted with: a compaction counted by another counter, with the same cache,
+    renders the values that counter gives afresh."""
+    from aether_context.content import Message, TextPart
+    from aether_context.pipeline.collect import Turn
+    from aether_context.pipeline.known_values import known_values
+    from aether_context.tokens import TokenCounter
+
+    class HalfCounter(TokenCounter):  # another count of the same encoding: a line costs about half as much
+        def count_text(self, text: str) -> int:
+            return (super().count_text(text) + 1) // 2
+
+    turns = tuple(Turn(i, (Message("user", (TextPart(
+        f"Booking BK{i:04d}X for user_{i % 7}_77 on 2024-05-{i % 28 + 1:02d}, flight HAT{100 + i}"),)),))
+        for i in range(60))
+
+    def values(counter: TokenCounter, cache: PackCache | None) -> tuple[str, int]:
+        return known_values(turns, lambda ts: iter(reversed(ts)), lambda t: t, limit=60, cap=120,
+                            counter=counter, cache=cache)
+
+    cache, full, half = PackCache(), TokenCounter(), HalfCounter()
+    assert values(full, cache) == values(full, None)
+    assert values(half, cache) == values(half, None) != values(full, None)
+    assert values(full, cache) == values(full, None)

@@ -136,7 +136,7 @@ class ContextPacker(ModelHooks, ToolHooks):
     def on_user_message(self, invocation_context: InvocationContext, user_message: types.Content) -> None:
         """A new user turn: embed, on the work-ahead thread, the question its first model call will rank Evidence
         and Memory for (the message's text and the task in session state now: `retrieve.retrieval_query`), pool
-        it in the session's indexes and render, count and shorten the pools' lines, while ADK appends the message
+        it in the session's indexes and render, count, shorten and mask the pools' lines, while ADK appends the message
         and builds the request. A wrong guess (a later plugin rewrote the message, the turn's state delta or a
         callback changed the task) leaves that call to do its own, as it would have: the guess only fills the
         query vectors, the indexes' pools and the lines kept by content, whose hits equal their misses."""

@@ -51,7 +51,7 @@ def parameter_names(declarations: Iterable[Mapping[str, Any]]) -> frozenset[str]
                 names.update(str(k) for k in props)
             for item in node.values():
                 walk(item)
-        elif isinstance(node, list):
+        elif isinstance(node, (list, tuple)):
             for item in node:
                 walk(item)
 

@@ -209,7 +209,7 @@ class _Again:
         """The sources in merge order with their places: the earlier merge's still here, the new ones
         read and queued; the gone ones leave the indexes, and the sources holding what they kept are queued."""
         now = {id(s) for s in latest.values()}
-        keyed, gone = [], []
+        keyed, gone_kept = [], []
         for key, s in zip(self.since.keys, self.since.sources):
             if id(s) in now:
                 keyed.append((key, s))
@@ -220,8 +220,8 @@ class _Again:
                     self._unhold(v, key)
                 for v in fresh:
                     self._unkeep(v, key)
-                gone.append((key, fresh))
-        for key, fresh in gone:  # once every gone source is out of the indexes
+                gone_kept.append((key, fresh))
+        for key, fresh in gone_kept:  # once every gone source is out of the indexes
             for v in fresh:
                 self._push_after(v, key)
         new = [(_order(s), s) for s in latest.values() if id(s) not in self.entries]

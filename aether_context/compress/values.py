@@ -35,6 +35,7 @@ _ARG_CHARS = 40  # per argument in a source label
 _FIRST_VALUES = 6  # values per field every source gets before any field gets all of its values
 _ALL = 1 << 30
 _MIN_ROOM = 4  # tokens: the shortest line (`- f()`) costs about this
+_MAX_TRIED = 64  # lines tried kept per source (one render tries at most two per field, and its label)
 # Fields whose values are identifiers or values an agent types back: kept first when room is short.
 _ID_FIELD = re.compile(r"(?:^|[._])(?:id|ids|number|code|key|email|name|dob|date|uuid|ref|amount|total|balance|"
                        r"path|file|url|ids|emails|codes|dates|amounts|paths|urls|names|keys)$|_id$|Id$", re.I)
@@ -227,6 +228,8 @@ class _Fill:
         tried, key = self.tried[k], frozenset(shown.items())
         tokens = tried.get(key)
         if tokens is None:
+            if len(tried) > _MAX_TRIED:  # renders at many caps: a source's lines tried, afresh
+                tried.clear()
             tokens = tried[key] = self.count(_line(self.sets[k], shown))
         grown = tokens + 1 - self.cost[k]
         if grown <= self.room:
@@ -238,8 +241,8 @@ class _Fill:
 class _Ranks:
     """The sources' fields by rank (`_field_rank`), each ranked when the first pass reaches it (a render
     whose room runs out early stops every later pass there too), kept in `memo` by source (the same
-    object) for a later render with the same `params`: a merge keeps most sources, and ranking was most
-    of a render."""
+    object) with the tokens of the lines tried for it, for a later render with the same `params` and
+    counter: a merge keeps most sources, and ranking and counting were most of a render."""
 
     def __init__(self, sets: "list[ValueSet]", params: frozenset[str], memo: "dict[int, tuple] | None",
                  fields: "dict[tuple, int] | None" = None) -> None:

@@ -41,7 +41,7 @@ class _Carry:
     full: MergedValues | None
     capped: MergedValues | None
     rendered: "tuple[Hashable, str]" = ((), "")  # the full merge's text, by what it is rendered from
-    ranks: "tuple[tuple, dict[int, tuple], dict[tuple, int]]" = ((), {}, {})  # by params and counter: the
+    memo: "tuple[tuple, dict[int, tuple], dict[tuple, int]]" = ((), {}, {})  # by params and counter: the
     # renders' ranked fields and lines tried by source, and each field's rank by its name and values
 
 
@@ -67,13 +67,13 @@ def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn
     full = merged_values([vs for _, found in read for vs in found], visible=visible,
                          since=carry.full if carry is not None else None, read=words)
     source = (full.sets, limit, params, counter_key(counter))  # what the full text is rendered from
-    same = carry is not None and carry.ranks[0] == (params, counter_key(counter))
-    ranks = dict(carry.ranks[1]) if same else {}
-    fields = dict(carry.ranks[2]) if same and len(carry.ranks[2]) < _MAX_FIELD_RANKS else {}
+    same = carry is not None and carry.memo[0] == (params, counter_key(counter))
+    memo = dict(carry.memo[1]) if same else {}
+    fields = dict(carry.memo[2]) if same and len(carry.memo[2]) < _MAX_FIELD_RANKS else {}
     if carry is not None and carry.rendered[0] == source:
         text = carry.rendered[1]
     else:
-        text = render_values(full.sets, limit, counter, params=params, memo=ranks, fields=fields) if full.sets else ""
+        text = render_values(full.sets, limit, counter, params=params, memo=memo, fields=fields) if full.sets else ""
     need = counter.count_text(text) if text else 0
     capped = carry.capped if carry is not None else None
     rendered = (source, text)
@@ -81,14 +81,14 @@ def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn
         text = ""
         if cap > 0 and cut:
             capped = merged_values(_newest_sets(read, cap), visible=visible, since=capped, read=words)
-            text = (render_values(capped.sets, cap, counter, params=params, memo=ranks, fields=fields)
+            text = (render_values(capped.sets, cap, counter, params=params, memo=memo, fields=fields)
                     if capped.sets else "")
     if cache is not None:
         shown = (*full.sets, *(capped.sets if capped is not None else ()))
-        if len(ranks) > 2 * len(shown):  # the sources no merge shows any more, dropped once they are half
-            ranks = {k: ranks[k] for k in map(id, shown) if k in ranks}
+        if len(memo) > 2 * len(shown):  # the sources no merge shows any more, dropped once they are half
+            memo = {k: memo[k] for k in map(id, shown) if k in memo}
         cache.put("carried", key, _Carry(compacted[0], {id(pair[0]): pair for pair in read}, full, capped,
-                                         rendered, ((params, counter_key(counter)), ranks, fields)))
+                                         rendered, ((params, counter_key(counter)), memo, fields)))
     return text, need
 
 

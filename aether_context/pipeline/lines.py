@@ -61,17 +61,19 @@ def ahead_lines(layer: str, documents: Sequence[Document], *, counter: TokenCoun
                 item_max_tokens: Mapping[str, int], redaction: RedactionSettings | None = None) -> None:
     """Work ahead: the lines of `layer`'s documents a call is about to rank, and the shortened forms `fit` cuts
     the long ones to when the layer is over its budget (`item_max_tokens`: per layer), so the call finds them;
-    with `redaction` (the profile's), each masked as the payload will quote it."""
-    if redaction is not None:
-        with masking(redaction):
-            return ahead_lines(layer, documents, counter=counter, cache=cache, item_max_tokens=item_max_tokens)
+    with `redaction` (the profile's), each masked as the payload will quote it (`render.quote`, kept by its text)."""
     render, counted_by = RENDERS[layer], counter_key(counter)
     caps = shorten_caps(item_max_tokens[layer])
+    forms = []
     for doc in documents:
         text, tokens = line_of(doc, render, counter, counted_by, cache)
-        quote(text)  # inside `masking`: masked as the payload will quote it (kept by its text)
+        forms.append(text)
         for cap in caps:  # as `fit.fit_lines` shortens: to the item cap, then what that left to half of it
             if tokens > cap:
                 text = shortened(text, str(doc.metadata.get("uri", "")), cap, counter)
                 tokens = counter.count_text(text)
+                forms.append(text)
+    if redaction is not None and redaction.enabled:
+        with masking(redaction):
+            for text in forms:
                 quote(text)
