@@ -3,12 +3,14 @@
 A compaction merges the value sets of its newest compacted turns against the text it leaves verbatim
 (`known_values`), starting from what the last merge of the conversation left in the `PackCache`
 (`merged_values(since=)`, equal to a merge from scratch whatever it starts from); what it pays is the
-change since then: the turns it folds (their values enter, their words leave the verbatim text), the
-turns that arrived meanwhile (their words enter), several calls' worth. After each call's request has
-gone out, the work ahead plans the values as a compaction would now, with the last compaction's target
-(`plan_values`): the carry it leaves is a merge of nearly what the next compaction reads, which then
-pays for the turn that arrived since, and reuses the render when its value sets are the same. A wrong
-guess costs time only: the merge and the render give the same text from any carry.
+change since then: the turns it folds (their values enter, their words leave the verbatim text), several
+calls' worth. A compaction plans its cut and the text its values are not repeated from without the step
+its call added (`conversation.newest_cycle`: that step stays verbatim, counted as the step before it), so
+all of it is known once the previous call's request has gone out: the work ahead then plans the values as
+the next call's compaction would, with the last compaction's target and the last step guessed again
+(`plan_values`). When the step that comes has the shape guessed and the room gives the same target, the
+compaction finds its merge and render done; otherwise it pays the difference. A wrong guess costs time
+only: the merge and the render give the same text from any carry.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .cache import PackCache
 from .collect import PackInputs, Turn
-from .conversation import Verbatim, compacted_reader, compaction_cuts, plan_values
+from .conversation import Verbatim, compacted_reader, compaction_cuts, newest_cycle, plan_values
 from .prepare import Prepared
 
 __all__ = ["values_ahead"]
@@ -37,8 +39,8 @@ def values_ahead(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile
     if held is None or held[0] is not turns[0]:
         return None
     _, target, ceiling, window = held
-    # the next call's turns, guessed as the last cycle again (`_next_turns`): they move the cut as the real
-    # ones will, and their text joins what the compaction leaves verbatim (the words every turn shows stay put)
+    # the next call's turns, guessed as the last step again (`_next_turns`): the cut keeps them, counted as the
+    # step before them, and the values are not repeated from the turns before them, as the real ones will be
     ahead = replace(prepared, loop=(*prepared.loop, *_next_turns(turns)))
     cut_at = compaction_cuts(inputs, profile, zone, ahead.turns, counter, target, ceiling)
     planned = plan_values(inputs, profile, ahead, zone, compacted_reader(inputs, ahead, cache), target=target,
@@ -46,28 +48,13 @@ def values_ahead(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile
     return ahead, planned[0]
 
 
-_MAX_CYCLE = 6  # turns: the longest cycle guessed (a longer one is a shape the guess does not know)
-
-
-def _shape(turn: Turn) -> tuple[str, bool]:
-    return turn.messages[0].role, turn.is_tool_exchange
-
-
 def _next_turns(turns: "tuple[Turn, ...]") -> "tuple[Turn, ...]":
-    """What the next call adds, guessed from the newest turn: after a tool exchange, the loop's next
-    exchange (one like it); after a message, the turns since the last one shaped like it (its role, and
-    whether it is a tool exchange), i.e. a chat's model answer and next user message (one turn like the
-    newest would leave the answer out: the cut then moves less than the real one, and the compaction pays
-    the difference). Each is a copy placed after the newest."""
-    newest = turns[-1]
-    cycle = (newest,)
-    if not newest.is_tool_exchange:
-        for back in range(2, min(_MAX_CYCLE + 1, len(turns)) + 1):  # the turn `back` from the end, and after it
-            if _shape(turns[-back]) == _shape(newest):
-                cycle = turns[len(turns) - back + 1:]
-                break
-    start, out = newest.start + len(newest.messages), []
-    for turn in cycle:
+    """What the next call adds, guessed as the conversation's last step again (`newest_cycle`: after a tool
+    exchange, the loop's next exchange; after a message, a chat's model answer and next user message), each
+    a copy placed after the newest turn. A compaction plans its cut and the text its values are not repeated
+    from without its own newest step, so a guess of the right shape plans exactly what it will."""
+    start, out = turns[-1].start + len(turns[-1].messages), []
+    for turn in turns[len(turns) - newest_cycle(turns):]:
         out.append(Turn(start, turn.messages))
         start += len(turn.messages)
     return tuple(out)
