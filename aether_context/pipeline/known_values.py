@@ -43,6 +43,7 @@ class _Carry:
     rendered: "tuple[Hashable, str]" = ((), "")  # the full merge's text, by what it is rendered from
     memo: "tuple[tuple, dict[int, tuple], dict[tuple, int]]" = ((), {}, {})  # by params and counter: the
     # renders' ranked fields and lines tried by source, and each field's rank by its name and values
+    merged_from: tuple = ((), ())  # the value sets and visible parts the full merge is of
 
 
 def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn, ...]], Iterator[Turn]]",
@@ -64,8 +65,12 @@ def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn
     carry = cache.lookup("carried", key) if cache is not None else None
     read = _read(compacted, originals, mask, limit, cache, carry.read if carry is not None else {})
     words = partial(visible_words, cache=cache)
-    full = merged_values([vs for _, found in read for vs in found], visible=visible,
-                         since=carry.full if carry is not None else None, read=words)
+    merged_from = (tuple(vs for _, found in read for vs in found), visible)
+    if carry is not None and carry.full is not None and carry.merged_from == merged_from:
+        full = carry.full  # the work ahead planned this very merge (the same sets, the same text)
+    else:
+        full = merged_values(merged_from[0], visible=visible, since=carry.full if carry is not None else None,
+                             read=words)
     source = (full.sets, limit, params, counter_key(counter))  # what the full text is rendered from
     same = carry is not None and carry.memo[0] == (params, counter_key(counter))
     memo = dict(carry.memo[1]) if same else {}
@@ -88,7 +93,7 @@ def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn
         if len(memo) > 2 * len(shown):  # the sources no merge shows any more, dropped once they are half
             memo = {k: memo[k] for k in map(id, shown) if k in memo}
         cache.put("carried", key, _Carry(compacted[0], {id(pair[0]): pair for pair in read}, full, capped,
-                                         rendered, ((params, counter_key(counter)), memo, fields)))
+                                         rendered, ((params, counter_key(counter)), memo, fields), merged_from))
     return text, need
 
 
