@@ -39,15 +39,15 @@ def lookup_booking(ref: str) -> dict:
             "date": f"2024-05-{10 + n:02d}", "notes": filler(260, seed=n)}
 
 
-def _booking_chat(store: str, *, stride: int, window: int = 5_000, lookups: int = 2) -> tuple:
-    """A plugin and a runner at a 5K `window` whose eight turns each look up `lookups` bookings (`stride` apart
-    from turn to turn) and answer: long enough to compact several times."""
+def _booking_chat(store: str, *, stride: int) -> tuple:
+    """A plugin and a runner at a 5K window whose eight turns each look up two bookings (`stride` apart from
+    turn to turn) and answer: long enough to compact several times."""
     steps = []
     for t in range(8):
-        steps += [*(call("lookup_booking", ref=f"ref{stride * t + k}") for k in range(lookups)),
+        steps += [call("lookup_booking", ref=f"ref{stride * t}"), call("lookup_booking", ref=f"ref{stride * t + 1}"),
                   f"Booking ref{stride * t} belongs to user_{t % 3}_77."]
     agent, _ = scripted_agent(steps, tools=[lookup_booking])
-    p = ContextPackPlugin(store=store, window_tokens=window, embedder=HashingEmbedder())
+    p = ContextPackPlugin(store=store, window_tokens=5_000, embedder=HashingEmbedder())
     return p, make_runner(agent, plugins=[p])
 
 
@@ -267,7 +267,7 @@ async def test_a_compaction_that_cannot_hold_the_payload_merges_no_value(memory_
         return known(*args, **kwargs)
     monkeypatch.setattr(build, "compact", compacting)
     monkeypatch.setattr(conversation, "known_values", values)
-    p, runner = _booking_chat(f"{memory_store_url}/gave-up", stride=3, window=4_500, lookups=3)
+    p, runner = _booking_chat(f"{memory_store_url}/gave-up", stride=3)
     await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="chat")
     for t in range(8):
         await run_turn(runner, "chat", f"Who holds booking ref{3 * t}?")
@@ -334,8 +334,8 @@ async def test_a_compaction_ranks_only_the_value_sources_the_last_render_did_not
 
 
 async def test_a_compaction_whose_step_was_guessed_finds_its_values_rendered(memory_store_url, monkeypatch):
-    """A compaction plans its cut and the text its values are not repeated from without the step its call added
-    (`conversation.newest_cycle`), so the work ahead, which guesses that step as the last one again, plans the
+    """A compaction's values are merged against the verbatim turns before the step its call added
+    (`conversation.newest_step`), so the work ahead, which guesses that step as the last one again, plans the
     very values the compaction shows: in a loop of like steps, a compaction after the first merges and renders
     no values on the request's path (both were done while the model answered)."""
     from aether_context.pipeline import known_values
@@ -493,7 +493,7 @@ async def test_a_compaction_merges_the_values_the_work_ahead_planned(memory_stor
     assert not [k for k in placed if k in compacting[1:]], (placed, compacting)
 
 
-def test_the_next_call_is_guessed_as_the_last_cycle_again():
+def test_the_next_call_is_guessed_as_the_last_step_again():
     """The work ahead plans the next compaction with the turns the next call will most likely add: after a
     tool exchange the loop's next one, after a user message a chat's model answer and next user message
     (both, or the cut moves less than the real one), placed after the newest turn."""
@@ -546,31 +546,21 @@ def test_a_carry_counted_by_one_counter_renders_nothing_for_another():
     assert values(full, cache) == values(full, None)
 
 
-def test_the_cut_counts_the_newest_step_as_the_step_before_it(counter):
-    """A compaction keeps the step its call added (a chat's model answer and user message, a loop's exchange)
-    and cuts the turns before it as if it were the size of the step before it: the work ahead, which planned
-    the cut before the step arrived, knew only that one. A step larger by more than the slack counts as its
-    own size less the slack, so the zone left stays near its target."""
-    from aether_context.content import Message, TextPart
+
+def test_the_newest_step_is_a_tool_exchange_or_a_chats_answer_and_message():
+    """What a compaction's KNOWN VALUES may repeat, and what the work ahead guesses comes next: the turns the
+    conversation's last step added (a loop's exchange; after a message, the turns since the last one shaped
+    like it)."""
+    from aether_context.content import FunctionCall, FunctionResponse, Message, TextPart
     from aether_context.pipeline.collect import group_turns
-    from aether_context.pipeline.conversation import Verbatim, _newest_counted, newest_cycle, plan_compaction
-    from aether_context.pipeline.incremental import turn_tokens
+    from aether_context.pipeline.conversation import newest_step
 
-    def chat(last_words: int) -> tuple:
-        said = [Message("user" if i % 2 == 0 else "model", (TextPart(filler(60, seed=i)),)) for i in range(10)]
-        said.append(Message("user", (TextPart(filler(last_words, seed=99)),)))
-        return tuple(group_turns(said))
+    def said(role: str, text: str) -> Message:
+        return Message(role, (TextPart(text),))
 
-    small, large, huge = chat(20), chat(90), chat(2_000)
-    assert newest_cycle(small) == 2  # the model's answer and the user's message
-    before = sum(turn_tokens(t, counter) for t in small[-4:-2])
-    assert _newest_counted(small, 2, 100, counter) == _newest_counted(large, 2, 100, counter) == before
-    own = sum(turn_tokens(t, counter) for t in huge[-2:])
-    assert _newest_counted(huge, 2, 100, counter) == own - 100 > before
-
-    def cut(turns: tuple) -> int:
-        counted = _newest_counted(turns, 2, 100, counter)
-        return plan_compaction(turns, target=4 * before, min_tail=2, counter=counter, request_index=None,
-                               current=Verbatim(), ceiling=8 * before, newest=2, newest_tokens=counted)[0]
-    assert cut(small) == cut(large) < small[-2].start  # the same cut, whatever the newest step's size
-    assert cut(huge) > cut(small)  # a step far larger than the one before it folds more
+    call = Message("model", (FunctionCall("look", {"q": 1}),))
+    result = Message("user", (FunctionResponse("look", {"hits": 3}),))
+    assert newest_step(tuple(group_turns([said("user", "hi"), said("model", "hello"), said("user", "book")]))) == 2
+    assert newest_step(tuple(group_turns([said("user", "fix it"), call, result, call, result]))) == 1
+    assert newest_step(tuple(group_turns([said("user", "a"), said("user", "b")]))) == 1
+    assert newest_step(tuple(group_turns([said("user", "hi")]))) == 1

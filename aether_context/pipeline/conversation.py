@@ -34,7 +34,7 @@ from .select import query_text
 
 __all__ = ["Compaction", "CompactionBlock", "Verbatim", "verbatim_zone", "plan_compaction", "compaction_block",
            "BLOCK_HEADER", "compact", "compaction_events", "CompactedReader", "compacted_reader", "plan_values",
-           "compaction_cuts", "newest_cycle"]
+           "compaction_cuts", "newest_step"]
 
 BLOCK_HEADER = "CONVERSATION SO FAR"
 
@@ -112,24 +112,22 @@ def verbatim_zone(previous: PackState | None, messages: "Sequence[Message]") -> 
 
 def plan_compaction(turns: "tuple[Turn, ...]", *, target: int, min_tail: int, counter: TokenCounting,
                     request_index: int | None, current: Verbatim, ceiling: int, growth_turns: int = 2,
-                    max_turns: int | None = None, newest: int = 1,
-                    newest_tokens: int | None = None) -> tuple[int, tuple[int, ...]]:
+                    max_turns: int | None = None) -> tuple[int, tuple[int, ...]]:
     """The new `through`: the newest turns that fit `target` tokens (at least `min_tail` of them).
 
     `min_tail` turns stay even past `target` while they leave room under `ceiling` (the conversation's
     room) for `growth_turns` more turns of their mean size: a tail that nearly fills the room would
     compact again within a turn or two, each compaction a cache break that re-processes the tail.
-    The `newest` turns always stay, counted as `newest_tokens` (their own size when None).
+    The newest turn always stays.
     The current invocation's request is pinned (it stays verbatim however old it is); the cut never
     moves backwards, so what was compacted stays compacted.
     """
-    k = min(max(1, newest), len(turns))
-    kept = newest_tokens if newest_tokens is not None else sum(turn_tokens(t, counter) for t in turns[len(turns) - k:])
-    through = turns[-k].start if turns else current.through
-    for n, turn in enumerate(reversed(turns[:len(turns) - k]), start=k):
+    kept = 0
+    through = turns[-1].start + len(turns[-1].messages) if turns else current.through
+    for n, turn in enumerate(reversed(turns)):
         size = turn_tokens(turn, counter)
         grown = kept + size
-        if grown > target and (n >= min_tail or grown * (1 + growth_turns / (n + 1)) > ceiling):
+        if n >= 1 and grown > target and (n >= min_tail or grown * (1 + growth_turns / (n + 1)) > ceiling):
             break
         if max_turns is not None and n >= max_turns:
             break
@@ -220,6 +218,8 @@ def plan_values(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, 
               cache.get("parameter_names", tuple(t.declaration_json for t in tools),
                         lambda: parameter_names(t.declaration for t in tools)))
 
+    step_start = turns[-newest_step(turns)].start if turns else 0  # where the step this call added starts
+
     def plan(block_room: int, extra: int, cut: bool) -> tuple:
         """The zone when the block may take `block_room`, and its opening and values (`extra` tokens over
         their share; not cut to their cap unless `cut`: values that need more are planned again)."""
@@ -232,7 +232,7 @@ def plan_values(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, 
         opening_tokens = counter.count_text(opening) if opening else 0
         # what the block does not repeat (joined by line breaks): the opening and the verbatim turns before the
         # newest step, which the work ahead knows before the step arrives (its merge is then the compaction's)
-        visible = (opening, *map(turn_text, kept[:len(kept) - newest_cycle(turns)]))
+        visible = (opening, *(turn_text(t) for t in kept if t.start < step_start))
         cap = _block_caps(profile, room, opening_tokens, extra=extra).values
         values, need = known_values(compacted, reader.newest_first, reader.mask, limit=profile.decay.values_max_tokens,
                                     cap=cap, counter=counter, visible=visible, params=params, cache=cache, cut=cut)
@@ -257,46 +257,28 @@ def _cut_at(inputs: PackInputs, profile: BudgetProfile, zone: Verbatim, turns: "
             counter: TokenCounting, target: int, ceiling: int, block_room: int) -> tuple[int, tuple[int, ...]]:
     """The new zone's `through` and `pinned` when the block may take `block_room`: the tail keeps the rest
     of the target, and what the block may take is not the tail's (so `through` never moves back as the
-    block grows). The newest step stays whole, counted as the step before it (`_newest_counted`)."""
+    block grows)."""
     policy = profile.conversation
-    k = newest_cycle(turns) if turns else 0
-    counted = _newest_counted(turns, k, int(max(0, ceiling - target) * _STEP_SLACK), counter)
     return plan_compaction(turns, target=max(0, target - block_room), min_tail=policy.tail_turns, counter=counter,
                            request_index=inputs.request_index, current=zone, ceiling=max(0, ceiling - block_room),
-                           growth_turns=policy.growth_turns, max_turns=policy.max_verbatim_turns,
-                           newest=k, newest_tokens=counted)
+                           growth_turns=policy.growth_turns, max_turns=policy.max_verbatim_turns)
 
 
-def _newest_counted(turns: "tuple[Turn, ...]", k: int, slack: int, counter: TokenCounting) -> int:
-    """What the cut counts the newest step (its `k` turns) as: the size of the step before it, which is what
-    the work ahead knew of it when it planned this cut (so the plan is this call's), unless the step is larger
-    than that by more than `slack`: then its own size less `slack`, so the zone it leaves stays within `slack`
-    of the target."""
-    own = sum(turn_tokens(t, counter) for t in turns[len(turns) - k:])
-    if len(turns) <= k:
-        return own
-    before = turns[:len(turns) - k]
-    previous = sum(turn_tokens(t, counter) for t in before[len(before) - newest_cycle(before):])
-    return max(previous, own - slack)
-
-
-_STEP_SLACK = 0.25  # of the room between target and ceiling: how much larger than the step before it the newest
-# step may be and still be counted as that step (beyond it, the cut counts it as larger)
-_MAX_CYCLE = 6  # turns: the longest step recognised (a longer one counts as its newest turn alone)
+_MAX_STEP = 6  # turns: the longest step recognised (a longer one counts as its newest turn alone)
 
 
 def _shape(turn: Turn) -> tuple[str, bool]:
     return turn.messages[0].role, turn.is_tool_exchange
 
 
-def newest_cycle(turns: "tuple[Turn, ...]") -> int:
+def newest_step(turns: "tuple[Turn, ...]") -> int:
     """How many of the newest `turns` the conversation's last step added: a tool exchange alone; after a
     message, the turns since the last one shaped like it (its role, and whether it is a tool exchange), i.e.
-    a chat's model answer and user message. A compaction keeps the step verbatim and plans around it with
-    what came before it (`_newest_counted`, `plan_values`); the work ahead guesses the next step as this one."""
+    a chat's model answer and user message. A compaction's KNOWN VALUES are not repeated from the verbatim
+    turns before it (`plan_values`), and the work ahead guesses the next step as this one."""
     newest = turns[-1]
     if not newest.is_tool_exchange:
-        for back in range(2, min(_MAX_CYCLE + 1, len(turns)) + 1):
+        for back in range(2, min(_MAX_STEP + 1, len(turns)) + 1):
             if _shape(turns[-back]) == _shape(newest):
                 return back - 1
     return 1

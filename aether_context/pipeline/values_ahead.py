@@ -4,13 +4,12 @@ A compaction merges the value sets of its newest compacted turns against the tex
 (`known_values`), starting from what the last merge of the conversation left in the `PackCache`
 (`merged_values(since=)`, equal to a merge from scratch whatever it starts from); what it pays is the
 change since then: the turns it folds (their values enter, their words leave the verbatim text), several
-calls' worth. A compaction plans its cut and the text its values are not repeated from without the step
-its call added (`conversation.newest_cycle`: that step stays verbatim, counted as the step before it), so
-all of it is known once the previous call's request has gone out: the work ahead then plans the values as
-the next call's compaction would, with the last compaction's target and the last step guessed again
-(`plan_values`). When the step that comes has the shape guessed and the room gives the same target, the
-compaction finds its merge and render done; otherwise it pays the difference. A wrong guess costs time
-only: the merge and the render give the same text from any carry.
+calls' worth. The text it merges against leaves out the step its call added (`conversation.newest_step`),
+so it is known once the previous call's request has gone out: the work ahead then plans the values as the
+next call's compaction would, with the last compaction's target and the last step guessed again
+(`plan_values`). When the cut falls where the guessed step put it and the room gives the same target, the
+compaction finds its merge and render done; otherwise it merges again what the turns folded past the guess
+change. A wrong guess costs time only: the merge and the render give the same text from any carry.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .cache import PackCache
 from .collect import PackInputs, Turn
-from .conversation import Verbatim, compacted_reader, compaction_cuts, newest_cycle, plan_values
+from .conversation import Verbatim, compacted_reader, compaction_cuts, newest_step, plan_values
 from .prepare import Prepared
 
 __all__ = ["values_ahead"]
@@ -39,8 +38,8 @@ def values_ahead(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile
     if held is None or held[0] is not turns[0]:
         return None
     _, target, ceiling, window = held
-    # the next call's turns, guessed as the last step again (`_next_turns`): the cut keeps them, counted as the
-    # step before them, and the values are not repeated from the turns before them, as the real ones will be
+    # the next call's turns, guessed as the last step again (`_next_turns`): they move the cut as a step of their
+    # size will, and the values are merged against the turns before them, as the real ones' will be
     ahead = replace(prepared, loop=(*prepared.loop, *_next_turns(turns)))
     cut_at = compaction_cuts(inputs, profile, zone, ahead.turns, counter, target, ceiling)
     planned = plan_values(inputs, profile, ahead, zone, compacted_reader(inputs, ahead, cache), target=target,
@@ -49,12 +48,12 @@ def values_ahead(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile
 
 
 def _next_turns(turns: "tuple[Turn, ...]") -> "tuple[Turn, ...]":
-    """What the next call adds, guessed as the conversation's last step again (`newest_cycle`: after a tool
+    """What the next call adds, guessed as the conversation's last step again (`newest_step`: after a tool
     exchange, the loop's next exchange; after a message, a chat's model answer and next user message), each
-    a copy placed after the newest turn. A compaction plans its cut and the text its values are not repeated
-    from without its own newest step, so a guess of the right shape plans exactly what it will."""
+    a copy placed after the newest turn. A compaction's values are merged against the turns before its own
+    newest step, so a guess of the right shape and size plans exactly what it will."""
     start, out = turns[-1].start + len(turns[-1].messages), []
-    for turn in turns[len(turns) - newest_cycle(turns):]:
+    for turn in turns[len(turns) - newest_step(turns):]:
         out.append(Turn(start, turn.messages))
         start += len(turn.messages)
     return tuple(out)
