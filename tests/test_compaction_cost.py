@@ -493,10 +493,11 @@ async def test_a_compaction_merges_the_values_the_work_ahead_planned(memory_stor
     assert not [k for k in placed if k in compacting[1:]], (placed, compacting)
 
 
-def test_the_next_call_is_guessed_as_the_last_step_again():
+def test_the_next_call_is_guessed_as_one_of_the_last_steps_again():
     """The work ahead plans the next compaction with the turns the next call will most likely add: after a
     tool exchange the loop's next one, after a user message a chat's model answer and next user message
-    (both, or the cut moves less than the real one), placed after the newest turn."""
+    (both, or the cut moves less than the real one), placed after the newest turn; the newest step first,
+    then the steps before it (their sizes move the cut elsewhere)."""
     from aether_context.content import FunctionCall, FunctionResponse, Message, TextPart
     from aether_context.pipeline.collect import group_turns
     from aether_context.pipeline.values_ahead import _next_turns
@@ -508,15 +509,17 @@ def test_the_next_call_is_guessed_as_the_last_step_again():
     result = Message("user", (FunctionResponse("look", {"hits": 3}),))
     chat = tuple(group_turns([said("user", "hi"), said("model", "hello"), said("user", "book a flight")]))
     guessed = _next_turns(chat)
-    assert [t.messages for t in guessed] == [chat[1].messages, chat[2].messages]
-    assert [t.start for t in guessed] == [3, 4]
-    loop = tuple(group_turns([said("user", "fix it"), call, result, call, result]))
-    assert [(t.start, t.messages) for t in _next_turns(loop)] == [(5, loop[-1].messages)]
+    assert [[t.messages for t in g] for g in guessed] == [[chat[1].messages, chat[2].messages], [chat[0].messages]]
+    assert [[t.start for t in g] for g in guessed] == [[3, 4], [3]]
+    loop = tuple(group_turns([said("user", "fix it"), call, result, Message("model", (FunctionCall("look", {"q": 2}),)),
+                              result]))
+    assert [[(t.start, t.messages) for t in g] for g in _next_turns(loop)] == [
+        [(5, loop[-1].messages)], [(5, loop[-2].messages)], [(5, loop[-3].messages)]]
     started = tuple(group_turns([said("user", "fix it"), call, result, said("model", "done"), said("user", "next"),
                                  call, result]))  # a loop's first exchange: the loop goes on
-    assert [(t.start, t.messages) for t in _next_turns(started)] == [(7, started[-1].messages)]
+    assert [(t.start, t.messages) for t in _next_turns(started)[0]] == [(7, started[-1].messages)]
     alone = tuple(group_turns([said("user", "hi")]))
-    assert [(t.start, t.messages) for t in _next_turns(alone)] == [(1, alone[0].messages)]
+    assert [[(t.start, t.messages) for t in g] for g in _next_turns(alone)] == [[(1, alone[0].messages)]]
 
 
 def test_a_carry_counted_by_one_counter_renders_nothing_for_another():

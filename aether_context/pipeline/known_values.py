@@ -30,20 +30,31 @@ __all__ = ["known_values", "known_values_of", "turn_text", "visible_words"]
 _MAX_FIELD_RANKS = 20_000  # fields ranked by name and values, carried until they number this many (then afresh)
 
 
+_MAX_MERGES = 4  # full merges a carry keeps: the last compaction's and the work ahead's plans for the next one
+
+
+@dataclass(frozen=True, eq=False)
+class _Merge:
+    """A full merge, what it is of (the value sets and the visible parts), and its text by what it is rendered from."""
+
+    of: tuple
+    full: MergedValues
+    rendered: "tuple[Hashable, str]"
+
+
 @dataclass(frozen=True, eq=False)
 class _Carry:
     """What the last compaction of a conversation left: the turns it read (by the id of each turn before
-    any cut and before masking: the turn is held, so the id stays its own) with their value sets, and
-    its merges at the full limit and under a smaller cap."""
+    any cut and before masking: the turn is held, so the id stays its own) with their value sets, its full
+    merges (the newest first: its own, or the plans the work ahead made for the next compaction, one per cut
+    guessed) and its merge under a smaller cap."""
 
     first: Turn  # the conversation's first compacted turn: the carry's key holds its id
     read: "dict[int, tuple[Turn, tuple[ValueSet, ...]]]"
-    full: MergedValues | None
+    merges: "tuple[_Merge, ...]"
     capped: MergedValues | None
-    rendered: "tuple[Hashable, str]" = ((), "")  # the full merge's text, by what it is rendered from
     memo: "tuple[tuple, dict[int, tuple], dict[tuple, int]]" = ((), {}, {})  # by params and counter: the
     # renders' ranked fields and lines tried by source, and each field's rank by its name and values
-    merged_from: tuple = ((), ())  # the value sets and visible parts the full merge is of
 
 
 def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn, ...]], Iterator[Turn]]",
@@ -65,23 +76,22 @@ def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn
     carry = cache.lookup("carried", key) if cache is not None else None
     read = _read(compacted, originals, mask, limit, cache, carry.read if carry is not None else {})
     words = partial(visible_words, cache=cache)
-    merged_from = (tuple(vs for _, found in read for vs in found), visible)
-    if carry is not None and carry.full is not None and carry.merged_from == merged_from:
-        full = carry.full  # the work ahead planned this very merge (the same sets, the same text)
-    else:
-        full = merged_values(merged_from[0], visible=visible, since=carry.full if carry is not None else None,
-                             read=words)
+    of = (tuple(vs for _, found in read for vs in found), visible)
+    merges = carry.merges if carry is not None else ()
+    planned = next((m for m in merges if m.of == of), None)  # the work ahead planned this very merge
+    full = planned.full if planned is not None else merged_values(
+        of[0], visible=visible, since=merges[0].full if merges else None, read=words)
     source = (full.sets, limit, params, counter_key(counter))  # what the full text is rendered from
     same = carry is not None and carry.memo[0] == (params, counter_key(counter))
     memo = dict(carry.memo[1]) if same else {}
     fields = dict(carry.memo[2]) if same and len(carry.memo[2]) < _MAX_FIELD_RANKS else {}
-    if carry is not None and carry.rendered[0] == source:
-        text = carry.rendered[1]
-    else:
+    text = next((m.rendered[1] for m in ((planned,) if planned is not None else merges) if m.rendered[0] == source),
+                None)
+    if text is None:
         text = render_values(full.sets, limit, counter, params=params, memo=memo, fields=fields) if full.sets else ""
     need = counter.count_text(text) if text else 0
     capped = carry.capped if carry is not None else None
-    rendered = (source, text)
+    merge = _Merge(of, full, (source, text))
     if need > cap:
         text = ""
         if cap > 0 and cut:
@@ -89,11 +99,12 @@ def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn
             text = (render_values(capped.sets, cap, counter, params=params, memo=memo, fields=fields)
                     if capped.sets else "")
     if cache is not None:
-        shown = (*full.sets, *(capped.sets if capped is not None else ()))
+        merges = (merge, *(m for m in merges if m is not planned))[:_MAX_MERGES]
+        shown = {id(vs) for m in merges for vs in m.full.sets} | {id(vs) for vs in (capped.sets if capped else ())}
         if len(memo) > 2 * len(shown):  # the sources no merge shows any more, dropped once they are half
-            memo = {k: memo[k] for k in map(id, shown) if k in memo}
-        cache.put("carried", key, _Carry(compacted[0], {id(pair[0]): pair for pair in read}, full, capped,
-                                         rendered, ((params, counter_key(counter)), memo, fields), merged_from))
+            memo = {k: memo[k] for k in shown if k in memo}
+        cache.put("carried", key, _Carry(compacted[0], {id(pair[0]): pair for pair in read}, merges, capped,
+                                         ((params, counter_key(counter)), memo, fields)))
     return text, need
 
 

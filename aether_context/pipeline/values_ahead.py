@@ -15,12 +15,13 @@ change. A wrong guess costs time only: the merge and the render give the same te
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable
 
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .cache import PackCache
 from .collect import PackInputs, Turn
-from .conversation import Verbatim, compacted_reader, compaction_cuts, newest_step, plan_values
+from .conversation import BLOCK_SHARE, Verbatim, compacted_reader, compaction_cuts, newest_step, plan_values
 from .prepare import Prepared
 
 __all__ = ["values_ahead"]
@@ -38,22 +39,44 @@ def values_ahead(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile
     if held is None or held[0] is not turns[0]:
         return None
     _, target, ceiling, window = held
-    # the next call's turns, guessed as the last step again (`_next_turns`): they move the cut as a step of their
-    # size will, and the values are merged against the turns before them, as the real ones' will be
-    ahead = replace(prepared, loop=(*prepared.loop, *_next_turns(turns)))
-    cut_at = compaction_cuts(inputs, profile, zone, ahead.turns, counter, target, ceiling)
-    planned = plan_values(inputs, profile, ahead, zone, compacted_reader(inputs, ahead, cache), target=target,
-                          window=window, counter=counter, cache=cache, cut_at=cut_at)
-    return ahead, planned[0]
+
+    def plan(guess: "tuple[Turn, ...]") -> "tuple[Prepared, Callable]":
+        ahead = replace(prepared, loop=(*prepared.loop, *guess))
+        return ahead, compaction_cuts(inputs, profile, zone, ahead.turns, counter, target, ceiling)
+    # the next call's turns, guessed as one of the last steps again (`_next_turns`): they move the cut as a step
+    # of their size will, and the values are merged against the turns before them, as the real ones' will be. The
+    # newest step's guess is planned last (its merge leads the carry); the others only for a cut of their own
+    guesses = _next_turns(turns)
+    likely, likely_cut = plan(guesses[0])
+    room = int(target * BLOCK_SHARE)
+    cuts = {likely_cut(room)}
+    for guess in guesses[1:]:
+        ahead, cut_at = plan(guess)
+        if cut_at(room) not in cuts:
+            cuts.add(cut_at(room))
+            plan_values(inputs, profile, ahead, zone, compacted_reader(inputs, ahead, cache), target=target,
+                        window=window, counter=counter, cache=cache, cut_at=cut_at)
+    planned = plan_values(inputs, profile, likely, zone, compacted_reader(inputs, likely, cache), target=target,
+                          window=window, counter=counter, cache=cache, cut_at=likely_cut)
+    return likely, planned[0]
 
 
-def _next_turns(turns: "tuple[Turn, ...]") -> "tuple[Turn, ...]":
-    """What the next call adds, guessed as the conversation's last step again (`newest_step`: after a tool
-    exchange, the loop's next exchange; after a message, a chat's model answer and next user message), each
-    a copy placed after the newest turn. A compaction's values are merged against the turns before its own
-    newest step, so a guess of the right shape and size plans exactly what it will."""
-    start, out = turns[-1].start + len(turns[-1].messages), []
-    for turn in turns[len(turns) - newest_step(turns):]:
-        out.append(Turn(start, turn.messages))
-        start += len(turn.messages)
-    return tuple(out)
+_GUESSES = 3  # steps the next one is guessed like: the newest and the ones before it
+
+
+def _next_turns(turns: "tuple[Turn, ...]") -> "tuple[tuple[Turn, ...], ...]":
+    """What the next call adds, guessed as one of the conversation's last steps again (`newest_step`: after a
+    tool exchange, the loop's next exchange; after a message, a chat's model answer and next user message),
+    the newest first, each a copy placed after the newest turn. A compaction's values are merged against the
+    turns before its own newest step, so a guess of the right shape and size plans exactly what it will; the
+    steps before the newest give the sizes a step has taken lately."""
+    start, guesses, end = turns[-1].start + len(turns[-1].messages), [], len(turns)
+    while end > 0 and len(guesses) < _GUESSES:
+        k = newest_step(turns[:end])
+        at, out = start, []
+        for turn in turns[end - k:end]:
+            out.append(Turn(at, turn.messages))
+            at += len(turn.messages)
+        guesses.append(tuple(out))
+        end -= k
+    return tuple(guesses)
