@@ -516,5 +516,8 @@ async def test_known_values_take_memorys_room_so_later_user_turns_append(memory_
     assert manifests[first].compaction  # the second user turn compacts: the block now holds KNOWN VALUES
     block = request_from_llm(llm.requests[first]).messages[0].text
     assert block.startswith("CONVERSATION SO FAR") and "KNOWN VALUES" in block
-    again = [i for i, m in enumerate(manifests[first + 1:]) if m.compaction]
-    assert len(again) <= 2, again  # measured: 2 of 7 later calls (before: 4, every later user turn, and a loop call)
+    later = manifests[first + 1:]
+    again = [i for i, m in enumerate(later) if m.compaction]
+    # most later calls append. Measured: 3 of 7 later calls compact (2 before a compaction's KNOWN VALUES could repeat
+    # a value of the newest step, long report item 45; 4, every later user turn and a loop call, before issue 11)
+    assert 2 * len(again) < len(later), (again, len(later))
