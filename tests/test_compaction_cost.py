@@ -305,7 +305,7 @@ async def test_a_compaction_ranks_only_the_value_sources_the_last_render_did_not
     from aether_context.pipeline import known_values
 
     local = threading.local()  # fields ranked by the render running on this thread
-    renders: list[tuple[int, int, int]] = []  # per render: (fields of its sources, of those not rendered before, ranked)
+    renders: list[tuple[int, int, int]] = []  # per render: (its sources' fields, those not rendered before, ranked)
     seen: dict[int, object] = {}  # the sources rendered so far, by id (held: an id is not reused)
     lock = threading.Lock()
     rank, render = values_module._field_rank, known_values.render_values

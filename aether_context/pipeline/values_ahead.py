@@ -6,9 +6,10 @@ A compaction merges the value sets of its newest compacted turns against the tex
 change since then: the turns it folds (their values enter, their words leave the verbatim text), several
 calls' worth. The text it merges against leaves out the step its call added (`conversation.newest_step`),
 so it is known once the previous call's request has gone out: the work ahead then plans the values as the
-next call's compaction would, with the last compaction's target and the last step guessed again
-(`plan_values`). When the cut falls where the guessed step put it and the room gives the same target, the
-compaction finds its merge and render done; otherwise it merges again what the turns folded past the guess
+next call's compaction would, with the last compaction's target and the last step guessed again, and the
+two steps before it when their sizes put the cut elsewhere (`plan_values`; the carry keeps up to four merges).
+When the cut falls where a guessed step put it and the room gives the same target, the compaction finds its
+merge and render done; otherwise it merges again what the turns folded past the guess
 change. A wrong guess costs time only: the merge and the render give the same text from any carry.
 """
 
@@ -52,8 +53,9 @@ def values_ahead(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile
     cuts = {likely_cut(room)}
     for guess in guesses[1:]:
         ahead, cut_at = plan(guess)
-        if cut_at(room) not in cuts:
-            cuts.add(cut_at(room))
+        cut = cut_at(room)
+        if cut not in cuts:
+            cuts.add(cut)
             plan_values(inputs, profile, ahead, zone, compacted_reader(inputs, ahead, cache), target=target,
                         window=window, counter=counter, cache=cache, cut_at=cut_at)
     planned = plan_values(inputs, profile, likely, zone, compacted_reader(inputs, likely, cache), target=target,
