@@ -118,21 +118,29 @@ def _timestamp(value: Any) -> float | None:
 
 
 MAX_MEMORY_QUERIES = 12  # one per content word of the request, besides the whole request
+MAX_MEMORY_QUERY_CHARS = 2_000  # of the request sent whole: a pasted log is no better a query past its start
 
 
 def memory_queries(query: str) -> list[str]:
-    """The whole query, then each distinct content word of it.
+    """The start of the query, then each distinct content word of it (at most `MAX_MEMORY_QUERIES`).
 
     A memory service answers with its own top few (ADK's in-memory one: 10); asking word by word
-    gathers the pool the pack then ranks itself, so the service's cut-off does not decide.
+    gathers the pool the pack then ranks itself, so the service's cut-off does not decide. The words
+    are read in order until enough are found: the cost is bounded whatever the message's size.
     """
     from ..retrieval import STOP_WORDS
 
-    words = []
-    for word in re.findall(r"\w+", query.lower()):
-        if len(word) > 2 and word not in STOP_WORDS and word not in words:
-            words.append(word)
-    return [query] + words[:MAX_MEMORY_QUERIES]
+    words: dict[str, None] = {}
+    for match in _WORD.finditer(query):
+        word = match.group().lower()
+        if len(word) > 2 and word not in STOP_WORDS:
+            words.setdefault(word)
+            if len(words) >= MAX_MEMORY_QUERIES:
+                break
+    return [query[:MAX_MEMORY_QUERY_CHARS]] + list(words)
+
+
+_WORD = re.compile(r"\w+")
 
 
 async def _memory_hits(ctx: CallbackContext, query: str, limit: int) -> list[MemoryItem]:

@@ -18,6 +18,7 @@ Usage::
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import threading
 import unicodedata
@@ -119,6 +120,10 @@ def _cjk_terms(run: str) -> list[str]:
     return [run[i:i + 2] for i in range(len(run) - 1)]
 
 
+# Words of a text that are indexed (Lucene's old default field length): a pasted log or a 50,000-word message
+# costs a bounded analysis, and a match that deep in one text is a weak signal anyway.
+MAX_WORDS = 10_000
+
 _STEM_LOCK = threading.Lock()
 _STEMS: dict[str, str] = {}
 _STEM_CACHE_MAX = 200_000
@@ -199,13 +204,14 @@ class Analyzer:
         return content_key(text) if held is None else held
 
     def analyse(self, text: str) -> list[str]:
-        """The terms of `text`, read afresh (with the per-word memo)."""
+        """The terms of the first `MAX_WORDS` words of `text`, read afresh (with the per-word memo)."""
         text = unicodedata.normalize("NFKC", text)
         if self.fold_accents:
             text = fold(text)
         memo: dict[str, tuple[str, ...]] = self._memo  # type: ignore[attr-defined]
         out: list[str] = []
-        for word in _WORD.findall(text):
+        for word in itertools.islice(_WORD.finditer(text), MAX_WORDS):
+            word = word.group()
             terms = memo.get(word)
             if terms is None:
                 terms = self._terms(word)

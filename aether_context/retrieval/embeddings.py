@@ -188,6 +188,9 @@ def load_sentence_transformer(model: str, *, max_seq_length: int | None = None, 
         return loaded
 
 
+MAX_EMBED_CHARS = 16_384  # characters of a text given to the model (see `SentenceTransformerEmbedder.embed`)
+
+
 @dataclass(frozen=True)
 class SentenceTransformerEmbedder:
     """A sentence-transformers model, loaded lazily on the first `embed` call.
@@ -241,6 +244,10 @@ class SentenceTransformerEmbedder:
         return f"st:{label}:seq={self.max_seq_length or 'model'}:int8={int(self.quantize)}"
 
     def embed(self, texts: list[str]) -> np.ndarray:
+        # The model reads at most max_seq_length word pieces; its tokenizer still reads the whole text first,
+        # which for a pasted 2 MB log costs seconds. A piece covers at least a character, so a cut far past the
+        # sequence length leaves the vector as it was.
+        texts = [t[:MAX_EMBED_CHARS] for t in texts]
         model = load_sentence_transformer(self.model_path, max_seq_length=self.max_seq_length,
                                           quantize=self.quantize, device=self.device)
         width = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension  # v6 name
