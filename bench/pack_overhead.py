@@ -26,8 +26,9 @@ Usage::
     .venv/bin/python bench/pack_overhead.py --long --quick                     # the same, fewer calls per session
 
 `--long` runs sessions of 1,000, 5,000 and 10,000 events (a tool loop and a chat of short user turns,
-seeded by `long_sessions.py`) with no plugin, ADK EventsCompaction and the plugin, and writes its
-own section ('overhead-long').
+seeded by `long_sessions.py`) with no plugin, ADK EventsCompaction and the plugin. It prints the table
+with its command, commit and date, and writes it to the 'overhead-long' section (no prose: the method
+is written once, by hand, in docs/benchmarks.md).
 
 This module replays and samples; `overhead_report.py` turns the samples into the 'overhead' section.
 """
@@ -284,8 +285,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
     runs = load_mini_swe(data)
     taus = load_tau_airline(data)
     if args.long:
-        from long_report import main_long
-        return await main_long(args, runs, taus, t_start=t_start, machine_info=machine_info, argv=argv)
+        return await _main_long(args, runs, taus, t_start=t_start, machine_info=machine_info, argv=argv)
     # Long single-invocation sessions: tool turns of consecutive runs, starting at different runs.
     n_short = 1 if quick else 3
     offsets = [k * len(runs) // n_short for k in range(n_short)]
@@ -379,6 +379,74 @@ async def _run_configs(args: argparse.Namespace, tmp: Path, sessions: Sessions, 
                                          (("short", measured.short), ("long", measured.long),
                                           ("mini-swe", measured.swe), ("tau", measured.tau))), flush=True)
     return measured, loads
+
+
+# --------------------------------------------------------------------------- --long: 1,000 to 10,000 events
+LONG_WINDOW = 8_000
+
+
+async def _main_long(args: argparse.Namespace, runs: Sequence[Any], taus: Sequence[Any], *, t_start: float,
+                     machine_info: str, argv: Sequence[str] | None) -> int:
+    """Run the long sessions and print (and write) their table and target checks."""
+    from google.adk.apps.app import EventsCompactionConfig
+
+    from context_eval.systems import COMPACT_RETENTION, COMPACT_THRESHOLD, ExtractiveEventsSummarizer
+    from long_sessions import SIZES, long_report, run_long
+
+    sizes = [int(x) for x in args.sizes.split(",") if x.strip()] or list(SIZES)
+    calls = args.calls or (20 if args.quick else 40)
+    window = int(args.windows.split(",")[-1]) if args.windows else LONG_WINDOW
+    compaction = {"events_compaction_config": EventsCompactionConfig(
+        summarizer=ExtractiveEventsSummarizer(), token_threshold=int(COMPACT_THRESHOLD * window),
+        event_retention_size=COMPACT_RETENTION)}
+    out = []
+    with tempfile.TemporaryDirectory(prefix="aether-long-") as tmp:
+        for kind, source, make in _long_shapes(args, runs, taus):
+            for n in sizes:
+                t0 = time.perf_counter()
+                out.append(await run_long(kind, n, source, live_calls=calls, window=window, profile=args.profile,
+                                          compaction_options=compaction, tmp=Path(tmp), make=make))
+                r = out[-1]
+                print(f"  {kind} {n:,} events: {time.perf_counter() - t0:.0f} s, pack p50 "
+                      f"{pct(r.pack_cpu, 50) * 1000:.1f} ms", flush=True)
+    table, checks = long_report(out, live_calls=calls, window=window, profile=args.profile)
+    command = " ".join(["bench/pack_overhead.py", *[shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])]])
+    date = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    report = (f"# Long sessions: a call at 1,000 to 10,000 events\n\n"
+              f"{date}, commit {_commit()}. Command: `.venv/bin/python {command}`. {machine_info}. "
+              f"Runtime {time.perf_counter() - t_start:.0f} s. {calls} live calls per session, window {window:,}, "
+              f"profile `{args.profile}`, EventsCompaction at {COMPACT_THRESHOLD:g} of the window.\n\n"
+              f"{table}\n\n" + "\n".join(checks) + "\n")
+    print(report)
+    if not args.no_write:
+        print(f"wrote the 'overhead-long' section of {write_section(ROOT / args.out, 'overhead-long', report)}")
+    return 0
+
+
+def _long_shapes(args: argparse.Namespace, runs: Sequence[Any], taus: Sequence[Any]) -> list[tuple[str, Sequence[Any], Any]]:
+    """The sessions measured: a tool loop of mini-swe-agent turns and a chat of tau-bench episodes; with
+    `--unseen`, two shapes nothing was tuned on (a tool loop of tau-bench's JSON tool turns, LoCoMo's dialogue)."""
+    from long_sessions import chat, dialogue_episodes, tool_loop
+
+    shapes = [("tool loop", runs, tool_loop), ("chat", taus, chat)]
+    if args.unseen:
+        from context_eval.locomo import load_locomo
+        shapes += [("tool loop, tau-bench tools (held out)", taus, tool_loop),
+                   ("chat, LoCoMo dialogue (held out)", dialogue_episodes(load_locomo(args.data)), chat)]
+    return shapes
+
+
+def _commit() -> str:
+    """The short hash of the checked-out commit, with `+` when the tree has changes ("unknown" outside git)."""
+    import subprocess
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+" if dirty else "")
 
 
 if __name__ == "__main__":
