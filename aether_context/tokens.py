@@ -24,6 +24,10 @@ MESSAGE_OVERHEAD = 4  # role marker and separators, as in OpenAI's chat accounti
 PART_OVERHEAD = 2  # function call / response framing
 IMAGE_TOKENS = 258  # Gemini bills an inline image at 258 tokens; a fixed estimate for every model
 _SHORT = 256  # characters: texts shorter than this are cached by the text itself, longer ones by their sha256
+# A text longer than this (about 250K tokens, a quarter of the largest window) is counted from evenly spaced
+# samples: its exact count took seconds (tiktoken reads 4-10 MB a second) for a total no window can hold whole.
+EXACT_CHARS = 1_000_000
+_SAMPLES, _SAMPLE_CHARS = 8, 32_768
 # cl100k's pre-tokenizer: no piece runs past a line break that a line starting (after spaces) with a
 # visible character follows, and none looks past it, so such a text's count is the sum of its lines'.
 _LINE_ADDITIVE = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|"""
@@ -104,9 +108,15 @@ class TokenCounter:
         key = sha256_hex(text)
         cached = self._texts.get(key)
         if cached is None:
-            cached = len(self._encoding.encode_ordinary(text))
+            cached = len(self._encoding.encode_ordinary(text)) if len(text) <= EXACT_CHARS else self._sampled(text)
             self._texts.put(key, cached)
         return cached
+
+    def _sampled(self, text: str) -> int:
+        """The count of a huge text, estimated from `_SAMPLES` evenly spaced slices (deterministic)."""
+        step = len(text) // _SAMPLES
+        counted = sum(len(self._encoding.encode_ordinary(text[i * step:i * step + _SAMPLE_CHARS])) for i in range(_SAMPLES))
+        return round(counted * len(text) / (_SAMPLES * _SAMPLE_CHARS))
 
     def count_lines(self, text: str) -> int:
         """`count_text(text)`, counted line by line where the encoding allows it (the sum is the same):
@@ -145,6 +155,11 @@ class TokenCounter:
         return cut  # type: ignore[return-value]
 
     def _truncate(self, text: str, max_tokens: int) -> str:
+        head = text[:max(4_096, max_tokens * 16)]  # a long text is cut from its start: encode only that much
+        if len(head) < len(text):
+            tokens = self._encoding.encode_ordinary(head)
+            if len(tokens) > max_tokens + 64:  # only the cut's last pieces may differ, and they are not kept
+                return self._encoding.decode(tokens[: max(0, max_tokens)])
         tokens = self._encoding.encode_ordinary(text)
         if len(tokens) <= max_tokens:
             return text

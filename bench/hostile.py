@@ -28,7 +28,8 @@ INPUTS = {
     "words50k": "a 430 KB message of 50,000 distinct words",
     "msg2mb": "a 2 MB pasted log",
     "ids100k": "a message of 100,000 distinct ids",
-    "result50mb": "a 50 MB tool result (JSON rows)",
+    "result50mb": "a 50 MB tool result (a log in one field)",
+    "rows5mb": "a 5 MB tool result (25,000 JSON rows)",
 }
 
 
@@ -43,10 +44,13 @@ def _message(kind: str) -> str:
     return "Fetch the export and tell me how many rows it has."
 
 
-def _rows() -> dict:
-    """About 50 MB of JSON rows."""
-    return {"rows": [{"id": f"ROW-{i:07d}", "name": f"customer {i}", "email": f"user{i}@example.com",
-                      "city": "Lisbon", "amount": i * 3 % 1000, "note": "x" * 120} for i in range(250_000)]}
+def _result(kind: str) -> dict:
+    """About 50 MB of log text in one field, or 5 MB of JSON rows."""
+    if kind == "rows5mb":
+        return {"rows": [{"id": f"ROW-{i:07d}", "name": f"customer {i}", "email": f"user{i}@example.com",
+                          "city": "Lisbon", "amount": i * 3 % 1000, "note": "x" * 120} for i in range(25_000)]}
+    line = "2026-12-07T02:29:46Z INFO worker-{n} exported row id={n} status=ok bytes={b}\n"
+    return {"status": "ok", "log": "".join(line.format(n=i, b=i * 7 % 9973) for i in range(660_000))}
 
 
 async def _run(kind: str, with_plugin: bool) -> dict:
@@ -63,7 +67,7 @@ async def _run(kind: str, with_plugin: bool) -> dict:
 
     def export() -> dict:
         """Export every row."""
-        return _rows()
+        return _result(kind)
 
     def decide(request):
         last = request.contents[-1] if request.contents else None
