@@ -179,6 +179,17 @@ class PackStore:
         except ValueError as e:
             raise ManifestError(f"blob {ref} is not a valid record: {e}") from e
 
+    def put_record(self, value: Any) -> str:
+        """Store a JSON value (masked) as shared, content-addressed pieces; returns its reference.
+        What session state points at: a long map or list writes only the chunks that changed."""
+        self._ensure_marker()
+        value, _ = self._redacted(value)
+        return self._put_piece(self._tree.encode(value))
+
+    def get_record(self, ref: str) -> Any:
+        """The JSON value `put_record` stored under `ref`."""
+        return self._tree.decode(self._get_piece(ref))
+
     def _redacted(self, value: Any) -> tuple[Any, int]:
         value, n = redact_value(value, self.redaction, skip=_SKIP, memo=self._scanned)
         if n:

@@ -224,7 +224,7 @@ async def test_tool_exceptions_become_recorded_error_results_when_asked():
                                     new_message=types.Content(role="user", parts=[types.Part(text="go")])):
         pass
     session = await runner.session_service.get_session(app_name="app", user_id="u", session_id=session.id)
-    records = session.state[FAILURES_STATE_KEY]["records"]
+    records = (await cb.packer.records.get(session.state, FAILURES_STATE_KEY))["records"]
     assert [(r["tool"], r["category"]) for r in records] == [("explode", "not_found")]
     # the model saw the error as the tool's result, and the run went on to its answer
     sent = request_from_llm(llm.requests[1])

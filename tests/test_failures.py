@@ -480,7 +480,7 @@ async def test_a_pytest_failure_under_warnings_reaches_the_pack_through_a_runner
     # the failure is recorded as the failing test, not the warnings above it; while its output is sent
     # verbatim the pack does not repeat it in a FAILURES SO FAR section (nothing to add)
     state = (await runner.session_service.get_session(app_name="app", user_id="u", session_id=session.id)).state
-    record = state["aether:failures"]["records"][-1]
+    record = (await plugin.packer.records.get(state, "aether:failures"))["records"][-1]
     assert (record["tool"], record["category"]) == ("bash", "logic")
     assert record["message"].startswith("FAILED astropy/modeling/tests/test_separable.py::test_nested_compound")
     assert not any("RuntimeWarning" in c or "not available" in c for c in [record["message"], *record["causes"]])

@@ -220,10 +220,12 @@ async def _without_plugin(packer: ContextPacker) -> list[int]:
                                     new_message=types.Content(role="user", parts=[types.Part(text="read the logs")])):
         pass
     stored = await runner.session_service.get_session(app_name="app", user_id="u", session_id=session.id)
-    saved = dict(stored.state[SAVED_STATE_KEY])
+    saved = dict(await packer.records.get(stored.state, SAVED_STATE_KEY))
     assert len(saved) == 3  # each result was offloaded
     saved[next(iter(saved))] += 1000
-    async for _ in runner.run_async(user_id="u", session_id=session.id, state_delta={SAVED_STATE_KEY: saved},
+    delta: dict = {}
+    await packer.records.set(delta, SAVED_STATE_KEY, saved)  # a new record, and the pointer to it
+    async for _ in runner.run_async(user_id="u", session_id=session.id, state_delta=delta,
                                     new_message=types.Content(role="user", parts=[types.Part(text="two more")])):
         pass
     packer.store.flush()

@@ -136,7 +136,7 @@ async def test_every_hook_fails_open(memory_store_url):
     assert await packer.after_model(broken, None) is None
     assert await packer.recover(broken, None, RuntimeError("input token count exceeds the maximum")) is None
     assert await packer.after_tool(tool, {}, broken, {"ok": True}) is None
-    assert packer.on_tool_error(tool, {}, broken, RuntimeError("boom")) is None
+    assert await packer.on_tool_error(tool, {}, broken, RuntimeError("boom")) is None
 
 
 async def test_every_request_keeps_tools_and_system(memory_store_url):

@@ -122,7 +122,7 @@ async def test_running_summary_lands_in_session_state():
     profile = _no_offload().override(decay={"fold_max_tokens": 100})
     plugin, runner, session, events = await _run(llm, window=8000, profile=profile)
     stored = await runner.session_service.get_session(app_name="app", user_id="u", session_id=session.id)
-    summary = stored.state.get("aether:summary", {}).get("reader")
+    summary = (await plugin.packer.records.get(stored.state, "aether:summary", {})).get("reader")
     assert summary and summary["text"] and summary["covered_until"] >= 0
 
 
@@ -151,7 +151,7 @@ async def test_llm_summarizer_refines_the_running_summary():
 
     plugin, llm, stored = await _run_with_summarizer(summarize)
     assert calls and all(calls)
-    text = stored.state["aether:summary"]["reader"]["text"]
+    text = (await plugin.packer.records.get(stored.state, "aether:summary"))["reader"]["text"]
     assert text.startswith("Goal: read the document\nProgress:\n- read chunks turn")
     # the next requests carried the LLM's summary
     assert any("- read chunks turn" in m.text for r in llm.requests for m in request_from_llm(r).messages)
@@ -165,7 +165,7 @@ async def test_failing_llm_summarizer_keeps_history_and_is_recorded(failure):
         return ""
 
     plugin, llm, stored = await _run_with_summarizer(summarize)
-    summary = stored.state["aether:summary"]["reader"]
+    summary = (await plugin.packer.records.get(stored.state, "aether:summary"))["reader"]
     assert summary["text"].startswith("Goal:") or summary["text"].startswith("Progress:")  # the extractive one stayed
     flags = [f for r in plugin.packer.recent for f in r.manifest.flags]
     assert any(f.startswith("summary_failed") for f in flags)

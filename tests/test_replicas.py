@@ -21,7 +21,8 @@ from google.adk.sessions import DatabaseSessionService
 
 from aether_context import ContextPackPlugin
 from aether_context.adk.convert import request_from_llm
-from aether_context.adk.session_state import CALIBRATION_STATE_KEY, pack_state_key, pack_text_key, read_pack
+from aether_context.adk.session_state import CALIBRATION_STATE_KEY, StateRecords, pack_state_key, read_pack
+from aether_context.store import PackStore
 from aether_context.pipeline.build import request_tokens
 from aether_context.testing import ScriptedLlm, call
 from aether_context.tokens import TokenCounter
@@ -122,12 +123,15 @@ async def test_alternating_replicas_send_the_requests_one_process_sends(tmp_path
                                   m.calibration, m.recited, m.failures, m.reused_payload) for m in ms)
     assert receipts(two_manifests) == receipts(one_manifests)
     assert two_state[CALIBRATION_STATE_KEY] == one_state[CALIBRATION_STATE_KEY]
-    same = lambda state: replace(read_pack(state, "auditor").state, invocation_id="", pack_id="", ranked_at=0.0)  # noqa: E731
-    assert same(two_state) == same(one_state)  # ids and the session's clock aside (ADK draws invocation ids at random)
+    async def same(state, name):  # the stored pack, ids and the session's clock aside (ADK draws invocation ids at random)
+        records = StateRecords(PackStore(str(tmp_path / (name + "-packs"))))
+        return replace((await read_pack(records, state, "auditor")).state, invocation_id="", pack_id="", ranked_at=0.0)
+    assert await same(two_state, "two") == await same(one_state, "one")
 
 
 async def test_a_corrupt_or_unknown_pack_record_is_ignored_with_a_flag(tmp_path):
-    for bad in ({"v": 99, "state": {}}, {"v": 1, "state": {"agent": 3}, "texts": "x"}, "garbage"):
+    for bad in ({"v": 99, "state": {}}, {"v": 1, "state": {"agent": 3}, "texts": "x"}, "garbage",
+                {"v": 2, "ref": "0" * 64}, {"v": 2, "ref": "../../etc/passwd"}):
         llm = ScriptedLlm(turns=["ok"])
         runner, plugin = _replica(llm, f"sqlite+aiosqlite:///{tmp_path / 'bad.db'}", str(tmp_path / "packs"))
         sid = f"s{abs(hash(str(bad)))}"
@@ -137,22 +141,34 @@ async def test_a_corrupt_or_unknown_pack_record_is_ignored_with_a_flag(tmp_path)
         manifest = plugin.packer.recent[-1].manifest
         assert manifest.error is None and any(f.startswith("pack_state_ignored") for f in manifest.flags)
         session = await runner.session_service.get_session(app_name="app", user_id="u", session_id=sid)
-        assert read_pack(session.state, "auditor").state is not None  # replaced by this call's state
+        stored = await read_pack(plugin.packer.records, session.state, "auditor")
+        assert stored.state is not None  # replaced by this call's state
         await runner.close()
 
 
-async def test_pack_texts_are_written_only_when_they_change(tmp_path):
-    llm = ScriptedLlm(turns=[call("lookup", key="a"), call("lookup", key="b"), "done"])
+async def test_state_holds_pointers_and_the_delta_stays_small(tmp_path):
+    """Session state holds references into the store, never content: a call's delta is a few hundred bytes
+    however long the session, and the pack's texts (payload, block) are not in it."""
+    import json
+
+    llm = ScriptedLlm(turns=[call("fetch_page", url="https://billing/a"), call("lookup", key="b"), "done"])
     runner, plugin = _replica(llm, f"sqlite+aiosqlite:///{tmp_path / 'w.db'}", str(tmp_path / "packs"))
-    await runner.session_service.create_session(app_name="app", user_id="u", session_id="s")
-    events = await run_turn(runner, "s", "look things up")
-    deltas = [ev.actions.state_delta for ev in events if ev.author == "auditor" and ev.content and ev.content.role == "model"]
-    assert len(deltas) == 3 and all(pack_state_key("auditor") in d for d in deltas)
-    assert sum(pack_text_key("auditor") in d for d in deltas) == 1  # the payload is frozen within the invocation
+    await runner.session_service.create_session(app_name="app", user_id="u", session_id="s",
+                                                state={"aether:goal": "Audit the billing service"})
+    for text in USER_TURNS[:3]:
+        events = await run_turn(runner, "s", text)
+        deltas = [{k: v for k, v in (ev.actions.state_delta or {}).items() if k.startswith("aether:")}
+                  for ev in events]
+        assert any(pack_state_key("auditor") in d for d in deltas)
+        assert all(len(json.dumps(d)) <= 1024 for d in deltas), deltas
+        assert not any("GOAL" in json.dumps(d) for d in deltas)  # the payload text lives in the store
+    session = await runner.session_service.get_session(app_name="app", user_id="u", session_id="s")
+    stored = await read_pack(plugin.packer.records, session.state, "auditor")
+    assert stored.state is not None and "Audit the billing service" in stored.state.payload_text
     await runner.close()
 
 
-def test_a_written_pack_reads_back_as_the_state_the_next_call_sees():
+async def test_a_written_pack_reads_back_as_the_state_the_next_call_sees():
     from aether_context.adk.session_state import carried_state, write_pack
     from aether_context.pipeline.collect import PackState
 
@@ -160,13 +176,15 @@ def test_a_written_pack_reads_back_as_the_state_the_next_call_sees():
                      message_digests=("a" * 64, "b" * 64), head_tokens=3, sent_tokens=15,
                      merged_lines=("l",), call_index=4, last_recited=2, compacted_through=3, pinned=(0,),
                      block_text="CONVERSATION SO FAR", evidence_ids=("e",), tool_names=("read_artifact",))
+    store = PackStore("memory://written-pack")
     state: dict = {}
-    write_pack(state, "a", carried_state(full), 120)
-    stored = read_pack(state, "a")
+    await write_pack(StateRecords(store), state, "a", carried_state(full), 120)
+    stored = await read_pack(StateRecords(store), state, "a")  # another process: read from the store
     assert stored.state == carried_state(full) and stored.free_conversation == 120 and not stored.flags
-    assert len(state[pack_state_key("a")]["state"]["message_digests"][0]) == 16
-    state[pack_text_key("a")] = {"v": 1, "payload_text": "edited", "block_text": ""}  # texts out of step: ignored
-    assert read_pack(state, "a").state is None and read_pack(state, "a").flags
+    assert set(state[pack_state_key("a")]) == {"v", "ref", "free_conversation"}
+    state[pack_state_key("a")] = {**state[pack_state_key("a")], "ref": "f" * 64}  # a record the store lacks
+    missing = await read_pack(StateRecords(store), state, "a")
+    assert missing.state is None and missing.flags
 
 
 def test_originals_choice_reaches_the_gateway(tmp_path):
@@ -180,7 +198,7 @@ async def test_a_note_left_before_the_first_pack_reaches_the_first_manifest(memo
     from aether_context.adk.session_state import add_note
 
     def note_before_packing(callback_context):
-        if read_pack(callback_context.state, "noter").state is None:
+        if "ref" not in (callback_context.state.get(pack_state_key("noter")) or {}):
             add_note(callback_context.state, "noter", "summary_failed: before any pack")
 
     agent = LlmAgent(name="noter", model=ScriptedLlm(turns=["first", "second"]), instruction="Answer.",
@@ -196,11 +214,11 @@ async def test_a_note_left_before_the_first_pack_reaches_the_first_manifest(memo
     assert not any(f.startswith("pack_state_ignored") for f in first.flags + second.flags)
 
 
-def test_add_note_without_a_pack_record_keeps_the_note():
+async def test_add_note_without_a_pack_record_keeps_the_note():
     from aether_context.adk.session_state import add_note
 
     state: dict = {}
     add_note(state, "a", "one")
     add_note(state, "a", "two")
-    stored = read_pack(state, "a")
+    stored = await read_pack(StateRecords(PackStore("memory://notes")), state, "a")
     assert stored.notes == ("one", "two") and stored.state is None and not stored.flags

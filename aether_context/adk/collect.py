@@ -22,7 +22,6 @@ from ..content import Message, ModelRequest, ToolSpec, sha256_hex
 from ..pipeline.collect import EvidenceItem, MemoryItem, PackInputs, PackState
 from ..pipeline.incremental import extended
 from ..providers import EvidenceProvider, EvidenceRequest
-from .session_state import FAILURES_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY, own_state
 from .task import StateKeys, evidence_from_state, notes_from_state, task_from_state
 
 logger = logging.getLogger(__name__)
@@ -264,13 +263,16 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request:
                          memory_limit: int, artifact_cache: dict, now: float, use_memory: bool = True,
                          use_artifacts: bool = True, summary_chars: int = 400,
                          extra_tools: "tuple[BaseTool, ...]" = (), edge_flags: "tuple[str, ...]" = (),
-                         providers: "Sequence[EvidenceProvider]" = (), cache: "PackCache | None" = None) -> PackInputs:
+                         providers: "Sequence[EvidenceProvider]" = (), cache: "PackCache | None" = None,
+                         uris: "dict[str, str] | None" = None, summary: "dict | None" = None,
+                         failures: "dict | None" = None) -> PackInputs:
     """`request` is `llm_request` converted (`convert.request_from_llm`: the caller decides from its messages
     whether to declare the recall tool); `extra_tools` (the recall tool) are declared in the pack and kept
-    whatever the step allows; `cache` (the packer's) carries the per-message work of the last call."""
+    whatever the step allows; `cache` (the packer's) carries the per-message work of the last call. `uris`,
+    `summary` (this agent's) and `failures` are the session's records (`session_state.StateRecords`)."""
     request = with_tools(request, extra_tools, cache)
     index = find_request_index(request, ctx.user_content, cache)
-    state, own = ctx.state, own_state(ctx)
+    state = ctx.state
     session = ctx.session
     task = replace(task_from_state(state, keys), opening_request=opening_request(session.events))
     if task.tools is not None:
@@ -292,9 +294,8 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request:
         instruction_indices=_instruction_indices(request.messages, cache),
         app_name=session.app_name, user_id=session.user_id, session_id=session.id,
         invocation_id=ctx.invocation_id, agent=ctx.agent_name, now=now, previous=previous,
-        uris=dict(own.get(URIS_STATE_KEY) or {}),
-        summary=dict((own.get(SUMMARY_STATE_KEY) or {}).get(ctx.agent_name) or {}),
-        failures={**(own.get(FAILURES_STATE_KEY) or {}), "current_turn": len(session.events)}
-        if own.get(FAILURES_STATE_KEY) else {},
+        uris=dict(uris or {}),
+        summary=dict(summary or {}),
+        failures={**failures, "current_turn": len(session.events)} if failures else {},
         extra={"edge_flags": list(edge_flags)} if edge_flags else {},
     )

@@ -89,8 +89,8 @@ class ModelHooks:
             logger.warning("aether-context: LLM summary failed (%s); keeping the extractive summary", e, exc_info=True)
             add_note(callback_context.state, callback_context.agent_name, f"summary_failed: {type(e).__name__}: {e}")
             return
-        write_summary(callback_context.state, callback_context.agent_name, last.state.summary,
-                         RunningSummary(text=text, covered_until=extractive.covered_until).to_json())
+        await write_summary(self.records, callback_context.state, callback_context.agent_name, last.state.summary,
+                            RunningSummary(text=text, covered_until=extractive.covered_until).to_json())
 
     @fails_open
     async def recover(self, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception) -> LlmResponse | None:
@@ -109,9 +109,9 @@ class ModelHooks:
         try:
             if last is not None and last.inputs.invocation_id == callback_context.invocation_id:
                 inputs, window = last.inputs, last.manifest.window
-                recall = self._recall_now(callback_context, llm_request)
+                recall = await self._recall_now(callback_context, llm_request)
             else:  # packing failed open: this call's inputs, assembled as a normal pack assembles them
-                stored = read_pack(own_state(callback_context), callback_context.agent_name)
+                stored = await read_pack(self.records, own_state(callback_context), callback_context.agent_name)
                 inputs = await self._inputs(callback_context, llm_request, slot, stored)
                 recall = inputs.cite_originals
                 window = context_window(inputs.request.model, self.requested_window)

@@ -24,6 +24,7 @@ reply by characters as well as lines (`next_start_line` / `next_start_char` cont
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -43,7 +44,7 @@ from ..redact import RedactionSettings, redact
 from ..store import PackStore
 from ..tokens import TokenCounting
 from .collect import OFFLOAD_PREFIX, artifact_uri
-from .session_state import URIS_STATE_KEY
+from .session_state import URIS_STATE_KEY, StateRecords
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +125,8 @@ class ArtifactGateway:
             except ValueError:  # the runner has no artifact service
                 version = None
         if version is None:
-            version = self.store.put_artifact(session.app_name, session.user_id, session.id, filename, data)
+            version = await asyncio.to_thread(self.store.put_artifact, session.app_name, session.user_id, session.id,
+                                              filename, data)  # a large original's write never stalls the loop
         return artifact_uri(session.app_name, session.user_id, session.id, filename, version)
 
     async def load(self, ctx: CallbackContext, uri: str) -> bytes:
@@ -145,7 +147,8 @@ class ArtifactGateway:
                 if part.text is not None:
                     return part.text.encode("utf-8")
         try:
-            data = self.store.get_artifact(parsed.app, parsed.user, parsed.session, parsed.filename, parsed.version)
+            data = await asyncio.to_thread(self.store.get_artifact, parsed.app, parsed.user, parsed.session,
+                                           parsed.filename, parsed.version)
         except OSError as e:
             raise StoreError(f"the artifact store could not be read for {uri!r}: {e}") from e
         if data is None:
@@ -209,7 +212,7 @@ def _compact_form(tool_name: str, result: Any, args: dict, uri: str, tokens: int
 async def offload_tool_result(*, tool_name: str, args: dict, result: Any, ctx: ToolContext, gateway: ArtifactGateway,
                               settings: OffloadSettings, counter: TokenCounting,
                               free_conversation_tokens: int | None,
-                              redaction: RedactionSettings | None = None,
+                              records: StateRecords, redaction: RedactionSettings | None = None,
                               run: Callable[..., Awaitable[Any]] = _inline) -> dict | None:
     """Save a tool result and, when it is large, return the compact replacement (else None).
 
@@ -221,7 +224,7 @@ async def offload_tool_result(*, tool_name: str, args: dict, result: Any, ctx: T
     if original is None:
         return None
     uri = await gateway.save(ctx, original.filename, original.data, original.mime_type, masked=True)
-    uris = dict(ctx.state.get(URIS_STATE_KEY) or {})
+    uris = dict(await records.get_or_empty(ctx.state, URIS_STATE_KEY, {}, "offload URIs"))
     uris[original.digest] = uri
     threshold = effective_threshold(settings, free_conversation_tokens)
     replacement = None
@@ -230,7 +233,7 @@ async def offload_tool_result(*, tool_name: str, args: dict, result: Any, ctx: T
     if compact is not None:
         replacement = compact["replacement"]
         uris[compact["digest"]] = uri
-    ctx.state[URIS_STATE_KEY] = uris
+    await records.set(ctx.state, URIS_STATE_KEY, uris, n=len(uris))
     logger.debug("aether-context: saved %s output (%d tokens) as %s%s", tool_name, original.tokens, uri,
                  " and compacted it" if replacement else "")
     return replacement

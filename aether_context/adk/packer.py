@@ -55,8 +55,9 @@ from .collect import collect_inputs
 from .event_times import EventTimes, session_now
 from .convert import apply_request, request_from_llm, to_message
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool
-from .session_state import (COMPACT_STATE_KEY, SAVED_STATE_KEY, URIS_STATE_KEY, StoredPack, carried_state,
-                            own_state, read_calibration, read_pack, write_pack, write_summary)
+from .session_state import (COMPACT_STATE_KEY, FAILURES_STATE_KEY, SAVED_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY,
+                            StateRecords, StoredPack, carried_state, own_state, read_calibration, read_pack,
+                            write_pack, write_summary)
 from .model_hooks import ModelHooks
 from .slots import MAX_SESSIONS, SessionSlot, SessionSlots, slot_key
 from .tool_hooks import ToolHooks
@@ -81,6 +82,7 @@ class ContextPacker(ModelHooks, ToolHooks):
         # a store built here masks what the profile says; a given PackStore keeps its own `redaction`
         self.store = store if isinstance(store, PackStore) else PackStore(store or DEFAULT_STORE_URL,
                                                                           redaction=self.profile.redaction)
+        self.records = StateRecords(self.store)  # what session state points at, in the store
         self.window_tokens = window_tokens
         self.counter = counter or TokenCounter()
         self.keys = state_keys or StateKeys()
@@ -163,12 +165,12 @@ class ContextPacker(ModelHooks, ToolHooks):
         slot.last = None  # only this call's pack may be recovered or calibrated
         timings = StageTimes()  # beside the record, never in the request or the manifest
         try:
-            stored = read_pack(own_state(callback_context), callback_context.agent_name)
+            stored = await read_pack(self.records, own_state(callback_context), callback_context.agent_name)
             with timings.stage("inputs"):
                 inputs = await self._inputs(callback_context, llm_request, slot, stored)
             recall = inputs.cite_originals
             pack = await self._build(inputs, timings)
-            saved = own_state(callback_context).get(SAVED_STATE_KEY) or {}
+            saved = await self.records.get_or_empty(own_state(callback_context), SAVED_STATE_KEY, {}, "offload savings")
             scope = _slot_key_of(callback_context)
             without = pack.manifest.tokens_before + (_saved_tokens(saved, inputs.request.messages, self.cache, scope)
                                                      if saved else 0)
@@ -189,10 +191,11 @@ class ContextPacker(ModelHooks, ToolHooks):
             if inputs.compact:
                 callback_context.state[COMPACT_STATE_KEY] = False
             if pack.state.merged_lines:  # this pack advanced the running summary
-                write_summary(callback_context.state, callback_context.agent_name, inputs.summary, pack.state.summary)
+                await write_summary(self.records, callback_context.state, callback_context.agent_name, inputs.summary,
+                                    pack.state.summary)
             conv = pack.manifest.layer_budgets["conversation"]
-            write_pack(callback_context.state, callback_context.agent_name, carried_state(pack.state),
-                       max(0, conv.budget - conv.used))
+            await write_pack(self.records, callback_context.state, callback_context.agent_name,
+                             carried_state(pack.state), max(0, conv.budget - conv.used))
             uri = self.store.save(pack)
             _log_pack(pack)
         except Exception:
@@ -221,12 +224,17 @@ class ContextPacker(ModelHooks, ToolHooks):
         slot.times = slot.times or EventTimes()
         grown = slot.times.only_grew(session.events)
         request = request_from_llm(llm_request, self.cache, grown, _slot_key_of(callback_context))
-        recall = self._offers_recall(callback_context, request.messages, stored.state)
+        own = own_state(callback_context)
+        uris = await self.records.get_or_empty(own, URIS_STATE_KEY, {}, "offload URIs")
+        summaries = await self.records.get_or_empty(own, SUMMARY_STATE_KEY, {}, "running summaries")
+        failures = await self.records.get_or_empty(own, FAILURES_STATE_KEY, {}, "failure log")
+        recall = self._offers_recall(uris, request.messages, stored.state)
         inputs = await collect_inputs(
             callback_context, llm_request, request, keys=self.keys, previous=stored.state,
             memory_limit=self.memory_pool, artifact_cache=slot.artifacts, now=session_now(session.events),
             use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags + self._window_flags(llm_request),
-            providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (), cache=self.cache)
+            providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (), cache=self.cache,
+            uris=uris, summary=summaries.get(callback_context.agent_name) or {}, failures=failures)
         inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request, self.cache),
                          compact=bool(own_state(callback_context).get(COMPACT_STATE_KEY)), cite_originals=recall)
         inputs = await self._save_images(callback_context, inputs)
@@ -238,16 +246,17 @@ class ContextPacker(ModelHooks, ToolHooks):
         flag = window_flag(llm_request.model, self.requested_window)
         return (flag,) if flag else ()
 
-    def _recall_now(self, ctx: CallbackContext, llm_request: LlmRequest) -> bool:
-        return self._offers_recall(ctx, request_from_llm(llm_request, self.cache).messages,
-                                   read_pack(own_state(ctx), ctx.agent_name).state)
+    async def _recall_now(self, ctx: CallbackContext, llm_request: LlmRequest) -> bool:
+        uris = await self.records.get_or_empty(own_state(ctx), URIS_STATE_KEY, {}, "offload URIs")
+        return self._offers_recall(uris, request_from_llm(llm_request, self.cache).messages,
+                                   (await read_pack(self.records, own_state(ctx), ctx.agent_name)).state)
 
-    def _offers_recall(self, ctx: CallbackContext, messages: Sequence[Message], previous: PackState | None) -> bool:
+    def _offers_recall(self, uris: "dict[str, str]", messages: Sequence[Message], previous: PackState | None) -> bool:
         """The recall tool is declared once the request cites an original it can read back (an offloaded
         tool result; a compaction block cites originals only once it is declared, though one an earlier
         release wrote may), and stays declared (no flapping of the tools). Whether a tool result cites one
         is carried from the last call over the same history: a call reads its new messages only."""
-        if not self.profile.offload.enabled or not own_state(ctx).get(URIS_STATE_KEY):
+        if not self.profile.offload.enabled or not uris:
             return False
         if previous is not None and (RECALL_TOOL_NAME in previous.tool_names or "artifact://" in previous.block_text):
             return True
@@ -265,7 +274,7 @@ class ContextPacker(ModelHooks, ToolHooks):
                 uris = {**uris, key: await self.gateway.save(ctx, f"attachment/{key}.{ext}", blob.data, blob.mime_type)}
         if uris is inputs.uris:
             return inputs
-        ctx.state[URIS_STATE_KEY] = uris
+        await self.records.set(ctx.state, URIS_STATE_KEY, uris, n=len(uris))
         return replace(inputs, uris=uris)
 
     def _record_failure(self, ctx: CallbackContext, llm_request: LlmRequest, error: Exception) -> CallRecord:

@@ -116,7 +116,7 @@ class ContextPackPlugin(BasePlugin):
 
     async def on_tool_error_callback(self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext,
                                      error: Exception) -> Optional[dict]:
-        return self.packer.on_tool_error(tool, tool_args, tool_context, error)
+        return await self.packer.on_tool_error(tool, tool_args, tool_context, error)
 
     async def on_model_error_callback(self, *, callback_context: CallbackContext, llm_request: LlmRequest,
                                       error: Exception) -> Optional[LlmResponse]:
@@ -160,7 +160,7 @@ def context_pack_callback(*, packer: ContextPacker | None = None, **settings: An
         return await engine.recover(callback_context, llm_request, error)
 
     async def on_tool_error(*, tool: BaseTool, args: dict[str, Any], tool_context: ToolContext, error: Exception) -> Optional[dict]:
-        return engine.on_tool_error(tool, args, tool_context, error)
+        return await engine.on_tool_error(tool, args, tool_context, error)
 
     before_model.packer = engine  # type: ignore[attr-defined]
     before_model.on_model_error = on_model_error  # type: ignore[attr-defined]

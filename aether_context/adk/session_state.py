@@ -1,60 +1,64 @@
-"""Every session-state key the plugin writes, and the versioned records it keeps there.
+"""Every session-state key the plugin writes, and the records they point at.
 
-Whatever changes the next request lives in ADK session state, so a replica that never saw the
-session packs exactly what the one that did would (a `DatabaseSessionService` shared by replicas,
-`adk api_server` behind a load balancer). Writes made in `before_model` / `after_model` land in the
-model response event's `state_delta` (ADK `flows/llm_flows/core/_finalizer.py`
-`_model_callback_context`), so they persist with the call that made them, or not at all.
+Whatever changes the next request is reachable from ADK session state, so a replica that never saw
+the session packs exactly what the one that did would (a `DatabaseSessionService` shared by
+replicas, `adk api_server` behind a load balancer). Writes made in `before_model` / `after_model`
+land in the model response event's `state_delta`, so they persist with the call that made them.
 
-Per agent, the previous call's `PackState` is kept in two records, each written only when it
-changes: `aether:pack:<agent>` (digests, ids, counters, the recitation schedule and the offload
-room: every call) and `aether:pack_text:<agent>` (the frozen payload and the compaction block: once
-per invocation, and at a compaction). Both carry a schema number; an unknown schema or a corrupt
-value is ignored (the call packs as a first call would) and flagged in the manifest, never raised.
-The token calibration is per session (`aether:calibration`, per model), so two replicas agree.
+Session state holds pointers, never content: a `DatabaseSessionService` stores each event's delta in
+its row, so a value that grows with the session would make storage grow with its square. What grows
+(the previous call's `PackState` with its payload and block texts, the offloaded originals' URIs, the
+tokens offloads saved, the failure log, the running summaries) lives in the pack store as a
+content-addressed record (`PackStore.put_record`: long maps and lists in shared chunks, so an append
+writes its last chunk only). State keeps `{"v": 2, "ref": <sha256>}` and small counters; every replica
+reads the same record through the same reference. `StateRecords` is their one reader and writer.
+
+A record that cannot be read (an unknown schema, a missing or corrupt blob, a store that is down)
+is ignored: the call packs as a first call would and its manifest says why; nothing is raised.
+The token calibration is per session (`aether:calibration`, per model: a float each).
 
 The task, evidence and notes keys an app sets itself are configurable: `aether_context.adk.task.StateKeys`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, MutableMapping
 
-from ..content import canonical_json, sha256_hex
 from ..pipeline.collect import PackState
+from ..redact import redact
+from ..store import PackStore
+from ..store_io import Lru
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["write_summary", "URIS_STATE_KEY", "SUMMARY_STATE_KEY", "FAILURES_STATE_KEY", "COMPACT_STATE_KEY", "SAVED_STATE_KEY",
-           "CALIBRATION_STATE_KEY", "PACK_STATE_SCHEMA", "pack_state_key", "pack_text_key", "carried_state",
-           "StoredPack", "read_pack", "write_pack", "add_note", "read_calibration", "write_calibration", "own_state"]
+__all__ = ["write_summary", "URIS_STATE_KEY", "SUMMARY_STATE_KEY", "FAILURES_STATE_KEY", "COMPACT_STATE_KEY",
+           "SAVED_STATE_KEY", "CALIBRATION_STATE_KEY", "STATE_SCHEMA", "pack_state_key", "carried_state",
+           "StoredPack", "StateRecords", "read_pack", "write_pack", "add_note", "read_calibration",
+           "write_calibration", "own_state"]
 
-URIS_STATE_KEY = "aether:uris"  # response digest -> artifact URI of the saved original
-SUMMARY_STATE_KEY = "aether:summary"  # the running summary of folded history, per agent
-FAILURES_STATE_KEY = "aether:failures"  # the session's FailureLog
+URIS_STATE_KEY = "aether:uris"  # -> record: response digest -> artifact URI of the saved original
+SUMMARY_STATE_KEY = "aether:summary"  # -> record: the running summary of folded history, per agent
+FAILURES_STATE_KEY = "aether:failures"  # -> record: the session's FailureLog
 COMPACT_STATE_KEY = "aether:compact"  # set (by `ContextPacker.compact` or the CLI) to compact at the next call
-SAVED_STATE_KEY = "aether:saved_tokens"  # response digest -> tokens an offload saved (for "without the plugin")
+SAVED_STATE_KEY = "aether:saved_tokens"  # -> record: response digest -> tokens an offload saved
 CALIBRATION_STATE_KEY = "aether:calibration"  # per model: reported prompt tokens / our estimate, smoothed
-PACK_STATE_PREFIX = "aether:pack:"  # + agent: the previous call's PackState without its texts
-PACK_TEXT_PREFIX = "aether:pack_text:"  # + agent: the frozen payload text and the compaction block
+PACK_STATE_PREFIX = "aether:pack:"  # + agent: -> record: the previous call's PackState, with its texts
 
-PACK_STATE_SCHEMA = 1
+STATE_SCHEMA = 2
 DIGEST_CHARS = 16  # message digests kept per call: enough to find the first changed message
-MAX_NOTES = 8  # notes kept for the next manifest (e.g. a failed LLM summary)
+MAX_NOTES = 4  # notes kept for the next manifest (e.g. a failed LLM summary)
+NOTE_CHARS = 160
 
 
 def pack_state_key(agent: str) -> str:
     return PACK_STATE_PREFIX + agent
 
 
-def pack_text_key(agent: str) -> str:
-    return PACK_TEXT_PREFIX + agent
-
-
 def carried_state(state: PackState) -> PackState:
-    """What the next call reads of this call's state: the same whether kept in memory or in the session.
+    """What the next call reads of this call's state: the same whether kept in memory or in the store.
 
     The running summary is kept under its own key; merged lines only serve this call's summary
     refresh; per-message digests are shortened (the request's tokens are one total, `sent_tokens`).
@@ -65,7 +69,7 @@ def carried_state(state: PackState) -> PackState:
 
 @dataclass(frozen=True)
 class StoredPack:
-    """The previous call's state as read from the session, and what it left for this call."""
+    """The previous call's state as read through the session, and what it left for this call."""
 
     state: PackState | None = None
     free_conversation: int | None = None  # conversation room the previous pack left (offload threshold)
@@ -75,65 +79,109 @@ class StoredPack:
 
 def own_state(ctx: Any) -> "Mapping[str, Any]":
     """The session state the packer reads its own keys from (these constants; always written through
-    `ctx.state`, which updates this dict too). A read of `ctx.state` deep-copies the dict or list it hands
-    out, and ADK compares it with that copy again after the callback, to find writes into it: the
-    packer never writes into a value it read (it assigns a new one), and its values (the URI map, the
-    failure log, the stored pack) grow with the session. An app's own keys (the task) are read through `ctx.state`."""
+    `ctx.state`, which updates this dict too). A read of `ctx.state` deep-copies what it hands out; the
+    packer's own values are small pointers, never written into in place."""
     return ctx.session.state
 
 
-def _texts_digest(payload_text: str, block_text: str) -> str:
-    return sha256_hex(canonical_json([payload_text, block_text]))[:16]
+def _ref(pointer: Any) -> str | None:
+    """The record reference of a state value: None when absent; ValueError for another schema."""
+    if pointer is None:
+        return None
+    if not isinstance(pointer, dict) or pointer.get("v") != STATE_SCHEMA or not isinstance(pointer.get("ref"), str):
+        version = pointer.get("v") if isinstance(pointer, dict) else type(pointer).__name__
+        raise ValueError(f"schema {version!r}, expected {STATE_SCHEMA}")
+    return pointer["ref"]
 
 
-def read_pack(state: MutableMapping[str, Any] | Any, agent: str) -> StoredPack:
-    """The agent's stored pack record; an unknown schema or a corrupt record is ignored with a flag."""
-    record, texts = state.get(pack_state_key(agent)), state.get(pack_text_key(agent))
-    if record is None:
+class StateRecords:
+    """Reads and writes what session state points at, in the pack store.
+
+    A reference names its content, so decoded records are kept by reference (`size` of them) and
+    shared by every session of the process: a record is read from the store once per process. Store
+    I/O runs on a worker thread (`asyncio.to_thread`): a bucket's latency never stalls the event loop.
+    A record is written, content-addressed and masked, before its pointer enters session state.
+    """
+
+    def __init__(self, store: PackStore, *, size: int = 1024):
+        self.store = store
+        self._values = Lru(size)
+
+    async def get(self, state: Mapping[str, Any], key: str, default: Any = None) -> Any:
+        """The record `state[key]` points at (`default` when none); raises when it cannot be read."""
+        ref = _ref(state.get(key) if key != "" else None)
+        if ref is None:
+            return default
+        return await self.get_ref(ref)
+
+    async def get_ref(self, ref: str) -> Any:
+        value = self._values.get(ref)
+        if value is None:
+            value = await asyncio.to_thread(self.store.get_record, ref)
+            self._values.put(ref, value)
+        return value
+
+    async def put(self, value: Any) -> str:
+        """Store `value` (JSON); returns its reference."""
+        ref = await asyncio.to_thread(self.store.put_record, value)
+        self._values.put(ref, value)
+        return ref
+
+    async def set(self, state: MutableMapping[str, Any], key: str, value: Any, **small: Any) -> None:
+        """Point `state[key]` at `value` (with `small` counters beside the reference), if it changed."""
+        pointer = {"v": STATE_SCHEMA, "ref": await self.put(value), **small}
+        if state.get(key) != pointer:
+            state[key] = pointer
+
+    async def get_or_empty(self, state: Mapping[str, Any], key: str, default: Any, what: str) -> Any:
+        """`get`, or `default` with a logged warning when the record cannot be read (fail open)."""
+        try:
+            return await self.get(state, key, default)
+        except Exception as e:
+            logger.warning("aether-context: could not read the session's %s (%s); going on without it", what, e,
+                           exc_info=True)
+            return default
+
+
+async def read_pack(records: StateRecords, state: Mapping[str, Any] | Any, agent: str) -> StoredPack:
+    """The agent's stored pack; an unknown schema or an unreadable record is ignored with a flag."""
+    pointer = state.get(pack_state_key(agent))
+    if pointer is None:
         return StoredPack()
     try:
-        if not isinstance(record, dict) or record.get("v") != PACK_STATE_SCHEMA:
-            version = record.get("v") if isinstance(record, dict) else type(record).__name__
-            return StoredPack(flags=(f"pack_state_ignored: schema {version!r}, expected {PACK_STATE_SCHEMA}",))
-        notes = tuple(str(n) for n in record.get("notes", ()))[:MAX_NOTES]
-        if "state" not in record:  # notes left before any pack (`add_note`): this call reports them
+        if not isinstance(pointer, dict) or pointer.get("v") != STATE_SCHEMA:
+            version = pointer.get("v") if isinstance(pointer, dict) else type(pointer).__name__
+            return StoredPack(flags=(f"pack_state_ignored: schema {version!r}, expected {STATE_SCHEMA}",))
+        notes = tuple(str(n) for n in pointer.get("notes", ()))[:MAX_NOTES]
+        if "ref" not in pointer:  # notes left before any pack (`add_note`): this call reports them
             return StoredPack(notes=notes)
-        texts = texts if isinstance(texts, dict) and texts.get("v") == PACK_STATE_SCHEMA else {}
-        payload_text, block_text = str(texts.get("payload_text", "")), str(texts.get("block_text", ""))
-        if record.get("texts") != _texts_digest(payload_text, block_text):
-            return StoredPack(flags=("pack_state_ignored: its payload and block texts are missing or changed",))
-        pack = PackState.from_json({**record["state"], "payload_text": payload_text, "block_text": block_text})
-        free = record.get("free_conversation")
+        body = await records.get_ref(str(pointer["ref"]))
+        pack = PackState.from_json(body)
+        free = pointer.get("free_conversation")
         return StoredPack(pack, int(free) if free is not None else None, notes)
-    except Exception as e:  # a corrupt record: pack as a first call would, and say so
+    except Exception as e:  # a corrupt or unreadable record: pack as a first call would, and say so
         logger.warning("aether-context: ignoring the stored pack state of agent %s (%s)", agent, e, exc_info=True)
         return StoredPack(flags=(f"pack_state_ignored: {type(e).__name__}: {e}"[:300],))
 
 
-def write_pack(state: MutableMapping[str, Any] | Any, agent: str, pack: PackState, free_conversation: int | None) -> None:
-    """Keep `pack` (already `carried_state`) for the agent's next call; each record only when it changed."""
+async def write_pack(records: StateRecords, state: MutableMapping[str, Any] | Any, agent: str, pack: PackState,
+                     free_conversation: int | None) -> None:
+    """Keep `pack` (already `carried_state`) for the agent's next call: its record in the store, a pointer here."""
     body = pack.to_json()
-    payload_text, block_text = body.pop("payload_text"), body.pop("block_text")
     for unused in ("summary", "merged_lines"):
         body.pop(unused, None)
-    record = {"v": PACK_STATE_SCHEMA, "state": body, "texts": _texts_digest(payload_text, block_text),
-              "free_conversation": free_conversation}
-    texts = {"v": PACK_STATE_SCHEMA, "payload_text": payload_text, "block_text": block_text}
-    if state.get(pack_text_key(agent)) != texts:
-        state[pack_text_key(agent)] = texts
-    if state.get(pack_state_key(agent)) != record:
-        state[pack_state_key(agent)] = record
+    await records.set(state, pack_state_key(agent), body, free_conversation=free_conversation)
 
 
 def add_note(state: MutableMapping[str, Any] | Any, agent: str, note: str) -> None:
-    """A flag for the agent's next manifest (kept in its pack record, so any replica reports it).
-    Before the agent's first pack (or after packing failed open) the record holds the notes alone."""
-    record = state.get(pack_state_key(agent))
-    if record is None:
-        record = {"v": PACK_STATE_SCHEMA}
-    if isinstance(record, dict) and record.get("v") == PACK_STATE_SCHEMA:
-        notes = [*record.get("notes", ()), note[:300]][-MAX_NOTES:]
-        state[pack_state_key(agent)] = {**record, "notes": notes}
+    """A short flag for the agent's next manifest (kept beside its pack pointer, so any replica reports it,
+    and dropped by the next pack). Before the agent's first pack the pointer holds the notes alone."""
+    pointer = state.get(pack_state_key(agent))
+    if pointer is None:
+        pointer = {"v": STATE_SCHEMA}
+    if isinstance(pointer, dict) and pointer.get("v") == STATE_SCHEMA:
+        notes = [*pointer.get("notes", ()), redact(note[:NOTE_CHARS])[0]][-MAX_NOTES:]
+        state[pack_state_key(agent)] = {**pointer, "notes": notes}
 
 
 def read_calibration(state: MutableMapping[str, Any] | Any, model: str) -> float:
@@ -153,9 +201,10 @@ def write_calibration(state: MutableMapping[str, Any] | Any, model: str, ratio: 
         state[CALIBRATION_STATE_KEY] = {**table, model: ratio}
 
 
-def write_summary(state: MutableMapping[str, Any] | Any, agent: str, before: dict, after: dict) -> None:
+async def write_summary(records: StateRecords, state: MutableMapping[str, Any] | Any, agent: str, before: dict,
+                        after: dict) -> None:
     """Keep the agent's running summary (it must outlive this request and this process), when it changed."""
     if after and after != before:
-        summaries = dict(state.get(SUMMARY_STATE_KEY) or {})
+        summaries = dict(await records.get_or_empty(state, SUMMARY_STATE_KEY, {}, "running summaries"))
         summaries[agent] = after
-        state[SUMMARY_STATE_KEY] = summaries
+        await records.set(state, SUMMARY_STATE_KEY, summaries)

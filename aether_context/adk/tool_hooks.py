@@ -27,13 +27,13 @@ logger = logging.getLogger("aether_context")
 class ToolHooks:
     """Mixed into `ContextPacker`: uses its profile, counter, gateway, slots and the pack thread."""
 
-    def record_failure(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, error_text: str,
-                       uri: str | None = None) -> None:
+    async def record_failure(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, error_text: str,
+                             uri: str | None = None) -> None:
         """Add a tool failure to the session's failure log (kept in state; never raises)."""
         if not self.profile.failures.enabled:
             return
         try:
-            data = tool_context.state.get(FAILURES_STATE_KEY) or {}
+            data = await self.records.get_or_empty(tool_context.state, FAILURES_STATE_KEY, {}, "failure log")
             records = [FailureRecord.from_json(r) for r in data.get("records", ())]
             log = FailureLog(self.profile.failures.log, records, int(data.get("evicted", 0)))
             turn = len(tool_context.session.events)
@@ -43,15 +43,15 @@ class ToolHooks:
             same = [(r.turn, r.tool, r.args_digest, r.message) for r in records[-1:]]
             if same == [(record.turn, record.tool, record.args_digest, record.message)]:
                 return  # one failure seen by two hooks (on_tool_error, then after_tool on its error result)
-            tool_context.state[FAILURES_STATE_KEY] = log.to_json()
+            await self.records.set(tool_context.state, FAILURES_STATE_KEY, log.to_json())
         except Exception:
             logger.error("aether-context: could not record the failure of %s", tool.name, exc_info=True)
 
     @fails_open
-    def on_tool_error(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, error: Exception) -> dict | None:
+    async def on_tool_error(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, error: Exception) -> dict | None:
         """Record a raised tool exception; with `failures.errors_as_results` answer the model with it."""
         text = f"{type(error).__name__}: {error}"
-        self.record_failure(tool, tool_args, tool_context, text)
+        await self.record_failure(tool, tool_args, tool_context, text)
         return {"error": text} if self.profile.failures.errors_as_results else None  # None: ADK re-raises
 
     @fails_open
@@ -68,7 +68,7 @@ class ToolHooks:
         offloaded = None
         if self.profile.offload.enabled and not own:
             try:
-                stored = read_pack(tool_context.state, tool_context.agent_name)
+                stored = await read_pack(self.records, tool_context.state, tool_context.agent_name)
                 # The threshold tightens under pressure only once the recall tool is declared: the first
                 # offload declares it, a change of the tools that re-processes the whole request, so only
                 # a result over the full threshold pays for that.
@@ -77,15 +77,15 @@ class ToolHooks:
                     tool_name=tool.name, args=tool_args, result=sent, ctx=tool_context,
                     gateway=self.gateway, settings=self.profile.offload, counter=self.counter,
                     free_conversation_tokens=stored.free_conversation if declared else None,
-                    redaction=self.profile.redaction, run=self._off_loop)
+                    records=self.records, redaction=self.profile.redaction, run=self._off_loop)
                 if offloaded is not None:
                     await self._note_saving(tool_context, sent, offloaded)
                     self._note_masked(tool_context, tool.name, offloaded["summary"])
             except Exception:  # fail open: the result goes on as it is
                 logger.error("aether-context: offloading the result of %s failed; keeping it inline", tool.name, exc_info=True)
         if failed:
-            uris = tool_context.state.get(URIS_STATE_KEY) or {}
-            self.record_failure(tool, tool_args, tool_context, error_text(result),  # type: ignore[arg-type]
+            uris = await self.records.get_or_empty(tool_context.state, URIS_STATE_KEY, {}, "offload URIs")
+            await self.record_failure(tool, tool_args, tool_context, error_text(result),  # type: ignore[arg-type]
                                 uri=uris.get(response_digest(sent)))
         if offloaded or compacted or not repaired:
             return offloaded or compacted
@@ -117,7 +117,8 @@ class ToolHooks:
         """Remember what an offload saved, so manifests can say what ADK would have sent without us."""
         saved, key = await self._off_loop(self._saving, original, compact)
         if saved > 0:
-            ctx.state[SAVED_STATE_KEY] = {**(ctx.state.get(SAVED_STATE_KEY) or {}), key: saved}
+            known = await self.records.get_or_empty(ctx.state, SAVED_STATE_KEY, {}, "offload savings")
+            await self.records.set(ctx.state, SAVED_STATE_KEY, {**known, key: saved})
 
     def _saving(self, original: object, compact: object) -> tuple[int, str]:
         saved = self.counter.count_text(render_payload(original)) - self.counter.count_text(render_payload(compact))
