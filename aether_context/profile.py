@@ -201,10 +201,9 @@ class VariationSettings(_Strict):
     compact_json: bool = Field(False, description="Re-serialise JSON tool results in their shortest faithful form.")
 
 
-# Inside a pack, embeddings are computed a few at a time on the model call's path: short inputs,
-# int8 and one thread keep that fast and steady (the retrieval benchmark has the quality cost).
-PACK_RETRIEVAL_DEFAULTS: dict[str, Any] = {"embedding_max_seq_length": 128, "embedding_quantize": True,
-                                           "embedding_threads": 1}
+# Inside a pack, embeddings are computed a few at a time on the model call's path: short inputs
+# and one thread keep that fast and steady (the retrieval benchmark has the quality cost).
+PACK_RETRIEVAL_DEFAULTS: dict[str, Any] = {"embedding_max_seq_length": 128, "embedding_threads": 1}
 
 
 class BudgetProfile(_Strict):

@@ -79,7 +79,7 @@ def test_deferred_embedding_happens_in_one_batch_on_first_search():
         index.add([doc])
     assert recorder.calls == []
     index.search("Lisbon", k=1)
-    assert recorder.calls[0] == [d.text for d in sorted(DOCS, key=lambda d: len(d.text))]
+    assert recorder.calls[0] == [d.text for d in DOCS]
 
 
 def test_near_duplicates_collapse_and_note_both_sources():
@@ -180,13 +180,11 @@ def test_settings_configure_the_default_embedder_lazily(tmp_path):
     from aether_context.retrieval import SentenceTransformerEmbedder
 
     settings = RetrievalSettings(embedding_model=str(tmp_path / "no-model-here"), embedding_max_seq_length=128,
-                                 embedding_quantize=True, embedding_batch_size=8,
                                  embedding_cache_url=str(tmp_path / "vectors"))
     index = HybridIndex(settings)  # nothing is loaded until the first embedding
-    assert index.embedder == SentenceTransformerEmbedder(str(tmp_path / "no-model-here"), batch_size=8,
-                                                         max_seq_length=128, quantize=True)
+    assert index.embedder == SentenceTransformerEmbedder(str(tmp_path / "no-model-here"), max_seq_length=128)
     assert index.cache.url == str(tmp_path / "vectors")
-    assert "seq=128" in index.embedder.name and "int8=1" in index.embedder.name
+    assert "seq=128" in index.embedder.name
 
 
 def test_a_question_ranked_in_two_layers_is_embedded_once():

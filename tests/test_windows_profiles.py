@@ -160,8 +160,16 @@ def test_a_yaml_retrieval_key_keeps_the_pack_embedding_defaults(tmp_path):
     path.write_text("name: p\nretrieval: {fusion: rrf}\n", encoding="utf-8")
     r = load_profile(path).retrieval
     assert r.fusion == "rrf"
-    assert (r.embedding_max_seq_length, r.embedding_quantize, r.embedding_threads) == (128, True, 1)
+    assert (r.embedding_max_seq_length, r.embedding_threads) == (128, 1)
     assert load_profile("default").override(retrieval={"fusion": "rrf"}).retrieval == r
-    path.write_text("name: p\nretrieval: {embedding_threads: null, embedding_quantize: false}\n", encoding="utf-8")
+    path.write_text("name: p\nretrieval: {embedding_threads: null}\n", encoding="utf-8")
     r = load_profile(path).retrieval
-    assert (r.embedding_max_seq_length, r.embedding_quantize, r.embedding_threads) == (128, False, None)
+    assert (r.embedding_max_seq_length, r.embedding_threads) == (128, None)
+
+
+def test_a_removed_embedding_key_names_the_fix(tmp_path):
+    path = tmp_path / "p.yaml"
+    for key in ("embedding_quantize: true", "embedding_batch_size: 8"):
+        path.write_text(f"name: p\nretrieval: {{{key}}}\n", encoding="utf-8")
+        with pytest.raises(ProfileError, match=rf"retrieval: {key.split(':')[0]} was removed \(.+\): delete the key"):
+            load_profile(path)

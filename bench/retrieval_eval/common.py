@@ -9,7 +9,7 @@ from aether_context.profile import load_profile
 from aether_context.retrieval import Analyzer, EmbeddingCache, HybridIndex, RetrievalSettings
 
 EVAL = RetrievalSettings(mmr_lambda=1.0, dedup_threshold=1.0, freshness_weight=0.0, candidate_pool=100)
-# What a pack ranks with: the default profile's retrieval settings (int8 MiniLM, 128 tokens, one thread).
+# What a pack ranks with: the default profile's retrieval settings (MiniLM, 128 tokens, one thread).
 PACK = load_profile("default").retrieval
 PACK_EVAL = PACK.model_copy(update={k: getattr(EVAL, k) for k in ("mmr_lambda", "dedup_threshold", "freshness_weight")})
 # The tokenisation before identifier splitting, accent folding and CJK bigrams (same stems and stop words).
@@ -17,7 +17,6 @@ PLAIN_ANALYZER = Analyzer(split_identifiers=False, fold_accents=False, cjk_bigra
 VARIANTS = {  # label -> embedder options; the first is the library default
     "MiniLM fp32, 256 tokens (default)": {},
     "MiniLM fp32, 128 tokens": {"max_seq_length": 128},
-    "MiniLM int8, 128 tokens": {"quantize": True, "max_seq_length": 128},
 }
 
 

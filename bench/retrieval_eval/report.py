@@ -35,7 +35,7 @@ def _header(args, elapsed) -> list[str]:
             f"Python {platform.python_version()}) in {elapsed / 60:.1f} min. "
             f"The cores are shared with other work: 1-minute load average {args.load[0]:.1f} at the start, "
             f"{os.getloadavg()[0]:.1f} at the end; wall-clock timings are inflated by contention. "
-            f"\"The pack's settings\" are the default profile's retrieval settings: MiniLM int8, inputs cut at "
+            f"\"The pack's settings\" are the default profile's retrieval settings: MiniLM fp32, inputs cut at "
             f"{PACK.embedding_max_seq_length} tokens, {PACK.embedding_threads} thread, MMR {PACK.mmr_lambda}, "
             f"dedup at {PACK.dedup_threshold}, BM25 context weight {PACK.context_weight}.", ""]
 
@@ -53,7 +53,7 @@ def _scifact(scifact, variants, speed, sf) -> list[str]:
     lines += _table(["method", "nDCG@10"], [[m, f"{v:.3f}"] for m, v in scifact.items()])
     lines += ["", "### Embedding options: speed and quality", "",
               f"Throughput = SciFact abstracts embedded per second (median of 3 passes over 128 abstracts, "
-              f"batches of up to 32 texts of one token length, int8 one text at a time, {os.cpu_count()} threads); "
+              f"one text per encode call, {os.cpu_count()} threads); "
               "empty where `--no-latency` skipped it.", ""]
     lines += _table(["embedding", "items/s", "dense nDCG@10", "hybrid nDCG@10"], [
         [label, f"{speed[label]:.1f}" if label in speed else "", f"{variants[f'dense [{label}]']:.3f}",
