@@ -194,3 +194,33 @@ async def test_interactions_api_history_is_left_to_the_server(memory_store_url, 
     assert not plugin.packer.recent
     warnings = [r for r in caplog.records if "interactions API" in r.getMessage()]
     assert len(warnings) == 1 and "chat" in warnings[0].getMessage()
+
+
+async def test_reflect_and_retry_after_the_plugin(memory_store_url):
+    """ReflectAndRetryToolPlugin registered after the plugin: the pack records the failure (its on_tool_error
+    returns None with `errors_as_results` off), then ADK's plugin answers the model with its reflection."""
+    from google.adk.plugins.reflect_retry_tool_plugin import ReflectAndRetryToolPlugin
+
+    attempts: list[str] = []
+
+    def flaky_lookup(key: str) -> dict:
+        """Look up a value; the first attempt fails."""
+        attempts.append(key)
+        if len(attempts) == 1:
+            raise ConnectionError("lookup service unavailable")
+        return {"key": key, "value": "42"}
+
+    agent, llm = scripted_agent([call("flaky_lookup", key="a"), call("flaky_lookup", key="a"), "The value is 42."],
+                                tools=[flaky_lookup])
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=WINDOW)
+    runner = make_runner(agent, plugins=[plugin, ReflectAndRetryToolPlugin(max_retries=2)])
+    sid = await new_session(runner)
+    await run_turn(runner, sid, "What is the value of a?")
+    plugin.packer.store.flush()
+
+    assert attempts == ["a", "a"]
+    responses = [p.function_response.response for c in llm.requests[1].contents for p in c.parts or []
+                 if p.function_response]
+    assert responses and responses[-1].get("response_type") == "ERROR_HANDLED_BY_REFLECT_AND_RETRY_PLUGIN"
+    assert any(r.manifest.failures for r in plugin.packer.recent)
+    assert_packed(llm, plugin, ["What is the value of a?"])

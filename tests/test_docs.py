@@ -45,3 +45,24 @@ def test_the_checker_finds_an_unclosed_fence():
 def test_every_code_fence_closes(path: Path):
     line = unclosed_fence(path.read_text(encoding="utf-8"))
     assert line is None, f"{path.relative_to(ROOT)}:{line}: this code fence never closes; add a closing ``` line"
+
+
+def test_the_minimal_profile_is_the_defaults_with_five_knobs_spelled_out():
+    """aether_context/profiles/minimal.yaml (docs/adk-features.md) validates, sets the five knobs the docs map,
+    and changes nothing else: it is a starting point, not a tuning."""
+    import yaml
+
+    from aether_context.profile import BudgetProfile, load_profile
+
+    profile = load_profile("minimal")
+    raw = yaml.safe_load((ROOT / "aether_context" / "profiles" / "minimal.yaml").read_text(encoding="utf-8"))
+    assert set(raw) == {"name", "description", "window_tokens", "floors", "conversation", "weights", "offload"}
+    knobs = (profile.window_tokens, profile.floors.slack, profile.conversation.compact_to,
+             profile.weights.memory.base, profile.offload.threshold_tokens)
+    assert knobs == (None, 0.12, 0.5, 0.2, 1500)
+    defaults = BudgetProfile(name=profile.name, description=profile.description)
+    assert profile.model_dump() == defaults.model_dump()
+    doc = (ROOT / "docs" / "adk-features.md").read_text(encoding="utf-8")
+    for key in ("window_tokens", "floors.slack", "conversation.compact_to", "weights.memory.base",
+                "offload.threshold_tokens"):
+        assert f"`{key}`" in doc, key
