@@ -4,7 +4,13 @@ PY ?= python3
 ADK ?= 2.13.0
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# One stamp per ADK version, so `make test ADK=x.y.z` installs that version even when .venv exists.
+STAMP := $(VENV)/.installed-adk-$(ADK)
+# The CPU build of torch, asked for by its local version from PyTorch's CPU index. A bare `torch==2.13.0` from PyPI
+# is the CUDA build with 16 nvidia-* wheels and triton (several GB). No retries and a short timeout: offline, pip
+# gives up on that index in about 12 s (about 55 s with pip's default retries) and uses a local wheel if it has one.
+TORCH := torch==2.13.0+cpu
+TORCH_INDEX := https://download.pytorch.org/whl/cpu
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
@@ -14,9 +20,9 @@ export TOKENIZERS_PARALLELISM := false
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# CPU torch first: a bare `torch` requirement would pull GBs of CUDA wheels.
-	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q --retries 0 --timeout 5 --extra-index-url $(TORCH_INDEX) '$(TORCH)'
 	$(BIN)/pip install -q -e '.[dev]' 'google-adk[db]==$(ADK)'
+	rm -f $(VENV)/.installed-adk-*
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -25,6 +31,7 @@ demo: $(STAMP)
 	$(BIN)/python examples/demo_agent.py
 
 test: $(STAMP)
+	@$(BIN)/python -c "from google.adk import __version__ as v; print('google-adk', v); assert v == '$(ADK)', v"
 	$(BIN)/python -m pytest -q
 
 # The demo's HTML report, rendered in headless Chromium (fails on a JavaScript error; apt-get install -y chromium),

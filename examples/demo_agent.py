@@ -5,8 +5,10 @@ turns while real Python tools read real files from a generated workspace and ret
 The scripted model reports usage like Gemini: it counts 10 % more tokens than our tokenizer (so the
 plugin's calibration shows) and serves an unchanged request prefix of 1,024+ tokens from its cache.
 Each model call is printed (tokens sent against what ADK would have sent, layer use, cache, each
-truncation in plain words), its manifest is written to a pack store, the session's timeline and an
-HTML report follow, and the last call is replayed and inspected.
+truncation in plain words) above what the model answered: its text or its tool calls, and what each
+tool returned. Its manifest is written to a pack store. The session's totals follow (and the same
+without its largest call when that one call dominates them), then the timeline and an HTML report;
+the last call is replayed and inspected.
 
     python examples/demo_agent.py                 # offline
     GOOGLE_API_KEY=... python examples/demo_agent.py --gemini   # the same agent on Gemini
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import random
@@ -176,8 +179,10 @@ How to read a call line (all counts in tokens):
   reused          the pack's context block was kept from the previous call (only new turns appended)
   calib           the model's token count per token of our estimate, learnt from its reported usage
   layers          used/budget per layer: sys(tem), task, tools, evid(ence), mem(ory), conv(ersation);
-                  a budget of 0 means nothing of that kind was there to rank
-Below a call: what each truncation did, in plain words."""
+                  a budget of 0: nothing of that kind was selected (none there, or none relevant)
+Below a call: why the pack sent more than ADK (early calls: the task and memory the pack adds to a
+short history), any flag, and what each truncation did, in plain words. Then the model's answer
+or its tool calls, and what each tool returned (> marks a result the plugin offloaded)."""
 
 
 def _print_call(n: int, record) -> None:
@@ -193,8 +198,53 @@ def _print_call(n: int, record) -> None:
                                         ("memory", "mem"), ("conversation", "conv")))
     print(f"{n:>3}  sent {m.tokens_after:>5,}  ADK would send {without:>6,} ({change})  same {m.prefix_tokens:>5,}"
           f"{'  reused' if m.reused_payload else '        '}  calib {m.calibration:.2f}  {layers}")
+    if without and m.tokens_after > without:
+        added = {k: lb[k].used for k in ("task", "memory", "evidence") if lb[k].used}
+        print(f"       - {m.tokens_after - without:+,} tokens: the pack adds its "
+              + " and ".join(f"{k} ({v:,})" for k, v in added.items()) + " to a history that is still short")
+    for flag in m.flags:
+        print(f"       - flag {flag}")
     for e in m.truncation_events:
         print(f"       - {explain(e)}")
+
+
+def _print_event(event, counter: TokenCounter) -> None:
+    """The model's text and tool calls, and each tool's result (its size in the session, offloaded or not)."""
+    for part in (event.content.parts if event.content else []) or []:
+        if part.function_call:
+            args = ", ".join(f"{k}={v!r}" if len(repr(v)) < 40 else f"{k}=<{len(str(v))} chars>"
+                             for k, v in (part.function_call.args or {}).items())
+            print(f"  {event.author} calls {part.function_call.name}({args})")
+        elif part.function_response:
+            response = part.function_response.response or {}
+            size = counter.count_text(json.dumps(response, default=str))
+            if "error" in response:
+                print(f"    {part.function_response.name} failed: {str(response['error'])[:120]}")
+            elif "artifact_uri" in response:
+                print(f"  > {part.function_response.name} returned a large result: saved whole as "
+                      f"{response['artifact_uri']}; the session keeps a {size:,}-token compact form")
+            else:
+                print(f"    {part.function_response.name} returned {size:,} tokens")
+        elif part.text and event.author != "user" and not part.thought:
+            print(f"  {event.author}: {part.text[:160]}")
+
+
+def _print_session(records, window: int | None) -> None:
+    """The session's totals, and the same without its largest call when that one call dominates them."""
+    ms = [r.manifest for r in records if not r.manifest.error]
+    sent, without = sum(m.tokens_after for m in ms), sum(tokens_without_plugin(m) for m in ms)
+    print(f"\nsession: {len(ms)} calls, sent {sent:,} tokens; ADK would have sent {without:,} ({sent / without - 1:+.0%})")
+    if window:
+        over = [i for i, m in enumerate(ms, 1) if tokens_without_plugin(m) > window]
+        if over:
+            print(f"  ADK's own request would exceed the {window:,}-token window at calls {', '.join(map(str, over))}")
+    top = max(range(len(ms)), key=lambda i: tokens_without_plugin(ms[i]))
+    big = tokens_without_plugin(ms[top])
+    if big > (without - big):
+        rest_sent, rest_without = sent - ms[top].tokens_after, without - big
+        print(f"  call {top + 1} alone is {big:,} of those: ADK would resend every tool result whole, here a log "
+              f"read in full; without call {top + 1}: sent {rest_sent:,}, ADK {rest_without:,} "
+              f"({rest_sent / rest_without - 1:+.0%})")
 
 
 async def run(use_gemini: bool, store_url: str, window_tokens: int | None, report: str) -> int:
@@ -218,20 +268,25 @@ async def _run(use_gemini: bool, store_url: str, window_tokens: int | None, repo
              constraints=["read-only: do not edit files"])
     session = await sessions.create_session(app_name=APP, user_id=USER, state=state)
 
-    print(f"workspace {WORKSPACE} (temporary)\npack store {store_url}\nwindow {window_tokens or 'the model’s'} tokens\n")
+    print(f"workspace {WORKSPACE} (temporary)\npack store {store_url}\nwindow {window_tokens or 'the model’s'} tokens")
+    retriever = plugin.packer.retriever
+    if retriever.available():  # as a server would at start-up: dense ranking from the first call
+        print("embedding model " + ("loaded" if retriever.wait_ready(timeout=120) else "still loading: lexical ranking"))
+    else:
+        print("embedding model not installed: Memory and Evidence are ranked lexically (BM25)")
+    print()
     print(LEGEND)
-    seen = 0
+    seen, counter = 0, TokenCounter()
     for question in QUESTIONS:
         print(f"\nuser: {question}")
         async for event in runner.run_async(user_id=USER, session_id=session.id,
                                             new_message=types.Content(role="user", parts=[types.Part(text=question)])):
-            for part in (event.content.parts if event.content else []) or []:
-                if part.text and event.author != "user" and not part.thought:
-                    print(f"  {event.author}: {part.text[:160]}")
-            while seen < len(plugin.packer.recent):
+            while seen < len(plugin.packer.recent):  # the call that produced this event, before the event
                 seen += 1
                 _print_call(seen, plugin.packer.recent[seen - 1])
+            _print_event(event, counter)
     plugin.packer.store.flush()
+    _print_session(plugin.packer.recent, None if use_gemini else window_tokens)
     last = plugin.packer.recent[-1]
     print(f"\n$ aether-context timeline {store_url} --session {session.id}")
     cli_main(["timeline", store_url, "--session", session.id])

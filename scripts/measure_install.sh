@@ -8,19 +8,19 @@ ADK=${ADK:-2.13.0}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$PY" -m pip wheel -q --no-deps -w "$work/dist" .
-wheel=$(ls "$work"/dist/aether_context-*.whl)
+wheel=$(ls "$work"/dist/aether_context_adk-*.whl)
 size() { du -sm "$1" | cut -f1; }
 
 "$PY" -m venv "$work/light"
 "$work/light/bin/pip" install -q "google-adk==$ADK"
 echo "google-adk==$ADK alone: $(size "$work/light") MB"
 start=$(date +%s); "$work/light/bin/pip" install -q "$wheel"; end=$(date +%s)
-echo "+ aether-context: $(size "$work/light") MB ($((end - start)) s)"
+echo "+ aether-context-adk: $(size "$work/light") MB ($((end - start)) s)"
 (cd "$work" && HF_HUB_OFFLINE=1 "$work/light/bin/python" -W error -c \
   "import sys, aether_context; assert 'torch' not in sys.modules; print('imports without torch')")
 
 "$PY" -m venv "$work/full"
 "$work/full/bin/pip" install -q "google-adk==$ADK"
-"$work/full/bin/pip" install -q torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+"$work/full/bin/pip" install -q torch==2.13.0+cpu --extra-index-url https://download.pytorch.org/whl/cpu
 "$work/full/bin/pip" install -q "$wheel[embeddings]"
-echo "+ CPU torch + aether-context[embeddings]: $(size "$work/full") MB"
+echo "+ CPU torch + aether-context-adk[embeddings]: $(size "$work/full") MB"

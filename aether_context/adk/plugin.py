@@ -10,6 +10,9 @@ Usage::
     # or, as callbacks on an agent and all its sub-agents:
     install_context_pack(agent, profile="default")
 
+An agent on `Gemini(use_interactions_api=True)` keeps its history on the server: its requests are left as ADK
+builds them (`interactions.py`).
+
 Without arguments (e.g. `adk web --extra_plugins aether_context.ContextPackPlugin`) the store and the
 profile come from AETHER_CONTEXT_STORE and AETHER_CONTEXT_PROFILE.
 """
@@ -30,6 +33,7 @@ from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 from opentelemetry import trace
 
+from .interactions import history_on_server
 from .packer import CallRecord, ContextPacker
 from .telemetry import annotate_response, annotate_span, pack_metadata, pack_span
 
@@ -63,7 +67,9 @@ class _Shown:
         self._packer = packer
 
     async def pack(self, ctx: CallbackContext, llm_request: LlmRequest) -> None:
-        """Pack inside an `aether_context.pack` span, then show the pack."""
+        """Pack inside an `aether_context.pack` span, then show the pack (not when the server keeps the history)."""
+        if history_on_server(ctx, llm_request):
+            return
         outer = trace.get_current_span()
         with pack_span() as span:
             record = await self._packer.pack(ctx, llm_request)
@@ -112,6 +118,8 @@ class ContextPackPlugin(BasePlugin):
 
     async def after_tool_callback(self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext,
                                   result: dict) -> Optional[dict]:
+        if history_on_server(tool_context):
+            return None
         return await self.packer.after_tool(tool, tool_args, tool_context, result)
 
     async def on_tool_error_callback(self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext,
@@ -120,6 +128,8 @@ class ContextPackPlugin(BasePlugin):
 
     async def on_model_error_callback(self, *, callback_context: CallbackContext, llm_request: LlmRequest,
                                       error: Exception) -> Optional[LlmResponse]:
+        if history_on_server(callback_context, llm_request):
+            return None
         return await self.packer.recover(callback_context, llm_request, error)
 
     async def close(self) -> None:
@@ -149,6 +159,8 @@ def context_pack_callback(*, packer: ContextPacker | None = None, **settings: An
         return None
 
     async def after_tool(*, tool: BaseTool, args: dict[str, Any], tool_context: ToolContext, tool_response: Any) -> Optional[dict]:
+        if history_on_server(tool_context):
+            return None
         return await engine.after_tool(tool, args, tool_context, tool_response)
 
     async def after_model(*, callback_context: CallbackContext, llm_response: LlmResponse) -> Optional[LlmResponse]:
@@ -157,6 +169,8 @@ def context_pack_callback(*, packer: ContextPacker | None = None, **settings: An
         return None
 
     async def on_model_error(*, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception) -> Optional[LlmResponse]:
+        if history_on_server(callback_context, llm_request):
+            return None
         return await engine.recover(callback_context, llm_request, error)
 
     async def on_tool_error(*, tool: BaseTool, args: dict[str, Any], tool_context: ToolContext, error: Exception) -> Optional[dict]:
