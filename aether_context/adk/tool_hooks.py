@@ -81,8 +81,9 @@ class ToolHooks:
                 if offloaded is not None:
                     await self._note_saving(tool_context, sent, offloaded)
                     self._note_masked(tool_context, tool.name, offloaded["summary"])
-            except Exception:  # fail open: the result goes on as it is
+            except Exception as e:  # fail open: the result goes on whole, with no URI; the next manifest says why
                 logger.error("aether-context: offloading the result of %s failed; keeping it inline", tool.name, exc_info=True)
+                add_note(tool_context.state, tool_context.agent_name, f"offload_failed: {tool.name}: {type(e).__name__}: {e}")
         if failed:
             uris = await self.records.get_or_empty(tool_context.state, URIS_STATE_KEY, {}, "offload URIs")
             await self.record_failure(tool, tool_args, tool_context, error_text(result),  # type: ignore[arg-type]
