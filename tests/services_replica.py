@@ -2,11 +2,11 @@
 
 Run as `python tests/services_replica.py DB_URL STORE_URL OPTIONS_JSON START` (PYTHONPATH = the checkout).
 It serves the user turns of `test_replicas` (the same agent, tools and scripted model) one JSON line at a
-time on stdin: {"session", "text", "cursor", "mark"} runs the turn with the script at `cursor`, waits for
-the store's writes and answers one line: the checksums of the turn's requests, the script's cursor after it,
+time on stdin: {"session", "text", "cursor", "mark"} runs the turn with the script at `cursor` and answers
+one line: the checksums of the turn's requests, the script's cursor after it,
 the manifest URIs of its calls, the artifact URIs its requests cite, the recalls (URI and response) and the store's
 failures. With "mark": N it prints "MARK" at the turn's N-th model call (the parent kills it then).
-The session's clock is shared with the parent: `CLOCK0` plus a tenth of the real time since START.
+The plugin is durable (`ContextPackPlugin(durable=True)`). The session's clock is shared with the parent: `CLOCK0` plus a tenth of the real time since START.
 """
 
 from __future__ import annotations
@@ -53,13 +53,13 @@ async def serve(db_url: str, store_url: str, options: dict, start: float) -> Non
     llm.prompt_token_counter = counted
     store = PackStore(store_url, storage_options=options)
     runner, plugin = _replica(llm, db_url, store)
+    plugin.durable = True  # a call's records are in the bucket before its answer is in the session
     loop = asyncio.get_running_loop()
     while line := (await loop.run_in_executor(None, sys.stdin.readline)).strip():
         ask = json.loads(line)
         llm._cursor, mark["at"], mark["seen"] = ask["cursor"], ask.get("mark", 0), 0
         first, done = len(llm.requests), len(plugin.packer.recent)
         events = await run_turn(runner, ask["session"], ask["text"])
-        await asyncio.to_thread(store.flush)  # the turn is answered once its writes are in the bucket
         requests = llm.requests[first:]
         answer = {
             "checksums": [request_from_llm(r).checksum for r in requests],

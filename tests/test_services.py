@@ -116,12 +116,17 @@ async def _create_session(db_url: str, session_id: str) -> None:
     await service.close()
 
 
-async def _stored_event_ids(db_url: str, session_id: str) -> list[str]:
+async def _stored_events(db_url: str, session_id: str) -> list:
     """The session's events as a fresh service (another process) reads them."""
     service = DatabaseSessionService(db_url=db_url)
     session = await service.get_session(app_name="app", user_id="u", session_id=session_id)
     await service.close()
-    return [ev.id for ev in session.events]
+    return session.events
+
+
+def _manifest_uri(event) -> str | None:
+    """The manifest of the model call that made `event` (shown on the model's response event)."""
+    return ((event.custom_metadata or {}).get("aether_context") or {}).get("manifest_uri")
 
 
 def _all_manifests(store_url: str, options: dict) -> tuple[set[str], list]:
@@ -151,8 +156,9 @@ async def test_a_tool_loop_on_postgres_and_s3(databases, buckets, s3_options, se
     assert "error" not in recalls[0]["response"]
     found, errors = _all_manifests(store_url, s3_options)  # what another process finds in the bucket
     assert found == {r.uri for r in plugin.packer.recent} and not errors
-    stored = await _stored_event_ids(db_url, "s1")
-    assert {ev.id for ev in events} <= set(stored)
+    stored = await _stored_events(db_url, "s1")
+    assert {ev.id for ev in events} <= {ev.id for ev in stored}
+    assert {_manifest_uri(ev) for ev in stored} - {None} == found  # each call's event names its manifest
 
 
 # ------------------------------------------------------------------------ replica processes
@@ -215,8 +221,9 @@ def _saved_by(answers: list[dict]) -> dict[str, int]:
 async def test_two_replica_processes_share_one_database_and_bucket(databases, buckets, s3_options, session_clock,
                                                                     tmp_path):
     """Two replica processes alternating the turns of one session send the requests one process sends, byte for
-    byte; a recall is answered by the replica that did not save the original; killing one mid-turn (SIGKILL,
-    its writes in flight) loses no answered turn's manifests or events, and the other replica goes on."""
+    byte; a recall is answered by the replica that did not save the original; killing one mid-turn (SIGKILL, its
+    writes in flight) loses no finished call (its event in the session and its manifest in the bucket, with
+    `durable=True`), and the other replica goes on with the session."""
     one_db, two_db = await databases("one"), await databases("two")
     one_store, two_store = buckets("one") + "/packs", buckets("two") + "/packs"
     for db, session in ((one_db, "s1"), (two_db, "s1"), (two_db, "k1")):
@@ -250,8 +257,11 @@ async def test_two_replica_processes_share_one_database_and_bucket(databases, bu
         found_after, errors = _all_manifests(two_store, s3_options)
         assert not errors  # no manifest half-written
         assert {m for a in answered for m in a["manifests"]} <= found_after  # every answered call's manifest
-        stored = await _stored_event_ids(two_db, "k1")
-        assert {ev for a in answered for ev in a["events"]} <= set(stored)  # and its events
+        stored = await _stored_events(two_db, "k1")
+        assert {ev for a in answered for ev in a["events"]} <= {ev.id for ev in stored}  # and its events
+        recorded = {_manifest_uri(ev) for ev in stored} - {None}  # every call whose answer the session holds...
+        assert recorded <= found_after  # ...has its manifest in the bucket, the killed turn's finished call too
+        assert recorded - {m for a in answered for m in a["manifests"]}  # (the kill came after one)
     finally:
         watchdog.cancel()
         for p in procs:
