@@ -27,7 +27,11 @@ from google.adk.sessions import DatabaseSessionService
 
 from aether_context.store import PackStore
 
-from conftest import run_turn
+from aether_context import ContextPackPlugin
+from aether_context.errors import ManifestError, StoreError
+from aether_context.testing import call
+
+from conftest import make_runner, new_session, run_turn, scripted_agent
 from services_replica import _cited, _recalls
 from test_replicas import CLOCK0, USER_TURNS, _llm, _replica, _script
 
@@ -159,6 +163,38 @@ async def test_a_tool_loop_on_postgres_and_s3(databases, buckets, s3_options, se
     stored = await _stored_events(db_url, "s1")
     assert {ev.id for ev in events} <= {ev.id for ev in stored}
     assert {_manifest_uri(ev) for ev in stored} - {None} == found  # each call's event names its manifest
+
+
+class _SlowStore(PackStore):
+    """A store whose files take 50 ms each to write, as a remote bucket's would."""
+
+    def _write(self, rel: str, data: bytes) -> None:
+        time.sleep(0.05)
+        super()._write(rel, data)
+
+
+async def test_a_durable_call_is_in_the_store_before_its_answer_is_recorded(tmp_path):
+    """No services needed: with `durable=True` the tool the model called (run after ADK recorded the model's
+    answer) finds that call's manifest readable by another store. Without it, this fails: the call's files
+    are still queued behind the slow writes."""
+    url = f"file://{tmp_path}/packs"
+    plugin = ContextPackPlugin(store=_SlowStore(url), durable=True)
+    readable = []
+
+    def check(key: str) -> dict:
+        """Look up a fact."""
+        try:
+            PackStore(url, background=False).load_manifest(plugin.packer.recent[-1].uri)
+            readable.append(True)
+        except (ManifestError, StoreError):
+            readable.append(False)
+        return {"key": key}
+
+    agent, _ = scripted_agent([call("check", key="a"), call("check", key="b"), "done"], tools=[check])
+    runner = make_runner(agent, plugins=[plugin])
+    await run_turn(runner, await new_session(runner), "check twice")
+    assert readable == [True, True]
+    await runner.close()
 
 
 # ------------------------------------------------------------------------ replica processes
