@@ -325,7 +325,8 @@ def _service_places(pg_url: str, endpoint: str, name: str) -> tuple[str, str]:
     import s3fs
     from sqlalchemy.engine import make_url
 
-    os.environ.update({"FSSPEC_S3_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"})
+    os.environ.update({"FSSPEC_S3_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "bench",
+                       "AWS_SECRET_ACCESS_KEY": "bench"})
     suffix = f"{name}_{os.getpid()}_{int(time.time())}"
     base = make_url(pg_url)
 

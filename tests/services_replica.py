@@ -3,10 +3,11 @@
 Run as `python tests/services_replica.py DB_URL STORE_URL OPTIONS_JSON START` (PYTHONPATH = the checkout).
 It serves the user turns of `test_replicas` (the same agent, tools and scripted model) one JSON line at a
 time on stdin: {"session", "text", "cursor", "mark"} runs the turn with the script at `cursor` and answers
-one line: the checksums of the turn's requests, the script's cursor after it,
-the manifest URIs of its calls, the artifact URIs its requests cite, the recalls (URI and response) and the store's
-failures. With "mark": N it prints "MARK" at the turn's N-th model call (the parent kills it then).
-The plugin is durable (`ContextPackPlugin(durable=True)`). The session's clock is shared with the parent: `CLOCK0` plus a tenth of the real time since START.
+one line: the checksums of the turn's requests, the script's cursor after it, the manifest URIs of its
+calls, the artifact URIs its requests cite, the recalls (URI and response) and the store's failures.
+With "mark": N it prints "MARK" at the turn's N-th model call (the parent kills it then). The plugin is
+durable (`ContextPackPlugin(durable=True)`). The session's clock is shared with the parent: `CLOCK0`
+plus a tenth of the real time since START.
 """
 
 from __future__ import annotations
