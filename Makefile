@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test bench report clean
+.PHONY: install demo test test-services services services-stop bench report clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,6 +33,20 @@ demo: $(STAMP)
 test: $(STAMP)
 	@$(BIN)/python -c "from google.adk import __version__ as v; print('google-adk', v); assert v == '$(ADK)', v"
 	$(BIN)/python -m pytest -q
+
+# The tests with the real services (tests/test_services.py skips without them): PostgreSQL (Debian: apt-get install
+# -y postgresql) and moto's S3 server, on 127.0.0.1, stopped afterwards. `make test-services ARGS=tests/test_services.py`
+# runs only those. `make services` leaves them running (`source .aether/services/env`, then pytest) until
+# `make services-stop`.
+ARGS ?=
+test-services: $(STAMP)
+	VENV=$(VENV) bash .ci/services run $(BIN)/python -m pytest -q $(ARGS)
+
+services: $(STAMP)
+	VENV=$(VENV) bash .ci/services start .aether/services
+
+services-stop:
+	VENV=$(VENV) bash .ci/services stop .aether/services
 
 # The demo's HTML report, rendered in headless Chromium (fails on a JavaScript error; apt-get install -y chromium),
 # with the screenshot in docs/report.png.

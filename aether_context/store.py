@@ -24,6 +24,15 @@ Usage::
     uri = store.save(pack)                        # returns the manifest URI at once
     store.flush()                                 # wait for background writes (tests, shutdown)
     store.stats()                                 # written / failed / dropped / redacted counts
+
+`storage_options` go to the fsspec file system, e.g. an S3-compatible server for `s3://` (s3fs)::
+
+    PackStore("s3://packs/prod", storage_options={"endpoint_url": "http://127.0.0.1:9000"})
+
+fsspec's own configuration works too, and reaches stores opened from a URL alone (the CLI, `replay`):
+`FSSPEC_S3_ENDPOINT_URL=http://127.0.0.1:9000`, or `FSSPEC_S3='{"endpoint_url": ...}'`. The store turns
+fsspec's listings cache off (`use_listings_cache: False`) unless told otherwise: replicas share a bucket, and
+s3fs answers "not found" for a file another process wrote into a folder this one listed before.
 """
 
 from __future__ import annotations
@@ -66,9 +75,12 @@ class PackStore:
 
     def __init__(self, url: str = DEFAULT_STORE_URL, *, background: bool = True,
                  redaction: RedactionSettings | None = None, hmac_key: "str | bytes | None" = None,
-                 max_queue: int = 256, put_timeout: float = 2.0, on_full: str = "inline", cache_size: int = 65536):
+                 max_queue: int = 256, put_timeout: float = 2.0, on_full: str = "inline", cache_size: int = 65536,
+                 storage_options: dict[str, Any] | None = None):
         self.url = url.rstrip("/")
-        self.fs, self.root = fsspec.core.url_to_fs(self.url)
+        # no listings cache: a folder listed before another replica wrote into it would hide the new files
+        options = {"use_listings_cache": False, **(storage_options or {})}
+        self.fs, self.root = fsspec.core.url_to_fs(self.url, **options)
         self.root = self.root.rstrip("/")
         self.redaction = redaction or RedactionSettings()
         key = os.environ.get(HMAC_ENV, "") if hmac_key is None else hmac_key

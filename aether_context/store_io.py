@@ -61,8 +61,16 @@ def makedirs_private(fs, path: str) -> None:
         os.chmod(folder, DIR_MODE)  # the umask may have taken bits; never more than 0700 anyway
 
 
+# Object stores put an object whole or not at all, and have no rename (a copy and a delete): written directly.
+OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss"})
+
+
 def write_atomic(fs, path: str, data: bytes) -> None:
-    """Write `data` to `path` through a temp file in the same folder and a rename."""
+    """Write `data` to `path` through a temp file in the same folder and a rename (on an object store, one put)."""
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    if OBJECT_STORES.intersection(protocols):
+        fs.pipe_file(path, data)
+        return
     parent = path.rsplit("/", 1)[0]
     makedirs_private(fs, parent)
     tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"

@@ -15,10 +15,13 @@ behind a load balancer would be. The invocations of every session alternate betw
 replicas; the same sessions also run in one process. Compared: the checksum of every request the
 model received (must be byte-identical), and a closing recall of every original the last request
 cites, served by the replica that did not serve the call before (every one must be answered).
+With `--services` the replicas share a PostgreSQL database and an S3 bucket (moto's server) instead:
+the ones AETHER_TEST_PG_URL and AETHER_TEST_S3_ENDPOINT name, else started here (`.ci/services`).
 
 Usage::
 
     python bench/reliability.py --scenarios replicas --tau 10 --swe 3 --write
+    python bench/reliability.py --scenarios replicas --tau 10 --swe 3 --services
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import functools
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -179,7 +183,7 @@ def _clocked_db(db: str) -> Any:
                 event.timestamp = (session.events[-1].timestamp if session.events else CLOCK_START) + CLOCK_STEP
             return await super().append_event(session, event)
 
-    return ClockedDatabaseSessionService(db_url=f"sqlite+aiosqlite:///{db}")
+    return ClockedDatabaseSessionService(db_url=db if "://" in db else f"sqlite+aiosqlite:///{db}")
 
 
 @functools.cache
@@ -242,10 +246,12 @@ class _Process:
         self.proc.wait(timeout=120)
 
 
-def _drive(args: argparse.Namespace, sessions: list, folder: Path, replicas: int, code: str) -> dict:
-    """Run every session, invocation i on replica i % replicas, then the recall; per session what came back."""
+def _drive(args: argparse.Namespace, sessions: list, folder: Path, replicas: int, code: str,
+           services: tuple[str, str] | None = None) -> dict:
+    """Run every session, invocation i on replica i % replicas, then the recall; per session what came back.
+    `services`: a database URL and a bucket URL (fresh ones) in place of the sqlite file and the folder."""
     folder.mkdir(parents=True, exist_ok=True)
-    db, store = folder / "sessions.db", folder / "store"
+    db, store = services or (folder / "sessions.db", folder / "store")
     procs = [_Process(args, db, store, code) for _ in range(replicas)]
     out: dict[str, dict] = {}
     saved_by: dict[str, int] = {}
@@ -271,7 +277,7 @@ def _drive(args: argparse.Namespace, sessions: list, folder: Path, replicas: int
     return out
 
 
-def _state_bytes(db: Path, ids: list[str]) -> dict:
+def _state_bytes(db: "Path | str", ids: list[str]) -> dict:
     """Bytes the plugin's pack records add to the model response events that carry them."""
     from aether_context.adk.session_state import CALIBRATION_STATE_KEY, PACK_STATE_PREFIX, PACK_TEXT_PREFIX
 
@@ -291,6 +297,52 @@ def _state_bytes(db: Path, ids: list[str]) -> dict:
     return asyncio.run(measure())
 
 
+# --------------------------------------------------------------------------- replicas: PostgreSQL and S3
+PG_ENV, S3_ENV = "AETHER_TEST_PG_URL", "AETHER_TEST_S3_ENDPOINT"
+
+
+@contextlib.contextmanager
+def _services():
+    """(PostgreSQL URL, S3 endpoint): the running services the environment names, else started for the run."""
+    if os.environ.get(PG_ENV) and os.environ.get(S3_ENV):
+        yield os.environ[PG_ENV], os.environ[S3_ENV]
+        return
+    folder = tempfile.mkdtemp(prefix="aether-services-")
+    script = ["bash", str(ROOT / ".ci" / "services")]
+    try:
+        subprocess.run([*script, "start", folder], check=True, env={**os.environ, "VENV": sys.prefix})
+        found = dict(re.findall(r"export (\w+)=(\S+)", Path(folder, "env").read_text()))
+        yield found[PG_ENV], found[S3_ENV]
+    finally:
+        subprocess.run([*script, "stop", folder], env={**os.environ, "VENV": sys.prefix})
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _service_places(pg_url: str, endpoint: str, name: str) -> tuple[str, str]:
+    """A fresh database and a fresh bucket for one run; the replica processes reach the bucket through fsspec's
+    environment configuration (FSSPEC_S3_ENDPOINT_URL), which they inherit."""
+    import asyncpg
+    import s3fs
+    from sqlalchemy.engine import make_url
+
+    os.environ.update({"FSSPEC_S3_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "bench",
+                       "AWS_SECRET_ACCESS_KEY": "bench"})
+    suffix = f"{name}_{os.getpid()}_{int(time.time())}"
+    base = make_url(pg_url)
+
+    async def create() -> None:
+        conn = await asyncpg.connect(base.set(drivername="postgresql").render_as_string(hide_password=False))
+        try:
+            await conn.execute(f'CREATE DATABASE "replicas_{suffix}"')
+        finally:
+            await conn.close()
+
+    asyncio.run(create())
+    bucket = f"replicas-{suffix}".replace("_", "-")
+    s3fs.S3FileSystem(endpoint_url=endpoint, key="bench", secret="bench").mkdir(bucket)
+    return base.set(database=f"replicas_{suffix}").render_as_string(hide_password=False), f"s3://{bucket}/store"
+
+
 @scenario("replicas")
 def replicas(args: argparse.Namespace) -> str:
     """Two replica processes alternating the invocations of recorded sessions against one process."""
@@ -298,8 +350,11 @@ def replicas(args: argparse.Namespace) -> str:
 
     sessions = _sessions(args.data, args.tau, args.swe, args.offset, args.swe_offset)
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="aether-replicas-") as tmp:
-        runs = {mode: _drive(args, sessions, Path(tmp) / mode, n, args.code) for mode, n in (("one", 1), ("two", 2))}
+    with tempfile.TemporaryDirectory(prefix="aether-replicas-") as tmp, \
+            (_services() if args.services else contextlib.nullcontext()) as services:
+        runs = {mode: _drive(args, sessions, Path(tmp) / mode, n, args.code,
+                             _service_places(*services, mode) if services else None)
+                for mode, n in (("one", 1), ("two", 2))}
     one, two = runs["one"], runs["two"]
     calls = differ = errors = 0
     for t in sessions:
@@ -315,14 +370,17 @@ def replicas(args: argparse.Namespace) -> str:
         "# Reliability: replicas",
         "",
         f"`python bench/reliability.py --scenarios replicas --tau {args.tau} --swe {args.swe} --offset {args.offset} "
-        f"--swe-offset {args.swe_offset} --window {args.window} --embedder {args.embedder}`{' (code: ' + args.code + ')' if args.code else ''}; {machine()}; "
+        f"--swe-offset {args.swe_offset} --window {args.window} --embedder {args.embedder}"
+        f"{' --services' if args.services else ''}`{' (code: ' + args.code + ')' if args.code else ''}; {machine()}; "
         f"{time.perf_counter() - start:.0f} s.",
         "",
         f"{len(sessions)} recorded sessions ({args.tau} tau-bench airline episodes, {args.swe} mini-swe-agent runs cut "
         f"into invocations of {SPLIT_EVERY} model calls; from index {args.offset} / {args.swe_offset}), window {args.window:,} tokens, the "
         "model reporting 10 % more prompt tokens than our estimate (calibration on). Two replica processes (each its "
-        "own Runner, plugin and in-memory artifact service) over one sqlite `DatabaseSessionService` and one store "
-        "folder take turns by invocation; the same sessions run in one process over their own database.",
+        "own Runner, plugin and in-memory artifact service) over one "
+        + ("PostgreSQL `DatabaseSessionService` (asyncpg) and one S3 bucket (moto's server, s3fs) " if args.services
+           else "sqlite `DatabaseSessionService` and one store folder ")
+        + "take turns by invocation; the same sessions run in one process over their own database.",
         "",
         "| measure | value |",
         "| --- | --- |",
@@ -359,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=8_000, help="context window of the replayed model (replicas)")
     parser.add_argument("--code", default="", help="run the replicas on another checkout's aether_context (a baseline)")
     parser.add_argument("--write", action="store_true", help="write the reports into docs/benchmarks.md")
+    parser.add_argument("--services", action="store_true",
+                        help="replicas: on PostgreSQL and an S3 server (started unless AETHER_TEST_* name them)")
     parser.add_argument("--worker", nargs=2, metavar=("DB", "STORE"), help=argparse.SUPPRESS)
     parser.add_argument("--embedder", choices=("hashing", "profile"), default="hashing",
                         help="replicas: the hashing embedder (fast) or the profile's model (MiniLM) in every replica")

@@ -24,6 +24,7 @@ from aether_context.adk.convert import request_from_llm
 from aether_context.adk.session_state import CALIBRATION_STATE_KEY, StateRecords, pack_state_key, read_pack
 from aether_context.store import PackStore
 from aether_context.pipeline.build import request_tokens
+from aether_context.store import PackStore
 from aether_context.testing import ScriptedLlm, call
 from aether_context.tokens import TokenCounter
 
@@ -65,7 +66,13 @@ def _script() -> list:
     ]
 
 
-def _replica(llm: ScriptedLlm, db_url: str, store: str) -> tuple[Runner, ContextPackPlugin]:
+def _llm() -> ScriptedLlm:
+    """The scripted model, reporting 15 % more prompt tokens than our estimate (calibration on)."""
+    return ScriptedLlm(turns=_script(),
+                       prompt_token_counter=lambda r: int(1.15 * request_tokens(request_from_llm(r), COUNTER)))
+
+
+def _replica(llm: ScriptedLlm, db_url: str, store: "str | PackStore") -> tuple[Runner, ContextPackPlugin]:
     agent = LlmAgent(name="auditor", model=llm, instruction="Audit carefully.",
                      tools=[fetch_page, grep_logs, lookup, open_file])
     plugin = ContextPackPlugin(store=store, window_tokens=3_000)
@@ -90,8 +97,7 @@ async def _run(tmp_path, name: str, replicas: int) -> tuple[list[str], list, lis
 
 
 async def _run_clocked(tmp_path, name: str, replicas: int) -> tuple[list[str], list, list, dict]:
-    llm = ScriptedLlm(turns=_script(),
-                      prompt_token_counter=lambda r: int(1.15 * request_tokens(request_from_llm(r), COUNTER)))
+    llm = _llm()
     db_url = f"sqlite+aiosqlite:///{tmp_path / (name + '.db')}"
     pairs = [_replica(llm, db_url, str(tmp_path / (name + "-packs"))) for _ in range(replicas)]
     await pairs[0][0].session_service.create_session(app_name="app", user_id="u", session_id="s1",

@@ -19,6 +19,7 @@ profile come from AETHER_CONTEXT_STORE and AETHER_CONTEXT_PROFILE.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from typing import Any, Awaitable, Callable, Optional
@@ -43,6 +44,7 @@ __all__ = ["ContextPackPlugin", "context_pack_callback", "install_context_pack",
 
 STORE_ENV = "AETHER_CONTEXT_STORE"
 PROFILE_ENV = "AETHER_CONTEXT_PROFILE"
+DURABLE_WAIT = 30.0  # seconds a durable call waits for the store at most, then goes on (fail open)
 
 
 def _packer(packer: ContextPacker | None, settings: dict[str, Any]) -> ContextPacker:
@@ -95,12 +97,20 @@ class _Shown:
 
 
 class ContextPackPlugin(BasePlugin):
-    """Rewrites every model request of the app into a budgeted, recorded Context Pack."""
+    """Rewrites every model request of the app into a budgeted, recorded Context Pack.
 
-    def __init__(self, *, name: str = "aether_context", packer: ContextPacker | None = None, **settings: Any):
+    `durable=True`: each model call waits, off the event loop, until the store holds its records (and
+    whatever else was queued) before ADK records the model's answer, so a process killed with SIGKILL
+    loses no call whose event is in the session. It costs the store's write time per call (the writes
+    are in the background otherwise); a store that does not answer in `DURABLE_WAIT` s is left behind.
+    """
+
+    def __init__(self, *, name: str = "aether_context", packer: ContextPacker | None = None, durable: bool = False,
+                 **settings: Any):
         super().__init__(name)
         self.packer = _packer(packer, settings)
         self._shown = _Shown(self.packer)
+        self.durable = durable
 
     async def on_user_message_callback(self, *, invocation_context: InvocationContext,
                                        user_message: types.Content) -> Optional[types.Content]:
@@ -114,6 +124,8 @@ class ContextPackPlugin(BasePlugin):
     async def after_model_callback(self, *, callback_context: CallbackContext, llm_response: LlmResponse) -> Optional[LlmResponse]:
         self._shown.answered(callback_context, llm_response)
         await self.packer.after_model(callback_context, llm_response)
+        if self.durable and self.packer.store.stats()["pending"]:
+            await asyncio.to_thread(self.packer.store.flush, DURABLE_WAIT)  # a timeout is logged by flush
         return None
 
     async def after_tool_callback(self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext,
