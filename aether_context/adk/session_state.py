@@ -24,6 +24,7 @@ from typing import Any, Mapping, MutableMapping
 
 from ..content import canonical_json, sha256_hex
 from ..pipeline.collect import PackState
+from ..redact import RedactionSettings, redact, redact_value
 
 logger = logging.getLogger(__name__)
 
@@ -125,9 +126,12 @@ def write_pack(state: MutableMapping[str, Any] | Any, agent: str, pack: PackStat
         state[pack_state_key(agent)] = record
 
 
-def add_note(state: MutableMapping[str, Any] | Any, agent: str, note: str) -> None:
+def add_note(state: MutableMapping[str, Any] | Any, agent: str, note: str,
+             redaction: RedactionSettings | None = None) -> None:
     """A flag for the agent's next manifest (kept in its pack record, so any replica reports it).
-    Before the agent's first pack (or after packing failed open) the record holds the notes alone."""
+    Before the agent's first pack (or after packing failed open) the record holds the notes alone.
+    Its secrets are masked first (`redaction`; default: the default settings): an error text can hold one."""
+    note = redact(note[:600], redaction)[0]
     record = state.get(pack_state_key(agent))
     if record is None:
         record = {"v": PACK_STATE_SCHEMA}
@@ -153,9 +157,14 @@ def write_calibration(state: MutableMapping[str, Any] | Any, model: str, ratio: 
         state[CALIBRATION_STATE_KEY] = {**table, model: ratio}
 
 
-def write_summary(state: MutableMapping[str, Any] | Any, agent: str, before: dict, after: dict) -> None:
-    """Keep the agent's running summary (it must outlive this request and this process), when it changed."""
+def write_summary(state: MutableMapping[str, Any] | Any, agent: str, before: dict, after: dict,
+                  redaction: RedactionSettings | None = None) -> None:
+    """Keep the agent's running summary (it must outlive this request and this process), when it changed;
+    its secrets masked (`redaction`; default: the default settings)."""
     if after and after != before:
+        after = redact_value(after, redaction)[0]  # fold lines quote the conversation
+        if after == before:
+            return
         summaries = dict(state.get(SUMMARY_STATE_KEY) or {})
         summaries[agent] = after
         state[SUMMARY_STATE_KEY] = summaries

@@ -62,7 +62,8 @@ class ToolHooks:
         own = tool.name == RECALL_TOOL_NAME
         result, repaired = await self._off_loop(repair_unicode, result)
         if repaired:
-            add_note(tool_context.state, tool_context.agent_name, f"unicode_repaired: {tool.name}: {repaired}")
+            add_note(tool_context.state, tool_context.agent_name, f"unicode_repaired: {tool.name}: {repaired}",
+                     self.profile.redaction)
         failed, compacted = await self._off_loop(self._classify, tool.name, result, own)
         sent = compacted or result  # what the session will hold unless offload compacts it further
         offloaded = None
@@ -111,7 +112,7 @@ class ToolHooks:
         """Secrets masked in an offloaded result's compact form: noted in the next manifest's flags."""
         n = masked_count(compact_text)
         if n:
-            add_note(ctx.state, ctx.agent_name, f"redacted_in_offload: {tool_name}: {n}")
+            add_note(ctx.state, ctx.agent_name, f"redacted_in_offload: {tool_name}: {n}", self.profile.redaction)
 
     async def _note_saving(self, ctx: ToolContext, original: object, compact: object) -> None:
         """Remember what an offload saved, so manifests can say what ADK would have sent without us."""
