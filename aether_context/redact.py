@@ -33,6 +33,7 @@ Masking is idempotent: masked text has nothing left to mask, so records can be r
 from __future__ import annotations
 
 import bisect
+import logging
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -592,3 +593,46 @@ def _walk(value: Any, settings: RedactionSettings, keys: frozenset[str], skip: f
             total += n
         return (out_d, total) if total else (value, 0)
     return value, 0
+
+
+# ------------------------------------------------------------------------------------------------
+# logs: the package's own log records are masked as they are made
+# ------------------------------------------------------------------------------------------------
+
+_LOG_PREFIX = "aether_context"
+
+
+def _mask_record(record: logging.LogRecord) -> None:
+    """Mask a record's message and its traceback text in place (default settings: logs have no profile)."""
+    try:
+        message, n = redact(record.getMessage())
+        if n:
+            record.msg, record.args = message, ()
+        if record.exc_info and record.exc_info[0] is not None and not record.exc_text:
+            text, n = redact(logging.Formatter().formatException(record.exc_info))
+            if n:
+                record.exc_text = text
+    except Exception:  # a record we cannot format is left as it is: the handler reports it
+        return
+
+
+class _MaskingRecordFactory:
+    """Wraps the process's log record factory: records of `aether_context.*` loggers are masked; others untouched."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+
+    def __call__(self, *args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = self.inner(*args, **kwargs)
+        if record.name.startswith(_LOG_PREFIX):
+            _mask_record(record)
+        return record
+
+
+def _install_log_masking() -> None:
+    factory = logging.getLogRecordFactory()
+    if not isinstance(factory, _MaskingRecordFactory):
+        logging.setLogRecordFactory(_MaskingRecordFactory(factory))
+
+
+_install_log_masking()

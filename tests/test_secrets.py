@@ -300,3 +300,20 @@ def test_user_text_as_sent_is_not_kept_in_state():
     if "sent_requests" not in RUN:
         pytest.skip("runs after test_no_secret_of_any_channel_reaches_the_store_or_session_state")
     assert not [shape for shape, _, secret in secret_values(1) if secret in RUN["sent_requests"]]
+
+
+def test_the_package_logs_are_masked(caplog):
+    import logging
+
+    text, secret = SECRET_SHAPES["github_pat"](random.Random(5))
+    log = logging.getLogger("aether_context.adk.tool_hooks")
+    with caplog.at_level(logging.INFO):
+        log.error("offloading the result of %s failed", f"read_env ({text})")
+        try:
+            raise ValueError(f"cannot connect: {text}")
+        except ValueError:
+            log.error("could not record the failure", exc_info=True)
+        logging.getLogger("some.other.library").error("left as it is: %s", text)
+    handler_text = "\n".join(caplog.handler.format(r) for r in caplog.records[:2])
+    assert secret not in handler_text and "[REDACTED:" in handler_text
+    assert secret in caplog.records[2].getMessage()  # another library's records are not ours to touch
