@@ -582,8 +582,8 @@ def _walk(value: Any, settings: RedactionSettings, keys: frozenset[str], skip: f
             if k in skip:
                 out_d[k] = v
                 continue
-            if isinstance(k, str) and (_norm(k) in keys or settings.builtin and _secret_field(k)) \
-                    and isinstance(v, (str, int, float)) and v != "" \
+            if isinstance(k, str) and (_norm(k) in keys and isinstance(v, (str, int, float))
+                                       or settings.builtin and isinstance(v, str) and _secret_field(k)) and v != "" \
                     and not (isinstance(v, str) and v.startswith("[REDACTED")) and not isinstance(v, bool):
                 out_d[k] = MASK.format(kind=_norm(k))
                 total += 1

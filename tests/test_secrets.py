@@ -168,7 +168,9 @@ def test_a_megabyte_masks_in_bounded_time():
         start = time.perf_counter()
         out, _ = redact(text)
         elapsed = time.perf_counter() - start
-        assert elapsed < 8.0, elapsed  # about 0.1-0.5 s on an idle core; the machine may be shared
+        # about 0.1-0.5 s on an idle core (0.4-2 s with the machine shared 5 ways); a pattern quadratic on a long
+        # line takes minutes (detect-secrets' npm pattern alone: 26 s on 1 MB of JSON)
+        assert elapsed < 30.0, elapsed
     assert all(secret not in out for _, _, secret in planted)
 
 
