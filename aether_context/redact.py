@@ -177,10 +177,10 @@ class _Detector:
 @lru_cache(maxsize=1)
 def _detectors() -> tuple[_Detector, ...]:
     """detect-secrets' plugins with the literals each one's match holds (its own patterns, its own checks)."""
-    from detect_secrets.plugins import (artifactory, aws, azure_storage_key, basic_auth, cloudant, discord,
+    from detect_secrets.plugins import (artifactory, aws, azure_storage_key, basic_auth, cloudant,
                                         github_token, gitlab_token, ibm_cloud_iam, ibm_cos_hmac, jwt, keyword,
                                         mailchimp, npm, openai, private_key, pypi_token, sendgrid, slack, softlayer,
-                                        square_oauth, stripe, telegram_token, twilio)
+                                        square_oauth, stripe, twilio)
     anchors = (
         (artifactory.ArtifactoryDetector, ("akc",)),  # its "AP…" password shape matches ordinary words
         (aws.AWSKeyDetector, ("a3t", "abia", "acca", "akia", "asia", "aws")),
