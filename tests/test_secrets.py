@@ -319,3 +319,16 @@ def test_the_package_logs_are_masked(caplog):
     handler_text = "\n".join(caplog.handler.format(r) for r in caplog.records[:2])
     assert secret not in handler_text and "[REDACTED:" in handler_text
     assert secret in caplog.records[2].getMessage()  # another library's records are not ours to touch
+
+
+def test_a_profile_can_keep_originals_as_returned(tmp_path):
+    """`redaction: {originals: false}`: an offloaded original is saved as the tool returned it; the store
+    still masks everything else it writes."""
+    from aether_context.adk.offload import ArtifactGateway
+
+    text, secret = SECRET_SHAPES["env_db_password"](random.Random(3))
+    data = f"config\n{text}\n".encode()
+    masked = ArtifactGateway(PackStore(f"file://{tmp_path}/a", background=False)).masked(data, "text/plain")
+    assert secret.encode() not in masked and b"[REDACTED:" in masked
+    kept = PackStore(f"file://{tmp_path}/b", background=False, redaction=RedactionSettings(originals=False))
+    assert ArtifactGateway(kept).masked(data, "text/plain") == data
