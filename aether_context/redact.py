@@ -18,9 +18,10 @@ What finds secrets:
   and free text such as "my db password is …".
 
 Cost: linear in the text. detect-secrets' patterns are line patterns, some of them quadratic on a long
-line, so each runs only on a bounded window around a literal its match must hold (`_Detector.anchor`),
-and a text holding none of a rule's literals is not searched by it. A 1 MB tool result masks in
-tens of milliseconds (see tests/test_secrets.py).
+line, so each runs only on a bounded window around a literal its match must hold (`_Detector.anchors`),
+and a text holding none of a rule's literals is not searched by it. One regex call searches at most
+64 KB, so the interpreter lock is never held long. 1 MB of logs or JSON masks in about 0.1-0.5 s,
+source code dense with `key`/`token` names in up to 2 s on a shared machine (tests/test_secrets.py).
 
 Usage::
 
