@@ -51,7 +51,7 @@ from .pipeline.build import ContextPack
 from .pipeline.collect import PackInputs
 from .pipeline.record import Manifest
 from .redact import RedactionSettings, redact_value
-from .store_format import HMAC_ENV, manifest_integrity, open_manifest, pack_blob, seal_manifest, unpack_blob
+from .store_format import HMAC_ENV, loads_json, manifest_integrity, open_manifest, pack_blob, seal_manifest, unpack_blob
 from .store_io import BackgroundWriter, Lru, WriteStats, write_atomic
 from .store_paths import encode_segment
 from .store_delta import RecordChain
@@ -66,6 +66,7 @@ MARKER = ".aether-store"
 LAYOUT = 3  # 3: records as chains of patches (`store_delta`); 2 (whole records) still reads
 _SKIP = frozenset({"inline_data"})  # binary parts are never scanned for secrets
 # kept in the manifest file itself (listing and finding a call read them); the rest is a record chain node
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024  # a manifest file is a few KB; a bigger one is not read
 MANIFEST_INLINE = ("schema_version", "pack_id", "created_at", "app_name", "user_id", "session_id", "invocation_id",
                    "agent")
 
@@ -80,7 +81,13 @@ class PackStore:
         self.url = url.rstrip("/")
         # no listings cache: a folder listed before another replica wrote into it would hide the new files
         options = {"use_listings_cache": False, **(storage_options or {})}
-        self.fs, self.root = fsspec.core.url_to_fs(self.url, **options)
+        try:
+            self.fs, self.root = fsspec.core.url_to_fs(self.url, **options)
+        except ImportError as e:  # a known protocol whose package is not installed (s3fs, gcsfs, adlfs, ...)
+            raise StoreError(f"cannot open the pack store {url!r}: {e}") from e
+        except ValueError as e:  # a protocol fsspec does not know
+            raise StoreError(f"cannot open the pack store {url!r}: {e} (use a folder, file://, memory://, s3:// "
+                             f"with s3fs installed, gs:// with gcsfs, ...)") from e
         self.root = self.root.rstrip("/")
         self.redaction = redaction or RedactionSettings()
         key = os.environ.get(HMAC_ENV, "") if hmac_key is None else hmac_key
@@ -187,16 +194,16 @@ class PackStore:
         data = self.get_blob(ref)
         try:
             decoded = data.decode("utf-8", "surrogatepass")
-            return decoded if text else json.loads(decoded)
         except ValueError as e:
             raise ManifestError(f"blob {ref} is not a valid record: {e}") from e
+        return decoded if text else loads_json(decoded, f"blob {ref}")
 
-    def put_record(self, value: Any) -> str:
-        """Store a JSON value (masked) as shared, content-addressed pieces; returns its reference.
-        What session state points at: a long map or list writes only the chunks that changed."""
+    def put_record(self, value: Any) -> tuple[str, Any]:
+        """Store a JSON value (masked) as shared, content-addressed pieces; returns its reference and the value
+        as stored. What session state points at: a long map or list writes only the chunks that changed."""
         self._ensure_marker()
         value, _ = self._redacted(value)
-        return self._put_piece(self._tree.encode(value))
+        return self._put_piece(self._tree.encode(value)), value
 
     def get_record(self, ref: str) -> Any:
         """The JSON value `put_record` stored under `ref`."""
@@ -292,8 +299,8 @@ class PackStore:
             refs = messages if isinstance(messages, list) else self._tree.get_list(messages)
             data["messages"] = [self._get_piece(r) for r in refs]
             return ModelRequest.from_json(data)
-        except (KeyError, TypeError, ValueError) as e:
-            raise ManifestError(f"request record {ref} is malformed: {type(e).__name__}: {e}") from e
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as e:
+            raise ManifestError(f"request record {ref} is malformed: {type(e).__name__}: {str(e)[:200]}") from e
 
     def put_inputs(self, inputs: PackInputs) -> str:
         data, _ = self._redacted(inputs.to_json_without_request())
@@ -312,8 +319,8 @@ class PackStore:
                 request_ref = record["request"]["ref"]
             data["request"] = self.get_request(request_ref).to_json()
             return PackInputs.from_json(data)
-        except (KeyError, TypeError, ValueError) as e:
-            raise ManifestError(f"inputs record {ref} is malformed: {type(e).__name__}: {e}") from e
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as e:
+            raise ManifestError(f"inputs record {ref} is malformed: {type(e).__name__}: {str(e)[:200]}") from e
 
     # ---------------------------------------------------------------- manifests
     def save(self, pack: ContextPack) -> str:
@@ -362,13 +369,29 @@ class PackStore:
     def load_usage(self, manifest_uri: str) -> dict | None:
         rel = self.rel_from_uri(manifest_uri).rsplit("/", 1)[0] + "/usage.json"
         try:
-            return json.loads(self.read_bytes(rel))
-        except (ManifestError, StoreError, ValueError):
+            usage = loads_json(self.read_bytes(rel), self.uri(rel))
+        except (ManifestError, StoreError):
             return None
+        return usage if isinstance(usage, dict) else None
 
     def read_manifest(self, uri: str) -> tuple[Manifest, dict[str, Any]]:
-        """A verified manifest and the store's notes on it (`redacted`, `new_bytes`, `stored_checksum`)."""
-        return open_manifest(self.read_bytes(self.rel_from_uri(uri)), uri, self.hmac_key, self._records.get)
+        """A verified manifest and the store's notes on it (`redacted`, `new_bytes`, `stored_checksum`).
+        A corrupt or hostile file (or record) is a `ManifestError` naming it, whatever is wrong with it."""
+        rel = self.rel_from_uri(uri)
+        try:
+            size = self.fs.size(self._path(rel))
+        except (OSError, ValueError):
+            size = None  # not found: read_bytes says so
+        if size is not None and size > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"{uri} is {size:,} bytes: too large for a manifest (at most {MAX_MANIFEST_BYTES:,})")
+        try:
+            return open_manifest(self.read_bytes(rel), uri, self.hmac_key, self._records.get)
+        except (ManifestError, StoreError):
+            raise
+        except RecursionError as e:
+            raise ManifestError(f"{uri} has a record nested too deep (corrupt or hostile)") from e
+        except Exception as e:  # a hostile record in the store: name it, never crash a reader
+            raise ManifestError(f"{uri} could not be read: {type(e).__name__}: {str(e)[:200]}") from e
 
     def load_manifest(self, uri: str) -> Manifest:
         """Read and verify a manifest; a truncated, malformed, edited or badly signed file is a `ManifestError`."""

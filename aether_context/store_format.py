@@ -26,7 +26,7 @@ from .content import canonical_json, sha256_hex
 from .errors import ManifestError
 from .pipeline.record import Manifest
 
-__all__ = ["manifest_integrity", "seal_manifest", "open_manifest", "pack_blob", "unpack_blob", "HMAC_ENV", "PACKED"]
+__all__ = ["loads_json", "manifest_integrity", "seal_manifest", "open_manifest", "pack_blob", "unpack_blob", "HMAC_ENV", "PACKED"]
 
 HMAC_ENV = "AETHER_CONTEXT_HMAC_KEY"
 PACKED = b"\x00acz1"  # a blob file starting with this holds zlib-compressed content; others hold it as is
@@ -56,11 +56,29 @@ def open_manifest(raw: bytes, uri: str, hmac_key: bytes | None,
                   resolve: Callable[[str], dict[str, Any]] | None = None) -> tuple[Manifest, dict[str, Any]]:
     """A verified manifest from its file, and the store's notes on it; anything else is a `ManifestError`.
 
-    A file with a `record` (layout 3) keeps most fields in the store, by reference: `resolve` reads them."""
+    A file with a `record` (layout 3) keeps most fields in the store, by reference: `resolve` reads them.
+    A hostile file (nested 100,000 deep, binary, huge, wrong types) is a `ManifestError` too, never a crash."""
     try:
-        data = json.loads(raw)
-    except ValueError as e:
-        raise ManifestError(f"{uri} is not valid JSON (truncated or corrupt): {e}") from e
+        return _open_manifest(raw, uri, hmac_key, resolve)
+    except RecursionError as e:
+        raise ManifestError(f"{uri} is nested too deep to be a manifest (corrupt or hostile file)") from e
+    except MemoryError as e:
+        raise ManifestError(f"{uri} is too large to read as a manifest") from e
+
+
+def loads_json(raw: bytes | str, what: str) -> Any:
+    """JSON from a store file; a corrupt, binary or too deeply nested one is a `ManifestError` naming `what`."""
+    try:
+        return json.loads(raw)
+    except RecursionError as e:
+        raise ManifestError(f"{what} is nested too deep (corrupt or hostile file)") from e
+    except ValueError as e:  # also UnicodeDecodeError: binary garbage
+        raise ManifestError(f"{what} is not valid JSON (truncated or corrupt): {str(e)[:200]}") from e
+
+
+def _open_manifest(raw: bytes, uri: str, hmac_key: bytes | None,
+                   resolve: Callable[[str], dict[str, Any]] | None) -> tuple[Manifest, dict[str, Any]]:
+    data = loads_json(raw, uri)
     if not isinstance(data, dict):
         raise ManifestError(f"{uri} is not a manifest (a JSON object was expected)")
     integrity = data.pop("integrity", None)
@@ -85,7 +103,7 @@ def _resolved(uri: str, record: Any, resolve: Callable[[str], dict[str, Any]] | 
         raise ManifestError(f"{uri} keeps its fields in the store (layout 3): read it through a PackStore")
     try:
         fields = resolve(record)
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ManifestError(f"{uri} has a malformed record: {type(e).__name__}: {e}") from e
     if not isinstance(fields, dict):
         raise ManifestError(f"{uri} has a malformed record: its fields are not an object")

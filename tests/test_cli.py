@@ -235,3 +235,80 @@ def test_timeline_fits_a_narrow_terminal(saved):
     text = out.getvalue()
     assert max(len(line) for line in text.splitlines()) <= 100
     assert pack.manifest.pack_id not in text and "ADK" in text and "…" not in text.split("\n\n")[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# edges: every verb fails in one line with exit 2 and a hint; a read verb creates nothing
+# ------------------------------------------------------------------------------------------------
+
+
+def _one_line_error(capsys, *needles):
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("aether-context: ") and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def test_report_into_a_missing_folder(saved, tmp_path, capsys):
+    store, _, _ = saved
+    target = tmp_path / "missing" / "dir" / "r.html"
+    code, text = run(["report", store.url, "-o", str(target)])
+    assert code == 2 and text == ""
+    _one_line_error(capsys, "does not exist", "-o")
+    assert not (tmp_path / "missing").exists()
+
+
+def test_a_store_url_of_an_unknown_or_uninstalled_protocol(capsys):
+    for verb in ("list", "timeline", "report"):
+        code, _ = run([verb, "nosuchproto://bucket/packs"])
+        assert code == 2
+        _one_line_error(capsys, "nosuchproto", "s3fs")
+    code, _ = run(["inspect", "nosuchproto://bucket/packs/a/u/s/agent/pk/manifest.json"])
+    assert code == 2
+    _one_line_error(capsys, "nosuchproto")
+
+
+def test_a_folder_that_is_not_a_store(tmp_path, capsys):
+    folder = tmp_path / "not-a-store"
+    (folder / "docs").mkdir(parents=True)
+    (folder / "docs" / "notes.txt").write_text("hello")
+    for verb in ("list", "timeline"):
+        code, text = run([verb, str(folder)])
+        assert code == 2 and text == ""
+        _one_line_error(capsys, "is not a pack store", ".aether/packs")
+    assert sorted(p.name for p in folder.rglob("*")) == ["docs", "notes.txt"]  # nothing created
+
+
+def test_compact_does_not_create_a_database(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, _ = run(["compact", "--db", "sqlite:///nonexistent.db", "app", "u", "s1"])
+    assert code == 2
+    _one_line_error(capsys, "nonexistent.db", "nothing was created")
+    assert not (tmp_path / "nonexistent.db").exists()
+    code, _ = run(["compact", "--db", f"sqlite+aiosqlite:///{tmp_path}/missing/sessions.db", "app", "u", "s1"])
+    assert code == 2
+    _one_line_error(capsys, "no database file")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_inspect_on_a_store_points_at_list(saved, capsys):
+    store, _, uri = saved
+    for verb in ("inspect", "replay"):
+        code, text = run([verb, store.url])
+        assert code == 2 and text == ""
+        _one_line_error(capsys, "is a pack store", f"aether-context list {store.url}")
+    code, _ = run(["inspect", uri.rsplit("/", 3)[0]])  # a folder above one call
+    assert code == 2
+    _one_line_error(capsys, "aether-context list")
+
+
+def test_read_verbs_create_nothing(tmp_path, capsys):
+    missing = tmp_path / "nowhere" / "packs"
+    for argv in (["list", str(missing)], ["timeline", str(missing)], ["inspect", f"{missing}/a/u/s/agent/pk"],
+                 ["replay", f"{missing}/a/u/s/agent/pk/manifest.json"]):
+        code, _ = run(argv)
+        assert code == 2
+        _one_line_error(capsys)
+    assert not (tmp_path / "nowhere").exists()

@@ -83,14 +83,17 @@ class ModelHooks:
                 raise ValueError("the summarizer returned an empty or unusable summary")
         except asyncio.TimeoutError:  # the run goes on with the extractive summary
             logger.warning("aether-context: LLM summary gave no answer within %ss; keeping the extractive summary", timeout)
-            add_note(callback_context.state, callback_context.agent_name, f"summary_timeout: no answer within {timeout}s")
+            add_note(callback_context.state, callback_context.agent_name, f"summary_timeout: no answer within {timeout}s",
+                     self.profile.redaction)
             return
         except Exception as e:  # the extractive summary stays; the next manifest says why
             logger.warning("aether-context: LLM summary failed (%s); keeping the extractive summary", e, exc_info=True)
-            add_note(callback_context.state, callback_context.agent_name, f"summary_failed: {type(e).__name__}: {e}")
+            add_note(callback_context.state, callback_context.agent_name, f"summary_failed: {type(e).__name__}: {e}",
+                     self.profile.redaction)
             return
         await write_summary(self.records, callback_context.state, callback_context.agent_name, last.state.summary,
-                            RunningSummary(text=text, covered_until=extractive.covered_until).to_json())
+                            RunningSummary(text=text, covered_until=extractive.covered_until).to_json(),
+                            self.profile.redaction)
 
     @fails_open
     async def recover(self, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception) -> LlmResponse | None:

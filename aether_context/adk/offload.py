@@ -14,7 +14,8 @@ has no artifact service, or an in-memory one while sessions are durable (a `Data
 shared by replicas: another replica must be able to recall them); "adk" always uses ADK's service
 (an explicit opt-in to an in-memory one), "store" always the pack store. A URI of another app,
 user or session is refused. When the store's redaction is on, text originals are saved masked
-(the same secret shapes as the store; see docs/architecture.md for why).
+(the same secret shapes as the store; see docs/architecture.md for why) unless the profile says
+`redaction: {originals: false}`.
 
 `read_artifact` never raises: a bad argument, a missing original or a failing store is an
 `{"error": ...}` result naming the argument and the fix. It returns the stored text exactly
@@ -104,7 +105,7 @@ class ArtifactGateway:
 
     def masked(self, data: bytes, mime_type: str) -> bytes:
         """`data` as it is saved: a text original with its secrets masked (when redaction is on)."""
-        if not self.store.redaction.enabled or not mime_type.startswith(_TEXT_MIME):
+        if not self.store.redaction.enabled or not self.store.redaction.originals or not mime_type.startswith(_TEXT_MIME):
             return data
         try:
             text = data.decode("utf-8")

@@ -192,7 +192,7 @@ class ContextPacker(ModelHooks, ToolHooks):
                 callback_context.state[COMPACT_STATE_KEY] = False
             if pack.state.merged_lines:  # this pack advanced the running summary
                 await write_summary(self.records, callback_context.state, callback_context.agent_name, inputs.summary,
-                                    pack.state.summary)
+                                    pack.state.summary, self.profile.redaction)
             conv = pack.manifest.layer_budgets["conversation"]
             await write_pack(self.records, callback_context.state, callback_context.agent_name,
                              carried_state(pack.state), max(0, conv.budget - conv.used))

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, MutableMapping
 
 from ..pipeline.collect import PackState
-from ..redact import redact
+from ..redact import RedactionSettings, redact, redact_value
 from ..store import PackStore
 from ..store_io import Lru
 
@@ -122,9 +122,10 @@ class StateRecords:
         return value
 
     async def put(self, value: Any) -> str:
-        """Store `value` (JSON); returns its reference."""
-        ref = await asyncio.to_thread(self.store.put_record, value)
-        self._values.put(ref, value)
+        """Store `value` (JSON, masked by the store); returns its reference. What is kept here is what the
+        store holds, so this process reads what a replica reads."""
+        ref, stored = await asyncio.to_thread(self.store.put_record, value)
+        self._values.put(ref, stored)
         return ref
 
     async def set(self, state: MutableMapping[str, Any], key: str, value: Any, **small: Any) -> None:
@@ -173,14 +174,17 @@ async def write_pack(records: StateRecords, state: MutableMapping[str, Any] | An
     await records.set(state, pack_state_key(agent), body, free_conversation=free_conversation)
 
 
-def add_note(state: MutableMapping[str, Any] | Any, agent: str, note: str) -> None:
+def add_note(state: MutableMapping[str, Any] | Any, agent: str, note: str,
+             redaction: RedactionSettings | None = None) -> None:
     """A short flag for the agent's next manifest (kept beside its pack pointer, so any replica reports it,
-    and dropped by the next pack). Before the agent's first pack the pointer holds the notes alone."""
+    and dropped by the next pack). Before the agent's first pack the pointer holds the notes alone.
+    Its secrets are masked first (`redaction`; default: the default settings): an error text can hold one."""
+    note = redact(note[:4 * NOTE_CHARS], redaction)[0][:NOTE_CHARS]
     pointer = state.get(pack_state_key(agent))
     if pointer is None:
         pointer = {"v": STATE_SCHEMA}
     if isinstance(pointer, dict) and pointer.get("v") == STATE_SCHEMA:
-        notes = [*pointer.get("notes", ()), redact(note[:NOTE_CHARS])[0]][-MAX_NOTES:]
+        notes = [*pointer.get("notes", ()), note][-MAX_NOTES:]
         state[pack_state_key(agent)] = {**pointer, "notes": notes}
 
 
@@ -202,9 +206,13 @@ def write_calibration(state: MutableMapping[str, Any] | Any, model: str, ratio: 
 
 
 async def write_summary(records: StateRecords, state: MutableMapping[str, Any] | Any, agent: str, before: dict,
-                        after: dict) -> None:
-    """Keep the agent's running summary (it must outlive this request and this process), when it changed."""
+                        after: dict, redaction: RedactionSettings | None = None) -> None:
+    """Keep the agent's running summary (it must outlive this request and this process), when it changed;
+    its secrets masked (`redaction`; default: the default settings): fold lines quote the conversation."""
     if after and after != before:
+        after = redact_value(after, redaction)[0]
+        if after == before:
+            return
         summaries = dict(await records.get_or_empty(state, SUMMARY_STATE_KEY, {}, "running summaries"))
         summaries[agent] = after
         await records.set(state, SUMMARY_STATE_KEY, summaries)

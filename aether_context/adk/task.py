@@ -17,6 +17,7 @@ from typing import Any, Iterable, MutableMapping
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..pipeline.collect import EvidenceItem, MemoryItem, TaskSpec
+from ..redact import redact
 
 __all__ = ["StateKeys", "set_task", "add_evidence", "add_note", "task_from_state", "evidence_from_state", "notes_from_state"]
 
@@ -75,13 +76,13 @@ def set_task(state: MutableMapping[str, Any], *, goal: str | None = None, step: 
 
 def add_evidence(state: MutableMapping[str, Any], *, id: str, summary: str, uri: str = "", keys: StateKeys = DEFAULT_KEYS) -> None:
     items = [e for e in list(state.get(keys.evidence) or []) if e.get("id") != id]
-    items.append({"id": id, "summary": summary, "uri": uri, "timestamp": time.time()})
+    items.append({"id": id, "summary": redact(summary)[0], "uri": uri, "timestamp": time.time()})  # secrets masked
     state[keys.evidence] = items
 
 
 def add_note(state: MutableMapping[str, Any], text: str, *, timestamp: float | None = None, keys: StateKeys = DEFAULT_KEYS) -> None:
     notes = list(state.get(keys.notes) or [])
-    notes.append({"text": text, "timestamp": time.time() if timestamp is None else timestamp})
+    notes.append({"text": redact(text)[0], "timestamp": time.time() if timestamp is None else timestamp})  # secrets masked
     state[keys.notes] = notes
 
 

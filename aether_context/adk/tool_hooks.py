@@ -62,7 +62,8 @@ class ToolHooks:
         own = tool.name == RECALL_TOOL_NAME
         result, repaired = await self._off_loop(repair_unicode, result)
         if repaired:
-            add_note(tool_context.state, tool_context.agent_name, f"unicode_repaired: {tool.name}: {repaired}")
+            add_note(tool_context.state, tool_context.agent_name, f"unicode_repaired: {tool.name}: {repaired}",
+                     self.profile.redaction)
         failed, compacted = await self._off_loop(self._classify, tool.name, result, own)
         sent = compacted or result  # what the session will hold unless offload compacts it further
         offloaded = None
@@ -83,7 +84,8 @@ class ToolHooks:
                     self._note_masked(tool_context, tool.name, offloaded["summary"])
             except Exception as e:  # fail open: the result goes on whole, with no URI; the next manifest says why
                 logger.error("aether-context: offloading the result of %s failed; keeping it inline", tool.name, exc_info=True)
-                add_note(tool_context.state, tool_context.agent_name, f"offload_failed: {tool.name}: {type(e).__name__}: {e}")
+                add_note(tool_context.state, tool_context.agent_name, f"offload_failed: {tool.name}: {type(e).__name__}: {e}",
+                         self.profile.redaction)
         if failed:
             uris = await self.records.get_or_empty(tool_context.state, URIS_STATE_KEY, {}, "offload URIs")
             await self.record_failure(tool, tool_args, tool_context, error_text(result),  # type: ignore[arg-type]
@@ -112,7 +114,7 @@ class ToolHooks:
         """Secrets masked in an offloaded result's compact form: noted in the next manifest's flags."""
         n = masked_count(compact_text)
         if n:
-            add_note(ctx.state, ctx.agent_name, f"redacted_in_offload: {tool_name}: {n}")
+            add_note(ctx.state, ctx.agent_name, f"redacted_in_offload: {tool_name}: {n}", self.profile.redaction)
 
     async def _note_saving(self, ctx: ToolContext, original: object, compact: object) -> None:
         """Remember what an offload saved, so manifests can say what ADK would have sent without us."""

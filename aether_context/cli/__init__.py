@@ -12,15 +12,18 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Sequence, TextIO
 
 import click
 from rich.console import Console
 
-from ..errors import AetherContextError
+from ..errors import AetherContextError, ManifestError, StoreError
 from ..replay import repack, replay, store_for_uri
+from ..store import MARKER, PackStore
 from ..report import load_calls, parse_discounts, render_report
 from ..report.calls import manifest_uri, tokens_without_plugin, explain
 from ..report.savings import cache_savings
@@ -28,6 +31,7 @@ from .render import format_request, list_table, manifest_view, repack_view, requ
 
 __all__ = ["main", "cli", "format_request"]
 
+DEBUG_ENV = "AETHER_CONTEXT_DEBUG"
 _STORE_HELP = "Pack store URL: a folder (the plugin's default is .aether/packs), file://, memory://, s3://..."
 _TARGET_HELP = "A manifest URI (…/<pack_id>/manifest.json) or the pack folder that holds it."
 
@@ -54,11 +58,45 @@ def _json_option(f):
     return click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON instead of tables.")(f)
 
 
+def _one_line(text: str, limit: int = 400) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _listing(store: str, app: str, user: str, session: str):
     listing = load_calls(store, app=app, user=user, session=session)
     for uri, why in listing.skipped:
-        click.echo(f"aether-context: skipped an unreadable manifest: {why}", err=True)
+        click.echo(f"aether-context: skipped an unreadable manifest: {_one_line(why)}", err=True)
+    if not listing.calls and not listing.skipped and not _is_store(store):
+        raise StoreError(f"{store!r} is not a pack store (no {MARKER} file and no manifests): point at the folder "
+                         "the plugin writes (its default is .aether/packs)")
     return listing
+
+
+def _is_store(url: str) -> bool:
+    """Whether `url` holds a pack store's marker (nothing is created to find out)."""
+    try:
+        store = PackStore(url, background=False)
+        return bool(store.fs.exists(f"{store.root}/{MARKER}"))
+    except (AetherContextError, OSError):
+        return False
+
+
+def _target(target: str) -> str:
+    """The manifest URI of a call; a store or a folder above a call is an error that points at `list`."""
+    uri = manifest_uri(target)
+    if not target.rstrip("/").endswith("/manifest.json") and _is_store(target.rstrip("/")):
+        raise StoreError(f"{target!r} is a pack store, not one call: run `aether-context list {target}` and pass "
+                         "one of the manifest URIs it prints")
+    hint = "run `aether-context list STORE` to see the calls and their URIs"
+    try:
+        store = store_for_uri(uri)
+        exists = store.fs.exists(store._path(store.rel_from_uri(uri)))
+    except AetherContextError as e:
+        raise type(e)(f"{e}; {hint}") from e
+    if not exists:
+        raise ManifestError(f"no recorded call at {uri}: {hint}")
+    return uri
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -118,7 +156,7 @@ def inspect(ctx, target: str, as_json: bool) -> None:
 
     MANIFEST is a manifest URI or the pack folder that holds it.
     """
-    uri = manifest_uri(target)
+    uri = _target(target)
     store = store_for_uri(uri)
     m = store.load_manifest(uri)
     usage = store.load_usage(uri)
@@ -142,7 +180,7 @@ def replay_cmd(ctx, target: str, profile: str | None, as_json: bool) -> None:
 
     MANIFEST is a manifest URI or the pack folder that holds it.
     """
-    uri = manifest_uri(target)
+    uri = _target(target)
     if not profile:
         request = replay(uri)
         if as_json:
@@ -174,9 +212,16 @@ def replay_cmd(ctx, target: str, profile: str | None, as_json: bool) -> None:
 @click.pass_context
 def report(ctx, store: str, session: str, app: str, user: str, output: str, discounts, price, title: str) -> None:
     """Write a self-contained HTML report (plots and an inspectable table of calls) for STORE."""
+    folder = Path(output).resolve().parent
+    if not folder.is_dir():
+        raise StoreError(f"cannot write {output!r}: the folder {str(folder)!r} does not exist (create it or choose "
+                         "another -o/--output)")
     listing = _listing(store, app, user, session)
     page = render_report(listing, session=session, discounts=_discounts(discounts), price_per_mtok=price, title=title)
-    Path(output).write_text(page, encoding="utf-8")
+    try:
+        Path(output).write_text(page, encoding="utf-8")
+    except OSError as e:
+        raise StoreError(f"cannot write {output!r}: {e.strerror or e}: choose another -o/--output") from e
     ctx.obj.print(f"wrote {output}: {len(listing.calls)} calls, {len(page) / 1024:.0f} KiB")
 
 
@@ -214,7 +259,13 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         e.show()
         return e.exit_code
     except AetherContextError as e:
-        sys.stderr.write(f"aether-context: {e}\n")
+        sys.stderr.write(f"aether-context: {_one_line(e, 1000)}\n")
+        return 2
+    except (OSError, ImportError, ValueError, RecursionError) as e:
+        sys.stderr.write(f"aether-context: {type(e).__name__}: {_one_line(e, 1000)} "
+                         f"(set {DEBUG_ENV}=1 for the traceback)\n")
+        if os.environ.get(DEBUG_ENV):
+            traceback.print_exc()
         return 2
     return result if isinstance(result, int) else 0
 

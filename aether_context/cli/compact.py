@@ -8,6 +8,7 @@ cleared then. This only writes the request.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 from ..adk.session_state import COMPACT_STATE_KEY
@@ -47,8 +48,22 @@ async def _append(db_url: str, app: str, user: str, session_id: str) -> str:
             await done
 
 
+def _check_sqlite_file(db_url: str) -> None:
+    """A sqlite URL must name an existing file: opening a missing one would create an empty database."""
+    scheme, sep, rest = db_url.partition(":///")
+    if not sep or not scheme.split("+", 1)[0] == "sqlite":
+        return
+    path = rest.split("?", 1)[0]
+    if path in ("", ":memory:"):
+        raise StoreError(f"{db_url!r} names no database file: give the sessions database, e.g. sqlite:///sessions.db")
+    if not os.path.isfile(path):
+        raise StoreError(f"no database file {path!r} for {db_url!r}: check the path (the one given to "
+                         "`adk web --session_service_uri`); nothing was created")
+
+
 def request_compaction(db_url: str, app: str, user: str, session_id: str) -> str:
     """Append the compaction request to the session in `db_url`; returns the event id."""
+    _check_sqlite_file(db_url)
     try:
         return asyncio.run(_append(db_url, app, user, session_id))
     except ImportError as e:
