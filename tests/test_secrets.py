@@ -270,10 +270,7 @@ async def test_no_secret_of_any_channel_reaches_the_store_or_session_state(tmp_p
     plugin.packer.store.flush()
 
     session = await sessions.get_session(app_name="testapp", user_id="u", session_id=sid)
-    # KNOWN GAP (issue 38 item 1 moves these texts to the store, which masks them): the payload text kept in
-    # `aether:pack_text:<agent>` quotes the user's request as it is sent (the pack does not mask the user's own
-    # words), and a pack record's `sent_requests` keeps it too, so later calls rebuild that request byte for
-    # byte. Checked apart: test_user_text_as_sent_is_not_kept_in_state (xfail).
+    # the requests as sent are checked apart: test_user_text_as_sent_is_not_kept_in_state
     state = _without_sent_requests(session.state)
     deltas = [_without_sent_requests(e.actions.state_delta) for e in session.events if e.actions]
     written = {
@@ -296,9 +293,8 @@ async def test_no_secret_of_any_channel_reaches_the_store_or_session_state(tmp_p
     await sessions.close() if hasattr(sessions, "close") else None
 
 
-@pytest.mark.xfail(reason="issue 38 item 1: the payload text and sent_requests keep the user's text as sent in state",
-                   strict=False)
 def test_user_text_as_sent_is_not_kept_in_state():
+    """Session state holds pointers: the payload text and the requests as sent live in the store, masked."""
     if "sent_requests" not in RUN:
         pytest.skip("runs after test_no_secret_of_any_channel_reaches_the_store_or_session_state")
     assert not [shape for shape, _, secret in secret_values(1) if secret in RUN["sent_requests"]]
