@@ -23,5 +23,9 @@ class ManifestError(AetherContextError):
     """A manifest or a stored request is missing, truncated or tampered with."""
 
 
+class PackTimeout(AetherContextError):
+    """A pack did not finish within the packer's `pack_timeout`: the call went out as ADK built it."""
+
+
 class StoreError(AetherContextError):
     """A URI points outside the pack store, or the store cannot be read."""

@@ -611,3 +611,35 @@ async def test_a_kept_payload_reports_its_memory_within_budget(memory_store_url)
     assert first.layer_budgets["memory"].used > 0 and all(m.reused_payload for m in kept)
     for m in kept:
         assert m.layer_budgets["memory"].budget == m.layer_budgets["memory"].used == first.layer_budgets["memory"].used
+
+
+async def test_a_pack_past_its_deadline_fails_open_without_waiting(memory_store_url):
+    """A build slower than `pack_timeout` is not waited for: the model gets ADK's own request at once, the
+    call's manifest records the timeout, and the next call packs as usual."""
+    import time
+
+    from google.adk.agents import LlmAgent
+
+    from aether_context.tokens import TokenCounter
+
+    class Slow(TokenCounter):
+        slow = True
+
+        def count_message(self, message):
+            if self.slow:
+                time.sleep(0.3)
+            return super().count_message(message)
+
+    counter = Slow()
+    llm = ScriptedLlm(turns=["first", "second"])
+    plugin = ContextPackPlugin(store=memory_store_url, counter=counter, pack_timeout=0.2)
+    runner = make_runner(LlmAgent(name="a", model=llm, instruction="Answer."), plugins=[plugin])
+    sid = await new_session(runner)
+    await run_turn(runner, sid, "hello there")
+    first = plugin.packer.recent[-1].manifest
+    assert first.error and first.error.startswith("PackTimeout")
+    assert request_from_llm(llm.requests[0]).messages[-1].text == "hello there"  # ADK's request, unchanged
+    counter.slow = False
+    time.sleep(1.0)  # the abandoned build finishes on the pack thread
+    await run_turn(runner, sid, "and again")
+    assert plugin.packer.recent[-1].manifest.error is None

@@ -19,6 +19,7 @@ past it the extractive summary stays.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from itertools import repeat
 import logging
@@ -35,6 +36,7 @@ from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 
 from ..compress import SummarizeFn, Summarizer
+from ..errors import PackTimeout
 from ..content import Message, sha256_hex
 from ..pipeline.build import ContextPack, StageTimes, build_pack, request_tokens
 from ..pipeline.cache import PackCache
@@ -66,7 +68,9 @@ from .worker import off_loop, queue_ahead, start_ahead
 
 logger = logging.getLogger("aether_context")
 
-__all__ = ["ContextPacker", "CallRecord"]
+__all__ = ["ContextPacker", "CallRecord", "PACK_TIMEOUT"]
+
+PACK_TIMEOUT = 10.0  # seconds a call waits for its pack before it fails open
 
 
 class ContextPacker(ModelHooks, ToolHooks):
@@ -77,13 +81,16 @@ class ContextPacker(ModelHooks, ToolHooks):
                  state_keys: StateKeys | None = None, use_memory: bool = True, use_artifacts: bool = True,
                  memory_pool: int = 1000, keep_recent: int = 1000, summarizer: "Summarizer | SummarizeFn | None" = None,
                  evidence_providers: "Sequence[EvidenceProvider]" = (), embedder: "Embedder | None" = None,
-                 originals: str = "auto", cache: PackCache | None = None, work_ahead: bool = True):
+                 originals: str = "auto", cache: PackCache | None = None, work_ahead: bool = True,
+                 pack_timeout: float = PACK_TIMEOUT):
         self.profile = load_profile(profile)
         # a store built here masks what the profile says; a given PackStore keeps its own `redaction`
         self.store = store if isinstance(store, PackStore) else PackStore(store or DEFAULT_STORE_URL,
                                                                           redaction=self.profile.redaction)
         self.records = StateRecords(self.store)  # what session state points at, in the store
         self.window_tokens = window_tokens
+        # A pack that takes longer fails open: the call goes out as ADK built it, without waiting for the build.
+        self.pack_timeout = pack_timeout
         self.counter = counter or TokenCounter()
         self.keys = state_keys or StateKeys()
         self.use_memory = use_memory
@@ -212,8 +219,15 @@ class ContextPacker(ModelHooks, ToolHooks):
         return record
 
     async def _build(self, inputs: PackInputs, timings: StageTimes) -> ContextPack:
-        return await self._off_loop(build_pack, inputs, self.profile, counter=self.counter, window=self.window_tokens,
-                                    retriever=self.retriever, cache=self.cache, timings=timings)
+        """The pack, built on the pack thread; past `pack_timeout` the call stops waiting (`PackTimeout`, failing
+        open) and the build, which a thread cannot be made to drop, finishes unseen."""
+        try:
+            return await asyncio.wait_for(
+                self._off_loop(build_pack, inputs, self.profile, counter=self.counter, window=self.window_tokens,
+                               retriever=self.retriever, cache=self.cache, timings=timings), self.pack_timeout)
+        except asyncio.TimeoutError:
+            raise PackTimeout(f"the pack took over {self.pack_timeout} s; the request went out as ADK built it "
+                              f"(raise ContextPacker(pack_timeout=...) if packs this slow are expected)") from None
 
     async def _inputs(self, callback_context: CallbackContext, llm_request: LlmRequest, slot: SessionSlot,
                       stored: StoredPack) -> PackInputs:
