@@ -19,7 +19,7 @@ from aether_context.pipeline.render import quote
 from aether_context.pipeline import request_tokens
 from aether_context.testing import ScriptedLlm, call
 
-from conftest import (filler, lookup, make_runner, new_session, orphan_responses, run_turn,
+from conftest import (fetch_page, filler, lookup, make_runner, new_session, orphan_responses, run_turn,
                       save_report, scripted_agent, strip_continue)
 
 WINDOW = 6_000
@@ -643,3 +643,25 @@ async def test_a_pack_past_its_deadline_fails_open_without_waiting(memory_store_
     time.sleep(1.0)  # the abandoned build finishes on the pack thread
     await run_turn(runner, sid, "and again")
     assert plugin.packer.recent[-1].manifest.error is None
+
+
+async def test_store_write_failures_show_in_the_next_manifest(tmp_path):
+    """A store that cannot be written: the run goes on, results stay whole (no URI that was never saved), and
+    the next call's manifest and event metadata say that writes failed."""
+    from google.adk.agents import LlmAgent
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    llm = ScriptedLlm(turns=[call("fetch_page", url="https://x/1"), "read", "again"])
+    plugin = ContextPackPlugin(store=str(blocker / "packs"), window_tokens=16_000)
+    runner = make_runner(LlmAgent(name="a", model=llm, instruction="Answer.", tools=[fetch_page]), plugins=[plugin])
+    sid = await new_session(runner)
+    events = await run_turn(runner, sid, "fetch it")
+    await run_turn(runner, sid, "and again")
+    flags = [f for r in plugin.packer.recent for f in r.manifest.flags]
+    assert any(f.startswith("store_write_failed") for f in flags)
+    shown = [e.custom_metadata["aether_context"] for e in events if e.custom_metadata]
+    assert shown  # the pack still shows on its event
+    for req in llm.requests:  # no URI of an original that was never saved
+        for m in request_from_llm(req).messages:
+            assert "artifact://" not in m.text and all("artifact_uri" not in r.response for r in m.responses)

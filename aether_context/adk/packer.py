@@ -91,6 +91,7 @@ class ContextPacker(ModelHooks, ToolHooks):
         self.window_tokens = window_tokens
         # A pack that takes longer fails open: the call goes out as ADK built it, without waiting for the build.
         self.pack_timeout = pack_timeout
+        self._failed_before = 0  # store writes seen failed (`_store_flags`)
         self.counter = counter or TokenCounter()
         self.keys = state_keys or StateKeys()
         self.use_memory = use_memory
@@ -234,7 +235,7 @@ class ContextPacker(ModelHooks, ToolHooks):
         """This call's `PackInputs`, assembled once: the edge's collection, event times, saved images, calibration;
         `cite_originals` says whether the recall tool is declared."""
         session = callback_context.session
-        flags = stored.notes + stored.flags
+        flags = stored.notes + stored.flags + self._store_flags()
         slot.times = slot.times or EventTimes()
         grown = slot.times.only_grew(session.events)
         request = request_from_llm(llm_request, self.cache, grown, _slot_key_of(callback_context))
@@ -254,6 +255,17 @@ class ContextPacker(ModelHooks, ToolHooks):
         inputs = await self._save_images(callback_context, inputs)
         inputs = replace(inputs, calibration=read_calibration(own_state(callback_context), inputs.request.model))
         return inputs
+
+    def _store_flags(self) -> tuple[str, ...]:
+        """Store writes that failed since the last call looked (they run in the background): the next manifest
+        and its event metadata say so, with the newest error."""
+        stats = self.store.stats()
+        failed = stats.get("failed", 0)
+        if failed <= self._failed_before:
+            return ()
+        new, self._failed_before = failed - self._failed_before, failed
+        last = (stats.get("recent_failures") or [{}])[-1]
+        return (f"store_write_failed: {new} write(s), last {last.get('what', '?')}: {last.get('error', '?')}"[:300],)
 
     def _window_flags(self, llm_request: LlmRequest) -> tuple[str, ...]:
         """A guessed window (unknown model, Ollama route) is flagged in every manifest it shapes."""
