@@ -29,7 +29,6 @@ __all__ = ["Analyzer", "STOP_WORDS", "ENGLISH_STOP_WORDS", "normalize_text", "co
 
 # Letters and digits of any script; underscores and punctuation split words.
 _WORD = re.compile(r"[^\W_]+")
-_SPACE = re.compile(r"\s+")
 # Han, Hiragana, Katakana, Hangul (syllables and jamo), CJK compatibility ideographs.
 _CJK_CHARS = ("\u1100-\u11ff\u3040-\u30ff\u3100-\u312f\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff"
               "\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002ffff")
@@ -56,7 +55,7 @@ ENGLISH_STOP_WORDS = STOP_WORDS  # the name earlier releases exported
 
 def normalize_text(text: str) -> str:
     """Unicode-compatible, case-folded, whitespace-collapsed text: the key for "identical text"."""
-    return _SPACE.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())  # split: C, no regex over the text
 
 
 def content_key(text: str) -> str:
