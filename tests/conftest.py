@@ -7,7 +7,6 @@ Core (non-ADK) helpers build `ModelRequest`s and `PackInputs` directly.
 
 from __future__ import annotations
 
-import itertools
 import time
 import uuid
 from typing import Any, Iterable, Sequence
@@ -107,16 +106,6 @@ def scripted_agent(turns: Iterable[Any], *, name: str = "agent", tools: Sequence
     llm = ScriptedLlm(turns=list(turns))
     agent = LlmAgent(name=name, model=llm, instruction=instruction, tools=list(tools), **kwargs)
     return agent, llm
-
-
-def fixed_clock() -> None:
-    """ADK's event times (for the calling test's task) from a clock that starts at the same instant in every
-    run and ticks a second per read: runs compared with each other date their turns alike (a wall clock may
-    cross a minute between them, and a turn's date is in its Memory document)."""
-    from google.adk.platform import time as adk_time
-
-    ticks = itertools.count()
-    adk_time.set_time_provider(lambda: 1_700_000_000.0 + next(ticks))
 
 
 async def new_session(runner: Any, user_id: str = "u", state: dict | None = None) -> str:

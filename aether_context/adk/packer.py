@@ -24,27 +24,22 @@ from itertools import repeat
 import logging
 import time
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
 from google.adk.agents.callback_context import CallbackContext
-from google.adk.agents.invocation_context import InvocationContext
 from google.adk.models.llm_request import LlmRequest
 from google.adk.tools.tool_context import ToolContext
-from google.genai import types
 
 from ..compress import SummarizeFn, Summarizer
 from ..content import Message, sha256_hex
 from ..pipeline.build import ContextPack, StageTimes, build_pack, request_tokens
 from ..pipeline.cache import PackCache
 from ..pipeline.incremental import extended
-from ..pipeline.lines import ahead_lines
 from ..pipeline.collect import PackInputs, PackState
 from ..pipeline.decay import blob_key
 from ..pipeline.record import CallRecord, Manifest
-from ..pipeline.retrieve import Retriever, agent_namespace, default_retriever, retrieval_query, session_namespace
-from ..pipeline.warm import warm_ahead
+from ..pipeline.retrieve import Retriever, agent_namespace, default_retriever
 from ..retrieval.embeddings import Embedder
 from ..profile import BudgetProfile, load_profile
 from ..providers import EvidenceProvider
@@ -53,15 +48,15 @@ from ..tokens import TokenCounter, TokenCounting
 from ..windows import window_flag
 from .collect import collect_inputs
 from .event_times import EventTimes, session_now
-from .convert import apply_request, request_from_llm, to_message
+from .convert import apply_request, request_from_llm
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool
 from .session_state import (COMPACT_STATE_KEY, SAVED_STATE_KEY, URIS_STATE_KEY, StoredPack, carried_state,
                             own_state, read_calibration, read_pack, write_pack, write_summary)
 from .model_hooks import ModelHooks
 from .slots import MAX_SESSIONS, SessionSlot, SessionSlots, slot_key
 from .tool_hooks import ToolHooks
-from .task import StateKeys, task_from_state
-from .worker import off_loop, queue_ahead, start_ahead
+from .task import StateKeys
+from .worker import off_loop
 
 logger = logging.getLogger("aether_context")
 
@@ -76,7 +71,7 @@ class ContextPacker(ModelHooks, ToolHooks):
                  state_keys: StateKeys | None = None, use_memory: bool = True, use_artifacts: bool = True,
                  memory_pool: int = 1000, keep_recent: int = 1000, summarizer: "Summarizer | SummarizeFn | None" = None,
                  evidence_providers: "Sequence[EvidenceProvider]" = (), embedder: "Embedder | None" = None,
-                 originals: str = "auto", cache: PackCache | None = None, work_ahead: bool = True):
+                 originals: str = "auto", cache: PackCache | None = None):
         self.profile = load_profile(profile)
         # a store built here masks what the profile says; a given PackStore keeps its own `redaction`
         self.store = store if isinstance(store, PackStore) else PackStore(store or DEFAULT_STORE_URL,
@@ -103,9 +98,6 @@ class ContextPacker(ModelHooks, ToolHooks):
         # Where offloaded originals go: "auto" (as durable as the session), "adk" or "store" (see adk.offload)
         self.gateway = ArtifactGateway(self.store, originals=originals)
         self.recall_tool = make_recall_tool(self.gateway)
-        # After a request goes out, compute what the next compaction reads (masking, values, embeddings
-        # of the verbatim turns) on the work-ahead thread: a compaction then costs lookups, not a burst.
-        self.work_ahead = work_ahead
 
     @property
     def requested_window(self) -> int | None:
@@ -133,26 +125,6 @@ class ContextPacker(ModelHooks, ToolHooks):
         """Compact the conversation at the next model call of this session (recorded as asked for)."""
         ctx.state[COMPACT_STATE_KEY] = True
 
-    def on_user_message(self, invocation_context: InvocationContext, user_message: types.Content) -> None:
-        """A new user turn: embed, on the work-ahead thread, the question its first model call will rank Evidence
-        and Memory for (the message's text and the task in session state now: `retrieve.retrieval_query`), pool
-        it in the session's indexes and render, count, shorten and mask the pools' lines, while ADK appends the message
-        and builds the request. A wrong guess (a later plugin rewrote the message, the turn's state delta or a
-        callback changed the task) leaves that call to do its own, as it would have: the guess only fills the
-        query vectors, the indexes' pools and the lines kept by content, whose hits equal their misses."""
-        if not self.work_ahead:
-            return
-        try:
-            session = invocation_context.session
-            query = retrieval_query(to_message(user_message).text, task_from_state(session.state, self.keys))
-            queue_ahead(self.retriever.ahead_query, query,
-                        session_namespace(session.app_name, session.user_id, session.id),
-                        partial(ahead_lines, counter=self.counter, cache=self.cache, item_max_tokens={
-                            "evidence": self.profile.evidence.item_max_tokens,
-                            "memory": self.profile.memory.item_max_tokens}, redaction=self.profile.redaction))
-        except Exception:  # an optimisation that failed: the call embeds its question itself
-            logger.warning("aether-context: guessing the question ahead failed", exc_info=True)
-
     async def pack(self, callback_context: CallbackContext, llm_request: LlmRequest) -> CallRecord:
         """Rewrite `llm_request` into its Context Pack. Never raises: on failure the request is untouched."""
         slot = self.slot(callback_context)
@@ -173,7 +145,6 @@ class ContextPacker(ModelHooks, ToolHooks):
             without = pack.manifest.tokens_before + (_saved_tokens(saved, inputs.request.messages, self.cache, scope)
                                                      if saved else 0)
             pack = replace(pack, manifest=pack.manifest.model_copy(update={"tokens_without_plugin": without}))
-            replaced = llm_request.contents  # ADK's copies of the history, released below
             with timings.stage("apply"):
                 apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
                               added={RECALL_TOOL_NAME: self.recall_tool} if recall else {}, original=inputs.request,
@@ -198,12 +169,6 @@ class ContextPacker(ModelHooks, ToolHooks):
         except Exception:
             logger.error("aether-context: recording pack %s failed; the packed request goes out",
                          pack.manifest.pack_id, exc_info=True)
-        if self.work_ahead:  # what the next compaction reads, computed while the model answers
-            # ADK's per-request copies of a long history (10,000 contents: about 10 ms for CPython to
-            # free) are released on the work-ahead thread, while the model answers, not before it is asked
-            start_ahead(_release_then(replaced, warm_ahead), pack.inputs, pack.state, self.profile,
-                        counter=self.counter, retriever=self.retriever, cache=self.cache)
-        del replaced
         record = CallRecord(pack.manifest, uri, timings.to_json())
         self.recent.append(record)
         return record
@@ -292,18 +257,6 @@ class ContextPacker(ModelHooks, ToolHooks):
         record = CallRecord(manifest, uri)
         self.recent.append(record)
         return record
-
-
-def _release_then(replaced: list, fn):
-    """`fn`, then the release of the last reference to `replaced`, on the thread that runs the job."""
-    held = [replaced]
-
-    def job(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            held.clear()
-    return job
 
 
 def _cites_original(message: Message) -> bool:

@@ -184,8 +184,6 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     if pinned_only and inputs.request_index not in cut_at(room + int(target * _VALUES_CLAIM))[1]:
         return None  # the cut moves on as the block grows: not pinned at the most the block may take, never
     reader = compacted_reader(inputs, prepared, cache)
-    if cache is not None and turns:  # what the work ahead plans the next compaction's values with
-        cache.put("compaction_target", id(turns[0]), (turns[0], target, ceiling, window))
     new, compacted, opening, opening_tokens, values, extra = plan_values(
         inputs, profile, prepared, zone, reader, target=target, window=window, counter=counter, cache=cache,
         cut_at=cut_at)
@@ -211,7 +209,7 @@ def plan_values(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, 
                 ) -> "tuple[Verbatim, tuple[Turn, ...], str, int, str, int]":
     """A compaction's new zone, its compacted turns, opening request (and its tokens), KNOWN VALUES and the
     tokens the values claimed from the tail (`extra`), as `compact` plans them (`cut_at` gives the cut
-    for a block room): the work ahead plans the next compaction's the same way (`values_ahead`)."""
+    for a block room)."""
     turns, room = prepared.turns, int(target * BLOCK_SHARE)
     tools = inputs.request.tools
     params = (parameter_names(t.declaration for t in tools) if cache is None else  # the same tools on every call
@@ -301,7 +299,7 @@ class CompactedReader:
 
 
 def compacted_reader(inputs: PackInputs, prepared: Prepared, cache: PackCache | None) -> CompactedReader:
-    """The one reader of compacted turns: the compaction's, and the work ahead's, which fills its caches."""
+    """The one reader of compacted turns."""
     mask, uris = turn_masker(inputs.uris if inputs.cite_originals else {}, cache)
     return CompactedReader(lambda t: prepared.originals.get(t.start, t), mask, uris, prepared.originals.newest_first)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from itertools import compress
 from typing import Any, Sequence
 
 from ..compress import ExtractiveSummarizer, fold_message, fold_tool_pair
@@ -17,11 +18,10 @@ from ..content import Blob, FunctionCall, FunctionResponse, Message, TextPart, s
 from ..tokens import TokenCounting
 from .cache import PackCache, counter_key
 from .collect import Turn, turn_start
-from .incremental import extended, mapped, running_totals, shared_prefix, sparse, turn_key
-from .render import quote
+from .incremental import extended, mapped, running_totals, shared_prefix, turn_key
 
 __all__ = ["RunningSummary", "fold_turn", "decay_zones", "Zones", "decay_images", "blob_key", "prune_tool_outputs",
-           "clearable", "cleared_turn", "summarizer", "fold_ahead"]
+           "clearable", "cleared_turn", "summarizer"]
 
 
 @dataclass(frozen=True)
@@ -90,22 +90,6 @@ def summarizer(counter: TokenCounting, cache: PackCache | None = None) -> Extrac
     return ExtractiveSummarizer(counter, memo=lambda k, compute: cache.get("summary_reading", (k, key), compute))
 
 
-def fold_ahead(turn: Turn, uris: "dict[str, str]", counter: TokenCounting, cache: PackCache) -> None:
-    """Fill the caches with what a compaction reads of a (masked) turn it will fold: its fold line, counted
-    and quoted as the block shows it, and the summary's reading of that line, each line it puts counted as
-    the summary and the block count it (`count_lines`: a line with its line break). Only caches by content:
-    a hit equals a miss."""
-    line = fold_turn(turn, uris, counter, cache=cache)
-    counter.count_text(line)
-    counter.count_text(quote(f"- {line}") + "\n")
-    summary = summarizer(counter, cache)
-    for section, _, text in summary.reading(line):
-        if section == "Progress":
-            summary.plain(text)
-        for shown in (f"- {text}", f"- {text}\n", quote(f"- {text}") + "\n"):
-            counter.count_text(shown)
-
-
 @dataclass(frozen=True)
 class Zones:
     summary: RunningSummary
@@ -138,7 +122,7 @@ def decay_images(turns: Sequence[Turn], keep_turns: int, uris: "dict[str, str]",
     """Inline images older than `keep_turns` turns become a one-line description with their URI.
     Which turns carry an image is carried from the last call for its unchanged turns (`cache`)."""
     turns = tuple(turns)
-    with_images = set(sparse("image_turns", turns, lambda t: True if _has_images(t) else None, cache)[0])
+    with_images = set(compress(range(len(turns)), mapped("image_turns", turns, _has_images, cache)))
     if not with_images:
         return turns, ()
     out: list[Turn] = []
@@ -204,8 +188,7 @@ def prune_tool_outputs(turns: Sequence[Turn], *, protect_tokens: int, minimum_to
 def clearable(turns: "tuple[Turn, ...]", *, protect_tokens: int, minimum_tokens: int, uris: "dict[str, str]",
               already: "frozenset[int]", counter: TokenCounting, cache: PackCache | None = None) -> tuple[Turn, ...]:
     """The turns (newest first) whose outputs a prune of `turns` clears now, besides those cleared `already`:
-    none unless together they reclaim `minimum_tokens`. The work ahead asks it of the turns a call had, to
-    build the documents the next invocation's prune will give them (`warm`)."""
+    none unless together they reclaim `minimum_tokens`."""
     keys = mapped("response_keys", turns, _response_keys, cache)
     totals = running_totals(("response_tokens", counter_key(counter)), turns, lambda t: _response_tokens(t, counter), cache)
     total = totals[-1] if totals else 0
@@ -242,8 +225,7 @@ def _saved(turns: "tuple[Turn, ...]", keys: "tuple[tuple[str, ...], ...]", uris:
                 where.setdefault(k, []).append(i)
         return where
 
-    # a changed last turn is fed again into the same index: its old entries stay candidates, as above
-    where = extended("key_index", turns, dict, feed, cache, lambda found, n: found)
+    where = extended("key_index", turns, dict, feed, cache)
     key = ("saved", id(turns[0]))
     hit = cache.lookup("carried", key) if cache is not None else None
     if hit is not None and _still(hit, turns, uris, already):

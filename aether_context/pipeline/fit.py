@@ -22,7 +22,7 @@ from ..tokens import TokenCounting
 from .allocate import LAYER_OVERHEAD, Allocation
 from .collect import PackInputs, PackState, Turn
 from .cache import PackCache, counter_key
-from .incremental import mapped, sparse, turn_key, turn_tokens
+from .incremental import mapped, turn_key, turn_tokens
 from .render import block_follows, render_pack, render_payload, request_tokens
 
 if TYPE_CHECKING:
@@ -128,10 +128,10 @@ def bounded_turns(turns: "tuple[Turn, ...]", max_turn_tokens: int, counter: Toke
         outcomes = [bound(t) for t in turns]
         return tuple(map(itemgetter(0), outcomes)), tuple(filter(None, map(itemgetter(1), outcomes)))
     kind = ("bounded_turn", layer, max_turn_tokens, counter_key(counter))
-    # the turns (the same tuple when none is cut) and the cuts' events (only those, not an outcome per turn)
-    # are carried from the last call: a call bounds its new turns only (a cut turn's cut is kept by content)
+    # the turns (the same tuple when none is cut) and the cuts' events are carried from the last call: a call
+    # bounds its new turns only (a cut turn's cut is kept by content)
     out = mapped(kind, turns, lambda t: bound(t)[0], cache)
-    return out, sparse(kind, tuple(turns), lambda t: bound(t)[1], cache)[1]
+    return out, tuple(filter(None, mapped((*kind, "events"), turns, lambda t: bound(t)[1], cache)))
 
 
 def fit_lines(layer: str, lines: "tuple[Line, ...]", budget: int, item_max_tokens: int, counter: TokenCounting,

@@ -10,7 +10,6 @@ the cache it is given; results equal a fresh computation (and are one, without a
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_left
 from itertools import accumulate
 from operator import is_
 from typing import Any, Callable, Hashable, Sequence
@@ -21,7 +20,7 @@ from .cache import PackCache
 from .collect import PackInputs, Turn, group_turns
 
 __all__ = ["grouped_turns", "turn_tokens", "turns_tokens", "turn_key", "mapped", "running_totals", "shared_prefix",
-           "note_prefix", "extended", "sparse", "changed_items", "request_checksum", "inputs_digest"]
+           "note_prefix", "extended", "request_checksum", "inputs_digest"]
 
 
 def turn_key(turn: Turn) -> tuple:
@@ -125,34 +124,6 @@ def _shared_prefix(old: tuple, new: tuple) -> int:
     return lo
 
 
-MAX_CHANGED = 1024  # items changed in place past the shared prefix that a carry takes by position (more: from there)
-
-
-def changed_items(old: tuple, new: tuple, same: int) -> "list[int] | None":
-    """The positions past `same` (the shared prefix) and within both sequences where `new` holds another item
-    than `old`, when they are at most `MAX_CHANGED` and half of the positions compared; else None. Found by
-    halving C-level slice comparisons (identity first): a pass changed in place (a prune clears old turns deep
-    in the history) then redoes those items and the end past the shorter one, not every item after the first."""
-    end = min(len(old), len(new))
-    if same >= end:
-        return None
-    most = min(MAX_CHANGED, (end - same) // 2)
-    found: list[int] = []
-    todo = [(same, end)]
-    while todo:
-        lo, hi = todo.pop()
-        if old[lo:hi] == new[lo:hi]:
-            continue
-        if hi - lo == 1:
-            found.append(lo)
-            if len(found) > most:
-                return None
-            continue
-        mid = (lo + hi) // 2
-        todo += [(mid, hi), (lo, mid)]
-    return sorted(found)
-
-
 def _carried(cache: PackCache | None, kind: Hashable, items: tuple) -> "tuple[int, Any, tuple]":
     """What the last call of `kind` over a sequence starting with the same item left: how many of
     its items `items` still starts with, and its results."""
@@ -170,21 +141,6 @@ def mapped(kind: Hashable, items: Sequence, fn: Callable[[Any], Any], cache: Pac
     When `fn` gives back every item itself, the result is `items` (equal, and no history-sized copy)."""
     items, kind = tuple(items), ("mapped", kind)
     same, old, old_items = _carried(cache, kind, items)
-    changed = changed_items(old_items, items, same) if same else None
-    if changed is not None:  # items changed in place: those mapped again, and those past the last call's
-        n = min(len(old_items), len(items))
-        redone = {i: fn(items[i]) for i in changed}
-        fresh = tuple(fn(x) for x in items[n:])
-        if old is old_items and all(redone[i] is items[i] for i in changed) and all(map(is_, fresh, items[n:])):
-            out = items
-        else:
-            out = list(old[:n])
-            for i, x in redone.items():
-                out[i] = x
-            out = tuple(out) + fresh
-        if cache is not None:
-            cache.put("carried", (kind, id(items[0])), (items, out))
-        return out
     fresh = tuple(fn(x) for x in items[same:])
     if (not same or old is old_items) and all(map(is_, fresh, items[same:])):
         out = items  # the pass left every item as it was (e.g. no orphan to repair): shared, not copied
@@ -210,59 +166,17 @@ def running_totals(kind: Hashable, items: Sequence, weight: Callable[[Any], int]
 
 
 def extended(kind: Hashable, items: tuple, start: Callable[[], Any], feed: Callable[[Any, tuple], Any],
-              cache: PackCache | None, rewind: "Callable[[Any, int], Any] | None" = None) -> Any:
+              cache: PackCache | None) -> Any:
     """A state built by feeding `items` in order (`feed(state, more)` returns the new state), carried
-    from the last call when `items` still begins with all of its items; else built from `start()`.
-
-    `rewind(state, n)`, when given, returns the state of the first `n` items: then a call whose last
-    items changed (a turn that grew: a chat's answer joins the turn it closes) feeds only those again,
-    not the whole history."""
+    from the last call when `items` still begins with all of its items; else built from `start()`."""
     same, old, old_items = _carried(cache, kind, items)
     if old is not None and same == len(old_items):
         state = feed(old, items[same:])
-    elif old is not None and same and rewind is not None:
-        state = feed(rewind(old, same), items[same:])
     else:
         state = feed(start(), items)
     if cache is not None and items:
         cache.put("carried", (kind, id(items[0])), (items, state))
     return state
-
-
-def sparse(kind: Hashable, items: tuple, fn: Callable[[Any], Any], cache: PackCache | None
-           ) -> "tuple[tuple[int, ...], tuple[Any, ...]]":
-    """The positions of `items` where the pure `fn` (`kind` names it and its parameters) gives something
-    other than None, and what it gave there: a pass whose hits are few (the turns with an inline image, the
-    per-turn cap's cuts) keeps only those, not a result per item of the history. Carried from the last call
-    (`extended`): a call reads its new items, and, when the last call's last items changed (a chat's answer
-    joins the turn it closes), those again from the first changed one."""
-    def feed(state: "tuple[int, tuple[int, ...], tuple]", more: tuple) -> "tuple[int, tuple[int, ...], tuple]":
-        n, at, found = state
-        hits = [(n + i, x) for i, x in enumerate(map(fn, more)) if x is not None]
-        return n + len(more), at + tuple(i for i, _ in hits), found + tuple(x for _, x in hits)
-
-    def rewind(state: "tuple[int, tuple[int, ...], tuple]", n: int) -> "tuple[int, tuple[int, ...], tuple]":
-        k = bisect_left(state[1], n)  # the hits among the first `n` items (positions ascend)
-        return n, state[1][:k], state[2][:k]
-
-    same, old, old_items = _carried(cache, ("sparse", kind), items)
-    changed = changed_items(old_items, items, same) if same else None
-    if changed is not None:  # items changed in place: their hits found again, then those past the last call's fed
-        n = min(old[0], len(items))
-        hits = {i: x for i, x in zip(old[1], old[2]) if i < n}
-        for i in changed:
-            x = fn(items[i])
-            if x is None:
-                hits.pop(i, None)
-            else:
-                hits[i] = x
-        at = tuple(sorted(hits))
-        state = feed((n, at, tuple(map(hits.__getitem__, at))), items[n:])
-        if cache is not None:
-            cache.put("carried", (("sparse", kind), id(items[0])), (items, state))
-        return state[1], state[2]
-    _, at, found = extended(("sparse", kind), items, lambda: (0, (), ()), feed, cache, rewind)
-    return at, found
 
 
 def request_checksum(request: ModelRequest, cache: PackCache | None) -> str:

@@ -15,11 +15,11 @@ from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .cache import PackCache
 from .collect import PackInputs, Turn, turn_start
-from .decay import clearable, decay_images, prune_tool_outputs
+from .decay import decay_images, prune_tool_outputs
 from .fit import TruncationEvent, bounded_turns, repair_orphans
 from .select import Conversation, split_conversation
 
-__all__ = ["Prepared", "TurnsByStart", "prepare", "pruned_next"]
+__all__ = ["Prepared", "TurnsByStart", "prepare"]
 
 
 @dataclass(frozen=True)
@@ -83,19 +83,6 @@ def prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting, 
     prepared = Prepared(conv, turns[:n_hist], turns[n_hist:], pruned, originals, tuple(events))
     prepared.__dict__["turns"] = turns  # `Prepared.turns` as it is already joined, not a third copy of the history
     return prepared
-
-
-def pruned_next(inputs: PackInputs, profile: BudgetProfile, pruned: frozenset[int], counter: TokenCounting,
-                cache: PackCache | None = None) -> tuple[Turn, ...]:
-    """The turns of `inputs` whose outputs the next invocation's pruning would clear as they stand now (those
-    cleared `pruned` aside): a prune clears many turns at once, and the work ahead builds their Memory
-    documents before that call (`warm`)."""
-    if not profile.pruning.enabled:
-        return ()
-    turns = _unpruned(inputs, profile, cache)[1]
-    policy = profile.pruning
-    return clearable(turns, protect_tokens=policy.protect_tokens, minimum_tokens=policy.minimum_tokens,
-                     uris=inputs.uris, already=pruned, counter=counter, cache=cache)
 
 
 def _unpruned(inputs: PackInputs, profile: BudgetProfile, cache: PackCache | None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable
+from typing import Callable
 
 from ..compress.values import result_values, structured_result
 from ..content import Message, ToolSpec, canonical_json
@@ -21,13 +21,11 @@ from ..tokens import TokenCounting
 from .allocate import LAYER_OVERHEAD, Signals
 from .collect import MemoryItem, PackInputs, TaskSpec, Turn, turn_start
 from .cache import PackCache, counter_key
-from .incremental import changed_items, grouped_turns, shared_prefix, turn_key
+from .incremental import grouped_turns, shared_prefix, turn_key
 from .lines import RENDERS, date_label, line_of
 
 __all__ = ["Line", "Conversation", "Candidates", "select", "frame_candidates", "widen_memory", "query_text",
-           "documents_reading",
-           "split_conversation", "history_documents", "history_document", "pinned_neighbours",
-           "request_documents"]
+           "split_conversation", "history_documents", "history_document"]
 
 
 @dataclass(frozen=True)
@@ -146,23 +144,7 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
     same = 0
     if run is not None:  # times compared as one slice: a tuple of the turns' own times cost 10x more
         same = shared_prefix(run[0], compacted, cache)
-        times_same = shared_prefix(run[1], dates)
-        # turns changed in place are redone by position (else all from the first change) while every turn kept by
-        # position starts before the first time that changed, or that one of the two calls lacks
-        times_kept = compacted[min(len(run[0]), len(compacted)) - 1].start < times_same
-        changed = changed_items(run[0], compacted, same) if same and times_kept else None
-        same = bisect_left(compacted, times_same, hi=same, key=turn_start)
-        if changed is not None:  # turns changed in place (a prune): their documents and their neighbours' rebuilt
-            n = min(len(run[0]), len(compacted))
-            redo = documents_reading(changed, n)
-            redo.update(range(max(0, n - TURNS_AFTER), n))  # their context reads the turn after them
-            docs = list(run[2][:n])
-            for j in redo:
-                docs[j] = history_document(compacted, j, times, count_tokens, cache)
-            out = tuple(docs) + tuple(history_document(compacted, i, times, count_tokens, cache)
-                                      for i in range(n, len(compacted)))
-            cache.put("history_run", run_key, (compacted, dates, out))
-            return out
+        same = bisect_left(compacted, shared_prefix(run[1], dates), hi=same, key=turn_start)
         same = max(0, same - TURNS_AFTER) if same < len(run[0]) or same < len(compacted) else same
     docs = run[2][:same] if run is not None else ()
     docs += tuple(history_document(compacted, i, times, count_tokens, cache) for i in range(same, len(compacted)))
@@ -182,33 +164,6 @@ def history_document(turns: "tuple[Turn, ...]", i: int, times: "tuple[float | No
         return build()
     key = (tuple(turn_key(t) for t in turns[lo:hi]), i - lo, _turn_time(turns[i], times), counter_key(count_tokens))
     return cache.get("history_document", key, build)
-
-
-def documents_reading(positions: "Iterable[int]", n: int) -> "set[int]":
-    """The positions (below `n`) of the turns whose Memory documents read a turn at one of `positions`: its own,
-    and its neighbours' whose context reads it (the `TURNS_AFTER` before it, the `TURNS_BEFORE` after it)."""
-    return {j for i in positions for j in range(max(0, i - TURNS_AFTER), min(n, i + TURNS_BEFORE + 1))}
-
-
-def pinned_neighbours(pinned: "set[int]", tail: int) -> "list[int]":
-    """The compacted turns (positions before `tail`) whose documents read a pinned request (at `pinned`) as
-    context once it is compacted too: the one before it (its next turn) and the two after it (their previous)."""
-    return sorted(documents_reading(pinned, tail) - pinned)
-
-
-def request_documents(inputs: PackInputs, turns: "tuple[Turn, ...]", pinned: "tuple[int, ...]",
-                      count_tokens: Callable[[str], int], cache: PackCache | None = None) -> "list[Document]":
-    """The documents a later invocation's compaction builds around this invocation's request when it folds it:
-    pinned among compacted turns now, the request is a turn of that invocation's history, and its documents and
-    its neighbours' read it (the work ahead builds them before that invocation's opening call compacts)."""
-    r = inputs.request_index
-    if r is None or r not in pinned:
-        return []
-    at = bisect_left(turns, r, key=turn_start)
-    joined = (*turns[:at], Turn(r, (inputs.request.messages[r],)), *turns[at:])
-    times = inputs.message_times
-    return [*(history_document(joined, at, times, count_tokens, cache, following=f) for f in (True, False)),
-            *(history_document(joined, j, times, count_tokens, cache) for j in pinned_neighbours({at}, len(joined)))]
 
 
 def _history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None, ...]",
