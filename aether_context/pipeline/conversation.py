@@ -34,7 +34,7 @@ from .select import query_text
 
 __all__ = ["Compaction", "CompactionBlock", "Verbatim", "verbatim_zone", "plan_compaction", "compaction_block",
            "BLOCK_HEADER", "compact", "compaction_events", "CompactedReader", "compacted_reader", "plan_values",
-           "compaction_cuts", "newest_step"]
+           "compaction_cuts"]
 
 BLOCK_HEADER = "CONVERSATION SO FAR"
 
@@ -216,8 +216,6 @@ def plan_values(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, 
               cache.get("parameter_names", tuple(t.declaration_json for t in tools),
                         lambda: parameter_names(t.declaration for t in tools)))
 
-    step_start = turns[-newest_step(turns)].start if turns else 0  # where the step this call added starts
-
     def plan(block_room: int, extra: int, cut: bool) -> tuple:
         """The zone when the block may take `block_room`, and its opening and values (`extra` tokens over
         their share; not cut to their cap unless `cut`: values that need more are planned again)."""
@@ -228,9 +226,7 @@ def plan_values(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, 
         compacted, kept = new.split(turns)
         opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter, cache)
         opening_tokens = counter.count_text(opening) if opening else 0
-        # what the block does not repeat (joined by line breaks): the opening and the verbatim turns before the
-        # newest step, which the work ahead knows before the step arrives (its merge is then the compaction's)
-        visible = (opening, *(turn_text(t) for t in kept if t.start < step_start))
+        visible = (opening, *map(turn_text, kept))  # joined by line breaks: what the block does not repeat
         cap = _block_caps(profile, room, opening_tokens, extra=extra).values
         values, need = known_values(compacted, reader.newest_first, reader.mask, limit=profile.decay.values_max_tokens,
                                     cap=cap, counter=counter, visible=visible, params=params, cache=cache, cut=cut)
@@ -260,26 +256,6 @@ def _cut_at(inputs: PackInputs, profile: BudgetProfile, zone: Verbatim, turns: "
     return plan_compaction(turns, target=max(0, target - block_room), min_tail=policy.tail_turns, counter=counter,
                            request_index=inputs.request_index, current=zone, ceiling=max(0, ceiling - block_room),
                            growth_turns=policy.growth_turns, max_turns=policy.max_verbatim_turns)
-
-
-_MAX_STEP = 6  # turns: the longest step recognised (a longer one counts as its newest turn alone)
-
-
-def _shape(turn: Turn) -> tuple[str, bool]:
-    return turn.messages[0].role, turn.is_tool_exchange
-
-
-def newest_step(turns: "tuple[Turn, ...]") -> int:
-    """How many of the newest `turns` the conversation's last step added: a tool exchange alone; after a
-    message, the turns since the last one shaped like it (its role, and whether it is a tool exchange), i.e.
-    a chat's model answer and user message. A compaction's KNOWN VALUES are not repeated from the verbatim
-    turns before it (`plan_values`), and the work ahead guesses the next step as this one."""
-    newest = turns[-1]
-    if not newest.is_tool_exchange:
-        for back in range(2, min(_MAX_STEP + 1, len(turns)) + 1):
-            if _shape(turns[-back]) == _shape(newest):
-                return back - 1
-    return 1
 
 
 @dataclass(frozen=True)
