@@ -5,6 +5,9 @@ mode) with `ContextPackPlugin` at 8K and 4K and prints one line per model call: 
 call and the SHA-256 of the request (contents, system instruction, tools, as ADK hands them to the
 model). Run it on two commits and diff the outputs: a refactor that keeps the requests keeps every line.
 
+With `--cold` the packer's memo is emptied before every call: the checksums must be those of a run
+with the memo (what the memo keeps is keyed by content, so a hit gives the bytes a miss gives).
+
 Usage (from the repository root; about 3 minutes on 2 cores)::
 
     .venv/bin/python bench/request_checksums.py --data ../shared/datasets > after.txt
@@ -59,8 +62,10 @@ async def run(args: argparse.Namespace) -> None:
                 services = await job.prepare() if job.prepare else Services(ClockedSessionService(job.trajectory.id))
                 lines: list[str] = []
 
-                def on_request(call, llm_request, lines=lines) -> None:
+                def on_request(call, llm_request, lines=lines, packer=setup.packer) -> None:
                     lines.append(request_digest(llm_request))
+                    if args.cold:  # the model answers, then the next call packs with an empty memo
+                        packer.cache.clear()
 
                 await replay(job.trajectory, plugins=setup.plugins, keep_requests="none", on_request=on_request,
                              session_service=services.session_service, session_id=services.session_id,
@@ -79,6 +84,7 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=6, help="LoCoMo questions per mode")
     parser.add_argument("--episodes", type=int, default=4, help="tau-bench episodes")
     parser.add_argument("--runs", type=int, default=2, help="mini-swe-agent runs")
+    parser.add_argument("--cold", action="store_true", help="empty the packer's memo before every call")
     args = parser.parse_args()
     logging.getLogger("google_adk").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")

@@ -108,6 +108,14 @@ def scripted_agent(turns: Iterable[Any], *, name: str = "agent", tools: Sequence
     return agent, llm
 
 
+def in_memo(memo: Any, fn: Any) -> Any:
+    """`fn()` with `memo` as the call's memo (what the packer sets for the stages: `pipeline.cache.memo_scope`)."""
+    from aether_context.pipeline.cache import memo_scope
+
+    with memo_scope(memo):
+        return fn()
+
+
 async def new_session(runner: Any, user_id: str = "u", state: dict | None = None) -> str:
     session = await runner.session_service.create_session(app_name=runner.app_name, user_id=user_id, state=state)
     return session.id

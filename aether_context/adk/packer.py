@@ -34,7 +34,7 @@ from google.adk.tools.tool_context import ToolContext
 from ..compress import SummarizeFn, Summarizer
 from ..content import Message, sha256_hex
 from ..pipeline.build import ContextPack, StageTimes, build_pack, request_tokens
-from ..pipeline.cache import PackCache
+from ..pipeline.cache import PackCache, memo_scope
 from ..pipeline.incremental import extended
 from ..pipeline.collect import PackInputs, PackState
 from ..pipeline.decay import blob_key
@@ -90,7 +90,8 @@ class ContextPacker(ModelHooks, ToolHooks):
         self.retriever = Retriever(self.profile.retrieval, embedder=embedder) if embedder else default_retriever(self.profile)
         self.retriever.warm_up()  # load the embedding model now, off the first model call's path
         # What was computed from unchanged history (conversions, turns, retrieval documents, fold
-        # lines, values): a call then costs what is new since the previous one.
+        # lines, values): a call then costs what is new since the previous one. The stages reach it
+        # from the call's context (`pipeline.cache.memo_scope`), never through a parameter.
         self.cache = cache if cache is not None else PackCache()
         self.usage: collections.deque[dict] = collections.deque(maxlen=keep_recent)
         # One slot per (app, user, session, agent), least recently used released first.
@@ -129,7 +130,8 @@ class ContextPacker(ModelHooks, ToolHooks):
         """Rewrite `llm_request` into its Context Pack. Never raises: on failure the request is untouched."""
         slot = self.slot(callback_context)
         async with slot.lock():  # one call of a slot at a time: each reads the state the previous one left
-            return await self._pack(callback_context, llm_request, slot)
+            with memo_scope(self.cache):  # the stages' memo, reached from the call's context (also on the pack thread)
+                return await self._pack(callback_context, llm_request, slot)
 
     async def _pack(self, callback_context: CallbackContext, llm_request: LlmRequest, slot: SessionSlot) -> CallRecord:
         slot.last = None  # only this call's pack may be recovered or calibrated
@@ -142,13 +144,13 @@ class ContextPacker(ModelHooks, ToolHooks):
             pack = await self._build(inputs, timings)
             saved = own_state(callback_context).get(SAVED_STATE_KEY) or {}
             scope = _slot_key_of(callback_context)
-            without = pack.manifest.tokens_before + (_saved_tokens(saved, inputs.request.messages, self.cache, scope)
+            without = pack.manifest.tokens_before + (_saved_tokens(saved, inputs.request.messages, scope)
                                                      if saved else 0)
             pack = replace(pack, manifest=pack.manifest.model_copy(update={"tokens_without_plugin": without}))
             with timings.stage("apply"):
                 apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
                               added={RECALL_TOOL_NAME: self.recall_tool} if recall else {}, original=inputs.request,
-                              cache=self.cache, scope=scope)
+                              scope=scope)
         except Exception as e:  # fail open: the agent keeps working with the request ADK built
             logger.error("aether-context: packing failed for agent %s; sending the original request",
                          callback_context.agent_name, exc_info=True)
@@ -175,7 +177,7 @@ class ContextPacker(ModelHooks, ToolHooks):
 
     async def _build(self, inputs: PackInputs, timings: StageTimes) -> ContextPack:
         return await self._off_loop(build_pack, inputs, self.profile, counter=self.counter, window=self.window_tokens,
-                                    retriever=self.retriever, cache=self.cache, timings=timings)
+                                    retriever=self.retriever, timings=timings)
 
     async def _inputs(self, callback_context: CallbackContext, llm_request: LlmRequest, slot: SessionSlot,
                       stored: StoredPack) -> PackInputs:
@@ -185,14 +187,14 @@ class ContextPacker(ModelHooks, ToolHooks):
         flags = stored.notes + stored.flags
         slot.times = slot.times or EventTimes()
         grown = slot.times.only_grew(session.events)
-        request = request_from_llm(llm_request, self.cache, grown, _slot_key_of(callback_context))
+        request = request_from_llm(llm_request, grown, _slot_key_of(callback_context))
         recall = self._offers_recall(callback_context, request.messages, stored.state)
         inputs = await collect_inputs(
             callback_context, llm_request, request, keys=self.keys, previous=stored.state,
             memory_limit=self.memory_pool, artifact_cache=slot.artifacts, now=session_now(session.events),
             use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags + self._window_flags(llm_request),
-            providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (), cache=self.cache)
-        inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request, self.cache),
+            providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else ())
+        inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
                          compact=bool(own_state(callback_context).get(COMPACT_STATE_KEY)), cite_originals=recall)
         inputs = await self._save_images(callback_context, inputs)
         inputs = replace(inputs, calibration=read_calibration(own_state(callback_context), inputs.request.model))
@@ -204,8 +206,9 @@ class ContextPacker(ModelHooks, ToolHooks):
         return (flag,) if flag else ()
 
     def _recall_now(self, ctx: CallbackContext, llm_request: LlmRequest) -> bool:
-        return self._offers_recall(ctx, request_from_llm(llm_request, self.cache).messages,
-                                   read_pack(own_state(ctx), ctx.agent_name).state)
+        with memo_scope(self.cache):
+            return self._offers_recall(ctx, request_from_llm(llm_request).messages,
+                                       read_pack(own_state(ctx), ctx.agent_name).state)
 
     def _offers_recall(self, ctx: CallbackContext, messages: Sequence[Message], previous: PackState | None) -> bool:
         """The recall tool is declared once the request cites an original it can read back (an offloaded
@@ -217,12 +220,12 @@ class ContextPacker(ModelHooks, ToolHooks):
         if previous is not None and (RECALL_TOOL_NAME in previous.tool_names or "artifact://" in previous.block_text):
             return True
         return extended("cites_original", tuple(messages), lambda: False,
-                        lambda found, more: found or any(map(_cites_original, more)), self.cache)
+                        lambda found, more: found or any(map(_cites_original, more)))
 
     async def _save_images(self, ctx: CallbackContext, inputs: PackInputs) -> PackInputs:
         """Save inline images to the artifact store once, so their decayed form can cite a URI."""
         uris = inputs.uris
-        blobs = extended("blobs", inputs.request.messages, tuple, _with_blobs, self.cache)  # carried from the last call
+        blobs = extended("blobs", inputs.request.messages, tuple, _with_blobs)  # carried from the last call
         for blob in blobs:
             key = blob_key(blob.data)
             if key not in uris:
@@ -236,7 +239,7 @@ class ContextPacker(ModelHooks, ToolHooks):
     def _record_failure(self, ctx: CallbackContext, llm_request: LlmRequest, error: Exception) -> CallRecord:
         session = ctx.session
         try:
-            original = request_from_llm(llm_request, self.cache)
+            original = request_from_llm(llm_request)
             checksum, tokens = original.checksum, request_tokens(original, self.counter)
         except Exception:  # even the request could not be read; record what we know
             logger.debug("aether-context: could not convert the failing request", exc_info=True)
@@ -269,7 +272,7 @@ def _slot_key_of(ctx: "CallbackContext | ToolContext") -> tuple[str, str, str, s
     return slot_key(session.app_name, session.user_id, session.id, ctx.agent_name)
 
 
-def _saved_tokens(saved: "dict[str, int]", messages: "tuple[Message, ...]", cache: PackCache, scope: Any) -> int:
+def _saved_tokens(saved: "dict[str, int]", messages: "tuple[Message, ...]", scope: Any) -> int:
     """What the offloads of the request's tool results saved (`saved`: response key -> tokens). Carried from
     the last call of the slot `scope` over the same history while `saved` is the same dict (the tool hook
     replaces it, never edits it): a call then reads its new messages' keys only."""
@@ -282,7 +285,7 @@ def _saved_tokens(saved: "dict[str, int]", messages: "tuple[Message, ...]", cach
             map(saved.get, new, repeat(0)))
         keys.extend(new)
         return saved, keys, total
-    return extended(("saved_tokens", scope), messages, lambda: (None, [], 0), feed, cache)[2]
+    return extended(("saved_tokens", scope), messages, lambda: (None, [], 0), feed)[2]
 
 
 def _with_blobs(found: tuple, more: tuple) -> tuple:

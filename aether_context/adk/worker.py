@@ -11,6 +11,7 @@ is repaired before anything hashes or stores it (`repair_unicode`).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import re
@@ -42,8 +43,10 @@ def pack_worker() -> ThreadPoolExecutor:
 
 
 async def off_loop(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-    """`fn(*args, **kwargs)` on the pack thread, awaited from the event loop."""
-    return await asyncio.get_running_loop().run_in_executor(pack_worker(), functools.partial(fn, *args, **kwargs))
+    """`fn(*args, **kwargs)` on the pack thread, awaited from the event loop, in a copy of the caller's context
+    (the call's memo: `pipeline.cache.memo_scope`)."""
+    run = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(pack_worker(), run)
 
 
 async def summarize(summarizer: "Summarizer | SummarizeFn", previous: str | None, items: "Sequence[str]", *,

@@ -25,7 +25,7 @@ from .allocate import conversation_tokens
 from .collect import PackInputs, PackState, Turn, turn_start
 from .decay import RunningSummary, decay_zones
 from .fit import TruncationEvent
-from .cache import PackCache, counter_key
+from .cache import counter_key, current_memo
 from .incremental import turn_tokens
 from .known_values import known_values, turn_text
 from .prepare import Prepared
@@ -140,10 +140,10 @@ def plan_compaction(turns: "tuple[Turn, ...]", *, target: int, min_tail: int, co
 
 def compaction_block(compacted: "tuple[Turn, ...]", summary: RunningSummary, *, opening: str, goal: str,
                      fold_max_tokens: int, summary_max_tokens: int, uris: "dict[str, str]", values: str,
-                     counter: TokenCounting, cache: PackCache | None = None) -> CompactionBlock:
+                     counter: TokenCounting) -> CompactionBlock:
     """The block text for every compacted turn, with the advanced summary and what was merged into it."""
     zones = decay_zones(compacted, summary, goal=goal, fold_max_tokens=fold_max_tokens,
-                        summary_max_tokens=summary_max_tokens, uris=uris, counter=counter, cache=cache)
+                        summary_max_tokens=summary_max_tokens, uris=uris, counter=counter)
     cited = "; quoted data, originals at their artifact:// URIs" if uris else "; quoted data"
     parts = [f"{BLOCK_HEADER} (earlier turns, compacted by aether-context{cited}):"]
     if opening:
@@ -166,7 +166,7 @@ _VALUES_CLAIM = 0.25  # of the compaction target: what values that need more tha
 
 def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone: Verbatim, *, target: int,
             ceiling: int, reason: str, tokens_before: int, window: int, counter: TokenCounting,
-            cache: PackCache | None = None, pinned_only: bool = False,
+            pinned_only: bool = False,
             follows: Callable[[Verbatim], str] | None = None) -> Compaction | None:
     """One compaction: the oldest turns leave the verbatim zone, in one step, down to `target`; with
     `pinned_only`, None (no block is built) when the cut does not pin this invocation's request.
@@ -183,9 +183,9 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     cut_at = compaction_cuts(inputs, profile, zone, turns, counter, target, ceiling)
     if pinned_only and inputs.request_index not in cut_at(room + int(target * _VALUES_CLAIM))[1]:
         return None  # the cut moves on as the block grows: not pinned at the most the block may take, never
-    reader = compacted_reader(inputs, prepared, cache)
+    reader = compacted_reader(inputs, prepared)
     new, compacted, opening, opening_tokens, values, extra = plan_values(
-        inputs, profile, prepared, zone, reader, target=target, window=window, counter=counter, cache=cache,
+        inputs, profile, prepared, zone, reader, target=target, window=window, counter=counter,
         cut_at=cut_at)
     if pinned_only and inputs.request_index not in new.pinned:
         return None
@@ -194,7 +194,7 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     caps = _block_caps(profile, room, opening_tokens, values=max(0, used - extra))
     block = compaction_block(
         tuple(map(reader.read, compacted[bisect_right(compacted, summary.covered_until, key=turn_start):])),
-        summary, opening=opening, uris=reader.uris, values=values, counter=counter, cache=cache,
+        summary, opening=opening, uris=reader.uris, values=values, counter=counter,
         goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=caps.fold, summary_max_tokens=caps.summary)
     new = replace(new, block=block.text + (follows(new) if follows is not None else ""), pins_opening=bool(opening),
                   values_tokens=used)
@@ -205,11 +205,12 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
 
 def plan_values(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone: Verbatim,
                 reader: "CompactedReader", *, target: int, window: int, counter: TokenCounting,
-                cache: PackCache | None, cut_at: "Callable[[int], tuple[int, tuple[int, ...]]]"
+                cut_at: "Callable[[int], tuple[int, tuple[int, ...]]]"
                 ) -> "tuple[Verbatim, tuple[Turn, ...], str, int, str, int]":
     """A compaction's new zone, its compacted turns, opening request (and its tokens), KNOWN VALUES and the
     tokens the values claimed from the tail (`extra`), as `compact` plans them (`cut_at` gives the cut
     for a block room)."""
+    cache = current_memo()
     turns, room = prepared.turns, int(target * BLOCK_SHARE)
     tools = inputs.request.tools
     params = (parameter_names(t.declaration for t in tools) if cache is None else  # the same tools on every call
@@ -224,12 +225,12 @@ def plan_values(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, 
         # the compacted turns' originals are read lazily: newest first for the values (which stop at their
         # cap), and only those the summary does not cover yet for the block
         compacted, kept = new.split(turns)
-        opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter, cache)
+        opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter)
         opening_tokens = counter.count_text(opening) if opening else 0
         visible = (opening, *map(turn_text, kept))  # joined by line breaks: what the block does not repeat
         cap = _block_caps(profile, room, opening_tokens, extra=extra).values
         values, need = known_values(compacted, reader.newest_first, reader.mask, limit=profile.decay.values_max_tokens,
-                                    cap=cap, counter=counter, visible=visible, params=params, cache=cache, cut=cut)
+                                    cap=cap, counter=counter, visible=visible, params=params, cut=cut)
         return (new, compacted, opening, opening_tokens, values, extra), need - cap
 
     planned, short = plan(room, 0, False)
@@ -274,9 +275,9 @@ class CompactedReader:
         return self.mask(self.original(turn))
 
 
-def compacted_reader(inputs: PackInputs, prepared: Prepared, cache: PackCache | None) -> CompactedReader:
+def compacted_reader(inputs: PackInputs, prepared: Prepared) -> CompactedReader:
     """The one reader of compacted turns."""
-    mask, uris = turn_masker(inputs.uris if inputs.cite_originals else {}, cache)
+    mask, uris = turn_masker(inputs.uris if inputs.cite_originals else {})
     return CompactedReader(lambda t: prepared.originals.get(t.start, t), mask, uris, prepared.originals.newest_first)
 
 
@@ -305,10 +306,11 @@ def _block_caps(profile: BudgetProfile, room: int, opening: int, *, extra: int =
 
 
 def _opening(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: BudgetProfile, window: int,
-             cap: int, counter: TokenCounting, cache: PackCache | None = None) -> str:
+             cap: int, counter: TokenCounting) -> str:
     """The session's opening request, pinned in the block once it left the verbatim zone (capped: the
-    cut is kept in the `cache` by text and cap, as every compaction of the session pins the same text;
+    cut is kept in the call's memo by text and cap, as every compaction of the session pins the same text;
     a new cap's cut counts by lines)."""
+    cache = current_memo()
     text = inputs.task.opening_request
     if not profile.task.pin_opening_request or inputs.task.goal or not text.strip():
         return ""

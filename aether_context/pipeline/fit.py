@@ -21,7 +21,7 @@ from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .allocate import LAYER_OVERHEAD, Allocation
 from .collect import PackInputs, PackState, Turn
-from .cache import PackCache, counter_key
+from .cache import counter_key, current_memo
 from .incremental import mapped, turn_key, turn_tokens
 from .render import block_follows, render_pack, render_payload, request_tokens
 
@@ -79,16 +79,16 @@ def cut_turn(turn: Turn, max_tokens: int, counter: TokenCounting) -> Turn:
     return Turn(turn.start, tuple(msgs))
 
 
-def repair_orphans(turns: "tuple[Turn, ...]", cache: "PackCache | None" = None
+def repair_orphans(turns: "tuple[Turn, ...]"
                    ) -> tuple[tuple[Turn, ...], tuple[TruncationEvent, ...]]:
     """Rewrite function responses whose call is gone (cut by an earlier compaction) as user text.
 
     Gemini rejects a response without its call; as text the result stays visible and in place.
-    Each turn's repair depends on the turn alone: with a `cache`, the unchanged leading turns of the
+    Each turn's repair depends on the turn alone: with the call's memo, the unchanged leading turns of the
     last call keep theirs (`incremental.mapped`).
     """
     turns = tuple(turns)
-    repaired = mapped("repair_orphan", turns, _repaired, cache)
+    repaired = mapped("repair_orphan", turns, _repaired)
     ids = () if repaired == turns else tuple(turn_id(t) for t, r in zip(turns, repaired) if r != t)
     events = (TruncationEvent("conversation", "compress", "orphaned function response rewritten as text", ids),) if ids else ()
     return repaired, events
@@ -101,9 +101,10 @@ def _repaired(t: Turn) -> Turn:
     return Turn(t.start, (Message("user", (TextPart(f"[turn {t.start}] tool result whose call is no longer in the history: {brief}"),)),))
 
 
-def bounded_turn(turn: Turn, max_turn_tokens: int, counter: TokenCounting, cache: "PackCache | None" = None) -> Turn:
+def bounded_turn(turn: Turn, max_turn_tokens: int, counter: TokenCounting) -> Turn:
     """`turn` itself when it fits `max_turn_tokens`, else cut to it (the same turn is cut again on every later
-    call: with a `cache`, by its content, the same cut)."""
+    call: with the call's memo, by its content, the same cut)."""
+    cache = current_memo()
     if turn_tokens(turn, counter) <= max_turn_tokens:
         return turn
     if cache is None:
@@ -113,12 +114,13 @@ def bounded_turn(turn: Turn, max_turn_tokens: int, counter: TokenCounting, cache
 
 
 def bounded_turns(turns: "tuple[Turn, ...]", max_turn_tokens: int, counter: TokenCounting,
-                  layer: str = "conversation", cache: "PackCache | None" = None
+                  layer: str = "conversation"
                   ) -> tuple[tuple[Turn, ...], tuple[TruncationEvent, ...]]:
-    """Apply the per-turn cap; each cut is an event. With a `cache`, the unchanged leading turns of
+    """Apply the per-turn cap; each cut is an event. With the call's memo, the unchanged leading turns of
     the last call keep their outcome (`incremental.mapped`), and a turn cut once is cut again from it."""
+    cache = current_memo()
     def bound(t: Turn) -> "tuple[Turn, TruncationEvent | None]":
-        t2 = bounded_turn(t, max_turn_tokens, counter, cache)
+        t2 = bounded_turn(t, max_turn_tokens, counter)
         if t2 is t:
             return t, None
         return t2, TruncationEvent(layer, "cut", "turn over max_turn_tokens", (turn_id(t),), turn_tokens(t, counter),
@@ -130,8 +132,8 @@ def bounded_turns(turns: "tuple[Turn, ...]", max_turn_tokens: int, counter: Toke
     kind = ("bounded_turn", layer, max_turn_tokens, counter_key(counter))
     # the turns (the same tuple when none is cut) and the cuts' events are carried from the last call: a call
     # bounds its new turns only (a cut turn's cut is kept by content)
-    out = mapped(kind, turns, lambda t: bound(t)[0], cache)
-    return out, tuple(filter(None, mapped((*kind, "events"), turns, lambda t: bound(t)[1], cache)))
+    out = mapped(kind, turns, lambda t: bound(t)[0])
+    return out, tuple(filter(None, mapped((*kind, "events"), turns, lambda t: bound(t)[1])))
 
 
 def fit_lines(layer: str, lines: "tuple[Line, ...]", budget: int, item_max_tokens: int, counter: TokenCounting,

@@ -8,14 +8,13 @@ within the cap. Each turn's value sets and each part of the visible text's words
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Callable, Iterator
 
 from ..compress.value_merge import merged_values, visible_part
 from ..compress.values import ValueSet, extract_values, render_values
 from ..content import canonical_json
 from ..tokens import TokenCounting
-from .cache import PackCache
+from .cache import current_memo
 from .collect import Turn
 from .incremental import turn_key
 
@@ -25,7 +24,7 @@ __all__ = ["known_values", "known_values_of", "turn_text", "visible_words"]
 def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn, ...]], Iterator[Turn]]",
                  mask: Callable[[Turn], Turn], *,
                  limit: int, cap: int, counter: TokenCounting, visible: "str | tuple[str, ...]" = "",
-                 params: frozenset[str] = frozenset(), cache: PackCache | None = None,
+                 params: frozenset[str] = frozenset(),
                  cut: bool = True) -> tuple[str, int]:
     """KNOWN VALUES of the `compacted` turns (in order; `originals` gives them before any cut, newest
     first, `mask` a turn with its secrets masked) within `cap` tokens, and the tokens they take within `limit`
@@ -37,27 +36,26 @@ def known_values(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn
     more room)."""
     if limit <= 0 or not compacted:
         return "", 0
-    read = _read(compacted, originals, mask, limit, cache)
-    words = partial(visible_words, cache=cache)
-    full = merged_values([vs for _, found in read for vs in found], visible=visible, read=words)
+    read = _read(compacted, originals, mask, limit)
+    full = merged_values([vs for _, found in read for vs in found], visible=visible, read=visible_words)
     text = render_values(full.sets, limit, counter, params=params) if full.sets else ""
     need = counter.count_text(text) if text else 0
     if need > cap:
         text = ""
         if cap > 0 and cut:
-            capped = merged_values(_newest_sets(read, cap), visible=visible, read=words)
+            capped = merged_values(_newest_sets(read, cap), visible=visible, read=visible_words)
             text = render_values(capped.sets, cap, counter, params=params) if capped.sets else ""
     return text, need
 
 
 def _read(compacted: "tuple[Turn, ...]", originals: "Callable[[tuple[Turn, ...]], Iterator[Turn]]",
-          mask: Callable[[Turn], Turn], limit: int, cache: PackCache | None
+          mask: Callable[[Turn], Turn], limit: int
           ) -> "list[tuple[Turn, tuple[ValueSet, ...]]]":
     """The newest turns (newest first) with their value sets, until they give `limit` sources."""
     out: list[tuple[Turn, tuple[ValueSet, ...]]] = []
     n = 0
     for turn in originals(compacted):
-        read = (turn, tuple(vs for vs in known_values_of(mask(turn), cache) if vs is not None))
+        read = (turn, tuple(vs for vs in known_values_of(mask(turn)) if vs is not None))
         out.append(read)
         n += len(read[1])
         if n >= limit:
@@ -75,13 +73,15 @@ def _newest_sets(read: "list[tuple[Turn, tuple[ValueSet, ...]]]", limit: int) ->
     return sets
 
 
-def visible_words(part: str, cache: PackCache | None = None) -> tuple:
-    """What a merge reads of one part of the visible text (`visible_part`), once per text with a `cache`."""
+def visible_words(part: str) -> tuple:
+    """What a merge reads of one part of the visible text (`visible_part`), once per text with the call's memo."""
+    cache = current_memo()
     return visible_part(part) if cache is None else cache.get("visible_part", part, lambda: visible_part(part))
 
 
-def known_values_of(turn: Turn, cache: PackCache | None = None) -> tuple:
-    """The value sets one (masked) turn carried, computed once per content with a `cache`."""
+def known_values_of(turn: Turn) -> tuple:
+    """The value sets one (masked) turn carried, computed once per content with the call's memo."""
+    cache = current_memo()
     return _turn_values(turn) if cache is None else cache.get("turn_values", turn_key(turn), lambda: _turn_values(turn))
 
 

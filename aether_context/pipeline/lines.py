@@ -7,7 +7,7 @@ from typing import Callable
 
 from ..retrieval import Document
 from ..tokens import TokenCounting
-from .cache import PackCache
+from .cache import current_memo
 
 __all__ = ["RENDERS", "date_label", "line_of"]
 
@@ -37,9 +37,9 @@ def render_memory(doc: Document) -> str:
 RENDERS: dict[str, Callable[[Document], str]] = {"evidence": render_evidence, "memory": render_memory}
 
 
-def line_of(doc: Document, render: Callable[[Document], str], counter: TokenCounting, counted_by: object,
-            cache: PackCache) -> tuple[str, int]:
+def line_of(doc: Document, render: Callable[[Document], str], counter: TokenCounting, counted_by: object) -> tuple[str, int]:
     """A document's line and its tokens (`counted_by`: `counter_key(counter)`), kept by the document's content."""
+    cache = current_memo()
     key = (render.__name__, doc.id, doc.text, doc.timestamp, str(doc.metadata.get("uri", "")), counted_by)
     return cache.get("line", key, lambda: _counted(render(doc), counter))
 

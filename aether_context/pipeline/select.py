@@ -20,7 +20,7 @@ from .retrieve import Retriever, agent_namespace, retrieval_query
 from ..tokens import TokenCounting
 from .allocate import LAYER_OVERHEAD, Signals
 from .collect import MemoryItem, PackInputs, TaskSpec, Turn, turn_start
-from .cache import PackCache, counter_key
+from .cache import counter_key, current_memo
 from .incremental import grouped_turns, shared_prefix, turn_key
 from .lines import RENDERS, date_label, line_of
 
@@ -75,9 +75,9 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def split_conversation(inputs: PackInputs, cache: PackCache | None = None) -> Conversation:
+def split_conversation(inputs: PackInputs) -> Conversation:
     """History before the invocation's user request, the request, and this invocation's turns after it
-    (the turns of an unchanged leading run are reused from `cache`)."""
+    (the turns of an unchanged leading run are reused from the call's memo)."""
     msgs = inputs.request.messages
     skip = sorted(set(inputs.instruction_indices))
     r = inputs.request_index
@@ -87,7 +87,7 @@ def split_conversation(inputs: PackInputs, cache: PackCache | None = None) -> Co
         out: tuple[Turn, ...] = ()
         for cut in [k for k in skip if lo <= k < hi] + [hi]:
             if cut > lo:
-                out += grouped_turns(msgs, 0, cache, span=(lo, cut))
+                out += grouped_turns(msgs, 0, span=(lo, cut))
             lo = cut + 1
         return out
 
@@ -128,14 +128,15 @@ def _turn_time(turn: Turn, times: "tuple[float | None, ...]") -> float | None:
 
 
 def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None, ...]",
-                      count_tokens: Callable[[str], int], cache: PackCache | None = None) -> tuple[Document, ...]:
+                      count_tokens: Callable[[str], int]) -> tuple[Document, ...]:
     """Compacted turns as Memory candidates, indexed with the context a reader needs to place them: their
     date and the neighbouring turns (a reply is found by the question it answers); shown: the turn's own text, dated.
 
-    With a `cache`, a turn's document is built once (keyed by the content of the turn and of the
+    With the call's memo, a turn's document is built once (keyed by the content of the turn and of the
     neighbours its context reads, and its time), and the last call's pool is carried: its leading turns
     that are the same objects, and start before the first message whose time changed, keep their
     documents, but for the last TURNS_AFTER (their context reads the next turn)."""
+    cache = current_memo()
     if cache is None or not compacted:
         return tuple(_history_documents(compacted, times, count_tokens))
     dates = times[:compacted[-1].start + 1]  # every compacted turn's time (in order: the last start is the largest)
@@ -143,22 +144,21 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
     run = cache.lookup("history_run", run_key)
     same = 0
     if run is not None:  # times compared as one slice: a tuple of the turns' own times cost 10x more
-        same = shared_prefix(run[0], compacted, cache)
+        same = shared_prefix(run[0], compacted)
         same = bisect_left(compacted, shared_prefix(run[1], dates), hi=same, key=turn_start)
         same = max(0, same - TURNS_AFTER) if same < len(run[0]) or same < len(compacted) else same
     docs = run[2][:same] if run is not None else ()
-    docs += tuple(history_document(compacted, i, times, count_tokens, cache) for i in range(same, len(compacted)))
+    docs += tuple(history_document(compacted, i, times, count_tokens) for i in range(same, len(compacted)))
     cache.put("history_run", run_key, (compacted, dates, docs))  # holds the turns: their ids stay theirs
     return docs
 
 
 def history_document(turns: "tuple[Turn, ...]", i: int, times: "tuple[float | None, ...]",
-                     count_tokens: Callable[[str], int], cache: PackCache | None = None, *,
-                     following: bool = True) -> Document:
-    """The Memory document of `turns[i]`, its context read from the turns around it (the one after it
-    only if `following`: the newest turn a compaction moves has its next turn still verbatim). With a
-    `cache`, built once per content of the turns it reads and its time."""
-    lo, hi = max(0, i - TURNS_BEFORE), (min(len(turns), i + 1 + TURNS_AFTER) if following else i + 1)
+                     count_tokens: Callable[[str], int]) -> Document:
+    """The Memory document of `turns[i]`, its context read from the turns around it. With the call's memo,
+    built once per content of the turns it reads and its time."""
+    cache = current_memo()
+    lo, hi = max(0, i - TURNS_BEFORE), min(len(turns), i + 1 + TURNS_AFTER)
     build = lambda: _history_documents(turns[lo:hi], times, count_tokens)[i - lo]  # noqa: E731
     if cache is None:
         return build()
@@ -178,14 +178,14 @@ def _history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None
     return docs
 
 
-def _lines(result: RetrievalResult, render: Callable[[Document], str], counter: TokenCounting,
-           cache: PackCache | None = None) -> tuple[Line, ...]:
+def _lines(result: RetrievalResult, render: Callable[[Document], str], counter: TokenCounting) -> tuple[Line, ...]:
     """Ranked lines with every score that placed them (recorded in the manifest). A document's line
-    and its tokens are kept by the document's content (`cache`): the same memory ranks on many calls."""
+    and its tokens are kept by the document's content (the call's memo): the same memory ranks on many calls."""
+    cache = current_memo()
     out, counted_by = [], counter_key(counter)
     for item in result.items:
         doc = item.document
-        text, tokens = (render(doc), None) if cache is None else line_of(doc, render, counter, counted_by, cache)
+        text, tokens = (render(doc), None) if cache is None else line_of(doc, render, counter, counted_by)
         sources = tuple(dict.fromkeys(item.sources)) if item.sources else (doc.source,)  # each source once
         out.append(Line(id=doc.id, text=text, tokens=counter.count_text(text) if tokens is None else tokens, source="+".join(sources),
                         uri=str(doc.metadata.get("uri", "")), score=round(item.score, 6), timestamp=doc.timestamp,
@@ -205,7 +205,7 @@ MAX_RANKED = 400  # most items one layer ranks per call; the budget then decides
 
 def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting, retriever: Retriever,
            conversation: Conversation, compacted: "tuple[Turn, ...]", kept: "tuple[Turn, ...]",
-           cache: PackCache | None = None, now: float | None = None) -> Candidates:
+           now: float | None = None) -> Candidates:
     """Rank the candidates of every layer (hybrid retrieval) and compute the allocator's signals.
 
     Memory candidates are remembered facts plus every compacted turn (the whole history stays
@@ -218,7 +218,7 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     namespace = _namespace(inputs)
     now = (now if now is not None else inputs.now) or None
     ev_docs = [Document(e.id, e.summary, e.source, e.timestamp, {"uri": e.uri} if e.uri else {}) for e in inputs.evidence]
-    mem_docs = _memory_documents(inputs, compacted, counter, cache)
+    mem_docs = _memory_documents(inputs, compacted, counter)
     # only ranking reads the verbatim texts (a long tool loop has many messages)
     verbatim = _verbatim(conversation, kept) if ev_docs or mem_docs else []
     # Evidence is what the app chose to show: ranked, never filtered by relevance.
@@ -226,9 +226,9 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
                                count_tokens=None, now=now, exclude=verbatim)  # `_lines` counts what is shown
     if ev_docs and ev_result.signals.get("empty_query"):  # nothing to rank by: the app's order
         ev_result = _in_given_order(ev_docs, query)
-    evidence = _lines(ev_result, RENDERS["evidence"], counter, cache)
+    evidence = _lines(ev_result, RENDERS["evidence"], counter)
     mem_result = _rank_memory(inputs, profile, retriever, mem_docs, verbatim, now=now)
-    memory = _lines(mem_result, RENDERS["memory"], counter, cache)
+    memory = _lines(mem_result, RENDERS["memory"], counter)
     flags.extend(_retrieval_flags(ev_result, mem_result))
 
     signals = _signals(inputs.task, conversation, mem_result, bool(memory))
@@ -253,18 +253,18 @@ def _namespace(inputs: PackInputs) -> str:
     return agent_namespace(inputs.app_name, inputs.user_id, inputs.session_id, inputs.agent)
 
 
-def _memory_documents(inputs: PackInputs, compacted: "tuple[Turn, ...]", counter: TokenCounting,
-                      cache: PackCache | None) -> tuple[Document, ...]:
+def _memory_documents(inputs: PackInputs, compacted: "tuple[Turn, ...]", counter: TokenCounting) -> tuple[Document, ...]:
     """Memory's pool: the remembered facts, then every compacted turn (the turns' documents carried from
     the last call are the same tuple: without facts, the pool is that tuple, not a copy of it). A fact's
     document is kept by its content: the retriever compares a pool with the last one, and finds a search it
     kept, by the identity of its documents."""
+    cache = current_memo()
     def fact(m: MemoryItem) -> Document:
         key = (m.id, m.text, m.source, m.timestamp)
         build = lambda: Document(*key)  # noqa: E731
         return build() if cache is None else cache.get("fact_document", key, build)
     mem_docs = tuple(map(fact, inputs.memory))
-    return mem_docs + history_documents(compacted, inputs.message_times, counter.count_text, cache)
+    return mem_docs + history_documents(compacted, inputs.message_times, counter.count_text)
 
 
 def _verbatim(conv: Conversation, kept: "tuple[Turn, ...]") -> list[str]:
@@ -285,8 +285,7 @@ def _rank_memory(inputs: PackInputs, profile: BudgetProfile, retriever: Retrieve
 
 
 def widen_memory(inputs: PackInputs, profile: BudgetProfile, cands: Candidates, room: int, *, counter: TokenCounting,
-                 retriever: Retriever, compacted: "tuple[Turn, ...]", kept: "tuple[Turn, ...]",
-                 cache: PackCache | None = None) -> Candidates:
+                 retriever: Retriever, compacted: "tuple[Turn, ...]", kept: "tuple[Turn, ...]") -> Candidates:
     """Memory ranked over a wider pool, its best lines taken while they fit `room` tokens.
 
     Fusion ranks only each retriever's best `candidate_pool` documents, so a long history gives Memory
@@ -295,14 +294,14 @@ def widen_memory(inputs: PackInputs, profile: BudgetProfile, cands: Candidates, 
     `MAX_RANKED` per retriever instead, the budget, not the pool, decides how many go in; a line that
     does not fit is skipped and the next best tried, so none is shortened.
     """
-    mem_docs = _memory_documents(inputs, compacted, counter, cache)
+    mem_docs = _memory_documents(inputs, compacted, counter)
     if (len(mem_docs) <= max(len(cands.memory), retriever.settings.candidate_pool)  # the pool left nothing out
             or len(cands.memory) >= _k(profile.memory.top_k, mem_docs)):
         return cands
     wide = _rank_memory(inputs, profile, retriever, mem_docs, _verbatim(cands.conversation, kept), MAX_RANKED,
                         now=inputs.now or None)
     free, memory = room - LAYER_OVERHEAD, []
-    for line in _lines(wide, RENDERS["memory"], counter, cache):
+    for line in _lines(wide, RENDERS["memory"], counter):
         if line.tokens + 1 <= free:
             memory.append(line)
             free -= line.tokens + 1
