@@ -11,7 +11,7 @@ Turns that left the verbatim zone stay searchable: they are Memory candidates (s
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 from typing import Callable, Iterator, Sequence
@@ -31,44 +31,13 @@ from .known_values import known_values, turn_text
 from .prepare import Prepared
 from .render import quote as _quote, turn_masker
 from .select import query_text
+from .types import Verbatim
 
 __all__ = ["Compaction", "CompactionBlock", "Verbatim", "verbatim_zone", "plan_compaction", "compaction_block",
            "BLOCK_HEADER", "compact", "compaction_events", "CompactedReader", "compacted_reader", "plan_values",
            "compaction_cuts"]
 
 BLOCK_HEADER = "CONVERSATION SO FAR"
-
-
-@dataclass(frozen=True)
-class Verbatim:
-    """Where the verbatim zone starts: turns before `through` are compacted, except `pinned` requests."""
-
-    through: int = 0
-    pinned: tuple[int, ...] = ()
-    block: str = ""
-    compactions: int = 0
-    pins_opening: bool = False  # the block pins the session's opening request
-    values_tokens: int = 0  # tokens of the block's KNOWN VALUES: recollections that share Memory's room
-
-    def keeps(self, turn: Turn) -> bool:
-        return turn.start >= self.through or turn.start in self.pinned
-
-    def split(self, turns: "tuple[Turn, ...]") -> "tuple[tuple[Turn, ...], tuple[Turn, ...]]":
-        """(compacted, kept) of `turns` in order of start (as `prepare` gives them), found by
-        bisection: a call then costs the pinned requests, not a test of every turn."""
-        k = bisect_left(turns, self.through, key=turn_start)
-        at = [i for p, i in ((p, bisect_left(turns, p, 0, k, key=turn_start)) for p in sorted(set(self.pinned)))
-              if i < k and turns[i].start == p]
-        compacted: tuple[Turn, ...] = ()
-        lo = 0
-        for i in at:
-            compacted += turns[lo:i]
-            lo = i + 1
-        return compacted + turns[lo:k], tuple(turns[i] for i in at) + turns[k:]
-
-    def kept(self, turns: "tuple[Turn, ...]") -> "tuple[Turn, ...]":
-        return self.split(turns)[1]
-
 
 
 @dataclass(frozen=True)

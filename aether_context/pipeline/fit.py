@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from operator import itemgetter
 from os.path import commonprefix
-from typing import TYPE_CHECKING, Any, Literal
 
 from ..compress import describe_outcome
 from ..compress._fit import safe_end
@@ -24,31 +23,10 @@ from .collect import PackInputs, PackState, Turn
 from .cache import counter_key, current_memo
 from .incremental import mapped, turn_key, turn_tokens
 from .render import block_follows, render_pack, render_payload, request_tokens
-
-if TYPE_CHECKING:
-    from .conversation import Verbatim
-    from .prepare import Prepared
-    from .select import Candidates, Line
+from .types import Candidates, Fit, Line, Prepared, TruncationEvent, Verbatim
 
 __all__ = ["TruncationEvent", "Fit", "Fitted", "fit_layers", "fit_to_window", "fit_lines", "cut_turn", "turn_id",
            "repair_orphans", "bounded_turn", "bounded_turns", "selection_events"]
-
-Action = Literal["compress", "drop", "fold", "cut"]
-
-
-@dataclass(frozen=True)
-class TruncationEvent:
-    layer: str
-    action: Action
-    reason: str
-    ids: tuple[str, ...] = ()
-    tokens_before: int = 0
-    tokens_after: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"layer": self.layer, "action": self.action, "reason": self.reason, "ids": list(self.ids),
-                "tokens_before": self.tokens_before, "tokens_after": self.tokens_after}
-
 
 def turn_id(turn: Turn) -> str:
     return f"turn-{turn.start}:{turn.messages[0].digest[:8]}"
@@ -198,29 +176,6 @@ def selection_events(cands: "Candidates") -> tuple[TruncationEvent, ...]:
 
 
 # --- the layers of one call ------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Fit:
-    """What goes in: the verbatim zone, its turns, and the retrieved lines."""
-
-    zone: "Verbatim"
-    history: tuple[Turn, ...]
-    loop: tuple[Turn, ...]
-    evidence: "tuple[Line, ...]"
-    memory: "tuple[Line, ...]"
-    payload_text: str  # "" when the user's message goes out as it is
-    block_after_payload: bool = False  # the block holds this invocation's own turns (see `render.block_follows`)
-
-    @property
-    def payload_index(self) -> int:
-        """Where the payload (or the user's message sent as it is) sits: after the block and the history,
-        or first when the block follows it."""
-        return (1 if self.zone.block and not self.block_after_payload else 0) + sum(len(t.messages) for t in self.history)
-
-    def payload_at(self, inputs: PackInputs) -> int | None:
-        """The payload's index when this call sends one (or the user's message as it is), else None."""
-        return self.payload_index if self.payload_text or inputs.request_index is not None else None
-
 
 @dataclass(frozen=True)
 class Fitted:

@@ -6,61 +6,15 @@ URI, and the per-turn cap. What each repair touched is a `TruncationEvent`.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
-from functools import cached_property
-from typing import Iterator
-
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
-
-from .collect import PackInputs, Turn, turn_start
+from .collect import PackInputs, Turn
 from .decay import decay_images, prune_tool_outputs
 from .fit import TruncationEvent, bounded_turns, repair_orphans
-from .select import Conversation, split_conversation
+from .select import split_conversation
+from .types import Conversation, Prepared, TurnsByStart
 
 __all__ = ["Prepared", "TurnsByStart", "prepare"]
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """The conversation as turns, after the repairs and caps every call applies."""
-
-    conversation: Conversation
-    history: tuple[Turn, ...]
-    loop: tuple[Turn, ...]
-    pruned: frozenset[int]
-    originals: "TurnsByStart"  # turn start -> the turn before any cut (fold lines name what was cut)
-    events: tuple[TruncationEvent, ...]
-    restored: tuple[int, ...] = ()  # earlier invocations' requests rendered as sent (`as_sent.restore_sent`)
-
-    @cached_property  # read several times a call: joined once
-    def turns(self) -> tuple[Turn, ...]:
-        return self.history + self.loop
-
-
-@dataclass(frozen=True)
-class TurnsByStart:
-    """Turns (in order of start) looked up by start, by bisection: a call reads the few it needs
-    rather than indexing every turn of the history."""
-
-    turns: tuple[Turn, ...]
-
-    def get(self, start: int, default: "Turn | None" = None) -> "Turn | None":
-        i = bisect_left(self.turns, start, key=turn_start)
-        return self.turns[i] if i < len(self.turns) and self.turns[i].start == start else default
-
-    def newest_first(self, turns: "tuple[Turn, ...]") -> "Iterator[Turn]":
-        """`get(t.start, t)` of each of `turns` (in order of start, as `prepare` gives them), newest first:
-        one walk down the turns, not a search per turn (a compaction reads a thousand turns this way)."""
-        own = self.turns
-        j = bisect_right(own, turns[-1].start, key=turn_start) - 1 if turns else -1
-        for turn in reversed(turns):
-            start = turn.start
-            while j >= 0 and own[j].start > start:
-                j -= 1
-            yield own[j] if j >= 0 and own[j].start == start else turn
-
 
 
 def prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting) -> Prepared:

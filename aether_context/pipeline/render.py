@@ -28,13 +28,10 @@ from ..tokens import TokenCounting
 from .collect import TaskSpec, Turn
 from .cache import counter_key, current_memo
 from .incremental import running_totals, turn_key
+from .types import Candidates, Fit, Line, Verbatim
 
 if TYPE_CHECKING:
-    from .cache import PackCache
     from .collect import PackInputs
-    from .conversation import Verbatim
-    from .fit import Fit
-    from .select import Candidates, Line
 
 __all__ = ["PAYLOAD_HEADER", "PayloadSections", "render_payload", "payload_message", "render_request", "quote",
            "masking", "masking_now", "masked_count", "turn_masker", "request_tokens", "head_tokens", "head_digest",

@@ -7,11 +7,11 @@ compress stage only has to walk those orders when the budget is short.
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Callable
 
 from ..compress.values import result_values, structured_result
-from ..content import Message, ToolSpec, canonical_json
+from ..content import ToolSpec, canonical_json
 from ..profile import BudgetProfile
 from ..retrieval import Document, RetrievalResult
 from ..retrieval.items import ScoredItem
@@ -23,45 +23,10 @@ from .collect import MemoryItem, PackInputs, TaskSpec, Turn, turn_start
 from .cache import counter_key, current_memo
 from .incremental import grouped_turns, shared_prefix, turn_key
 from .lines import RENDERS, date_label, line_of
+from .types import Candidates, Conversation, Line
 
 __all__ = ["Line", "Conversation", "Candidates", "select", "frame_candidates", "widen_memory", "query_text",
            "split_conversation", "history_documents", "history_document"]
-
-
-@dataclass(frozen=True)
-class Line:
-    """One candidate line of a pack section (an evidence item, a memory hit)."""
-
-    id: str
-    text: str
-    tokens: int
-    source: str
-    uri: str = ""
-    score: float = 0.0
-    timestamp: float | None = None
-    compressed: bool = False
-    scores: dict[str, float] = field(default_factory=dict)  # bm25, dense, fused, freshness, mmr
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """History split around the user request: `history` before it, `loop` (this invocation's tool turns) after."""
-
-    history: tuple[Turn, ...]
-    loop: tuple[Turn, ...]
-    request: Message | None
-    instructions: tuple[Message, ...]  # ADK's dynamic instruction (static_instruction mode), never cut
-
-
-@dataclass(frozen=True)
-class Candidates:
-    tools: tuple[ToolSpec, ...]
-    evidence: tuple[Line, ...]
-    memory: tuple[Line, ...]
-    conversation: Conversation
-    signals: Signals
-    flags: tuple[str, ...]
-    unselected: dict[str, tuple[str, ...]] = field(default_factory=dict)  # layer -> candidate ids retrieval left out
 
 
 def query_text(inputs: PackInputs) -> str:
