@@ -65,7 +65,7 @@ async def test_the_pinned_opening_request_is_cut_once_per_cap(memory_store_url, 
     """Every compaction of a session pins the same opening request, cut middle-out to the block's share
     (a binary search of its prefix and suffix, each counted): the cut is kept (the packer's cache), so a
     later compaction with the same cap does not cut it again."""
-    from aether_context.pipeline import conversation
+    from aether_context.pipeline.compaction import policy as conversation
 
     cuts: list[tuple[str, int]] = []
     cut = conversation.middle_out

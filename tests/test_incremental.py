@@ -296,7 +296,7 @@ def test_sampled_conversion_of_a_grown_history_equals_a_full_conversion():
 
 
 def test_a_zone_split_by_bisection_equals_testing_every_turn():
-    from aether_context.pipeline.conversation import Verbatim
+    from aether_context.pipeline.types import Verbatim
     rng = random.Random(11)
     for trial in range(200):
         starts = sorted(rng.sample(range(60), rng.randint(0, 30)))

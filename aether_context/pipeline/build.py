@@ -23,7 +23,8 @@ from ..windows import context_window
 from .cache import PackCache, current_memo, memo_scope
 from .allocate import Room, allocate_pack, conversation_tokens, lines_demand, room
 from .collect import PackInputs, PackState
-from .conversation import Compaction, Verbatim, compact, compaction_events, verbatim_zone
+from .compaction import Compaction, compact, compaction_events, verbatim_zone
+from .types import Verbatim
 from .evidence_change import change_cause, changed_evidence
 from .incremental import inputs_digest, turn_tokens
 from .fit import fit_layers, fit_to_window, selection_events

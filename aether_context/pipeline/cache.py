@@ -77,13 +77,13 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("fact_document", "the fact's content", "pipeline.select", _LRU, "a memory fact's document is built once"),
     Kind("line", "the document's render, id, text, time, URI and counter", "pipeline.lines", _LRU,
          "a ranked document's line is rendered and counted once"),
-    Kind("opening", "the opening request's text, cap and counter", "pipeline.conversation", _LRU,
+    Kind("opening", "the opening request's text, cap and counter", "pipeline.compaction.policy", _LRU,
          "every compaction pins the same opening request, cut middle-out once per cap"),
-    Kind("parameter_names", "the tools' declarations", "pipeline.conversation", _LRU,
+    Kind("parameter_names", "the tools' declarations", "pipeline.compaction.policy", _LRU,
          "the tools' parameter names are read once per tool set"),
-    Kind("visible_part", "one part of the visible text", "pipeline.known_values", _LRU,
+    Kind("visible_part", "one part of the visible text", "pipeline.compaction.known_values", _LRU,
          "the verbatim turns' words are read once per turn text"),
-    Kind("turn_values", "turn digests", "pipeline.known_values", _LRU, "a turn's values are extracted once"),
+    Kind("turn_values", "turn digests", "pipeline.compaction.known_values", _LRU, "a turn's values are extracted once"),
 )}
 
 _MEMO: ContextVar["PackCache | None"] = ContextVar("aether_context_memo", default=None)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
-from ..compress.value_merge import merged_values, visible_part
-from ..compress.values import ValueSet, extract_values, render_values
-from ..content import canonical_json
-from ..tokens import TokenCounting
-from .cache import current_memo
-from .collect import Turn
-from .incremental import turn_key
+from ...compress.value_merge import merged_values, visible_part
+from ...compress.values import ValueSet, extract_values, render_values
+from ...content import canonical_json
+from ...tokens import TokenCounting
+from ..cache import current_memo
+from ..collect import Turn
+from ..incremental import turn_key
 
 __all__ = ["known_values", "known_values_of", "turn_text", "visible_words"]
 

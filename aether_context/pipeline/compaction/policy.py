@@ -16,22 +16,22 @@ from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 from typing import Callable, Iterator, Sequence
 
-from ..compress.middle_out import middle_out
-from ..compress.values import parameter_names
-from ..content import Message
-from ..profile import BudgetProfile
-from ..tokens import TokenCounting, lines_count
-from .allocate import conversation_tokens
-from .collect import PackInputs, PackState, Turn, turn_start
-from .decay import RunningSummary, decay_zones
-from .fit import TruncationEvent
-from .cache import counter_key, current_memo
-from .incremental import turn_tokens
+from ...compress.middle_out import middle_out
+from ...compress.values import parameter_names
+from ...content import Message
+from ...profile import BudgetProfile
+from ...tokens import TokenCounting, lines_count
+from ..allocate import conversation_tokens
+from ..collect import PackInputs, PackState, Turn, turn_start
+from ..decay import RunningSummary, decay_zones
+from ..fit import TruncationEvent
+from ..cache import counter_key, current_memo
+from ..incremental import turn_tokens
 from .known_values import known_values, turn_text
-from .prepare import Prepared
-from .render import quote as _quote, turn_masker
-from .select import query_text
-from .types import Verbatim
+from ..prepare import Prepared
+from ..render import quote as _quote, turn_masker
+from ..select import query_text
+from ..types import Verbatim
 
 __all__ = ["Compaction", "CompactionBlock", "Verbatim", "verbatim_zone", "plan_compaction", "compaction_block",
            "BLOCK_HEADER", "compact", "compaction_events", "CompactedReader", "compacted_reader", "plan_values",
