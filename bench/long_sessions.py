@@ -132,7 +132,6 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from aether_context import ContextPacker, ContextPackPlugin, PackStore  # noqa: E402
-from aether_context.adk.worker import wait_ahead  # noqa: E402
 from measure import PackCpuClock  # noqa: E402
 from report_sections import pct  # noqa: E402
 
@@ -148,10 +147,8 @@ def rss_mb() -> float:
 
 
 class MeteredPacker(ContextPacker):
-    """The production packer, with the CPU time of each `pack` (what before_model awaits: loop and pack thread, plus
-    the plugin's `on_user_message` hook before a new user turn's first call, on that call's path too) and the store
-    bytes each call wrote (read after the background writer finished, untimed). The work-ahead thread's CPU (the
-    jobs after each call, and the question a new user turn queues there before its first call) is read apart."""
+    """The production packer, with the CPU time of each `pack` (what before_model awaits: loop and pack thread)
+    and the store bytes each call wrote (read after the background writer finished, untimed)."""
 
     def __init__(self, **settings: Any):
         super().__init__(**settings)
@@ -159,30 +156,16 @@ class MeteredPacker(ContextPacker):
         self.bytes: list[int] = []
         self._written = 0
         self._clock = PackCpuClock()
-        self.ahead_cpu: list[float] = []  # the work-ahead thread's CPU after each call (during the model call)
-        self._ahead_before = self._clock.ahead()
-        self._hook_cpu = 0.0  # the on_user_message hook's, added to the next call's
-
-    def on_user_message(self, invocation_context, user_message):  # type: ignore[no-untyped-def]
-        c0 = self._clock.now()
-        super().on_user_message(invocation_context, user_message)
-        self._hook_cpu += self._clock.now() - c0
 
     async def pack(self, callback_context, llm_request):  # type: ignore[no-untyped-def]
         c0 = self._clock.now()
         record = await super().pack(callback_context, llm_request)
-        self.cpu.append(self._clock.now() - c0 + self._hook_cpu)
-        self._hook_cpu = 0.0
+        self.cpu.append(self._clock.now() - c0)
         return record
 
     def settle(self) -> None:
         """Wait for the writer (as a real model call's latency lets it finish) and note what this call wrote."""
         self.store.flush()
-        wait_ahead()  # the work ahead (its own thread, not counted in the pack's CPU): after this call, for the next
-        # compaction, and before it, the question of a new user turn (so the column holds each call's own question)
-        ahead = self._clock.ahead()
-        self.ahead_cpu.append(ahead - self._ahead_before)
-        self._ahead_before = ahead
         now = int(self.store.stats().get("bytes", 0))
         self.bytes.append(now - self._written)
         self._written = now
@@ -196,7 +179,6 @@ class LongRun:
     compaction_cpu: list[float]  # ADK's request build per call with EventsCompaction on
     join_cpu: float  # the plugin's first (cold) call: everything before it is new to it
     pack_cpu: list[float]  # the plugin's later calls
-    ahead_cpu: list[float]  # the work ahead after each of those calls (its own thread, during the model call)
     bytes_per_call: list[int]
     store_bytes: int  # the whole store of this session after the run
     events_bytes: int  # the session's own events (ADK's JSON of each), at the end of the run
@@ -236,7 +218,7 @@ async def run_long(kind: str, events: int, source: Sequence[Trajectory], *, live
     last = await service.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=sid)
     return LongRun(kind, events, [c.adk_build_cpu_s for c in base.calls if c.adk_build_cpu_s is not None],
                    [c.adk_build_cpu_s for c in compacted.calls if c.adk_build_cpu_s is not None],
-                   packer.cpu[0], packer.cpu[1:], packer.ahead_cpu[1:], packer.bytes[1:],
+                   packer.cpu[0], packer.cpu[1:], packer.bytes[1:],
                    sum(f.stat().st_size for f in root.rglob("*") if f.is_file()), _events_bytes(last), rss,
                    packer.cache.stats())
 
@@ -248,15 +230,14 @@ def fmt_ms(x: float) -> str:
 def long_report(runs: Sequence[LongRun], *, live_calls: int, window: int, profile: str) -> tuple[str, list[str]]:
     """The table of the long sessions and the target checks."""
     rows = ["| session | events | ADK request build, no plugin: CPU p50 ms | with ADK EventsCompaction: CPU p50 ms "
-            "| plugin joins (first call, cold): CPU ms | pack CPU p50 / p95 ms (n) | work ahead, during the model call: "
-            "CPU p50 / p95 ms | store bytes per call p50 / max | whole store ÷ the session's events | RSS MB |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "| plugin joins (first call, cold): CPU ms | pack CPU p50 / p95 ms (n) "
+            "| store bytes per call p50 / max | whole store ÷ the session's events | RSS MB |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     checks: list[str] = []
     for r in runs:
         p50, p95 = pct(r.pack_cpu, 50), pct(r.pack_cpu, 95)
         rows.append(f"| {r.kind} | {r.events:,} | {fmt_ms(pct(r.adk_cpu, 50))} | {fmt_ms(pct(r.compaction_cpu, 50))} "
                     f"| {fmt_ms(r.join_cpu)} | {fmt_ms(p50)} / {fmt_ms(p95)} ({len(r.pack_cpu)}) "
-                    f"| {fmt_ms(pct(r.ahead_cpu, 50))} / {fmt_ms(pct(r.ahead_cpu, 95))} "
                     f"| {pct(r.bytes_per_call, 50) / 1024:.1f} KB / {max(r.bytes_per_call, default=0) / 1024:.1f} KB "
                     f"| {r.store_bytes / max(1, r.events_bytes):.2f}× ({r.store_bytes / 2**20:.1f} / "
                     f"{r.events_bytes / 2**20:.1f} MB) | {r.rss_mb:.0f} |")

@@ -112,17 +112,7 @@ class PackCpuClock:
 
         ident = pack_worker().submit(threading.get_ident).result()
         self._pack_clock = time.pthread_getcpuclockid(ident)
-        self._ahead_clock: int | None = None
         self._time = time
 
     def now(self) -> float:
         return self._time.thread_time() + self._time.clock_gettime(self._pack_clock)
-
-    def ahead(self) -> float:
-        """CPU seconds of the work-ahead thread so far (it runs after the request went out, during the
-        model call: reported beside the pack's CPU, not in it)."""
-        if self._ahead_clock is None:
-            from aether_context.adk.worker import ahead_thread_id
-
-            self._ahead_clock = self._time.pthread_getcpuclockid(ahead_thread_id())
-        return self._time.clock_gettime(self._ahead_clock)

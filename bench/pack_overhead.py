@@ -65,7 +65,6 @@ from trajectories import (DEFAULT_DATA, GatedPlugin, ModelCall, Trajectory, conc
 
 from aether_context import ContextPacker, ContextPackPlugin, PackStore, TokenCounter  # noqa: E402
 from aether_context.adk import request_from_llm  # noqa: E402
-from aether_context.adk.worker import wait_ahead  # noqa: E402
 
 # --------------------------------------------------------------------------- instrumentation
 class TimedStore(PackStore):
@@ -99,8 +98,7 @@ class PackSample:
 
 
 class TimedPacker(ContextPacker):
-    """The production packer, timed around `pack` (what the plugin's before_model awaits), the plugin's
-    `on_user_message` hook before a new user turn's first call added to that call's time."""
+    """The production packer, timed around `pack` (what the plugin's before_model awaits)."""
 
     def __init__(self, profiler: cProfile.Profile | None = None, profile_from: int = 0, **settings: Any):
         super().__init__(**settings)
@@ -109,12 +107,6 @@ class TimedPacker(ContextPacker):
         self._profiler = profiler
         self._profile_from = profile_from
         self._clock = PackCpuClock()
-        self._hook = (0.0, 0.0)  # the on_user_message hook's seconds and CPU, added to the next call's
-
-    def on_user_message(self, invocation_context, user_message):  # type: ignore[no-untyped-def]
-        t0, c0 = time.perf_counter(), self._clock.now()
-        super().on_user_message(invocation_context, user_message)
-        self._hook = (self._hook[0] + time.perf_counter() - t0, self._hook[1] + self._clock.now() - c0)
 
     async def after_tool(self, tool, tool_args, tool_context, result):  # type: ignore[no-untyped-def]
         t0 = time.perf_counter()
@@ -129,8 +121,7 @@ class TimedPacker(ContextPacker):
             self._profiler.enable()
         t0, c0 = time.perf_counter(), self._clock.now()
         record = await super().pack(callback_context, llm_request)
-        seconds, cpu = time.perf_counter() - t0 + self._hook[0], self._clock.now() - c0 + self._hook[1]
-        self._hook = (0.0, 0.0)
+        seconds, cpu = time.perf_counter() - t0, self._clock.now() - c0
         if profiling:
             self._profiler.disable()
         self.samples.append(PackSample(events, seconds, record.manifest, _stages(record.timings), cpu))
@@ -225,11 +216,10 @@ async def run_config(label: str, trajectories: Sequence[Trajectory], *, window: 
             meter = RequestMeter(meter_counter, want)
 
             def during_model(call: ModelCall, llm_request: Any, meter: RequestMeter = meter) -> None:
-                # A real model call lasts long enough for the store's writer and the work ahead to finish:
-                # let them, untimed, so their work neither overlaps the next timed section nor counts in it.
+                # A real model call lasts long enough for the store's writer to finish: let it, untimed,
+                # so its work neither overlaps the next timed section nor counts in it.
                 if packer is not None:
                     packer.store.flush()
-                    wait_ahead()
                 meter(call, llm_request)
 
             left = None if deadline_s is None else max(1.0, deadline_s - (time.perf_counter() - started))

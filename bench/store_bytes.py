@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from aether_context.content import FunctionCall, FunctionResponse, Message, ModelRequest, TextPart, canonical_json  # noqa: E402
 from aether_context.pipeline import PackInputs, TaskSpec, build_pack  # noqa: E402
-from aether_context.pipeline.cache import PackCache  # noqa: E402
+from aether_context.pipeline.cache import PackCache, memo_scope  # noqa: E402
 from aether_context.profile import load_profile  # noqa: E402
 from aether_context.store import PackStore  # noqa: E402
 from aether_context.store_format import PACKED  # noqa: E402
@@ -65,7 +65,12 @@ def inputs_at(messages: list[Message], previous) -> PackInputs:
 
 
 def measure(events: int, calls: int, url: str) -> dict[str, float]:
-    profile, counter, cache = load_profile("coding_agent"), TokenCounter(), PackCache()
+    with memo_scope(PackCache()):  # one memo for the session's calls, as a packer keeps
+        return _measure(events, calls, url)
+
+
+def _measure(events: int, calls: int, url: str) -> dict[str, float]:
+    profile, counter = load_profile("coding_agent"), TokenCounter()
     store = PackStore(url, background=False)
     messages = [Message("user", (TextPart("Fix the failing test in src/."),))]
     i = 0
@@ -73,14 +78,14 @@ def measure(events: int, calls: int, url: str) -> dict[str, float]:
         messages += tool_pair(i)
         i += 1
     previous = None
-    pack = build_pack(inputs_at(messages, previous), profile, counter=counter, window=8_000, cache=cache)
+    pack = build_pack(inputs_at(messages, previous), profile, counter=counter, window=8_000)
     store.save(pack)  # warm: everything before the measured calls is in the store
     added, new_content, seconds = [], [], []
     for _ in range(calls):
         new = tool_pair(i)
         i += 1
         messages += new
-        pack = build_pack(inputs_at(messages, pack.state), profile, counter=counter, window=8_000, cache=cache)
+        pack = build_pack(inputs_at(messages, pack.state), profile, counter=counter, window=8_000)
         before = store.stats().get("bytes", 0)
         start = time.thread_time()  # the write runs on this thread (background=False): its CPU, not the machine's load
         store.save(pack)
@@ -95,14 +100,19 @@ def measure(events: int, calls: int, url: str) -> dict[str, float]:
 
 def whole_session(events: int, url: str) -> dict[str, float]:
     """Every call of a session packed and saved, from its first event: total store size vs its events."""
-    profile, counter, cache = load_profile("coding_agent"), TokenCounter(), PackCache()
+    with memo_scope(PackCache()):
+        return _whole_session(events, url)
+
+
+def _whole_session(events: int, url: str) -> dict[str, float]:
+    profile, counter = load_profile("coding_agent"), TokenCounter()
     store = PackStore(url, background=False)
     messages = [Message("user", (TextPart("Fix the failing test in src/."),))]
     pack, i = None, 0
     while len(messages) < events:
         messages += tool_pair(i)
         i += 1
-        pack = build_pack(inputs_at(messages, pack.state if pack else None), profile, counter=counter, window=8_000, cache=cache)
+        pack = build_pack(inputs_at(messages, pack.state if pack else None), profile, counter=counter, window=8_000)
         store.save(pack)
     size = sum(len(canonical_json(m.to_json()).encode()) for m in messages)
     return {"events": len(messages), "calls": i, "store": _files(Path(url)), "events_size": size,

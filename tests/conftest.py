@@ -7,7 +7,6 @@ Core (non-ADK) helpers build `ModelRequest`s and `PackInputs` directly.
 
 from __future__ import annotations
 
-import itertools
 import time
 import uuid
 from typing import Any, Iterable, Sequence
@@ -109,14 +108,12 @@ def scripted_agent(turns: Iterable[Any], *, name: str = "agent", tools: Sequence
     return agent, llm
 
 
-def fixed_clock() -> None:
-    """ADK's event times (for the calling test's task) from a clock that starts at the same instant in every
-    run and ticks a second per read: runs compared with each other date their turns alike (a wall clock may
-    cross a minute between them, and a turn's date is in its Memory document)."""
-    from google.adk.platform import time as adk_time
+def in_memo(memo: Any, fn: Any) -> Any:
+    """`fn()` with `memo` as the call's memo (what the packer sets for the stages: `pipeline.cache.memo_scope`)."""
+    from aether_context.pipeline.cache import memo_scope
 
-    ticks = itertools.count()
-    adk_time.set_time_provider(lambda: 1_700_000_000.0 + next(ticks))
+    with memo_scope(memo):
+        return fn()
 
 
 async def new_session(runner: Any, user_id: str = "u", state: dict | None = None) -> str:

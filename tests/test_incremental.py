@@ -19,6 +19,8 @@ from aether_context.pipeline.collect import Turn, group_turns
 from aether_context.pipeline.fit import bounded_turns, cut_turn
 from aether_context.pipeline.incremental import grouped_turns, turn_tokens
 
+from conftest import in_memo
+
 
 def _msg(kind: str, i: int) -> Message:
     if kind == "call":
@@ -47,7 +49,7 @@ def test_grouped_turns_equals_a_full_grouping_as_a_session_grows_and_changes():
         msgs = _random_messages(rng, rng.randint(1, 30))
         offset = rng.choice([0, 1, 5])
         for step in range(12):
-            got = grouped_turns(msgs, offset, cache)
+            got = in_memo(cache, lambda: grouped_turns(msgs, offset))
             assert _same(got, group_turns(msgs, offset)), (trial, step)
             action = rng.random()
             if action < 0.6:  # append (the common case: a tool loop grows)
@@ -62,15 +64,15 @@ def test_grouped_turns_equals_a_full_grouping_as_a_session_grows_and_changes():
 def test_grouped_turns_reuses_unchanged_turns_and_stays_bounded():
     cache = PackCache(max_entries=256)
     msgs = [_msg("text", 0)] + [m for i in range(1, 50) for m in (_msg("call", i), _msg("resp", i))]
-    first = grouped_turns(msgs, cache=cache)
-    grown = grouped_turns(msgs + [_msg("call", 99)], cache=cache)
+    first = in_memo(cache, lambda: grouped_turns(msgs))
+    grown = in_memo(cache, lambda: grouped_turns(msgs + [_msg("call", 99)]))
     assert all(a is b for a, b in zip(first[:-1], grown))  # turns before the open end are the same objects
     assert cache.stats()["by_kind"]["grouping"] == {"hits": 1, "misses": 1}
     for i in range(266):
-        grouped_turns([_msg("text", 10_000 + i)], cache=cache)
+        in_memo(cache, lambda: grouped_turns([_msg("text", 10_000 + i)]))
     assert cache.stats()["entries"] == 256
     cache.clear()
-    assert cache.stats()["entries"] == 0 and grouped_turns(msgs, cache=cache) == tuple(group_turns(msgs))
+    assert cache.stats()["entries"] == 0 and in_memo(cache, lambda: grouped_turns(msgs)) == tuple(group_turns(msgs))
 
 
 def test_turn_tokens_match_a_fresh_count_per_counter():
@@ -86,11 +88,11 @@ def test_bounded_turns_memo_gives_the_same_cut_every_call():
     big = Turn(3, (Message("model", (FunctionCall("cat", {"path": "x"}),)),
                    Message("user", (FunctionResponse("cat", {"output": "line of text\n" * 800}),))))
     cache = PackCache()
-    first, ev1 = bounded_turns((big,), 200, counter, cache=cache)
-    again, ev2 = bounded_turns((big,), 200, counter, cache=cache)
+    first, ev1 = in_memo(cache, lambda: bounded_turns((big,), 200, counter))
+    again, ev2 = in_memo(cache, lambda: bounded_turns((big,), 200, counter))
     assert first[0] == cut_turn(big, 200, counter) and again[0] is first[0] and ev1 == ev2
     assert not hasattr(big, "_cut") and "_cut" not in big.__dict__  # nothing written into the frozen turn
-    other, _ = bounded_turns((big,), 300, counter, cache=cache)  # another cap is not served from the memo
+    other, _ = in_memo(cache, lambda: bounded_turns((big,), 300, counter))  # another cap is not served from the memo
     assert other[0] == cut_turn(big, 300, counter)
 
 
@@ -123,8 +125,8 @@ def test_memoised_conversion_equals_a_fresh_one_and_hits_return_the_same_message
                                                for c in contents])
 
     cache = PackCache()
-    first = request_from_llm(adk_copy(), cache)
-    second = request_from_llm(adk_copy(), cache)
+    first = in_memo(cache, lambda: request_from_llm(adk_copy()))
+    second = in_memo(cache, lambda: request_from_llm(adk_copy()))
     fresh = _fresh(adk_copy().contents)
     assert first.messages == second.messages == fresh
     assert first.checksum == second.checksum == replace(first, messages=fresh).checksum
@@ -151,7 +153,7 @@ def test_incremental_conversion_equals_a_full_conversion_as_contents_change():
         contents = list(base)
         cache = PackCache()
         for step in range(10):
-            got = convert._messages(_adk_copies(contents), cache)
+            got = in_memo(cache, lambda: convert._messages(_adk_copies(contents)))
             assert got == _fresh(_adk_copies(contents)), (trial, step)
             k = rng.randrange(1, len(contents))
             action = rng.random()
@@ -181,15 +183,15 @@ def test_incremental_conversion_equals_a_full_conversion_as_contents_change():
 def test_incremental_conversion_keeps_unchanged_messages_and_is_bounded():
     contents = _contents()
     cache = PackCache(max_entries=200)
-    first = convert._messages(_adk_copies(contents), cache)
-    again = convert._messages(_adk_copies(contents + [types.Content(role="model", parts=[types.Part(text="next")])]), cache)
+    first = in_memo(cache, lambda: convert._messages(_adk_copies(contents)))
+    again = in_memo(cache, lambda: convert._messages(_adk_copies(contents + [types.Content(role="model", parts=[types.Part(text="next")])])))
     assert all(a is b for a, b in zip(first[:-1], again))  # thought-signed calls included
     assert any("thought_signature" in str(p) for m in first for p in m.parts)
     for i in range(300):
         contents = [types.Content(role="user", parts=[types.Part(text=f"session {i}")])] + _contents()[1:]
-        assert convert._messages(_adk_copies(contents), cache) == _fresh(_adk_copies(contents))
+        assert in_memo(cache, lambda: convert._messages(_adk_copies(contents))) == _fresh(_adk_copies(contents))
     assert cache.stats()["entries"] == 200
-    assert convert._messages(_adk_copies(contents), None) == _fresh(_adk_copies(contents))  # no cache: the same
+    assert in_memo(None, lambda: convert._messages(_adk_copies(contents))) == _fresh(_adk_copies(contents))  # no cache: the same
 
 
 def test_pack_cache_is_shared_safely_between_threads():
@@ -201,7 +203,7 @@ def test_pack_cache_is_shared_safely_between_threads():
         try:
             for i in range(2000):
                 k = (seed * 7 + i) % 900
-                assert cache.get("square", k, lambda k=k: k * k) == k * k
+                assert cache.get("turn_values", k, lambda k=k: k * k) == k * k
         except Exception as e:  # collected: an assertion in a thread would not fail the test
             errors.append(e)
 
@@ -218,18 +220,18 @@ def test_conversion_hits_across_a_deep_copied_session_and_misses_on_a_changed_va
     import copy
     contents = _contents()
     cache = PackCache()
-    first = convert._messages(_adk_copies(contents), cache)
+    first = in_memo(cache, lambda: convert._messages(_adk_copies(contents)))
     copied = copy.deepcopy(contents)  # a new invocation: ADK's session service hands out a deep copy
-    again = convert._messages(_adk_copies(copied), cache)
+    again = in_memo(cache, lambda: convert._messages(_adk_copies(copied)))
     assert again == first == _fresh(_adk_copies(copied))
     assert all(a is b for a, b in zip(first[:-1], again))  # served from the cache, not converted again
     changed = copy.deepcopy(contents)
     changed[2].parts[0].function_response.response["output"] = "another output"
-    got = convert._messages(_adk_copies(changed), cache)
+    got = in_memo(cache, lambda: convert._messages(_adk_copies(changed)))
     assert got == _fresh(_adk_copies(changed)) and got[2] != first[2]
     nested = copy.deepcopy(contents)
     nested[1].parts[1].function_call.args["c"] = 1.5  # a number: compared by value and type
-    assert convert._messages(_adk_copies(nested), cache) == _fresh(_adk_copies(nested))
+    assert in_memo(cache, lambda: convert._messages(_adk_copies(nested))) == _fresh(_adk_copies(nested))
 
 
 def test_history_documents_from_the_cache_equal_a_fresh_build_as_the_pool_grows_and_changes():
@@ -239,13 +241,13 @@ def test_history_documents_from_the_cache_equal_a_fresh_build_as_the_pool_grows_
     cache = PackCache()
     msgs = _random_messages(rng, 40)
     for step in range(15):
-        turns = grouped_turns(msgs, 0, cache)  # unchanged turns are the same objects: the run path
+        turns = in_memo(cache, lambda: grouped_turns(msgs, 0))  # unchanged turns are the same objects: the run path
         moved = 30.0 if 6 <= step < 9 else 0.0  # early messages' times change, then change back
         times = tuple(1_700_000_000.0 + 60 * i + (moved if 2 <= i < 6 else 0.0) if i % 7 else None
                       for i in range(len(msgs)))
-        got = history_documents(turns, times, counter.count_text, cache)
+        got = in_memo(cache, lambda: history_documents(turns, times, counter.count_text))
         assert got == history_documents(turns, times, counter.count_text), step
-        assert history_documents(turns, times, counter.count_text, cache) == got
+        assert in_memo(cache, lambda: history_documents(turns, times, counter.count_text)) == got
         if step % 4 == 3 and len(msgs) > 6:  # a turn in the middle replaced
             k = rng.randrange(2, len(msgs) - 2)
             msgs = msgs[:k] + [_msg("text", 500 + step)] + msgs[k + 1:]
@@ -275,7 +277,7 @@ def test_sampled_conversion_of_a_grown_history_equals_a_full_conversion():
     for trial in range(30):
         contents, cache = list(_contents()), PackCache()
         for step in range(10):
-            got = convert._messages(_adk_copies(contents), cache, grown=True, scope="s")
+            got = in_memo(cache, lambda: convert._messages(_adk_copies(contents), grown=True, scope="s"))
             assert got == _fresh(_adk_copies(contents)), (trial, step)
             action = rng.random()
             if action < 0.5:  # the session grows
@@ -294,7 +296,7 @@ def test_sampled_conversion_of_a_grown_history_equals_a_full_conversion():
 
 
 def test_a_zone_split_by_bisection_equals_testing_every_turn():
-    from aether_context.pipeline.conversation import Verbatim
+    from aether_context.pipeline.types import Verbatim
     rng = random.Random(11)
     for trial in range(200):
         starts = sorted(rng.sample(range(60), rng.randint(0, 30)))
@@ -310,8 +312,8 @@ def test_mapped_and_running_totals_equal_a_fresh_pass_as_a_sequence_grows_and_ch
     items = [f"x{i}" for i in range(20)]
     for step in range(300):
         seq = tuple(items)
-        assert mapped("len", seq, len, cache) == tuple(len(x) for x in seq)
-        assert running_totals("len", seq, len, cache) == tuple(sum(len(x) for x in seq[:i + 1]) for i in range(len(seq)))
+        assert in_memo(cache, lambda: mapped("len", seq, len)) == tuple(len(x) for x in seq)
+        assert in_memo(cache, lambda: running_totals("len", seq, len)) == tuple(sum(len(x) for x in seq[:i + 1]) for i in range(len(seq)))
         action = rng.random()
         if action < 0.5:
             items += [f"y{step}" * rng.randint(1, 3) for _ in range(rng.randint(1, 3))]
@@ -331,7 +333,7 @@ def test_pruning_carried_from_the_last_call_equals_a_fresh_pruning():
     already: frozenset[int] = frozenset()
     for step in range(60):
         msgs += [_msg("call", step), Message("user", (FunctionResponse("bash", {"output": f"out {step} " * 40}),))]
-        turns = grouped_turns(msgs, cache=cache)
+        turns = in_memo(cache, lambda: grouped_turns(msgs))
         for t in turns:  # most outputs are saved; a few never are
             for m in t.messages:
                 for r in m.responses:
@@ -339,7 +341,7 @@ def test_pruning_carried_from_the_last_call_equals_a_fresh_pruning():
                         uris = {**uris, r.key: f"artifact://x/{r.key[:8]}"}
         kwargs = dict(protect_tokens=rng.choice([0, 200, 600]), minimum_tokens=rng.choice([0, 100, 400]), uris=uris,
                       already=already, counter=counter, consider_new=rng.random() < 0.8)
-        got = prune_tool_outputs(turns, cache=cache, **kwargs)
+        got = in_memo(cache, lambda: prune_tool_outputs(turns, **kwargs))
         assert got == prune_tool_outputs(turns, **kwargs), step
         already = got[1]
 
@@ -355,8 +357,8 @@ def test_carried_checksum_and_inputs_digest_equal_a_fresh_hash_as_a_session_grow
         times = tuple(rng.choice([None, 1.7e9 + i, float(i)]) for i in range(len(inputs.request.messages)))
         inputs = replace(inputs, message_times=times)
         fresh = replace(inputs, request=replace(inputs.request))  # no cached checksum
-        assert request_checksum(inputs.request, cache) == fresh.request.checksum, step
-        assert inputs_digest(inputs, cache) == fresh.digest, step
+        assert in_memo(cache, lambda: request_checksum(inputs.request)) == fresh.request.checksum, step
+        assert in_memo(cache, lambda: inputs_digest(inputs)) == fresh.digest, step
         action = rng.random()
         if action < 0.6:
             msgs = msgs + _random_messages(rng, rng.randint(1, 3))
@@ -365,7 +367,7 @@ def test_carried_checksum_and_inputs_digest_equal_a_fresh_hash_as_a_session_grow
         else:
             msgs = [_msg("text", 500 + step)] + msgs[1:]
     tricky = replace(inputs, summary={"text": "\x00message_times\x00"})  # the stand-in in the inputs' own text
-    assert inputs_digest(tricky, cache) == replace(tricky, request=replace(tricky.request)).digest
+    assert in_memo(cache, lambda: inputs_digest(tricky)) == replace(tricky, request=replace(tricky.request)).digest
 
 
 def test_kept_contents_found_by_carried_positions_equal_a_full_scan():
@@ -377,7 +379,7 @@ def test_kept_contents_found_by_carried_positions_equal_a_full_scan():
         contents = [object() for _ in msgs]  # ADK's copies: new objects on every call
         sent = ModelRequest("m", "sys", tuple(rng.sample(msgs, min(len(msgs), 5))) + (_msg("text", 9000 + step),))
         expected = {m.digest: c for m, c in zip(original.messages, contents)}
-        assert convert._kept(sent, original, contents, cache, "slot") == {m.digest: expected[m.digest] for m in sent.messages
+        assert in_memo(cache, lambda: convert._kept(sent, original, contents, "slot")) == {m.digest: expected[m.digest] for m in sent.messages
                                                                    if m.digest in expected}, step
         action = rng.random()
         if action < 0.6:
@@ -399,9 +401,9 @@ def test_carried_orphan_repair_reports_only_the_orphans():
         return Turn(i, (Message("user" if i % 2 else "model", (TextPart(words),)),))
 
     cache = PackCache()
-    repair_orphans((orphan, text(1, "a"), text(2, "b")), cache)
+    in_memo(cache, lambda: repair_orphans((orphan, text(1, "a"), text(2, "b"))))
     again = (orphan, text(1, "a"), text(2, "b"), text(3, "c"))  # equal turns, new objects
-    carried, events = repair_orphans(again, cache)
+    carried, events = in_memo(cache, lambda: repair_orphans(again))
     cold, cold_events = repair_orphans(again)
     assert carried == cold and events == cold_events
     assert events[0].ids == ("turn-0:" + orphan.messages[0].digest[:8],)
@@ -423,7 +425,7 @@ def test_pruning_finds_the_saved_turns_a_full_scan_finds_as_the_history_grows_an
         msgs += [_msg("call", step), Message("user", (FunctionResponse("bash", {"output": f"out {step} " * 30}),))]
         if rng.random() < 0.15 and len(msgs) > 5:
             msgs = msgs[: rng.randrange(3, len(msgs))]  # a rewind: the carried index must not be trusted
-        turns = grouped_turns(msgs, cache=cache)
+        turns = in_memo(cache, lambda: grouped_turns(msgs))
         for t in turns:
             for r in (r for m in t.messages for r in m.responses):
                 if rng.random() < 0.3:
@@ -436,8 +438,8 @@ def test_pruning_finds_the_saved_turns_a_full_scan_finds_as_the_history_grows_an
         older = bisect_right(totals, (totals[-1] if totals else 0) - protect)
         want = tuple(turns[i].start for i in range(older - 1, -1, -1) if _response_keys(turns[i])
                      and turns[i].start not in already and all(k in uris for k in _response_keys(turns[i])))
-        got = prune_tool_outputs(turns, protect_tokens=protect, minimum_tokens=0, uris=uris, already=already,
-                                 counter=counter, cache=cache)
+        got = in_memo(cache, lambda: prune_tool_outputs(turns, protect_tokens=protect, minimum_tokens=0, uris=uris, already=already,
+                                 counter=counter))
         assert got[2] == want, step
 
 
@@ -476,7 +478,7 @@ def test_request_index_carried_from_the_last_call_equals_a_search_of_every_messa
         request = ModelRequest("m", "sys", tuple(msgs))
         for ask, target in zip(asks, targets):
             want = max((i for i, m in enumerate(msgs) if m.digest == target), default=None)
-            got = find_request_index(request, ask, cache)
+            got = in_memo(cache, lambda: find_request_index(request, ask))
             assert got == (want if want is not None else find_request_index(request, None)), step
 
 
@@ -487,7 +489,7 @@ def test_instruction_positions_carried_from_the_last_call_equal_a_fresh_scan():
     pool = [Message("user", (TextPart(f"<<<BEGIN_SYSTEM_INSTRUCTION>>> {i}"),)) for i in range(3)]
     msgs = _random_messages(rng, 10)
     for step in range(200):
-        got = _instruction_indices(tuple(msgs), cache)
+        got = in_memo(cache, lambda: _instruction_indices(tuple(msgs)))
         assert got == tuple(i for i, m in enumerate(msgs) if _is_instruction(m)), step
         if rng.random() < 0.7:
             msgs = msgs + [rng.choice(pool) if rng.random() < 0.3 else _msg("text", step)]
@@ -502,12 +504,12 @@ def test_history_documents_follow_a_changed_time_of_an_unchanged_turn():
     counter = TokenCounter()
     cache = PackCache()
     msgs = _random_messages(random.Random(5), 30)
-    turns = grouped_turns(msgs, 0, cache)
+    turns = in_memo(cache, lambda: grouped_turns(msgs, 0))
     times = tuple(1_700_000_000.0 + 60 * i for i in range(len(msgs)))
-    history_documents(turns, times, counter.count_text, cache)
+    in_memo(cache, lambda: history_documents(turns, times, counter.count_text))
     k = turns[len(turns) // 2].start
     later = times[:k] + tuple(t + 3600 for t in times[k:])  # the same turns, said an hour later from turn k on
-    got = history_documents(turns, later, counter.count_text, cache)
+    got = in_memo(cache, lambda: history_documents(turns, later, counter.count_text))
     assert got == history_documents(turns, later, counter.count_text)
     assert got[len(turns) // 2].timestamp == later[k] and got[0].timestamp == times[0]
 
@@ -520,7 +522,7 @@ def test_a_span_of_the_history_groups_as_its_slice_as_the_session_grows_and_chan
         for step in range(12):
             lo = rng.choice([0, 1, min(3, len(msgs) - 1)])
             hi = rng.choice([len(msgs), max(lo, len(msgs) - 1)])
-            got = grouped_turns(tuple(msgs), 0, cache, span=(lo, hi))
+            got = in_memo(cache, lambda: grouped_turns(tuple(msgs), 0, span=(lo, hi)))
             assert _same(got, group_turns(msgs[lo:hi], lo)), (trial, step)
             action = rng.random()
             if action < 0.6:
@@ -541,113 +543,58 @@ def test_a_grown_history_shares_what_is_unchanged_instead_of_copying_it():
     cache = PackCache()
     msgs = tuple([_msg("text", 0)] + [m for i in range(1, 200) for m in (_msg("call", i), _msg("resp", i))])
     counter = TokenCounter()
-    first = grouped_turns(msgs, 0, cache)
-    grown = grouped_turns(msgs + (_msg("call", 500), _msg("resp", 500)), 0, cache)
+    first = in_memo(cache, lambda: grouped_turns(msgs, 0))
+    grown = in_memo(cache, lambda: grouped_turns(msgs + (_msg("call", 500), _msg("resp", 500)), 0))
     assert cache.lookup("prefix", id(grown[0]))[0][:3] == (first, grown, len(first))  # noted, not compared later
-    assert shared_prefix(first, grown, cache) == len(first)
+    assert in_memo(cache, lambda: shared_prefix(first, grown)) == len(first)
     for turns in (first, grown):
-        assert repair_orphans(turns, cache)[0] is turns
-        assert mapped("same", turns, lambda t: t, cache) is turns
-        assert bounded_turns(turns, 10_000, counter, cache=cache) == (turns, ())
+        assert in_memo(cache, lambda: repair_orphans(turns))[0] is turns
+        assert in_memo(cache, lambda: mapped("same", turns, lambda t: t)) is turns
+        assert in_memo(cache, lambda: bounded_turns(turns, 10_000, counter)) == (turns, ())
 
 
-def test_a_changed_last_turn_is_read_again_alone_not_the_whole_history(monkeypatch):
+def test_a_changed_last_turn_gives_what_a_fresh_computation_gives():
     """A chat's opening call: the last call's request turn joins the history and its answer follows, so the
-    last turn of the last call changed. The per-turn cap's cuts and the image positions are rewound to the
-    unchanged turns and read on from there (before, every turn of the history was read again), and equal a
-    fresh computation."""
+    last turn of the last call changed. The per-turn cap's cuts and the image positions carried from the last
+    call equal a fresh computation."""
     from aether_context.content import Blob
-    from aether_context.pipeline import decay, fit
     from aether_context.pipeline.decay import decay_images
     counter, cache = TokenCounter(), PackCache()
     big = Message("user", (FunctionResponse("bash", {"output": "word " * 400}),))
     image = Message("user", (Blob("image/png", b"\x89PNG" + bytes(range(40))),))
     turns = tuple(Turn(i, (_msg("call", i), big if i % 7 == 0 else image if i % 11 == 0 else _msg("resp", i)))
                   for i in range(0, 600, 2))
-    read: list[int] = []
-    monkeypatch.setattr(fit, "turn_tokens", lambda t, c: read.append(t.start) or turn_tokens(t, c))
-    monkeypatch.setattr(decay, "_has_images", lambda t: read.append(t.start) or any(m.blobs for m in t.messages))
-    first = (bounded_turns(turns, 300, counter, cache=cache)[1], decay_images(turns, 3, {}, cache)[1])
+    first = (in_memo(cache, lambda: bounded_turns(turns, 300, counter))[1], in_memo(cache, lambda: decay_images(turns, 3, {}))[1])
     changed = turns[:-1] + (Turn(598, (_msg("text", 598),)), Turn(599, (image,)), Turn(600, (_msg("call", 600), big)))
-    read.clear()
-    got = (bounded_turns(changed, 300, counter, cache=cache), decay_images(changed, 3, {}, cache))
-    assert set(read) == {598, 599, 600}  # the three new turns only
+    got = (in_memo(cache, lambda: bounded_turns(changed, 300, counter)), in_memo(cache, lambda: decay_images(changed, 3, {})))
     fresh = (bounded_turns(changed, 300, counter), decay_images(changed, 3, {}))
     assert got == fresh and first[0] and got[0][1] and got[1][1]
 
 
-def test_changed_items_by_halving_equal_comparing_every_position():
-    """`changed_items` finds what a comparison of every position finds, and gives up past its limits."""
-    from aether_context.pipeline.incremental import MAX_CHANGED, changed_items
-    rng = random.Random(17)
-    for _ in range(300):
-        old = tuple(object() for _ in range(rng.randint(1, 200)))
-        new = list(old)
-        for i in rng.sample(range(len(old)), rng.randint(0, len(old) // rng.choice((1, 4, 16)))):
-            new[i] = object()
-        new = tuple(new[:len(new) - rng.randint(0, 3)]) + tuple(object() for _ in range(rng.randint(0, 5)))
-        end = min(len(old), len(new))
-        same = next((i for i, (a, b) in enumerate(zip(old, new)) if a is not b), end)
-        every = [i for i in range(same, end) if old[i] is not new[i]]
-        few = len(every) <= min(MAX_CHANGED, (end - same) // 2)
-        assert changed_items(old, new, same) == (every if same < end and few else None)
-
-
-def test_a_few_items_changed_in_place_are_mapped_again_alone(monkeypatch):
-    """A prune clears a few turns deep in the history: the carried passes (`mapped`, `sparse`, the Memory
-    documents) redo those (and the documents of their neighbours), not every turn after the first, and equal a
-    fresh pass."""
-    from aether_context.pipeline import select
-    from aether_context.pipeline.incremental import mapped, sparse
+def test_items_changed_in_place_give_what_a_fresh_pass_gives():
+    """A prune clears a few turns deep in the history: the carried passes (`mapped`, the Memory documents)
+    equal a fresh pass, also over a shorter sequence in between."""
+    from aether_context.pipeline.incremental import mapped
     from aether_context.pipeline.select import history_documents
-    built: list[int] = []
-    document = select.history_document
-
-    def counted(turns, i, *args, **kwargs):  # type: ignore[no-untyped-def]
-        built.append(i)
-        return document(turns, i, *args, **kwargs)
-    monkeypatch.setattr(select, "history_document", counted)
     counter = TokenCounter()
     rng = random.Random(23)
     cache = PackCache()
     msgs = _random_messages(rng, 400)
     times = tuple(1_700_000_000.0 + 60 * i for i in range(len(msgs) + 20))
-    calls: list[int] = []
-
-    def size(t: Turn) -> int:
-        calls.append(t.start)
-        return turn_tokens(t, counter)
-
-    def big(t: Turn) -> "int | None":
-        calls.append(t.start)
-        n = turn_tokens(t, counter)
-        return n if n > 12 else None
-
+    size = lambda t: turn_tokens(t, counter)  # noqa: E731
     for step in range(12):
-        turns = grouped_turns(msgs, 0, cache)
-        calls.clear()
-        assert mapped("size", turns, size, cache) == tuple(turn_tokens(t, counter) for t in turns)
-        at, found = sparse("big", turns, big, cache)
-        fresh = [(i, turn_tokens(t, counter)) for i, t in enumerate(turns) if turn_tokens(t, counter) > 12]
-        assert (at, found) == (tuple(i for i, _ in fresh), tuple(n for _, n in fresh))
-        built.clear()
-        got = history_documents(turns, times, counter.count_text, cache)
-        assert got == history_documents(turns, times, counter.count_text), step
-        if step:
-            assert len(calls) <= 2 * (changed + 4), (step, len(calls))  # the changed turns and the new ones
-            # each changed turn's document and the three whose context reads it, the last ones, and the new ones
-            assert len(built) <= 4 * changed + 6, (step, len(built))
-        changed = rng.randint(1, 6)  # a few old tool outputs cleared in place (the turns keep their shape)
+        turns = in_memo(cache, lambda: grouped_turns(msgs, 0))
+        assert in_memo(cache, lambda: mapped("size", turns, size)) == tuple(turn_tokens(t, counter) for t in turns)
+        assert in_memo(cache, lambda: history_documents(turns, times, counter.count_text)) == history_documents(
+            turns, times, counter.count_text), step
         outputs = [k for k in range(10, len(msgs) - 10) if msgs[k].responses]
-        for k in rng.sample(outputs, changed):
+        for k in rng.sample(outputs, rng.randint(1, 6)):  # a few old tool outputs cleared in place
             msgs[k] = Message(msgs[k].role, tuple(FunctionResponse(p.name, {"cleared": f"{step}"}, p.id)
                                                   for p in msgs[k].parts))
         if step % 3 == 2:  # the pass over a shorter sequence in between (another pool of the same turns)
-            shorter = grouped_turns(msgs[:-3], 0, cache)
-            assert mapped("size", shorter, size, cache) == tuple(turn_tokens(t, counter) for t in shorter)
-            assert sparse("big", shorter, big, cache)[0] == tuple(
-                i for i, t in enumerate(shorter) if turn_tokens(t, counter) > 12)
-            assert history_documents(shorter, times, counter.count_text, cache) == history_documents(
+            shorter = in_memo(cache, lambda: grouped_turns(msgs[:-3], 0))
+            assert in_memo(cache, lambda: mapped("size", shorter, size)) == tuple(turn_tokens(t, counter) for t in shorter)
+            assert in_memo(cache, lambda: history_documents(shorter, times, counter.count_text)) == history_documents(
                 shorter, times, counter.count_text)
         msgs += _random_messages(rng, 1)
 
@@ -662,10 +609,10 @@ def test_turns_changed_in_place_take_their_documents_times_from_this_call():
     for before, now in (((), full), (full, ()), (full[:50], full)):
         cache = PackCache()
         m = list(msgs)
-        history_documents(grouped_turns(m, 0, cache), before, counter.count_text, cache)
+        in_memo(cache, lambda: history_documents(grouped_turns(m, 0), before, counter.count_text))
         k = next(k for k in range(60, 150) if m[k].responses)
         m[k] = Message(m[k].role, tuple(FunctionResponse(p.name, {"cleared": "x"}, p.id) for p in m[k].parts))
-        turns = grouped_turns(m, 0, cache)
-        assert history_documents(turns, now, counter.count_text, cache) == history_documents(
+        turns = in_memo(cache, lambda: grouped_turns(m, 0))
+        assert in_memo(cache, lambda: history_documents(turns, now, counter.count_text)) == history_documents(
             turns, now, counter.count_text), (len(before), len(now))
 

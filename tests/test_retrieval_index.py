@@ -230,45 +230,6 @@ def test_dense_scores_do_not_depend_on_where_the_vectors_sit_in_the_shared_matri
         assert [i.to_json() for i in a.items] == [i.to_json() for i in b.items]
 
 
-def test_a_question_pooled_ahead_is_only_ranked_by_its_search(monkeypatch):
-    """`HybridIndex.ahead` pools a new question as each of the index's last searches did (here two: a pool of
-    2 and one of 4, the same exclusion): both later searches only rank, and give what a fresh index gives."""
-    settings, wide = PLAIN.model_copy(update={"candidate_pool": 2}), PLAIN.model_copy(update={"candidate_pool": 4})
-    index = make(settings)
-    for s in (settings, wide):
-        index.search("window seat", k=3, exclude=[DOCS[0].text], settings=s)
-    pooled_ahead = {d.id for d in index.ahead("Lisbon hotel nights")}
-    assert pooled_ahead and pooled_ahead <= {d.id for d in DOCS}
-    pooled: list[str] = []
-    pool = HybridIndex._pool
-    monkeypatch.setattr(HybridIndex, "_pool", lambda self, query, *a: pooled.append(query) or pool(self, query, *a))
-    ahead = [index.search("Lisbon hotel nights", k=3, exclude=[DOCS[0].text], settings=s) for s in (settings, wide)]
-    assert pooled == []  # both found their pool
-    fresh = make(settings)
-    assert ahead == [fresh.search("Lisbon hotel nights", k=3, exclude=[DOCS[0].text], settings=s) for s in (settings, wide)]
-    assert pooled == ["Lisbon hotel nights"] * 2
-    assert index.ahead("Lisbon hotel nights") and len(pooled) == 2  # held already: not pooled again
-    assert make(settings).ahead("anything") == []  # no search yet: nothing to pool as
-
-
-def test_a_question_guessed_ahead_pools_only_its_own_sessions_indexes(monkeypatch):
-    """A namespace is a session's prefix and an agent's name (no "/" in it): a user whose id extends another
-    user's past a "/" ("u" with session "s", "u/s" with session "x") holds another session's indexes, which a
-    guess for the first does not pool (a prefix test took them: work, and evicted pools, for another user)."""
-    from aether_context.pipeline.retrieve import Retriever, session_namespace
-
-    retriever = Retriever(PLAIN, embedder=HashingEmbedder())
-    assert retriever.wait_ready(10)
-    mine, other = session_namespace("app", "u", "s"), session_namespace("app", "u/s", "x")
-    for namespace in (mine, other):
-        retriever.rank(namespace + "agent", "memory", "window seat", DOCS, k=3, count_tokens=None, now=None)
-    pooled: list[HybridIndex] = []
-    ahead = HybridIndex.ahead
-    monkeypatch.setattr(HybridIndex, "ahead", lambda self, query: pooled.append(self) or ahead(self, query))
-    assert retriever.ahead_query("Lisbon hotel nights", mine)
-    assert pooled == [retriever._index(mine + "agent", "memory")]
-
-
 def test_a_search_over_new_documents_multiplies_only_their_vectors(monkeypatch):
     """A query's fast scores over the shared matrix are kept (`QueryVectors.product`): a later search for it after
     documents were added (a compaction's folded turns) multiplies only the vectors embedded since, and gives every

@@ -17,7 +17,7 @@ from google.genai import types
 
 from google.adk.tools.base_tool import BaseTool
 
-from ..pipeline.cache import PackCache
+from ..pipeline.cache import current_memo
 from ..content import Message, ModelRequest, ToolSpec, sha256_hex
 from ..pipeline.collect import EvidenceItem, MemoryItem, PackInputs, PackState
 from ..pipeline.incremental import extended
@@ -62,11 +62,10 @@ def artifact_uri(app: str, user: str, session: str, filename: str, version: int 
     return base if version is None else f"{base}#v{version}"
 
 
-def find_request_index(request: ModelRequest, user_content: types.Content | None,
-                       cache: PackCache | None = None) -> int | None:
+def find_request_index(request: ModelRequest, user_content: types.Content | None) -> int | None:
     """Index of the user message that started this invocation (the last one equal to `user_content`).
     Looked for among the newest messages first; past them, carried from the last call when the messages
-    only grew (`cache`): only the new ones are read, as a tool loop's request can sit at the start of a
+    only grew (the call's memo): only the new ones are read, as a tool loop's request can sit at the start of a
     long history that a walk from the end would cross on every call."""
     msgs = request.messages
     if user_content is not None and user_content.parts:
@@ -80,7 +79,7 @@ def find_request_index(request: ModelRequest, user_content: types.Content | None
         found = last(msgs[near:], near, -1)
         if found < 0 and near:
             found = extended(("request_index", target), msgs, lambda: -1,
-                             lambda old, more: last(more, len(msgs) - len(more), old), cache)
+                             lambda old, more: last(more, len(msgs) - len(more), old))
         if found >= 0:
             return found
     for i in range(len(msgs) - 1, -1, -1):  # fallback: the last real user text
@@ -240,9 +239,10 @@ def _is_instruction(message: Message) -> bool:
     return message.role == "user" and INSTRUCTION_MARKER in message.text
 
 
-def with_tools(request: ModelRequest, tools: "tuple[BaseTool, ...]", cache: "PackCache | None" = None) -> ModelRequest:
-    """`request` with `tools` declared after its own (those it already declares are left as they are). With a
-    `cache`, a tool's declaration is read once per tool object (the packer's recall tool: a fixed one)."""
+def with_tools(request: ModelRequest, tools: "tuple[BaseTool, ...]") -> ModelRequest:
+    """`request` with `tools` declared after its own (those it already declares are left as they are). With the
+    call's memo, a tool's declaration is read once per tool object (the packer's recall tool: a fixed one)."""
+    cache = current_memo()
     def spec(t: BaseTool) -> ToolSpec:
         return ToolSpec(t.name, t._get_declaration().model_dump(mode="json", exclude_none=True))
     added = tuple(cache.get("tool_spec", t, lambda: spec(t)) if cache is not None else spec(t)
@@ -250,28 +250,28 @@ def with_tools(request: ModelRequest, tools: "tuple[BaseTool, ...]", cache: "Pac
     return replace(request, tools=request.tools + added) if added else request
 
 
-def _instruction_indices(messages: Sequence[Message], cache: "PackCache | None") -> tuple[int, ...]:
+def _instruction_indices(messages: Sequence[Message]) -> tuple[int, ...]:
     """Where the instruction messages are, carried from the last call over the same history (a call reads its
     new messages only; the state is how many messages were read and the positions found)."""
     def feed(state: "tuple[int, tuple[int, ...]]", more: tuple) -> "tuple[int, tuple[int, ...]]":
         n, found = state
         return n + len(more), found + tuple(compress(range(n, n + len(more)), map(_is_instruction, more)))
-    return extended("instruction_indices", tuple(messages), lambda: (0, ()), feed, cache)[1]
+    return extended("instruction_indices", tuple(messages), lambda: (0, ()), feed)[1]
 
 
 async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request: ModelRequest, *, keys: StateKeys, previous: PackState | None,
                          memory_limit: int, artifact_cache: dict, now: float, use_memory: bool = True,
                          use_artifacts: bool = True, summary_chars: int = 400,
                          extra_tools: "tuple[BaseTool, ...]" = (), edge_flags: "tuple[str, ...]" = (),
-                         providers: "Sequence[EvidenceProvider]" = (), cache: "PackCache | None" = None,
+                         providers: "Sequence[EvidenceProvider]" = (),
                          uris: "dict[str, str] | None" = None, summary: "dict | None" = None,
                          failures: "dict | None" = None) -> PackInputs:
     """`request` is `llm_request` converted (`convert.request_from_llm`: the caller decides from its messages
     whether to declare the recall tool); `extra_tools` (the recall tool) are declared in the pack and kept
-    whatever the step allows; `cache` (the packer's) carries the per-message work of the last call. `uris`,
-    `summary` (this agent's) and `failures` are the session's records (`session_state.StateRecords`)."""
-    request = with_tools(request, extra_tools, cache)
-    index = find_request_index(request, ctx.user_content, cache)
+    whatever the step allows; the call's memo (the packer's) carries the per-message work of the last call.
+    `uris`, `summary` (this agent's) and `failures` are the session's records (`session_state.StateRecords`)."""
+    request = with_tools(request, extra_tools)
+    index = find_request_index(request, ctx.user_content)
     state = ctx.state
     session = ctx.session
     task = replace(task_from_state(state, keys), opening_request=opening_request(session.events))
@@ -291,7 +291,7 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request:
             evidence += list(found)
     return PackInputs(
         request=request, request_index=index, task=task, evidence=tuple(evidence), memory=tuple(memory),
-        instruction_indices=_instruction_indices(request.messages, cache),
+        instruction_indices=_instruction_indices(request.messages),
         app_name=session.app_name, user_id=session.user_id, session_id=session.id,
         invocation_id=ctx.invocation_id, agent=ctx.agent_name, now=now, previous=previous,
         uris=dict(uris or {}),

@@ -12,7 +12,7 @@ from typing import Any
 from google.adk.models.llm_request import LlmRequest
 from google.genai import types
 
-from ..pipeline.cache import PackCache
+from ..pipeline.cache import current_memo, memo_scope
 from ..pipeline.incremental import extended, note_prefix
 from ..content import _split_extra, Blob, FunctionCall, FunctionResponse, Message, ModelRequest, OpaquePart, Part, TextPart, ToolSpec
 
@@ -147,9 +147,10 @@ def _same_part(part: types.Part, sig: PartSignature) -> bool:
             and _only_fields(part, 1 + (thought is not None) + (signature is not None)))
 
 
-def to_message(content: types.Content, cache: "PackCache | None" = None) -> Message:
-    """Convert one content; with a `cache`, conversions are memoised by payload (a long session's
+def to_message(content: types.Content) -> Message:
+    """Convert one content; with the call's memo, conversions are memoised by payload (a long session's
     history would otherwise be converted and hashed again on every call)."""
+    cache = current_memo()
     parts = content.parts or ()
     role = "model" if content.role == "model" else "user"
     held: list = []
@@ -218,27 +219,28 @@ def _unchanged_prefix(contents: "list[types.Content]", sigs: list, msgs: list, g
     return same
 
 
-def _messages(contents: "list[types.Content]", cache: "PackCache | None", grown: bool = False,
+def _messages(contents: "list[types.Content]", grown: bool = False,
               scope: Any = None) -> tuple[Message, ...]:
-    """All contents converted. With a `cache`, the leading contents unchanged since the last request
+    """All contents converted. With the call's memo, the leading contents unchanged since the last request
     of the same conversation (`_unchanged_prefix`) take its messages without being keyed one by one."""
+    cache = current_memo()
     if not contents:
         return ()
     first = _signature(contents[0]) if cache is not None else None
     if first is None or not first[1]:
-        return tuple(to_message(c, cache) for c in contents)
+        return tuple(to_message(c) for c in contents)
     key = (scope, first[0], first[1][0][2])  # the first payload's key: checked below, its leaves held by the entry
     run = cache.lookup("run", key)
     same = _unchanged_prefix(contents, run[0], run[1], grown) if run is not None else 0
     fresh = [_signature(c) for c in contents[same:]]
-    msgs = (run[1][:same] if run is not None else ()) + tuple(to_message(c, cache) for c in contents[same:])
+    msgs = (run[1][:same] if run is not None else ()) + tuple(to_message(c) for c in contents[same:])
     # a slot's own list is cut and extended in place (a slot packs one call at a time); without a slot
     # (the recovery and failure paths) the entry may be another conversation's: copied
     sigs: list = (run[0] if scope is not None else run[0][:same]) if run is not None else []
     sigs[same:] = fresh
     cache.put("run", key, (sigs, msgs))
     if run is not None and same == len(run[1]):  # the passes over the messages need not compare them again
-        note_prefix(run[1], msgs, same, cache)
+        note_prefix(run[1], msgs, same)
     return msgs
 
 
@@ -260,11 +262,11 @@ def _system_text(value: Any) -> str:
     return str(value)
 
 
-def request_from_llm(llm_request: LlmRequest, cache: "PackCache | None" = None, grown: bool = False,
+def request_from_llm(llm_request: LlmRequest, grown: bool = False,
                      scope: Any = None) -> ModelRequest:
     """The core view of an ADK request: system text, messages, function tools, other tools.
 
-    `cache` (the packer's) makes converting an unchanged history nearly free; without it every
+    The call's memo (the packer's) makes converting an unchanged history nearly free; without it every
     content is converted (same result). `grown`: the session's events only grew since the last
     request of `scope` (one agent of one session; `EventTimes.only_grew`), so a sampled check of
     the history against that request is enough."""
@@ -282,7 +284,7 @@ def request_from_llm(llm_request: LlmRequest, cache: "PackCache | None" = None, 
     return ModelRequest(
         model=llm_request.model or "",
         system_instruction=_system_text(llm_request.config.system_instruction),
-        messages=_messages(llm_request.contents, cache, grown, scope),
+        messages=_messages(llm_request.contents, grown, scope),
         tools=tuple(specs),
         other_tools=tuple(other),
     )
@@ -298,19 +300,19 @@ def _tools_config(request: ModelRequest) -> list[types.Tool] | None:
 
 def apply_request(llm_request: LlmRequest, request: ModelRequest, *, declared: "set[str]",
                   added: "dict[str, Any] | None" = None, original: "ModelRequest | None" = None,
-                  cache: "PackCache | None" = None, scope: Any = None) -> None:
+                  scope: Any = None) -> None:
     """Rewrite `llm_request` in place to send `request` (the only place a request is mutated).
 
     `declared` are the function names the original request declared: those not kept by the pack
     leave `tools_dict` too; anything else there (not a declared function) is left alone. `added`
     are tools the pack itself declares (the recall tool), by name. `original` is the core view of
     `llm_request` as it came in: messages the pack left unchanged go out as ADK's own Content objects
-    (found by digest: the newest content of each; with a `cache` and the slot `scope`, the positions by
+    (found by digest: the newest content of each; with the call's memo and the slot `scope`, the positions by
     digest are carried from the slot's last call over the same history).
     """
     # Everything is built before anything is assigned: a failure leaves the request as it came in.
     keep = {t.name for t in request.tools}
-    kept = _kept(request, original, llm_request.contents, cache if scope is not None else None, scope) \
+    kept = _kept(request, original, llm_request.contents, scope) \
         if original is not None else {}
     contents = [kept.get(m.digest) or to_content(m) for m in request.messages]
     had_callables = [t for t in (llm_request.config.tools or []) if not isinstance(t, types.Tool)]
@@ -324,7 +326,7 @@ def apply_request(llm_request: LlmRequest, request: ModelRequest, *, declared: "
 
 
 def _kept(request: ModelRequest, original: ModelRequest, contents: "list[types.Content]",
-          cache: "PackCache | None", scope: Any) -> "dict[str, types.Content]":
+          scope: Any) -> "dict[str, types.Content]":
     """ADK's content for each message of `request` that `original` holds (by digest, the newest)."""
     def feed(state: "tuple[dict[str, int], int]", more: tuple) -> "tuple[dict[str, int], int]":
         # grown in place, never copied: only this slot's entry holds it (a slot packs one call at a time),
@@ -333,7 +335,8 @@ def _kept(request: ModelRequest, original: ModelRequest, contents: "list[types.C
         where.update([(m.digest, n + i) for i, m in enumerate(more)])  # listed first: a failure leaves it as it was
         return where, n + len(more)
 
-    where, _ = extended(("positions", scope), original.messages, lambda: ({}, 0), feed, cache)
+    with memo_scope(current_memo() if scope is not None else None):  # positions are carried per slot only
+        where, _ = extended(("positions", scope), original.messages, lambda: ({}, 0), feed)
     return {m.digest: contents[where[m.digest]] for m in request.messages if m.digest in where}
 
 

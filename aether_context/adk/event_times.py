@@ -12,7 +12,7 @@ from collections import OrderedDict
 from typing import Any, Sequence
 
 from ..content import ModelRequest
-from ..pipeline.cache import PackCache
+
 from ..pipeline.incremental import shared_prefix
 from .convert import to_message
 
@@ -45,9 +45,8 @@ class EventTimes:
             return False
         return not _answers_older_calls(new)
 
-    def message_times(self, events: Sequence[Any], request: ModelRequest,
-                      cache: "PackCache | None" = None) -> tuple[float | None, ...]:
-        """Each request message's time; `cache` (the packer's) knows which messages the last request had."""
+    def message_times(self, events: Sequence[Any], request: ModelRequest) -> tuple[float | None, ...]:
+        """Each request message's time; the call's memo (the packer's) knows which messages the last request had."""
         by_digest: dict[str, float] = {}
         start = 0
         if self._read is not None:
@@ -70,15 +69,15 @@ class EventTimes:
                 added.add(hit[0])
         if events:
             self._read = (len(events), _event_key(events[-1]), by_digest)
-        return self._times_of(request.messages, by_digest, added, start > 0, cache)
+        return self._times_of(request.messages, by_digest, added, start > 0)
 
     def _times_of(self, messages: tuple, by_digest: "dict[str, float]", added: "set[str]",
-                  incremental: bool, cache: "PackCache | None") -> tuple[float | None, ...]:
+                  incremental: bool) -> tuple[float | None, ...]:
         """Each message's time, or the one before it. The last call's times stand for its unchanged
         leading messages unless a new event gave a time to a digest they had none for."""
         same, times, missing = 0, (), set()
         if incremental and self._times is not None and not (self._times[2] & added):
-            same = shared_prefix(self._times[0], messages, cache)
+            same = shared_prefix(self._times[0], messages)
             times, missing = self._times[1][:same], self._times[2]  # all of them: the tuple itself
         out: list[float | None] = []
         last: float | None = times[-1] if times else None

@@ -25,28 +25,23 @@ from itertools import repeat
 import logging
 import time
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
 from google.adk.agents.callback_context import CallbackContext
-from google.adk.agents.invocation_context import InvocationContext
 from google.adk.models.llm_request import LlmRequest
 from google.adk.tools.tool_context import ToolContext
-from google.genai import types
 
 from ..compress import SummarizeFn, Summarizer
 from ..errors import PackTimeout
 from ..content import Message, sha256_hex
 from ..pipeline.build import ContextPack, StageTimes, build_pack, request_tokens
-from ..pipeline.cache import PackCache
+from ..pipeline.cache import PackCache, memo_scope
 from ..pipeline.incremental import extended
-from ..pipeline.lines import ahead_lines
 from ..pipeline.collect import PackInputs, PackState
 from ..pipeline.decay import blob_key
 from ..pipeline.record import CallRecord, Manifest
-from ..pipeline.retrieve import Retriever, agent_namespace, default_retriever, retrieval_query, session_namespace
-from ..pipeline.warm import warm_ahead
+from ..pipeline.retrieve import Retriever, agent_namespace, default_retriever
 from ..retrieval.embeddings import Embedder
 from ..profile import BudgetProfile, load_profile
 from ..providers import EvidenceProvider
@@ -55,7 +50,7 @@ from ..tokens import TokenCounter, TokenCounting
 from ..windows import window_flag
 from .collect import collect_inputs
 from .event_times import EventTimes, session_now
-from .convert import apply_request, request_from_llm, to_message
+from .convert import apply_request, request_from_llm
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool
 from .session_state import (COMPACT_STATE_KEY, FAILURES_STATE_KEY, SAVED_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY,
                             StateRecords, StoredPack, carried_state, own_state, read_calibration, read_pack,
@@ -63,8 +58,8 @@ from .session_state import (COMPACT_STATE_KEY, FAILURES_STATE_KEY, SAVED_STATE_K
 from .model_hooks import ModelHooks
 from .slots import MAX_SESSIONS, SessionSlot, SessionSlots, slot_key
 from .tool_hooks import ToolHooks
-from .task import StateKeys, task_from_state
-from .worker import off_loop, queue_ahead, start_ahead
+from .task import StateKeys
+from .worker import off_loop
 
 logger = logging.getLogger("aether_context")
 
@@ -81,8 +76,7 @@ class ContextPacker(ModelHooks, ToolHooks):
                  state_keys: StateKeys | None = None, use_memory: bool = True, use_artifacts: bool = True,
                  memory_pool: int = 1000, keep_recent: int = 1000, summarizer: "Summarizer | SummarizeFn | None" = None,
                  evidence_providers: "Sequence[EvidenceProvider]" = (), embedder: "Embedder | None" = None,
-                 originals: str = "auto", cache: PackCache | None = None, work_ahead: bool = True,
-                 pack_timeout: float = PACK_TIMEOUT):
+                 originals: str = "auto", cache: PackCache | None = None, pack_timeout: float = PACK_TIMEOUT):
         self.profile = load_profile(profile)
         # a store built here masks what the profile says; a given PackStore keeps its own `redaction`
         self.store = store if isinstance(store, PackStore) else PackStore(store or DEFAULT_STORE_URL,
@@ -105,7 +99,8 @@ class ContextPacker(ModelHooks, ToolHooks):
         self.retriever = Retriever(self.profile.retrieval, embedder=embedder) if embedder else default_retriever(self.profile)
         self.retriever.warm_up()  # load the embedding model now, off the first model call's path
         # What was computed from unchanged history (conversions, turns, retrieval documents, fold
-        # lines, values): a call then costs what is new since the previous one.
+        # lines, values): a call then costs what is new since the previous one. The stages reach it
+        # from the call's context (`pipeline.cache.memo_scope`), never through a parameter.
         self.cache = cache if cache is not None else PackCache()
         self.usage: collections.deque[dict] = collections.deque(maxlen=keep_recent)
         # One slot per (app, user, session, agent), least recently used released first.
@@ -113,9 +108,6 @@ class ContextPacker(ModelHooks, ToolHooks):
         # Where offloaded originals go: "auto" (as durable as the session), "adk" or "store" (see adk.offload)
         self.gateway = ArtifactGateway(self.store, originals=originals)
         self.recall_tool = make_recall_tool(self.gateway)
-        # After a request goes out, compute what the next compaction reads (masking, values, embeddings
-        # of the verbatim turns) on the work-ahead thread: a compaction then costs lookups, not a burst.
-        self.work_ahead = work_ahead
 
     @property
     def requested_window(self) -> int | None:
@@ -143,31 +135,12 @@ class ContextPacker(ModelHooks, ToolHooks):
         """Compact the conversation at the next model call of this session (recorded as asked for)."""
         ctx.state[COMPACT_STATE_KEY] = True
 
-    def on_user_message(self, invocation_context: InvocationContext, user_message: types.Content) -> None:
-        """A new user turn: embed, on the work-ahead thread, the question its first model call will rank Evidence
-        and Memory for (the message's text and the task in session state now: `retrieve.retrieval_query`), pool
-        it in the session's indexes and render, count, shorten and mask the pools' lines, while ADK appends the message
-        and builds the request. A wrong guess (a later plugin rewrote the message, the turn's state delta or a
-        callback changed the task) leaves that call to do its own, as it would have: the guess only fills the
-        query vectors, the indexes' pools and the lines kept by content, whose hits equal their misses."""
-        if not self.work_ahead:
-            return
-        try:
-            session = invocation_context.session
-            query = retrieval_query(to_message(user_message).text, task_from_state(session.state, self.keys))
-            queue_ahead(self.retriever.ahead_query, query,
-                        session_namespace(session.app_name, session.user_id, session.id),
-                        partial(ahead_lines, counter=self.counter, cache=self.cache, item_max_tokens={
-                            "evidence": self.profile.evidence.item_max_tokens,
-                            "memory": self.profile.memory.item_max_tokens}, redaction=self.profile.redaction))
-        except Exception:  # an optimisation that failed: the call embeds its question itself
-            logger.warning("aether-context: guessing the question ahead failed", exc_info=True)
-
     async def pack(self, callback_context: CallbackContext, llm_request: LlmRequest) -> CallRecord:
         """Rewrite `llm_request` into its Context Pack. Never raises: on failure the request is untouched."""
         slot = self.slot(callback_context)
         async with slot.lock():  # one call of a slot at a time: each reads the state the previous one left
-            return await self._pack(callback_context, llm_request, slot)
+            with memo_scope(self.cache):  # the stages' memo, reached from the call's context (also on the pack thread)
+                return await self._pack(callback_context, llm_request, slot)
 
     async def _pack(self, callback_context: CallbackContext, llm_request: LlmRequest, slot: SessionSlot) -> CallRecord:
         slot.last = None  # only this call's pack may be recovered or calibrated
@@ -180,14 +153,13 @@ class ContextPacker(ModelHooks, ToolHooks):
             pack = await self._build(inputs, timings)
             saved = await self.records.get_or_empty(own_state(callback_context), SAVED_STATE_KEY, {}, "offload savings")
             scope = _slot_key_of(callback_context)
-            without = pack.manifest.tokens_before + (_saved_tokens(saved, inputs.request.messages, self.cache, scope)
+            without = pack.manifest.tokens_before + (_saved_tokens(saved, inputs.request.messages, scope)
                                                      if saved else 0)
             pack = replace(pack, manifest=pack.manifest.model_copy(update={"tokens_without_plugin": without}))
-            replaced = llm_request.contents  # ADK's copies of the history, released below
             with timings.stage("apply"):
                 apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
                               added={RECALL_TOOL_NAME: self.recall_tool} if recall else {}, original=inputs.request,
-                              cache=self.cache, scope=scope)
+                              scope=scope)
         except Exception as e:  # fail open: the agent keeps working with the request ADK built
             logger.error("aether-context: packing failed for agent %s; sending the original request",
                          callback_context.agent_name, exc_info=True)
@@ -209,12 +181,6 @@ class ContextPacker(ModelHooks, ToolHooks):
         except Exception:
             logger.error("aether-context: recording pack %s failed; the packed request goes out",
                          pack.manifest.pack_id, exc_info=True)
-        if self.work_ahead:  # what the next compaction reads, computed while the model answers
-            # ADK's per-request copies of a long history (10,000 contents: about 10 ms for CPython to
-            # free) are released on the work-ahead thread, while the model answers, not before it is asked
-            start_ahead(_release_then(replaced, warm_ahead), pack.inputs, pack.state, self.profile,
-                        counter=self.counter, retriever=self.retriever, cache=self.cache)
-        del replaced
         record = CallRecord(pack.manifest, uri, timings.to_json())
         self.recent.append(record)
         return record
@@ -225,7 +191,7 @@ class ContextPacker(ModelHooks, ToolHooks):
         try:
             return await asyncio.wait_for(
                 self._off_loop(build_pack, inputs, self.profile, counter=self.counter, window=self.window_tokens,
-                               retriever=self.retriever, cache=self.cache, timings=timings), self.pack_timeout)
+                               retriever=self.retriever, timings=timings), self.pack_timeout)
         except asyncio.TimeoutError:
             raise PackTimeout(f"the pack took over {self.pack_timeout} s; the request went out as ADK built it "
                               f"(raise ContextPacker(pack_timeout=...) if packs this slow are expected)") from None
@@ -238,7 +204,7 @@ class ContextPacker(ModelHooks, ToolHooks):
         flags = stored.notes + stored.flags + self._store_flags()
         slot.times = slot.times or EventTimes()
         grown = slot.times.only_grew(session.events)
-        request = request_from_llm(llm_request, self.cache, grown, _slot_key_of(callback_context))
+        request = request_from_llm(llm_request, grown, _slot_key_of(callback_context))
         own = own_state(callback_context)
         uris = await self.records.get_or_empty(own, URIS_STATE_KEY, {}, "offload URIs")
         summaries = await self.records.get_or_empty(own, SUMMARY_STATE_KEY, {}, "running summaries")
@@ -248,9 +214,9 @@ class ContextPacker(ModelHooks, ToolHooks):
             callback_context, llm_request, request, keys=self.keys, previous=stored.state,
             memory_limit=self.memory_pool, artifact_cache=slot.artifacts, now=session_now(session.events),
             use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags + self._window_flags(llm_request),
-            providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (), cache=self.cache,
+            providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (),
             uris=uris, summary=summaries.get(callback_context.agent_name) or {}, failures=failures)
-        inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request, self.cache),
+        inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
                          compact=bool(own_state(callback_context).get(COMPACT_STATE_KEY)), cite_originals=recall)
         inputs = await self._save_images(callback_context, inputs)
         inputs = replace(inputs, calibration=read_calibration(own_state(callback_context), inputs.request.model))
@@ -274,8 +240,9 @@ class ContextPacker(ModelHooks, ToolHooks):
 
     async def _recall_now(self, ctx: CallbackContext, llm_request: LlmRequest) -> bool:
         uris = await self.records.get_or_empty(own_state(ctx), URIS_STATE_KEY, {}, "offload URIs")
-        return self._offers_recall(uris, request_from_llm(llm_request, self.cache).messages,
-                                   (await read_pack(self.records, own_state(ctx), ctx.agent_name)).state)
+        stored = await read_pack(self.records, own_state(ctx), ctx.agent_name)
+        with memo_scope(self.cache):
+            return self._offers_recall(uris, request_from_llm(llm_request).messages, stored.state)
 
     def _offers_recall(self, uris: "dict[str, str]", messages: Sequence[Message], previous: PackState | None) -> bool:
         """The recall tool is declared once the request cites an original it can read back (an offloaded
@@ -287,12 +254,12 @@ class ContextPacker(ModelHooks, ToolHooks):
         if previous is not None and (RECALL_TOOL_NAME in previous.tool_names or "artifact://" in previous.block_text):
             return True
         return extended("cites_original", tuple(messages), lambda: False,
-                        lambda found, more: found or any(map(_cites_original, more)), self.cache)
+                        lambda found, more: found or any(map(_cites_original, more)))
 
     async def _save_images(self, ctx: CallbackContext, inputs: PackInputs) -> PackInputs:
         """Save inline images to the artifact store once, so their decayed form can cite a URI."""
         uris = inputs.uris
-        blobs = extended("blobs", inputs.request.messages, tuple, _with_blobs, self.cache)  # carried from the last call
+        blobs = extended("blobs", inputs.request.messages, tuple, _with_blobs)  # carried from the last call
         for blob in blobs:
             key = blob_key(blob.data)
             if key not in uris:
@@ -306,7 +273,7 @@ class ContextPacker(ModelHooks, ToolHooks):
     def _record_failure(self, ctx: CallbackContext, llm_request: LlmRequest, error: Exception) -> CallRecord:
         session = ctx.session
         try:
-            original = request_from_llm(llm_request, self.cache)
+            original = request_from_llm(llm_request)
             checksum, tokens = original.checksum, request_tokens(original, self.counter)
         except Exception:  # even the request could not be read; record what we know
             logger.debug("aether-context: could not convert the failing request", exc_info=True)
@@ -329,18 +296,6 @@ class ContextPacker(ModelHooks, ToolHooks):
         return record
 
 
-def _release_then(replaced: list, fn):
-    """`fn`, then the release of the last reference to `replaced`, on the thread that runs the job."""
-    held = [replaced]
-
-    def job(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            held.clear()
-    return job
-
-
 def _cites_original(message: Message) -> bool:
     """A tool result of `message` points at its offloaded original."""
     return any("artifact_uri" in r.response for r in message.responses)
@@ -351,7 +306,7 @@ def _slot_key_of(ctx: "CallbackContext | ToolContext") -> tuple[str, str, str, s
     return slot_key(session.app_name, session.user_id, session.id, ctx.agent_name)
 
 
-def _saved_tokens(saved: "dict[str, int]", messages: "tuple[Message, ...]", cache: PackCache, scope: Any) -> int:
+def _saved_tokens(saved: "dict[str, int]", messages: "tuple[Message, ...]", scope: Any) -> int:
     """What the offloads of the request's tool results saved (`saved`: response key -> tokens). Carried from
     the last call of the slot `scope` over the same history while `saved` is the same dict (the tool hook
     replaces it, never edits it): a call then reads its new messages' keys only."""
@@ -364,7 +319,7 @@ def _saved_tokens(saved: "dict[str, int]", messages: "tuple[Message, ...]", cach
             map(saved.get, new, repeat(0)))
         keys.extend(new)
         return saved, keys, total
-    return extended(("saved_tokens", scope), messages, lambda: (None, [], 0), feed, cache)[2]
+    return extended(("saved_tokens", scope), messages, lambda: (None, [], 0), feed)[2]
 
 
 def _with_blobs(found: tuple, more: tuple) -> tuple:

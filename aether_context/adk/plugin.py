@@ -25,13 +25,11 @@ import os
 from typing import Any, Awaitable, Callable, Optional
 
 from google.adk.agents.callback_context import CallbackContext
-from google.adk.agents.invocation_context import InvocationContext
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
-from google.genai import types
 from opentelemetry import trace
 
 from .interactions import history_on_server
@@ -112,11 +110,6 @@ class ContextPackPlugin(BasePlugin):
         self._shown = _Shown(self.packer)
         self.durable = durable
 
-    async def on_user_message_callback(self, *, invocation_context: InvocationContext,
-                                       user_message: types.Content) -> Optional[types.Content]:
-        self.packer.on_user_message(invocation_context, user_message)  # its question, embedded ahead
-        return None
-
     async def before_model_callback(self, *, callback_context: CallbackContext, llm_request: LlmRequest) -> Optional[LlmResponse]:
         await self._shown.pack(callback_context, llm_request)
         return None
@@ -151,9 +144,6 @@ class ContextPackPlugin(BasePlugin):
 def context_pack_callback(*, packer: ContextPacker | None = None, **settings: Any
                           ) -> Callable[..., Awaitable[Optional[LlmResponse]]]:
     """A `before_model_callback` for one `LlmAgent`, with the same engine as the plugin.
-
-    Agent callbacks have no hook before ADK builds the request (`on_user_message_callback` is a plugin's), so
-    unlike the plugin these do not embed a new user turn's question ahead: its first call embeds it itself.
 
     `install_context_pack(agent)` sets all five hooks on an agent and its sub-agents. By hand,
     tool-result offload needs the tool hook too: pass `cb.after_tool` as `after_tool_callback`::

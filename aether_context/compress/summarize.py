@@ -118,8 +118,7 @@ class ExtractiveSummarizer:
 
     def reading(self, item: str) -> Reading:
         """What `item` puts into the sections: its clipped Progress line, then its decisions, errors and
-        files. With a `memo`, read once per content: a session's summaries take in each fold line once, and
-        the work ahead reads the lines of the turns a compaction will fold before it does."""
+        files. With a `memo`, read once per content: a session's summaries take in each fold line once."""
         if self.memo is None:
             return self._read(item)
         return self.memo(("reading", item, self.line_tokens), lambda: self._read(item))

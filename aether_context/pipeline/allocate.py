@@ -19,12 +19,10 @@ from ..tokens import TokenCounting, lines_count
 from .incremental import turns_tokens
 from .render import payload_message, render_payload
 from .status import recitation_reserve
+from .types import Candidates, Prepared, Signals, Verbatim
 
 if TYPE_CHECKING:
     from .collect import PackInputs, PackState
-    from .conversation import Verbatim
-    from .prepare import Prepared
-    from .select import Candidates
 
 __all__ = ["Signals", "Allocation", "allocate", "allocate_around_conversation", "distribute", "FIXED_LAYERS",
            "FLEX_LAYERS", "LAYERS", "flex_weights", "Room", "room", "allocate_pack", "conversation_tokens",
@@ -36,23 +34,6 @@ STATUS_SHARE = 0.15  # the most of the room left beside the head and the frame h
 FIXED_LAYERS = ("system", "task", "tools")
 FLEX_LAYERS = ("evidence", "memory", "conversation")
 LAYERS = ("system", "task", "tools", "evidence", "memory", "conversation", "slack")
-
-
-@dataclass(frozen=True)
-class Signals:
-    """Task signals that move the flexible weights (recorded in the manifest for tuning)."""
-
-    checklist_evidence_ratio: float = 0.0
-    expected_tool_calls: float = 0.0
-    risk_weight: float = 0.0
-    retrieval_hit_rate: float = 0.0
-    similarity: float = 0.0
-    freshness: float = 0.0
-    unresolved_questions: float = 0.0
-    dialogue_depth: float = 0.0
-
-    def to_json(self) -> dict[str, float]:
-        return {k: round(float(v), 6) for k, v in self.__dict__.items()}
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..content import Message, ModelRequest, TextPart
-from .cache import PackCache
+from .cache import current_memo
 from .collect import PackInputs, Turn, turn_start
 from .render import payload_message
 
@@ -37,13 +37,14 @@ def _as_sent(original: Message, kept: SentRequest) -> Message:
     return Message(base.role, base.parts + tuple(TextPart(t) for t in kept[3])) if kept[3] else base
 
 
-def restore_sent(prepared: "Prepared", inputs: PackInputs, cache: PackCache) -> "Prepared":
+def restore_sent(prepared: "Prepared", inputs: PackInputs) -> "Prepared":
     """`prepared` with each earlier invocation's request message as it was sent, where ADK's message at its
     index is still the one it was built from (the invocation's own request is the payload's to render).
 
-    Each restored turn is kept in `cache` by what it is built from, so every call gets the same object: its
+    Each restored turn is kept in the call's memo by what it is built from, so every call gets the same object: its
     digest and token count are computed once, and the per-turn passes that compare the turns with the last
     call's by identity reuse what they found for it."""
+    cache = current_memo()
     prev = inputs.previous
     if prev is None or not prev.sent_requests:
         return prepared

@@ -20,10 +20,11 @@ from ..errors import BudgetError
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from ..windows import context_window
-from .cache import PackCache
+from .cache import PackCache, current_memo, memo_scope
 from .allocate import Room, allocate_pack, conversation_tokens, lines_demand, room
 from .collect import PackInputs, PackState
-from .conversation import Compaction, Verbatim, compact, compaction_events, verbatim_zone
+from .compaction import Compaction, compact, compaction_events, verbatim_zone
+from .types import Verbatim
 from .evidence_change import change_cause, changed_evidence
 from .incremental import inputs_digest, turn_tokens
 from .fit import fit_layers, fit_to_window, selection_events
@@ -59,7 +60,6 @@ class Call:
     window: int  # the model's window in our tokenizer's units, after calibration
     counter: TokenCounting
     retriever: Retriever
-    cache: PackCache  # what was computed from unchanged history, keyed by content
     failures: str  # FAILURES SO FAR for the previous call's verbatim zone ("" when it would add nothing)
     failure_log: FailureView  # the failure log analysed once: a compaction shows it for its new zone
 
@@ -79,37 +79,36 @@ class Plan:
 
 
 def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting, window: int | None = None,
-               retriever: Retriever | None = None, cache: PackCache | None = None,
-               timings: StageTimes | None = None) -> ContextPack:
+               retriever: Retriever | None = None, timings: StageTimes | None = None) -> ContextPack:
     """Build the Context Pack for one call. Raises `BudgetError` when the fixed layers cannot fit.
 
-    `retriever` keeps retrieval indexes and embeddings across calls, and `cache` what was computed
-    from unchanged history (the plugin passes its own); without them, fresh ones give the same
-    result, only slower. `timings`, when given, collects
+    `retriever` keeps retrieval indexes and embeddings across calls, and the memo of the call's context
+    (`cache.memo_scope`: the packer sets its own) what was computed from unchanged history; without them,
+    fresh ones give the same result, only slower. `timings`, when given, collects
     seconds per stage; it never enters the request or the manifest. Secrets in the text the pack
     quotes are masked per `profile.redaction` (see `render.masking`).
     """
-    with masking(profile.redaction):
+    with masking(profile.redaction), memo_scope(current_memo() or PackCache()):
         return _build_pack(inputs, profile, counter=counter, window=window, retriever=retriever,
-                           cache=cache if cache is not None else PackCache(), timings=timings)
+                           timings=timings)
 
 
 def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting, window: int | None,
-                retriever: Retriever | None, cache: PackCache, timings: StageTimes | None) -> ContextPack:
+                retriever: Retriever | None, timings: StageTimes | None) -> ContextPack:
     def stage(name: str):
         return timings.stage(name) if timings is not None else nullcontext()
 
     model_window = context_window(inputs.request.model, window if window is not None else profile.window_tokens)
     # Calibrated: if the model counts 20 % more than our tokenizer, pack for a window 20 % smaller.
     with stage("collect"):
-        prepared = prepare(inputs, profile, counter, cache)
+        prepared = prepare(inputs, profile, counter)
         zone = verbatim_zone(inputs.previous, inputs.request.messages)
         failure_log = failure_view(inputs, profile, counter)  # analysed once, shown per zone
         failures = failures_to_show(failure_log, zone.kept(prepared.turns))
     call = Call(inputs, profile, int(model_window / max(0.5, inputs.calibration)), counter,
-                retriever or default_retriever(profile), cache, failures, failure_log)
+                retriever or default_retriever(profile), failures, failure_log)
     with stage("select"):
-        sent = restore_sent(prepared, inputs, cache) if profile.cache.stable_prefix else prepared
+        sent = restore_sent(prepared, inputs) if profile.cache.stable_prefix else prepared
         plan = _plan(call, sent, prepared, zone, stage)
         prepared = plan.prepared
         plan = _fill_memory(call, prepared, plan)
@@ -135,7 +134,7 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
         events = (*prepared.events, *compaction_events(plan.compaction), *selection_events(plan.cands), *fitted.events)
         decisions = Decisions(model_window, alloc, plan.cands, fitted.fit, plan.compaction, reused,
                               recital, prepared.pruned, events, plan.evidence_changed,
-                              request_tokens(inputs.request, counter, call.cache), inputs_digest(inputs, call.cache),
+                              request_tokens(inputs.request, counter), inputs_digest(inputs),
                               prepared.restored, _ranked_at(inputs, plan.frozen))
         out = record(inputs, profile, decisions, counter)
     return ContextPack(request=recital.request, manifest=out.manifest, state=out.state, inputs=inputs)
@@ -229,13 +228,13 @@ def _compact(call: Call, prepared: Prepared, zone: Verbatim, cands: Candidates, 
         return "\n" + failures_section(failures) if failures else ""
     return compact(inputs, profile, prepared, zone, target=int(cap * profile.conversation.compact_to),
                    ceiling=cap, reason=reason, tokens_before=kept, window=call.window, counter=counter,
-                   cache=call.cache, pinned_only=held is not None, follows=follows if held is not None else None)
+                   pinned_only=held is not None, follows=follows if held is not None else None)
 
 
 def _select(call: Call, prepared: Prepared, zone: Verbatim, now: float) -> Candidates:
     compacted, kept = zone.split(prepared.turns)
     return select(call.inputs, call.profile, counter=call.counter, retriever=call.retriever,
-                  conversation=prepared.conversation, compacted=compacted, kept=kept, cache=call.cache, now=now)
+                  conversation=prepared.conversation, compacted=compacted, kept=kept, now=now)
 
 
 def _ranked_at(inputs: PackInputs, frozen: PackState | None) -> float:
@@ -257,7 +256,7 @@ def _fill_memory(call: Call, prepared: Prepared, plan: Plan) -> Plan:
         return plan
     compacted, kept = plan.zone.split(prepared.turns)
     cands = widen_memory(call.inputs, call.profile, plan.cands, room_for, counter=call.counter,
-                         retriever=call.retriever, compacted=compacted, kept=kept, cache=call.cache)
+                         retriever=call.retriever, compacted=compacted, kept=kept)
     return replace(plan, cands=cands)
 
 

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from itertools import compress
 from typing import Any, Sequence
 
 from ..compress import ExtractiveSummarizer, fold_message, fold_tool_pair
 from ..content import Blob, FunctionCall, FunctionResponse, Message, TextPart, sha256_hex
 from ..tokens import TokenCounting
-from .cache import PackCache, counter_key
+from .cache import counter_key, current_memo
 from .collect import Turn, turn_start
-from .incremental import extended, mapped, running_totals, shared_prefix, sparse, turn_key
-from .render import quote
+from .incremental import extended, mapped, running_totals, shared_prefix, turn_key
 
 __all__ = ["RunningSummary", "fold_turn", "decay_zones", "Zones", "decay_images", "blob_key", "prune_tool_outputs",
-           "clearable", "cleared_turn", "summarizer", "fold_ahead"]
+           "clearable", "cleared_turn", "summarizer"]
 
 
 @dataclass(frozen=True)
@@ -45,12 +45,12 @@ def blob_key(data: bytes) -> str:
     return "blob-" + sha256_hex(data)[:20]
 
 
-def fold_turn(turn: Turn, uris: "dict[str, str]", counter: TokenCounting, max_tokens: int = 72,
-              cache: PackCache | None = None) -> str:
+def fold_turn(turn: Turn, uris: "dict[str, str]", counter: TokenCounting, max_tokens: int = 72) -> str:
     """One line for a turn: each call with its response's outcome and URI, or the text in brief.
 
-    Memoised in `cache` by the turn's content and URIs: a long session folds the same turns on every call.
+    Memoised in the call's memo by the turn's content and URIs: a long session folds the same turns on every call.
     """
+    cache = current_memo()
     if cache is None:
         return _fold_turn(turn, uris, counter, max_tokens)
     key = (turn_key(turn), tuple(uris.get(r.key, "") for m in turn.messages for r in m.responses),
@@ -82,28 +82,13 @@ def _fold_turn(turn: Turn, uris: "dict[str, str]", counter: TokenCounting, max_t
     return fold_message(turn.start, turn.messages[0], counter, max_tokens)
 
 
-def summarizer(counter: TokenCounting, cache: PackCache | None = None) -> ExtractiveSummarizer:
-    """The summarizer a compaction folds its overflow with, its readings of lines kept in `cache`."""
+def summarizer(counter: TokenCounting) -> ExtractiveSummarizer:
+    """The summarizer a compaction folds its overflow with, its readings of lines kept in the call's memo."""
+    cache = current_memo()
     if cache is None:
         return ExtractiveSummarizer(counter)
     key = counter_key(counter)
     return ExtractiveSummarizer(counter, memo=lambda k, compute: cache.get("summary_reading", (k, key), compute))
-
-
-def fold_ahead(turn: Turn, uris: "dict[str, str]", counter: TokenCounting, cache: PackCache) -> None:
-    """Fill the caches with what a compaction reads of a (masked) turn it will fold: its fold line, counted
-    and quoted as the block shows it, and the summary's reading of that line, each line it puts counted as
-    the summary and the block count it (`count_lines`: a line with its line break). Only caches by content:
-    a hit equals a miss."""
-    line = fold_turn(turn, uris, counter, cache=cache)
-    counter.count_text(line)
-    counter.count_text(quote(f"- {line}") + "\n")
-    summary = summarizer(counter, cache)
-    for section, _, text in summary.reading(line):
-        if section == "Progress":
-            summary.plain(text)
-        for shown in (f"- {text}", f"- {text}\n", quote(f"- {text}") + "\n"):
-            counter.count_text(shown)
 
 
 @dataclass(frozen=True)
@@ -115,11 +100,10 @@ class Zones:
 
 
 def decay_zones(folded: Sequence[Turn], previous: RunningSummary, *, goal: str, fold_max_tokens: int,
-                summary_max_tokens: int, uris: "dict[str, str]", counter: TokenCounting,
-                cache: PackCache | None = None) -> Zones:
+                summary_max_tokens: int, uris: "dict[str, str]", counter: TokenCounting) -> Zones:
     """Fold lines for folded turns the summary does not cover; the overflow goes into the summary."""
     uncovered = [t for t in folded if t.start > previous.covered_until]
-    lines = [fold_turn(t, uris, counter, cache=cache) for t in uncovered]
+    lines = [fold_turn(t, uris, counter) for t in uncovered]
     sizes = [counter.count_text(ln) + 2 for ln in lines]
     cut, tail = 0, sum(sizes)
     while cut < len(lines) and tail > fold_max_tokens:
@@ -127,18 +111,17 @@ def decay_zones(folded: Sequence[Turn], previous: RunningSummary, *, goal: str, 
         cut += 1
     if not cut:
         return Zones(previous, tuple(lines), ())
-    text = summarizer(counter, cache).summarize(previous.text or None, lines[:cut], goal=goal,
+    text = summarizer(counter).summarize(previous.text or None, lines[:cut], goal=goal,
                                                 max_tokens=summary_max_tokens)
     summary = RunningSummary(text=text, covered_until=uncovered[cut - 1].start)
     return Zones(summary, tuple(lines[cut:]), tuple(t.start for t in uncovered[:cut]), tuple(lines[:cut]))
 
 
-def decay_images(turns: Sequence[Turn], keep_turns: int, uris: "dict[str, str]",
-                 cache: "PackCache | None" = None) -> tuple[tuple[Turn, ...], tuple[str, ...]]:
+def decay_images(turns: Sequence[Turn], keep_turns: int, uris: "dict[str, str]") -> tuple[tuple[Turn, ...], tuple[str, ...]]:
     """Inline images older than `keep_turns` turns become a one-line description with their URI.
-    Which turns carry an image is carried from the last call for its unchanged turns (`cache`)."""
+    Which turns carry an image is carried from the last call for its unchanged turns (the call's memo)."""
     turns = tuple(turns)
-    with_images = set(sparse("image_turns", turns, lambda t: True if _has_images(t) else None, cache)[0])
+    with_images = set(compress(range(len(turns)), mapped("image_turns", turns, _has_images)))
     if not with_images:
         return turns, ()
     out: list[Turn] = []
@@ -180,7 +163,7 @@ def _response_keys(turn: Turn) -> tuple[str, ...]:
 
 def prune_tool_outputs(turns: Sequence[Turn], *, protect_tokens: int, minimum_tokens: int, uris: "dict[str, str]",
                        already: "frozenset[int]", counter: TokenCounting,
-                       consider_new: bool = True, cache: PackCache | None = None
+                       consider_new: bool = True
                        ) -> tuple[tuple[Turn, ...], frozenset[int], tuple[int, ...]]:
     """Clear old tool outputs to a placeholder with their URI, beyond the newest `protect_tokens` of outputs.
 
@@ -188,37 +171,37 @@ def prune_tool_outputs(turns: Sequence[Turn], *, protect_tokens: int, minimum_to
     reclaims at least `minimum_tokens` at once (so the prefix changes rarely); turns cleared before
     stay cleared. Returns the turns, every cleared turn start, and the newly cleared ones. With
     `consider_new` False only the turns cleared before are cleared again (a frozen pack). A cleared
-    turn is built once (`cache`, by its content and URIs): later calls get the same object back, and
+    turn is built once (the call's memo, by its content and URIs): later calls get the same object back, and
     the turns' output sizes, keys and outcome are carried from the last call (`_pruned`).
     """
     turns, already = tuple(turns), frozenset(already)
-    keys = mapped("response_keys", turns, _response_keys, cache)
+    keys = mapped("response_keys", turns, _response_keys)
     fresh = clearable(turns, protect_tokens=protect_tokens, minimum_tokens=minimum_tokens, uris=uris,
-                      already=already, counter=counter, cache=cache) if consider_new else ()
+                      already=already, counter=counter) if consider_new else ()
     cleared = already | {t.start for t in fresh}
     if not cleared:
         return turns, frozenset(), ()
-    return _pruned(turns, keys, cleared, uris, cache), cleared, tuple(t.start for t in fresh)
+    return _pruned(turns, keys, cleared, uris), cleared, tuple(t.start for t in fresh)
 
 
 def clearable(turns: "tuple[Turn, ...]", *, protect_tokens: int, minimum_tokens: int, uris: "dict[str, str]",
-              already: "frozenset[int]", counter: TokenCounting, cache: PackCache | None = None) -> tuple[Turn, ...]:
+              already: "frozenset[int]", counter: TokenCounting) -> tuple[Turn, ...]:
     """The turns (newest first) whose outputs a prune of `turns` clears now, besides those cleared `already`:
-    none unless together they reclaim `minimum_tokens`. The work ahead asks it of the turns a call had, to
-    build the documents the next invocation's prune will give them (`warm`)."""
-    keys = mapped("response_keys", turns, _response_keys, cache)
-    totals = running_totals(("response_tokens", counter_key(counter)), turns, lambda t: _response_tokens(t, counter), cache)
+    none unless together they reclaim `minimum_tokens`."""
+    keys = mapped("response_keys", turns, _response_keys)
+    totals = running_totals(("response_tokens", counter_key(counter)), turns, lambda t: _response_tokens(t, counter))
     total = totals[-1] if totals else 0
     if not (already or total >= protect_tokens + minimum_tokens):
         return ()
     # turn i has `total - totals[i]` tokens of outputs after it: past the protected ones for i < older
     older = bisect_right(totals, total - protect_tokens)
-    fresh = tuple(turns[i] for i in reversed(_saved(turns, keys, uris, already, cache)) if i < older)
+    fresh = tuple(turns[i] for i in reversed(_saved(turns, keys, uris, already)) if i < older)
     return fresh if sum(_response_tokens(t, counter) for t in fresh) >= minimum_tokens else ()
 
 
-def cleared_turn(turn: Turn, uris: "dict[str, str]", cache: PackCache | None = None) -> Turn:
+def cleared_turn(turn: Turn, uris: "dict[str, str]") -> Turn:
     """`turn` with its outputs that have a URI cleared to a placeholder naming it (built once per content and URIs)."""
+    cache = current_memo()
     if cache is None:
         return _cleared_turn(turn, uris)
     key = (turn_key(turn), tuple(uris.get(r.key, "") for m in turn.messages for r in m.responses))
@@ -226,11 +209,12 @@ def cleared_turn(turn: Turn, uris: "dict[str, str]", cache: PackCache | None = N
 
 
 def _saved(turns: "tuple[Turn, ...]", keys: "tuple[tuple[str, ...], ...]", uris: "dict[str, str]",
-           already: "frozenset[int]", cache: PackCache | None) -> list[int]:
+           already: "frozenset[int]") -> list[int]:
     """Indices of the turns not cleared `already` whose outputs all have a URI, ascending. Carried from the
     last call when its turns lead these, its URIs are still here and what it had cleared still is: only
     the turns it left, the new turns and those whose outputs gained a URI (found through where each
     output key is, also carried) are looked at: the history is not walked, its URIs only compared (C level)."""
+    cache = current_memo()
     if not uris or not turns:
         return []
 
@@ -242,8 +226,7 @@ def _saved(turns: "tuple[Turn, ...]", keys: "tuple[tuple[str, ...], ...]", uris:
                 where.setdefault(k, []).append(i)
         return where
 
-    # a changed last turn is fed again into the same index: its old entries stay candidates, as above
-    where = extended("key_index", turns, dict, feed, cache, lambda found, n: found)
+    where = extended("key_index", turns, dict, feed)
     key = ("saved", id(turns[0]))
     hit = cache.lookup("carried", key) if cache is not None else None
     if hit is not None and _still(hit, turns, uris, already):
@@ -269,12 +252,13 @@ def _still(hit: tuple, turns: "tuple[Turn, ...]", uris: "dict[str, str]", alread
 
 
 def _pruned(turns: "tuple[Turn, ...]", keys: "tuple[tuple[str, ...], ...]", cleared: "frozenset[int]",
-            uris: "dict[str, str]", cache: PackCache | None) -> tuple[Turn, ...]:
+            uris: "dict[str, str]") -> tuple[Turn, ...]:
     """The turns with the `cleared` ones cleared. A turn's outcome depends on the turn, whether it is
     cleared and its outputs' URIs: the last call's outcome stands for its unchanged leading turns
     when turns were only cleared since and URIs only added, but for those the additions touch."""
+    cache = current_memo()
     def one(t: Turn) -> Turn:
-        return cleared_turn(t, uris, cache) if t.start in cleared else t
+        return cleared_turn(t, uris) if t.start in cleared else t
 
     hit = cache.lookup("carried", ("pruned", id(turns[0]))) if cache is not None and turns else None
     same = 0

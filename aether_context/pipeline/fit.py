@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from operator import itemgetter
 from os.path import commonprefix
-from typing import TYPE_CHECKING, Any, Literal
 
 from ..compress import describe_outcome
 from ..compress._fit import safe_end
@@ -21,34 +20,13 @@ from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .allocate import LAYER_OVERHEAD, Allocation
 from .collect import PackInputs, PackState, Turn
-from .cache import PackCache, counter_key
-from .incremental import mapped, sparse, turn_key, turn_tokens
+from .cache import counter_key, current_memo
+from .incremental import mapped, turn_key, turn_tokens
 from .render import block_follows, render_pack, render_payload, request_tokens
-
-if TYPE_CHECKING:
-    from .conversation import Verbatim
-    from .prepare import Prepared
-    from .select import Candidates, Line
+from .types import Candidates, Fit, Line, Prepared, TruncationEvent, Verbatim
 
 __all__ = ["TruncationEvent", "Fit", "Fitted", "fit_layers", "fit_to_window", "fit_lines", "cut_turn", "turn_id",
            "repair_orphans", "bounded_turn", "bounded_turns", "selection_events"]
-
-Action = Literal["compress", "drop", "fold", "cut"]
-
-
-@dataclass(frozen=True)
-class TruncationEvent:
-    layer: str
-    action: Action
-    reason: str
-    ids: tuple[str, ...] = ()
-    tokens_before: int = 0
-    tokens_after: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"layer": self.layer, "action": self.action, "reason": self.reason, "ids": list(self.ids),
-                "tokens_before": self.tokens_before, "tokens_after": self.tokens_after}
-
 
 def turn_id(turn: Turn) -> str:
     return f"turn-{turn.start}:{turn.messages[0].digest[:8]}"
@@ -79,16 +57,16 @@ def cut_turn(turn: Turn, max_tokens: int, counter: TokenCounting) -> Turn:
     return Turn(turn.start, tuple(msgs))
 
 
-def repair_orphans(turns: "tuple[Turn, ...]", cache: "PackCache | None" = None
+def repair_orphans(turns: "tuple[Turn, ...]"
                    ) -> tuple[tuple[Turn, ...], tuple[TruncationEvent, ...]]:
     """Rewrite function responses whose call is gone (cut by an earlier compaction) as user text.
 
     Gemini rejects a response without its call; as text the result stays visible and in place.
-    Each turn's repair depends on the turn alone: with a `cache`, the unchanged leading turns of the
+    Each turn's repair depends on the turn alone: with the call's memo, the unchanged leading turns of the
     last call keep theirs (`incremental.mapped`).
     """
     turns = tuple(turns)
-    repaired = mapped("repair_orphan", turns, _repaired, cache)
+    repaired = mapped("repair_orphan", turns, _repaired)
     ids = () if repaired == turns else tuple(turn_id(t) for t, r in zip(turns, repaired) if r != t)
     events = (TruncationEvent("conversation", "compress", "orphaned function response rewritten as text", ids),) if ids else ()
     return repaired, events
@@ -101,9 +79,10 @@ def _repaired(t: Turn) -> Turn:
     return Turn(t.start, (Message("user", (TextPart(f"[turn {t.start}] tool result whose call is no longer in the history: {brief}"),)),))
 
 
-def bounded_turn(turn: Turn, max_turn_tokens: int, counter: TokenCounting, cache: "PackCache | None" = None) -> Turn:
+def bounded_turn(turn: Turn, max_turn_tokens: int, counter: TokenCounting) -> Turn:
     """`turn` itself when it fits `max_turn_tokens`, else cut to it (the same turn is cut again on every later
-    call: with a `cache`, by its content, the same cut)."""
+    call: with the call's memo, by its content, the same cut)."""
+    cache = current_memo()
     if turn_tokens(turn, counter) <= max_turn_tokens:
         return turn
     if cache is None:
@@ -113,12 +92,13 @@ def bounded_turn(turn: Turn, max_turn_tokens: int, counter: TokenCounting, cache
 
 
 def bounded_turns(turns: "tuple[Turn, ...]", max_turn_tokens: int, counter: TokenCounting,
-                  layer: str = "conversation", cache: "PackCache | None" = None
+                  layer: str = "conversation"
                   ) -> tuple[tuple[Turn, ...], tuple[TruncationEvent, ...]]:
-    """Apply the per-turn cap; each cut is an event. With a `cache`, the unchanged leading turns of
+    """Apply the per-turn cap; each cut is an event. With the call's memo, the unchanged leading turns of
     the last call keep their outcome (`incremental.mapped`), and a turn cut once is cut again from it."""
+    cache = current_memo()
     def bound(t: Turn) -> "tuple[Turn, TruncationEvent | None]":
-        t2 = bounded_turn(t, max_turn_tokens, counter, cache)
+        t2 = bounded_turn(t, max_turn_tokens, counter)
         if t2 is t:
             return t, None
         return t2, TruncationEvent(layer, "cut", "turn over max_turn_tokens", (turn_id(t),), turn_tokens(t, counter),
@@ -128,10 +108,10 @@ def bounded_turns(turns: "tuple[Turn, ...]", max_turn_tokens: int, counter: Toke
         outcomes = [bound(t) for t in turns]
         return tuple(map(itemgetter(0), outcomes)), tuple(filter(None, map(itemgetter(1), outcomes)))
     kind = ("bounded_turn", layer, max_turn_tokens, counter_key(counter))
-    # the turns (the same tuple when none is cut) and the cuts' events (only those, not an outcome per turn)
-    # are carried from the last call: a call bounds its new turns only (a cut turn's cut is kept by content)
-    out = mapped(kind, turns, lambda t: bound(t)[0], cache)
-    return out, sparse(kind, tuple(turns), lambda t: bound(t)[1], cache)[1]
+    # the turns (the same tuple when none is cut) and the cuts' events are carried from the last call: a call
+    # bounds its new turns only (a cut turn's cut is kept by content)
+    out = mapped(kind, turns, lambda t: bound(t)[0])
+    return out, tuple(filter(None, mapped((*kind, "events"), turns, lambda t: bound(t)[1])))
 
 
 def fit_lines(layer: str, lines: "tuple[Line, ...]", budget: int, item_max_tokens: int, counter: TokenCounting,
@@ -196,29 +176,6 @@ def selection_events(cands: "Candidates") -> tuple[TruncationEvent, ...]:
 
 
 # --- the layers of one call ------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Fit:
-    """What goes in: the verbatim zone, its turns, and the retrieved lines."""
-
-    zone: "Verbatim"
-    history: tuple[Turn, ...]
-    loop: tuple[Turn, ...]
-    evidence: "tuple[Line, ...]"
-    memory: "tuple[Line, ...]"
-    payload_text: str  # "" when the user's message goes out as it is
-    block_after_payload: bool = False  # the block holds this invocation's own turns (see `render.block_follows`)
-
-    @property
-    def payload_index(self) -> int:
-        """Where the payload (or the user's message sent as it is) sits: after the block and the history,
-        or first when the block follows it."""
-        return (1 if self.zone.block and not self.block_after_payload else 0) + sum(len(t.messages) for t in self.history)
-
-    def payload_at(self, inputs: PackInputs) -> int | None:
-        """The payload's index when this call sends one (or the user's message as it is), else None."""
-        return self.payload_index if self.payload_text or inputs.request_index is not None else None
-
 
 @dataclass(frozen=True)
 class Fitted:

@@ -4,24 +4,23 @@ Every model call re-sends the session's history, and the ADK edge hands back the
 objects for unchanged contents (conversion is memoised by payload identity in the packer's
 `PackCache`). So what depends only on those messages is reused across calls: the turn grouping of
 an unchanged leading run, and each turn's token total (from the counter's own per-message counts). Grouping memoises a pure function in
-the cache it is given; results equal a fresh computation (and are one, without a cache).
+the call's memo (`cache.current_memo`); results equal a fresh computation (and are one, without a memo).
 """
 
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_left
 from itertools import accumulate
 from operator import is_
 from typing import Any, Callable, Hashable, Sequence
 
 from ..content import Message, ModelRequest, canonical_json
 from ..tokens import TokenCounting
-from .cache import PackCache
+from .cache import current_memo
 from .collect import PackInputs, Turn, group_turns
 
 __all__ = ["grouped_turns", "turn_tokens", "turns_tokens", "turn_key", "mapped", "running_totals", "shared_prefix",
-           "note_prefix", "extended", "sparse", "changed_items", "request_checksum", "inputs_digest"]
+           "note_prefix", "extended", "request_checksum", "inputs_digest"]
 
 
 def turn_key(turn: Turn) -> tuple:
@@ -29,7 +28,7 @@ def turn_key(turn: Turn) -> tuple:
     return (turn.start, *(m.digest for m in turn.messages))
 
 
-def grouped_turns(messages: Sequence[Message], offset: int = 0, cache: PackCache | None = None,
+def grouped_turns(messages: Sequence[Message], offset: int = 0,
                   span: "tuple[int, int] | None" = None) -> tuple[Turn, ...]:
     """`group_turns(messages[lo:hi], offset + lo)` for `span` = (lo, hi) (default: all of them), reusing the
     turns of the last call whose span began with the same message.
@@ -41,6 +40,7 @@ def grouped_turns(messages: Sequence[Message], offset: int = 0, cache: PackCache
     kept are noted as the new turns' shared prefix, so the passes over them compare nothing either.
     The entry holds the messages it grouped, so an id in its key cannot be reused while it lives.
     """
+    cache = current_memo()
     messages = tuple(messages)
     lo, hi = span if span is not None else (0, len(messages))
     if lo >= hi:
@@ -52,7 +52,7 @@ def grouped_turns(messages: Sequence[Message], offset: int = 0, cache: PackCache
     reused: tuple[Turn, ...] = ()
     if hit is not None:
         old_msgs, old_hi, old_turns = hit
-        same = min(shared_prefix(old_msgs, messages, cache), old_hi, hi)  # C-level, never a Python loop
+        same = min(shared_prefix(old_msgs, messages), old_hi, hi)  # C-level, never a Python loop
         # keep turns that end strictly before the first changed (or missing) message
         k = len(old_turns)
         while k and old_turns[k - 1].start - offset + len(old_turns[k - 1].messages) >= same:
@@ -63,7 +63,7 @@ def grouped_turns(messages: Sequence[Message], offset: int = 0, cache: PackCache
     cache.put("grouping", key, (messages, hi, turns))
     if reused:  # the turns regrouped may equal the last call's: the exact shared prefix, from the few at the end
         k = len(reused)
-        note_prefix(old_turns, turns, k + _shared_prefix(old_turns[k:], turns[k:]), cache)
+        note_prefix(old_turns, turns, k + _shared_prefix(old_turns[k:], turns[k:]))
     return turns
 
 
@@ -76,10 +76,11 @@ def turns_tokens(turns: Sequence[Turn], counter: TokenCounting) -> int:
     return sum(turn_tokens(t, counter) for t in turns)
 
 
-def shared_prefix(old: tuple, new: tuple, cache: PackCache | None = None) -> int:
+def shared_prefix(old: tuple, new: tuple) -> int:
     """How many leading items of `new` are the items of `old` (by identity, or equal values: the
-    functions memoised below are pure, so an equal item gives an equal result). With a `cache`, the
+    functions memoised below are pure, so an equal item gives an equal result). With the call's memo, the
     answer for the same two objects is kept: the passes of one call over the same history compare it once."""
+    cache = current_memo()
     if old is new:
         return len(new)
     if cache is None or not new:
@@ -88,18 +89,19 @@ def shared_prefix(old: tuple, new: tuple, cache: PackCache | None = None) -> int
         if was is old and now is new:
             return same
     same = _shared_prefix(old, new)
-    note_prefix(old, new, same, cache)
+    note_prefix(old, new, same)
     return same
 
 
 PREFIX_PAIRS = 8  # answers kept per first item: a call's passes compare a few sequences that start alike
 
 
-def note_prefix(old: tuple, new: tuple, same: int, cache: PackCache) -> None:
+def note_prefix(old: tuple, new: tuple, same: int) -> None:
     """Record that `new` begins with the first `same` items of `old` and no more. A producer that built `new`
     from `old`'s leading items notes it, so no pass compares them. One entry per first item, holding its
     newest `PREFIX_PAIRS` answers (later calls' pairs push the older out: the entries do not pile up) and
     their sequences (their ids stay theirs)."""
+    cache = current_memo()
     if new:
         kept = cache.lookup("prefix", id(new[0])) or ()
         cache.put("prefix", id(new[0]), ((old, new, same), *kept[:PREFIX_PAIRS - 1]))
@@ -125,66 +127,25 @@ def _shared_prefix(old: tuple, new: tuple) -> int:
     return lo
 
 
-MAX_CHANGED = 1024  # items changed in place past the shared prefix that a carry takes by position (more: from there)
-
-
-def changed_items(old: tuple, new: tuple, same: int) -> "list[int] | None":
-    """The positions past `same` (the shared prefix) and within both sequences where `new` holds another item
-    than `old`, when they are at most `MAX_CHANGED` and half of the positions compared; else None. Found by
-    halving C-level slice comparisons (identity first): a pass changed in place (a prune clears old turns deep
-    in the history) then redoes those items and the end past the shorter one, not every item after the first."""
-    end = min(len(old), len(new))
-    if same >= end:
-        return None
-    most = min(MAX_CHANGED, (end - same) // 2)
-    found: list[int] = []
-    todo = [(same, end)]
-    while todo:
-        lo, hi = todo.pop()
-        if old[lo:hi] == new[lo:hi]:
-            continue
-        if hi - lo == 1:
-            found.append(lo)
-            if len(found) > most:
-                return None
-            continue
-        mid = (lo + hi) // 2
-        todo += [(mid, hi), (lo, mid)]
-    return sorted(found)
-
-
-def _carried(cache: PackCache | None, kind: Hashable, items: tuple) -> "tuple[int, Any, tuple]":
+def _carried(kind: Hashable, items: tuple) -> "tuple[int, Any, tuple]":
     """What the last call of `kind` over a sequence starting with the same item left: how many of
     its items `items` still starts with, and its results."""
+    cache = current_memo()
     if cache is None or not items:
         return 0, None, ()
     hit = cache.lookup("carried", (kind, id(items[0])))
     if hit is None:
         return 0, None, ()
-    return shared_prefix(hit[0], items, cache), hit[1], hit[0]
+    return shared_prefix(hit[0], items), hit[1], hit[0]
 
 
-def mapped(kind: Hashable, items: Sequence, fn: Callable[[Any], Any], cache: PackCache | None) -> tuple:
+def mapped(kind: Hashable, items: Sequence, fn: Callable[[Any], Any]) -> tuple:
     """`tuple(fn(x) for x in items)` for a pure `fn` (`kind` names it and its parameters), reusing the
     results of the last call whose items began with the same object: a call then maps what is new.
     When `fn` gives back every item itself, the result is `items` (equal, and no history-sized copy)."""
+    cache = current_memo()
     items, kind = tuple(items), ("mapped", kind)
-    same, old, old_items = _carried(cache, kind, items)
-    changed = changed_items(old_items, items, same) if same else None
-    if changed is not None:  # items changed in place: those mapped again, and those past the last call's
-        n = min(len(old_items), len(items))
-        redone = {i: fn(items[i]) for i in changed}
-        fresh = tuple(fn(x) for x in items[n:])
-        if old is old_items and all(redone[i] is items[i] for i in changed) and all(map(is_, fresh, items[n:])):
-            out = items
-        else:
-            out = list(old[:n])
-            for i, x in redone.items():
-                out[i] = x
-            out = tuple(out) + fresh
-        if cache is not None:
-            cache.put("carried", (kind, id(items[0])), (items, out))
-        return out
+    same, old, old_items = _carried(kind, items)
     fresh = tuple(fn(x) for x in items[same:])
     if (not same or old is old_items) and all(map(is_, fresh, items[same:])):
         out = items  # the pass left every item as it was (e.g. no orphan to repair): shared, not copied
@@ -193,15 +154,16 @@ def mapped(kind: Hashable, items: Sequence, fn: Callable[[Any], Any], cache: Pac
     if cache is not None and items:
         cache.put("carried", (kind, id(items[0])), (items, out))  # holds the items: their ids stay theirs
         if same and same == len(old):  # a pass over the results need not compare them again
-            note_prefix(old, out, same, cache)
+            note_prefix(old, out, same)
     return out
 
 
-def running_totals(kind: Hashable, items: Sequence, weight: Callable[[Any], int], cache: PackCache | None) -> tuple[int, ...]:
+def running_totals(kind: Hashable, items: Sequence, weight: Callable[[Any], int]) -> tuple[int, ...]:
     """The running totals of `weight` over `items` (`totals[i]` = the sum of the first i + 1), the
     unchanged leading part carried from the last call: a range's sum is then one subtraction."""
+    cache = current_memo()
     items, kind = tuple(items), ("totals", kind)
-    same, old, _ = _carried(cache, kind, items)
+    same, old, _ = _carried(kind, items)
     base = old[same - 1] if same else 0
     out = (old[:same] if same else ()) + tuple(accumulate((weight(x) for x in items[same:]), initial=base))[1:]
     if cache is not None and items:
@@ -209,19 +171,13 @@ def running_totals(kind: Hashable, items: Sequence, weight: Callable[[Any], int]
     return out
 
 
-def extended(kind: Hashable, items: tuple, start: Callable[[], Any], feed: Callable[[Any, tuple], Any],
-              cache: PackCache | None, rewind: "Callable[[Any, int], Any] | None" = None) -> Any:
+def extended(kind: Hashable, items: tuple, start: Callable[[], Any], feed: Callable[[Any, tuple], Any]) -> Any:
     """A state built by feeding `items` in order (`feed(state, more)` returns the new state), carried
-    from the last call when `items` still begins with all of its items; else built from `start()`.
-
-    `rewind(state, n)`, when given, returns the state of the first `n` items: then a call whose last
-    items changed (a turn that grew: a chat's answer joins the turn it closes) feeds only those again,
-    not the whole history."""
-    same, old, old_items = _carried(cache, kind, items)
+    from the last call when `items` still begins with all of its items; else built from `start()`."""
+    cache = current_memo()
+    same, old, old_items = _carried(kind, items)
     if old is not None and same == len(old_items):
         state = feed(old, items[same:])
-    elif old is not None and same and rewind is not None:
-        state = feed(rewind(old, same), items[same:])
     else:
         state = feed(start(), items)
     if cache is not None and items:
@@ -229,45 +185,10 @@ def extended(kind: Hashable, items: tuple, start: Callable[[], Any], feed: Calla
     return state
 
 
-def sparse(kind: Hashable, items: tuple, fn: Callable[[Any], Any], cache: PackCache | None
-           ) -> "tuple[tuple[int, ...], tuple[Any, ...]]":
-    """The positions of `items` where the pure `fn` (`kind` names it and its parameters) gives something
-    other than None, and what it gave there: a pass whose hits are few (the turns with an inline image, the
-    per-turn cap's cuts) keeps only those, not a result per item of the history. Carried from the last call
-    (`extended`): a call reads its new items, and, when the last call's last items changed (a chat's answer
-    joins the turn it closes), those again from the first changed one."""
-    def feed(state: "tuple[int, tuple[int, ...], tuple]", more: tuple) -> "tuple[int, tuple[int, ...], tuple]":
-        n, at, found = state
-        hits = [(n + i, x) for i, x in enumerate(map(fn, more)) if x is not None]
-        return n + len(more), at + tuple(i for i, _ in hits), found + tuple(x for _, x in hits)
-
-    def rewind(state: "tuple[int, tuple[int, ...], tuple]", n: int) -> "tuple[int, tuple[int, ...], tuple]":
-        k = bisect_left(state[1], n)  # the hits among the first `n` items (positions ascend)
-        return n, state[1][:k], state[2][:k]
-
-    same, old, old_items = _carried(cache, ("sparse", kind), items)
-    changed = changed_items(old_items, items, same) if same else None
-    if changed is not None:  # items changed in place: their hits found again, then those past the last call's fed
-        n = min(old[0], len(items))
-        hits = {i: x for i, x in zip(old[1], old[2]) if i < n}
-        for i in changed:
-            x = fn(items[i])
-            if x is None:
-                hits.pop(i, None)
-            else:
-                hits[i] = x
-        at = tuple(sorted(hits))
-        state = feed((n, at, tuple(map(hits.__getitem__, at))), items[n:])
-        if cache is not None:
-            cache.put("carried", (("sparse", kind), id(items[0])), (items, state))
-        return state[1], state[2]
-    _, at, found = extended(("sparse", kind), items, lambda: (0, (), ()), feed, cache, rewind)
-    return at, found
-
-
-def request_checksum(request: ModelRequest, cache: PackCache | None) -> str:
+def request_checksum(request: ModelRequest) -> str:
     """`request.checksum`, hashing on from the last call's hash state of the same history: sha256
     reads its input in order, so the canonical JSON's unchanged beginning is not hashed again."""
+    cache = current_memo()
     if cache is None or not request.messages:
         return request.checksum
     head = canonical_json({"head": request.head_json()})[:-1]  # '{"head":...' : keys in order, head first
@@ -280,7 +201,7 @@ def request_checksum(request: ModelRequest, cache: PackCache | None) -> str:
         return hasher, n
 
     hasher, _ = extended(("checksum", head), request.messages,
-                          lambda: (hashlib.sha256(f'{head},"messages":['.encode()), 0), feed, cache)
+                          lambda: (hashlib.sha256(f'{head},"messages":['.encode()), 0), feed)
     final = hasher.copy()
     final.update(b"]}")
     return "sha256:" + final.hexdigest()
@@ -289,9 +210,10 @@ def request_checksum(request: ModelRequest, cache: PackCache | None) -> str:
 _TIMES = "\x00message_times\x00"  # stands in for the event times in the inputs' JSON, then replaced
 
 
-def inputs_digest(inputs: PackInputs, cache: PackCache | None) -> str:
+def inputs_digest(inputs: PackInputs) -> str:
     """`inputs.digest`, with the request's checksum and the event times' JSON carried from the last
     call (`request_checksum`; the times' JSON extended by the new messages' times only)."""
+    cache = current_memo()
     if cache is None or not inputs.message_times:
         return inputs.digest
     data = inputs.to_json_without_request()
@@ -299,9 +221,9 @@ def inputs_digest(inputs: PackInputs, cache: PackCache | None) -> str:
     text, marker = canonical_json(data), canonical_json(_TIMES)
     if text.count(marker) != 1:  # the stand-in is in the inputs' own text: no shortcut
         return inputs.digest
-    times = extended("times_json", tuple(inputs.message_times), bytearray, _times_json, cache)
+    times = extended("times_json", tuple(inputs.message_times), bytearray, _times_json)
     before, after = text.split(marker)
-    hasher = hashlib.sha256(f"{request_checksum(inputs.request, cache)}{before}[".encode())
+    hasher = hashlib.sha256(f"{request_checksum(inputs.request)}{before}[".encode())
     hasher.update(times)  # hashed in pieces: the history's times are not copied again
     hasher.update(f"]{after}".encode())
     return hasher.hexdigest()

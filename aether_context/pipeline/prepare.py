@@ -6,111 +6,51 @@ URI, and the per-turn cap. What each repair touched is a `TruncationEvent`.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
-from functools import cached_property
-from typing import Iterator
-
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
-from .cache import PackCache
-from .collect import PackInputs, Turn, turn_start
-from .decay import clearable, decay_images, prune_tool_outputs
+from .collect import PackInputs, Turn
+from .decay import decay_images, prune_tool_outputs
 from .fit import TruncationEvent, bounded_turns, repair_orphans
-from .select import Conversation, split_conversation
+from .select import split_conversation
+from .types import Conversation, Prepared, TurnsByStart
 
-__all__ = ["Prepared", "TurnsByStart", "prepare", "pruned_next"]
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """The conversation as turns, after the repairs and caps every call applies."""
-
-    conversation: Conversation
-    history: tuple[Turn, ...]
-    loop: tuple[Turn, ...]
-    pruned: frozenset[int]
-    originals: "TurnsByStart"  # turn start -> the turn before any cut (fold lines name what was cut)
-    events: tuple[TruncationEvent, ...]
-    restored: tuple[int, ...] = ()  # earlier invocations' requests rendered as sent (`as_sent.restore_sent`)
-
-    @cached_property  # read several times a call: joined once
-    def turns(self) -> tuple[Turn, ...]:
-        return self.history + self.loop
+__all__ = ["Prepared", "TurnsByStart", "prepare"]
 
 
-@dataclass(frozen=True)
-class TurnsByStart:
-    """Turns (in order of start) looked up by start, by bisection: a call reads the few it needs
-    rather than indexing every turn of the history."""
-
-    turns: tuple[Turn, ...]
-
-    def get(self, start: int, default: "Turn | None" = None) -> "Turn | None":
-        i = bisect_left(self.turns, start, key=turn_start)
-        return self.turns[i] if i < len(self.turns) and self.turns[i].start == start else default
-
-    def newest_first(self, turns: "tuple[Turn, ...]") -> "Iterator[Turn]":
-        """`get(t.start, t)` of each of `turns` (in order of start, as `prepare` gives them), newest first:
-        one walk down the turns, not a search per turn (a compaction reads a thousand turns this way)."""
-        own = self.turns
-        j = bisect_right(own, turns[-1].start, key=turn_start) - 1 if turns else -1
-        for turn in reversed(turns):
-            start = turn.start
-            while j >= 0 and own[j].start > start:
-                j -= 1
-            yield own[j] if j >= 0 and own[j].start == start else turn
-
-
-
-def prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting, cache: PackCache | None = None) -> Prepared:
+def prepare(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting) -> Prepared:
     """Orphan repair, image decay, pruning of old tool outputs and the per-turn cap."""
-    conv, turns, n_hist, events = _unpruned(inputs, profile, cache)
+    conv, turns, n_hist, events = _unpruned(inputs, profile)
     same_invocation = inputs.previous is not None and inputs.previous.invocation_id == inputs.invocation_id
     already = frozenset(inputs.previous.pruned) if inputs.previous else frozenset()
     pruned: frozenset[int] = already
     if profile.pruning.enabled:
         turns, pruned, fresh = prune_tool_outputs(turns, protect_tokens=profile.pruning.protect_tokens,
                                                   minimum_tokens=profile.pruning.minimum_tokens, uris=inputs.uris,
-                                                  already=already, counter=counter, consider_new=not same_invocation,
-                                                  cache=cache)
+                                                  already=already, counter=counter, consider_new=not same_invocation)
         if fresh:
             events.append(TruncationEvent("conversation", "compress", "old tool outputs cleared to their URI (pruning)",
                                           tuple(f"turn-{k}" for k in fresh)))
     originals = TurnsByStart(tuple(turns))
-    turns, cuts = bounded_turns(tuple(turns), profile.conversation.max_turn_tokens, counter, cache=cache)
+    turns, cuts = bounded_turns(tuple(turns), profile.conversation.max_turn_tokens, counter)
     events.extend(cuts)
     prepared = Prepared(conv, turns[:n_hist], turns[n_hist:], pruned, originals, tuple(events))
     prepared.__dict__["turns"] = turns  # `Prepared.turns` as it is already joined, not a third copy of the history
     return prepared
 
 
-def pruned_next(inputs: PackInputs, profile: BudgetProfile, pruned: frozenset[int], counter: TokenCounting,
-                cache: PackCache | None = None) -> tuple[Turn, ...]:
-    """The turns of `inputs` whose outputs the next invocation's pruning would clear as they stand now (those
-    cleared `pruned` aside): a prune clears many turns at once, and the work ahead builds their Memory
-    documents before that call (`warm`)."""
-    if not profile.pruning.enabled:
-        return ()
-    turns = _unpruned(inputs, profile, cache)[1]
-    policy = profile.pruning
-    return clearable(turns, protect_tokens=policy.protect_tokens, minimum_tokens=policy.minimum_tokens,
-                     uris=inputs.uris, already=pruned, counter=counter, cache=cache)
-
-
-def _unpruned(inputs: PackInputs, profile: BudgetProfile, cache: PackCache | None
+def _unpruned(inputs: PackInputs, profile: BudgetProfile
               ) -> "tuple[Conversation, tuple[Turn, ...], int, list[TruncationEvent]]":
     """The conversation, its turns with orphans repaired and old images decayed (not pruned yet), how many
     of them are history, and the events."""
-    conv = split_conversation(inputs, cache)
-    history, orphan_h = repair_orphans(conv.history, cache)
-    loop, orphan_l = repair_orphans(conv.loop, cache)
+    conv = split_conversation(inputs)
+    history, orphan_h = repair_orphans(conv.history)
+    loop, orphan_l = repair_orphans(conv.loop)
     events: list[TruncationEvent] = [*orphan_h, *orphan_l]
     # like pruning, images age only at a new invocation: an image's age counts the turns before this
     # invocation's request, never its tool loop, so every call of one invocation (the first one too,
     # whatever its loop or previous state) describes the same images and the sent (cached) prefix stays
     keep = profile.decay.image_keep_turns + len(loop)
-    turns, images = decay_images(history + loop, keep, inputs.uris, cache)
+    turns, images = decay_images(history + loop, keep, inputs.uris)
     if images:
         events.append(TruncationEvent("conversation", "compress", "old inline images replaced by a description + URI", images))
     return conv, tuple(turns), len(history), events

@@ -26,7 +26,7 @@ from .status import failure_count
 
 if TYPE_CHECKING:
     from .allocate import Allocation
-    from .conversation import Compaction
+    from .compaction import Compaction
     from .fit import Fit, TruncationEvent
     from .recite import Recital
     from .select import Candidates, Line

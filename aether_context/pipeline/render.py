@@ -26,15 +26,12 @@ from ..content import FunctionCall, FunctionResponse, Message, ModelRequest, Tex
 from ..redact import MASK, RedactionSettings, redact, redact_value
 from ..tokens import TokenCounting
 from .collect import TaskSpec, Turn
-from .cache import PackCache, counter_key
+from .cache import counter_key, current_memo
 from .incremental import running_totals, turn_key
+from .types import Candidates, Fit, Line, Verbatim
 
 if TYPE_CHECKING:
-    from .cache import PackCache
     from .collect import PackInputs
-    from .conversation import Verbatim
-    from .fit import Fit
-    from .select import Candidates, Line
 
 __all__ = ["PAYLOAD_HEADER", "PayloadSections", "render_payload", "payload_message", "render_request", "quote",
            "masking", "masking_now", "masked_count", "turn_masker", "request_tokens", "head_tokens", "head_digest",
@@ -79,14 +76,15 @@ def quote(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines())
 
 
-def turn_masker(uris: "dict[str, str]", cache: "PackCache | None" = None
+def turn_masker(uris: "dict[str, str]"
                 ) -> "tuple[Callable[[Turn], Turn], dict[str, str]]":
     """A function masking one turn's secrets inside `masking(...)` (else the identity), and a copy of
     `uris` to which it adds each masked tool response's key: what the pack derives from compacted
     turns (known values, fold lines, summary) is taken from masked turns, so a value pulled out of
     its context (a key without its `aws_secret_access_key =` label) is masked too, and still cites
     its original. Turns are masked as they are read (a compaction reads the newest and the ones its
-    summary does not cover, not the whole history), each once per content (`cache`)."""
+    summary does not cover, not the whole history), each once per content (the call's memo)."""
+    cache = current_memo()
     settings = _MASKING.get()
     out = dict(uris)
     if settings is None:
@@ -240,13 +238,14 @@ def pinned_turns(zone: "Verbatim", history: "tuple[Turn, ...]") -> int:
     return n
 
 
-def request_tokens(request: ModelRequest, counter: TokenCounting, cache: "PackCache | None" = None) -> int:
-    """Tokens of a whole request: system instruction, tool declarations and messages. With a `cache`,
+def request_tokens(request: ModelRequest, counter: TokenCounting) -> int:
+    """Tokens of a whole request: system instruction, tool declarations and messages. With the call's memo,
     the messages' running total is carried from the last call over the same history (a session's
     whole request then costs its new messages)."""
+    cache = current_memo()
     if cache is None or not request.messages:
         return head_tokens(request, counter) + sum(counter.count_message(m) for m in request.messages)
-    totals = running_totals(("message_tokens", counter_key(counter)), request.messages, counter.count_message, cache)
+    totals = running_totals(("message_tokens", counter_key(counter)), request.messages, counter.count_message)
     return head_tokens(request, counter) + totals[-1]
 
 

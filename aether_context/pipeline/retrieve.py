@@ -22,8 +22,7 @@ from typing import Callable, Iterable, Sequence
 
 from ..retrieval import Document, EmbeddingCache, HybridIndex, RetrievalResult, RetrievalSettings
 from ..retrieval.analyzer import STOP_WORDS, Analyzer
-from ..retrieval.embeddings import Embedder, SentenceTransformerEmbedder, text_hash
-from ..retrieval.index import LAST_SEARCHES
+from ..retrieval.embeddings import Embedder, SentenceTransformerEmbedder
 from ..retrieval.threads import bounded_threads
 from .collect import TaskSpec
 
@@ -35,36 +34,8 @@ logger = logging.getLogger(__name__)
 
 def retrieval_query(request: str, task: TaskSpec) -> str:
     """What a call ranks Evidence and Memory for: its user request's text, the goal, the step and the acceptance
-    checklist (`select.query_text`; guessed before the call by the work ahead, `ContextPacker.on_user_message`)."""
+    checklist (`select.query_text`)."""
     return "\n".join(x for x in (request, task.goal, task.step, *task.acceptance) if x)
-
-
-class _Search:
-    """One search `Retriever.rank` keeps: its pool, what it ranked by (all but the exclusion), the ids of the pool's
-    documents the exclusion took out, and its result; the pool's ids are listed only when a later exclusion takes
-    out a document (a verbatim text that some document holds: rare, and then only once)."""
-
-    __slots__ = ("pool", "args", "excluded", "result", "_ids")
-
-    def __init__(self, pool: "tuple[Document, ...]", args: tuple, excluded: frozenset[str],
-                 result: RetrievalResult) -> None:
-        self.pool, self.args, self.excluded, self.result = pool, args, excluded, result
-        self._ids: frozenset[str] | None = None
-
-    def takes_out(self, found: frozenset[str]) -> frozenset[str]:
-        """Of the documents `found` (by id), those in this search's pool."""
-        if not found:
-            return found
-        if self._ids is None:
-            self._ids = frozenset(d.id for d in self.pool)
-        return found & self._ids
-
-
-def _holds(index: HybridIndex, held: "tuple | None", documents: "tuple[Document, ...]") -> bool:
-    """Whether `index` holds a document with the id and text of each of `documents` (`held`: the pool it was last
-    synced to, whose leading documents that are the same objects it holds)."""
-    same = _same_objects(held[1], documents) if held is not None and held[0] is index else 0
-    return all((doc := index.get(d.id)) is not None and doc.text == d.text for d in documents[same:])
 
 
 def _same_objects(old: "Sequence[Document]", new: "Sequence[Document]") -> int:
@@ -92,7 +63,7 @@ class Retriever:
         s = self.settings
         embedder = embedder or SentenceTransformerEmbedder.from_settings(s)
         self.cache = EmbeddingCache(embedder, url=s.embedding_cache_url)
-        # one analyzer for every index (as each would build it): the work ahead analyses for them (`ahead`)
+        # one analyzer for every index (as each would build it): its per-word memo is shared
         self.analyzer = Analyzer(stop_words=STOP_WORDS if s.stop_words else frozenset(), stem=s.stem)
         self._warming: threading.Thread | None = None
         self._warm_lock = threading.Lock()
@@ -101,9 +72,6 @@ class Retriever:
         # per index: the pool it was last synced to (held: its documents stay the objects compared), whether its
         # ids were unique (`_sync`)
         self._pools: dict[int, tuple[HybridIndex, tuple[Document, ...], bool]] = {}
-        # per index: its last searches, each with its pool, what it ranked by, the ids the exclusion took out of
-        # the pool and its result (`_kept_search`)
-        self._searches: dict[int, tuple[_Search, ...]] = {}
 
     def available(self) -> bool:
         """False when the embedder cannot run here (the light install): ranking is lexical for good."""
@@ -150,43 +118,6 @@ class Retriever:
             self._warming.join(timeout)
         return self.ready()
 
-    def ahead(self, documents: "Iterable[Document]") -> None:
-        """Work ahead: analyse, for BM25, documents a later call will likely add (their texts and
-        contexts, as `HybridIndex.add` reads them), key their texts, and embed them (the cache keeps both by
-        content)."""
-        documents = list(documents)
-        for doc in documents:
-            self.analyzer.ahead(doc.text, key=True)
-            if doc.context:
-                self.analyzer.ahead(doc.context)
-        if self.ready():
-            self.cache.rows([doc.search_text for doc in documents])
-
-    def ahead_query(self, query: str, session: str,
-                    lines: "Callable[[str, list[Document]], None] | None" = None) -> bool:
-        """Work ahead: embed `query`, the question a call of `session` (its namespaces' prefix) is about to rank
-        for, into the query vectors its searches read (`QueryVectors`: the same bits whichever thread embeds it;
-        a search asking for it meanwhile waits for it), then pool it in each of the session's indexes as each of
-        their last searches did (`HybridIndex.ahead`: BM25 over every row, the cosines and the cuts; that call's search
-        then only ranks, unless its documents, exclusion or settings changed), and hands each pool's documents
-        to `lines` (its layer, them: `lines.ahead_lines`). Only when that search would embed it: dense ranking
-        on, a content word, and an index of the session holding documents. Returns whether it holds the vector."""
-        if self.settings.dense_weight <= 0 or not self.ready() or not self.analyzer.analyse(query):
-            return False
-        indexes = list(self._indexes.items())  # one C-level copy: the pack thread may add an index meanwhile
-        # this session's own (a namespace is the session's prefix and an agent's name, which holds no "/"; a
-        # prefix test would also take a user or session whose id extends this one past a "/")
-        held = [(key[1], index) for key, index in indexes
-                if key[0].rpartition("/")[0] + "/" == session and (self._pools.get(id(index)) or (None, ()))[1]]
-        if not held:
-            return False
-        for layer, index in held:  # each pool under its index's lock: a search that asks meanwhile waits for it
-            pooled = index.ahead(query)
-            if pooled and lines is not None:
-                lines(layer, pooled)
-        self.cache.queries.vector(text_hash(query), query)  # embedded by the pools, or here when none was made
-        return True
-
     def _sync(self, index: HybridIndex, documents: "tuple[Document, ...]", held: "tuple | None"
               ) -> "tuple[tuple[Document, ...], bool]":
         """Bring `index` to the pool `documents`: drop the ids no longer in it; returns the documents to add and
@@ -228,7 +159,6 @@ class Retriever:
             while len(self._indexes) > self._max:
                 gone = id(self._indexes.popitem(last=False)[1])
                 self._pools.pop(gone, None)
-                self._searches.pop(gone, None)
         self._indexes.move_to_end(key)
         return index
 
@@ -239,7 +169,6 @@ class Retriever:
             index = self._indexes.pop(key, None)
             if index is not None:
                 self._pools.pop(id(index), None)
-                self._searches.pop(id(index), None)
 
     def rank(self, namespace: str, layer: str, query: str, documents: Sequence[Document], *, k: int,
              count_tokens: Callable[[str], int] | None, now: float | None, exclude: Iterable[str] = (),
@@ -261,14 +190,9 @@ class Retriever:
             index = self._index(namespace, layer)
             documents = tuple(documents)  # a tuple given (the Memory pool carried from the last call) is not copied
             exclude = tuple(exclude)
-            args = (query, k, count_tokens, now, dense, pool)
-            # one critical section: the pool recorded is the pool the index holds, and the search reads it,
-            # whatever other threads do (the work ahead ranks the next compaction's pool: `memory_ahead`)
+            # one critical section: the pool recorded is the pool the index holds, and the search reads it
             with index._lock:
                 slot = id(index)
-                kept = self._kept_search(index, slot, documents, args, exclude) if now is not None else None
-                if kept is not None:
-                    return kept
                 # forgotten until synced: a sync or an add that fails half way leaves an index that is no
                 # known pool, and the next call syncs it whole (`index.ids()`), not from a tail
                 held = self._pools.pop(slot, None)
@@ -282,33 +206,7 @@ class Retriever:
                 settings = self.settings.model_copy(update={"candidate_pool": pool}) if pool else None
                 result = index.search(query, k=k, count_tokens=count_tokens, now=now, exclude=exclude, dense=dense,
                                       settings=settings)
-                searches = self._searches.get(slot, ())[-(LAST_SEARCHES - 1):]
-                # the index holds this pool now: what the exclusion takes out of it is what it takes out of the index
-                self._searches[slot] = (*searches, _Search(documents, args, index.excluded_ids(exclude), result))
                 return result
-
-    def _kept_search(self, index: HybridIndex, slot: int, documents: "tuple[Document, ...]", args: tuple,
-                     exclude: "tuple[str, ...]") -> RetrievalResult | None:
-        """The result of one of `index`'s last searches (kept under `slot`, its id) over the same pool (the same
-        objects) with the same query, clock and settings, whose exclusion took the same documents out of it: a
-        search at a clock is a function of those alone, not of what the index held before (its rows are ranked in
-        id order; without a clock it reads the newest time ever added), so a call that repeats one (a payload kept
-        as sent ranks at its own clock) is not synced back from the pool the work ahead ranked meanwhile. What the
-        exclusion takes out is read from the index, so only while it holds every text of the pool."""
-        searches, found = self._searches.get(slot, ()), None
-        for at in range(len(searches) - 1, -1, -1):
-            search = searches[at]
-            if search.args == args and (search.pool is documents or (
-                    len(search.pool) == len(documents) and _same_objects(search.pool, documents) == len(documents))):
-                if found is None:
-                    if not _holds(index, self._pools.get(slot), documents):
-                        return None
-                    found = index.excluded_ids(exclude)
-                if search.takes_out(found) == search.excluded:  # kept the longest: the work ahead's come and go
-                    self._searches[slot] = (*searches[:at], *searches[at + 1:], search)
-                    return search.result
-        return None
-
 
 _DEFAULT: dict[str, Retriever] = {}
 _DEFAULT_EMBEDDER: list[Embedder] = []

@@ -7,11 +7,11 @@ compress stage only has to walk those orders when the budget is short.
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable
+from dataclasses import replace
+from typing import Callable
 
 from ..compress.values import result_values, structured_result
-from ..content import Message, ToolSpec, canonical_json
+from ..content import ToolSpec, canonical_json
 from ..profile import BudgetProfile
 from ..retrieval import Document, RetrievalResult
 from ..retrieval.items import ScoredItem
@@ -20,50 +20,13 @@ from .retrieve import Retriever, agent_namespace, retrieval_query
 from ..tokens import TokenCounting
 from .allocate import LAYER_OVERHEAD, Signals
 from .collect import MemoryItem, PackInputs, TaskSpec, Turn, turn_start
-from .cache import PackCache, counter_key
-from .incremental import changed_items, grouped_turns, shared_prefix, turn_key
+from .cache import counter_key, current_memo
+from .incremental import grouped_turns, shared_prefix, turn_key
 from .lines import RENDERS, date_label, line_of
+from .types import Candidates, Conversation, Line
 
 __all__ = ["Line", "Conversation", "Candidates", "select", "frame_candidates", "widen_memory", "query_text",
-           "documents_reading",
-           "split_conversation", "history_documents", "history_document", "pinned_neighbours",
-           "request_documents"]
-
-
-@dataclass(frozen=True)
-class Line:
-    """One candidate line of a pack section (an evidence item, a memory hit)."""
-
-    id: str
-    text: str
-    tokens: int
-    source: str
-    uri: str = ""
-    score: float = 0.0
-    timestamp: float | None = None
-    compressed: bool = False
-    scores: dict[str, float] = field(default_factory=dict)  # bm25, dense, fused, freshness, mmr
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """History split around the user request: `history` before it, `loop` (this invocation's tool turns) after."""
-
-    history: tuple[Turn, ...]
-    loop: tuple[Turn, ...]
-    request: Message | None
-    instructions: tuple[Message, ...]  # ADK's dynamic instruction (static_instruction mode), never cut
-
-
-@dataclass(frozen=True)
-class Candidates:
-    tools: tuple[ToolSpec, ...]
-    evidence: tuple[Line, ...]
-    memory: tuple[Line, ...]
-    conversation: Conversation
-    signals: Signals
-    flags: tuple[str, ...]
-    unselected: dict[str, tuple[str, ...]] = field(default_factory=dict)  # layer -> candidate ids retrieval left out
+           "split_conversation", "history_documents", "history_document"]
 
 
 def query_text(inputs: PackInputs) -> str:
@@ -77,9 +40,9 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def split_conversation(inputs: PackInputs, cache: PackCache | None = None) -> Conversation:
+def split_conversation(inputs: PackInputs) -> Conversation:
     """History before the invocation's user request, the request, and this invocation's turns after it
-    (the turns of an unchanged leading run are reused from `cache`)."""
+    (the turns of an unchanged leading run are reused from the call's memo)."""
     msgs = inputs.request.messages
     skip = sorted(set(inputs.instruction_indices))
     r = inputs.request_index
@@ -89,7 +52,7 @@ def split_conversation(inputs: PackInputs, cache: PackCache | None = None) -> Co
         out: tuple[Turn, ...] = ()
         for cut in [k for k in skip if lo <= k < hi] + [hi]:
             if cut > lo:
-                out += grouped_turns(msgs, 0, cache, span=(lo, cut))
+                out += grouped_turns(msgs, 0, span=(lo, cut))
             lo = cut + 1
         return out
 
@@ -130,14 +93,15 @@ def _turn_time(turn: Turn, times: "tuple[float | None, ...]") -> float | None:
 
 
 def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None, ...]",
-                      count_tokens: Callable[[str], int], cache: PackCache | None = None) -> tuple[Document, ...]:
+                      count_tokens: Callable[[str], int]) -> tuple[Document, ...]:
     """Compacted turns as Memory candidates, indexed with the context a reader needs to place them: their
     date and the neighbouring turns (a reply is found by the question it answers); shown: the turn's own text, dated.
 
-    With a `cache`, a turn's document is built once (keyed by the content of the turn and of the
+    With the call's memo, a turn's document is built once (keyed by the content of the turn and of the
     neighbours its context reads, and its time), and the last call's pool is carried: its leading turns
     that are the same objects, and start before the first message whose time changed, keep their
     documents, but for the last TURNS_AFTER (their context reads the next turn)."""
+    cache = current_memo()
     if cache is None or not compacted:
         return tuple(_history_documents(compacted, times, count_tokens))
     dates = times[:compacted[-1].start + 1]  # every compacted turn's time (in order: the last start is the largest)
@@ -145,70 +109,26 @@ def history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None,
     run = cache.lookup("history_run", run_key)
     same = 0
     if run is not None:  # times compared as one slice: a tuple of the turns' own times cost 10x more
-        same = shared_prefix(run[0], compacted, cache)
-        times_same = shared_prefix(run[1], dates)
-        # turns changed in place are redone by position (else all from the first change) while every turn kept by
-        # position starts before the first time that changed, or that one of the two calls lacks
-        times_kept = compacted[min(len(run[0]), len(compacted)) - 1].start < times_same
-        changed = changed_items(run[0], compacted, same) if same and times_kept else None
-        same = bisect_left(compacted, times_same, hi=same, key=turn_start)
-        if changed is not None:  # turns changed in place (a prune): their documents and their neighbours' rebuilt
-            n = min(len(run[0]), len(compacted))
-            redo = documents_reading(changed, n)
-            redo.update(range(max(0, n - TURNS_AFTER), n))  # their context reads the turn after them
-            docs = list(run[2][:n])
-            for j in redo:
-                docs[j] = history_document(compacted, j, times, count_tokens, cache)
-            out = tuple(docs) + tuple(history_document(compacted, i, times, count_tokens, cache)
-                                      for i in range(n, len(compacted)))
-            cache.put("history_run", run_key, (compacted, dates, out))
-            return out
+        same = shared_prefix(run[0], compacted)
+        same = bisect_left(compacted, shared_prefix(run[1], dates), hi=same, key=turn_start)
         same = max(0, same - TURNS_AFTER) if same < len(run[0]) or same < len(compacted) else same
     docs = run[2][:same] if run is not None else ()
-    docs += tuple(history_document(compacted, i, times, count_tokens, cache) for i in range(same, len(compacted)))
+    docs += tuple(history_document(compacted, i, times, count_tokens) for i in range(same, len(compacted)))
     cache.put("history_run", run_key, (compacted, dates, docs))  # holds the turns: their ids stay theirs
     return docs
 
 
 def history_document(turns: "tuple[Turn, ...]", i: int, times: "tuple[float | None, ...]",
-                     count_tokens: Callable[[str], int], cache: PackCache | None = None, *,
-                     following: bool = True) -> Document:
-    """The Memory document of `turns[i]`, its context read from the turns around it (the one after it
-    only if `following`: the newest turn a compaction moves has its next turn still verbatim). With a
-    `cache`, built once per content of the turns it reads and its time."""
-    lo, hi = max(0, i - TURNS_BEFORE), (min(len(turns), i + 1 + TURNS_AFTER) if following else i + 1)
+                     count_tokens: Callable[[str], int]) -> Document:
+    """The Memory document of `turns[i]`, its context read from the turns around it. With the call's memo,
+    built once per content of the turns it reads and its time."""
+    cache = current_memo()
+    lo, hi = max(0, i - TURNS_BEFORE), min(len(turns), i + 1 + TURNS_AFTER)
     build = lambda: _history_documents(turns[lo:hi], times, count_tokens)[i - lo]  # noqa: E731
     if cache is None:
         return build()
     key = (tuple(turn_key(t) for t in turns[lo:hi]), i - lo, _turn_time(turns[i], times), counter_key(count_tokens))
     return cache.get("history_document", key, build)
-
-
-def documents_reading(positions: "Iterable[int]", n: int) -> "set[int]":
-    """The positions (below `n`) of the turns whose Memory documents read a turn at one of `positions`: its own,
-    and its neighbours' whose context reads it (the `TURNS_AFTER` before it, the `TURNS_BEFORE` after it)."""
-    return {j for i in positions for j in range(max(0, i - TURNS_AFTER), min(n, i + TURNS_BEFORE + 1))}
-
-
-def pinned_neighbours(pinned: "set[int]", tail: int) -> "list[int]":
-    """The compacted turns (positions before `tail`) whose documents read a pinned request (at `pinned`) as
-    context once it is compacted too: the one before it (its next turn) and the two after it (their previous)."""
-    return sorted(documents_reading(pinned, tail) - pinned)
-
-
-def request_documents(inputs: PackInputs, turns: "tuple[Turn, ...]", pinned: "tuple[int, ...]",
-                      count_tokens: Callable[[str], int], cache: PackCache | None = None) -> "list[Document]":
-    """The documents a later invocation's compaction builds around this invocation's request when it folds it:
-    pinned among compacted turns now, the request is a turn of that invocation's history, and its documents and
-    its neighbours' read it (the work ahead builds them before that invocation's opening call compacts)."""
-    r = inputs.request_index
-    if r is None or r not in pinned:
-        return []
-    at = bisect_left(turns, r, key=turn_start)
-    joined = (*turns[:at], Turn(r, (inputs.request.messages[r],)), *turns[at:])
-    times = inputs.message_times
-    return [*(history_document(joined, at, times, count_tokens, cache, following=f) for f in (True, False)),
-            *(history_document(joined, j, times, count_tokens, cache) for j in pinned_neighbours({at}, len(joined)))]
 
 
 def _history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None, ...]",
@@ -223,14 +143,14 @@ def _history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None
     return docs
 
 
-def _lines(result: RetrievalResult, render: Callable[[Document], str], counter: TokenCounting,
-           cache: PackCache | None = None) -> tuple[Line, ...]:
+def _lines(result: RetrievalResult, render: Callable[[Document], str], counter: TokenCounting) -> tuple[Line, ...]:
     """Ranked lines with every score that placed them (recorded in the manifest). A document's line
-    and its tokens are kept by the document's content (`cache`): the same memory ranks on many calls."""
+    and its tokens are kept by the document's content (the call's memo): the same memory ranks on many calls."""
+    cache = current_memo()
     out, counted_by = [], counter_key(counter)
     for item in result.items:
         doc = item.document
-        text, tokens = (render(doc), None) if cache is None else line_of(doc, render, counter, counted_by, cache)
+        text, tokens = (render(doc), None) if cache is None else line_of(doc, render, counter, counted_by)
         sources = tuple(dict.fromkeys(item.sources)) if item.sources else (doc.source,)  # each source once
         out.append(Line(id=doc.id, text=text, tokens=counter.count_text(text) if tokens is None else tokens, source="+".join(sources),
                         uri=str(doc.metadata.get("uri", "")), score=round(item.score, 6), timestamp=doc.timestamp,
@@ -250,7 +170,7 @@ MAX_RANKED = 400  # most items one layer ranks per call; the budget then decides
 
 def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting, retriever: Retriever,
            conversation: Conversation, compacted: "tuple[Turn, ...]", kept: "tuple[Turn, ...]",
-           cache: PackCache | None = None, now: float | None = None) -> Candidates:
+           now: float | None = None) -> Candidates:
     """Rank the candidates of every layer (hybrid retrieval) and compute the allocator's signals.
 
     Memory candidates are remembered facts plus every compacted turn (the whole history stays
@@ -263,7 +183,7 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     namespace = _namespace(inputs)
     now = (now if now is not None else inputs.now) or None
     ev_docs = [Document(e.id, e.summary, e.source, e.timestamp, {"uri": e.uri} if e.uri else {}) for e in inputs.evidence]
-    mem_docs = _memory_documents(inputs, compacted, counter, cache)
+    mem_docs = _memory_documents(inputs, compacted, counter)
     # only ranking reads the verbatim texts (a long tool loop has many messages)
     verbatim = _verbatim(conversation, kept) if ev_docs or mem_docs else []
     # Evidence is what the app chose to show: ranked, never filtered by relevance.
@@ -271,9 +191,9 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
                                count_tokens=None, now=now, exclude=verbatim)  # `_lines` counts what is shown
     if ev_docs and ev_result.signals.get("empty_query"):  # nothing to rank by: the app's order
         ev_result = _in_given_order(ev_docs, query)
-    evidence = _lines(ev_result, RENDERS["evidence"], counter, cache)
+    evidence = _lines(ev_result, RENDERS["evidence"], counter)
     mem_result = _rank_memory(inputs, profile, retriever, mem_docs, verbatim, now=now)
-    memory = _lines(mem_result, RENDERS["memory"], counter, cache)
+    memory = _lines(mem_result, RENDERS["memory"], counter)
     flags.extend(_retrieval_flags(ev_result, mem_result))
 
     signals = _signals(inputs.task, conversation, mem_result, bool(memory))
@@ -298,18 +218,18 @@ def _namespace(inputs: PackInputs) -> str:
     return agent_namespace(inputs.app_name, inputs.user_id, inputs.session_id, inputs.agent)
 
 
-def _memory_documents(inputs: PackInputs, compacted: "tuple[Turn, ...]", counter: TokenCounting,
-                      cache: PackCache | None) -> tuple[Document, ...]:
+def _memory_documents(inputs: PackInputs, compacted: "tuple[Turn, ...]", counter: TokenCounting) -> tuple[Document, ...]:
     """Memory's pool: the remembered facts, then every compacted turn (the turns' documents carried from
     the last call are the same tuple: without facts, the pool is that tuple, not a copy of it). A fact's
     document is kept by its content: the retriever compares a pool with the last one, and finds a search it
     kept, by the identity of its documents."""
+    cache = current_memo()
     def fact(m: MemoryItem) -> Document:
         key = (m.id, m.text, m.source, m.timestamp)
         build = lambda: Document(*key)  # noqa: E731
         return build() if cache is None else cache.get("fact_document", key, build)
     mem_docs = tuple(map(fact, inputs.memory))
-    return mem_docs + history_documents(compacted, inputs.message_times, counter.count_text, cache)
+    return mem_docs + history_documents(compacted, inputs.message_times, counter.count_text)
 
 
 def _verbatim(conv: Conversation, kept: "tuple[Turn, ...]") -> list[str]:
@@ -330,8 +250,7 @@ def _rank_memory(inputs: PackInputs, profile: BudgetProfile, retriever: Retrieve
 
 
 def widen_memory(inputs: PackInputs, profile: BudgetProfile, cands: Candidates, room: int, *, counter: TokenCounting,
-                 retriever: Retriever, compacted: "tuple[Turn, ...]", kept: "tuple[Turn, ...]",
-                 cache: PackCache | None = None) -> Candidates:
+                 retriever: Retriever, compacted: "tuple[Turn, ...]", kept: "tuple[Turn, ...]") -> Candidates:
     """Memory ranked over a wider pool, its best lines taken while they fit `room` tokens.
 
     Fusion ranks only each retriever's best `candidate_pool` documents, so a long history gives Memory
@@ -340,14 +259,14 @@ def widen_memory(inputs: PackInputs, profile: BudgetProfile, cands: Candidates, 
     `MAX_RANKED` per retriever instead, the budget, not the pool, decides how many go in; a line that
     does not fit is skipped and the next best tried, so none is shortened.
     """
-    mem_docs = _memory_documents(inputs, compacted, counter, cache)
+    mem_docs = _memory_documents(inputs, compacted, counter)
     if (len(mem_docs) <= max(len(cands.memory), retriever.settings.candidate_pool)  # the pool left nothing out
             or len(cands.memory) >= _k(profile.memory.top_k, mem_docs)):
         return cands
     wide = _rank_memory(inputs, profile, retriever, mem_docs, _verbatim(cands.conversation, kept), MAX_RANKED,
                         now=inputs.now or None)
     free, memory = room - LAYER_OVERHEAD, []
-    for line in _lines(wide, RENDERS["memory"], counter, cache):
+    for line in _lines(wide, RENDERS["memory"], counter):
         if line.tokens + 1 <= free:
             memory.append(line)
             free -= line.tokens + 1

@@ -127,7 +127,6 @@ _STEM_LOCK = threading.Lock()
 _STEMS: dict[str, str] = {}
 _STEM_CACHE_MAX = 200_000
 _MEMO_MAX = 200_000
-_TEXTS_MAX = 4_096
 _STEMMER: list = []
 
 
@@ -174,33 +173,9 @@ class Analyzer:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_memo", {})  # word -> its terms: a vocabulary is far smaller than a corpus
-        object.__setattr__(self, "_texts", {})  # text -> its terms: what the work ahead analysed for an index
-        object.__setattr__(self, "_keys", {})  # text -> its content key: what the work ahead keyed for an index
 
     def __call__(self, text: str) -> list[str]:
-        texts: dict[str, tuple[str, ...]] = self._texts  # type: ignore[attr-defined]
-        terms = texts.pop(text, None)  # read once: the index that asked keeps what it needs
-        return self.analyse(text) if terms is None else list(terms)
-
-    def ahead(self, text: str, *, key: bool = False) -> None:
-        """Analyse `text` now and keep its terms until it is next analysed (a few thousand texts at most):
-        the work ahead analyses the documents a compaction will index while the model answers. With `key`,
-        its content key too (`content_key`, normalised and hashed: how an index keys a document's text)."""
-        texts: dict[str, tuple[str, ...]] = self._texts  # type: ignore[attr-defined]
-        if text not in texts:
-            if len(texts) >= _TEXTS_MAX:
-                texts.clear()
-            texts[text] = tuple(self.analyse(text))
-        keys: dict[str, str] = self._keys  # type: ignore[attr-defined]
-        if key and text not in keys:
-            if len(keys) >= _TEXTS_MAX:
-                keys.clear()
-            keys[text] = content_key(text)
-
-    def key(self, text: str) -> str:
-        """`content_key(text)`, read once where the work ahead computed it (`ahead(text, key=True)`)."""
-        held = self._keys.pop(text, None)  # type: ignore[attr-defined]
-        return content_key(text) if held is None else held
+        return self.analyse(text)
 
     def analyse(self, text: str) -> list[str]:
         """The terms of the first `MAX_WORDS` words of `text`, read afresh (with the per-word memo)."""

@@ -73,8 +73,6 @@ class HybridIndex:
         self.analyzer = analyzer or Analyzer(stop_words=STOP_WORDS if s.stop_words else frozenset(),
                                              stem=s.stem)
         self._lexical = LexicalIndex(self.analyzer, context_weight=s.context_weight)
-        self._key_of: Callable[[str], str] = (self.analyzer.key if isinstance(self.analyzer, Analyzer)
-                                              else content_key)  # an Analyzer keys texts ahead
         self._docs: list[Document] = []
         self._ids: list[str] = []
         self._keys: list[str] = []
@@ -103,11 +101,6 @@ class HybridIndex:
     def ids(self) -> list[str]:
         """Ids of the live documents (each once)."""
         return list(self._row_of)
-
-    def excluded_ids(self, exclude: Iterable[str]) -> frozenset[str]:
-        """Ids of the live documents a search with `exclude` leaves out (those holding an excluded text)."""
-        with self._lock:
-            return frozenset(self._ids[r] for r in self._excluded_rows(exclude))
 
     def add(self, documents: Iterable[Document], *, embed: bool | None = None) -> int:
         """Index new documents; returns how many rows were added.
@@ -144,7 +137,7 @@ class HybridIndex:
                 self._ids.append(doc.id)
                 self._row_of[doc.id] = row
                 self._note_timestamp(doc)
-                key = self._key_of(doc.text)
+                key = content_key(doc.text)
                 self._keys.append(key)
                 for h in (key, text_hash(doc.text)):
                     self._link(h, row)
@@ -298,28 +291,6 @@ class HybridIndex:
                           RetrievalResult.of(query, [], 0, n_excluded, 0, flags=flags))
                 self._last = self._remember(self._last, key, result)
             return result
-
-    def ahead(self, query: str) -> list[Document]:
-        """Work ahead (a new user turn's guessed question): its fusion pools as each of this index's last searches
-        (exclusion, settings, ranking) would make them now, kept as `search` keeps its own: the call's search only
-        ranks when its inputs match (a pool is a function of its key). Returns the pools' documents."""
-        with self._lock:
-            shapes = dict.fromkeys(key[2:] for key in self._pools if key[0] == self._version)  # oldest first
-            terms = self.analyzer(query) if shapes else []
-            rows: dict[int, None] = {}
-            for excluded, dense, s in shapes if terms else ():
-                pooled = (self._version, query, excluded, dense, s)
-                held = self._pools.get(pooled)
-                if held is None:
-                    eligible = self._lexical.alive_mask().copy()
-                    eligible[list(excluded)] = False
-                    if not eligible.any():
-                        continue
-                    with bounded_threads(s.embedding_threads):
-                        held = self._pool(query, s, np.flatnonzero(eligible), terms, dense)
-                self._pools = self._remember(self._pools, pooled, held)
-                rows.update(dict.fromkeys(held[0].tolist()))
-            return [self._docs[r] for r in rows]
 
     def _remember(self, held: dict, key: tuple, value: object) -> dict:
         """`held` with `key` last, without other versions' entries, the oldest out beyond `LAST_SEARCHES`."""

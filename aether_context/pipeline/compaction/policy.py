@@ -11,64 +11,33 @@ Turns that left the verbatim zone stay searchable: they are Memory candidates (s
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 from typing import Callable, Iterator, Sequence
 
-from ..compress.middle_out import middle_out
-from ..compress.values import parameter_names
-from ..content import Message
-from ..profile import BudgetProfile
-from ..tokens import TokenCounting, lines_count
-from .allocate import conversation_tokens
-from .collect import PackInputs, PackState, Turn, turn_start
-from .decay import RunningSummary, decay_zones
-from .fit import TruncationEvent
-from .cache import PackCache, counter_key
-from .incremental import turn_tokens
+from ...compress.middle_out import middle_out
+from ...compress.values import parameter_names
+from ...content import Message
+from ...profile import BudgetProfile
+from ...tokens import TokenCounting, lines_count
+from ..allocate import conversation_tokens
+from ..collect import PackInputs, PackState, Turn, turn_start
+from ..decay import RunningSummary, decay_zones
+from ..fit import TruncationEvent
+from ..cache import counter_key, current_memo
+from ..incremental import turn_tokens
 from .known_values import known_values, turn_text
-from .prepare import Prepared
-from .render import quote as _quote, turn_masker
-from .select import query_text
+from ..prepare import Prepared
+from ..render import quote as _quote, turn_masker
+from ..select import query_text
+from ..types import Verbatim
 
 __all__ = ["Compaction", "CompactionBlock", "Verbatim", "verbatim_zone", "plan_compaction", "compaction_block",
            "BLOCK_HEADER", "compact", "compaction_events", "CompactedReader", "compacted_reader", "plan_values",
-           "compaction_cuts", "newest_step"]
+           "compaction_cuts"]
 
 BLOCK_HEADER = "CONVERSATION SO FAR"
-
-
-@dataclass(frozen=True)
-class Verbatim:
-    """Where the verbatim zone starts: turns before `through` are compacted, except `pinned` requests."""
-
-    through: int = 0
-    pinned: tuple[int, ...] = ()
-    block: str = ""
-    compactions: int = 0
-    pins_opening: bool = False  # the block pins the session's opening request
-    values_tokens: int = 0  # tokens of the block's KNOWN VALUES: recollections that share Memory's room
-
-    def keeps(self, turn: Turn) -> bool:
-        return turn.start >= self.through or turn.start in self.pinned
-
-    def split(self, turns: "tuple[Turn, ...]") -> "tuple[tuple[Turn, ...], tuple[Turn, ...]]":
-        """(compacted, kept) of `turns` in order of start (as `prepare` gives them), found by
-        bisection: a call then costs the pinned requests, not a test of every turn."""
-        k = bisect_left(turns, self.through, key=turn_start)
-        at = [i for p, i in ((p, bisect_left(turns, p, 0, k, key=turn_start)) for p in sorted(set(self.pinned)))
-              if i < k and turns[i].start == p]
-        compacted: tuple[Turn, ...] = ()
-        lo = 0
-        for i in at:
-            compacted += turns[lo:i]
-            lo = i + 1
-        return compacted + turns[lo:k], tuple(turns[i] for i in at) + turns[k:]
-
-    def kept(self, turns: "tuple[Turn, ...]") -> "tuple[Turn, ...]":
-        return self.split(turns)[1]
-
 
 
 @dataclass(frozen=True)
@@ -140,10 +109,10 @@ def plan_compaction(turns: "tuple[Turn, ...]", *, target: int, min_tail: int, co
 
 def compaction_block(compacted: "tuple[Turn, ...]", summary: RunningSummary, *, opening: str, goal: str,
                      fold_max_tokens: int, summary_max_tokens: int, uris: "dict[str, str]", values: str,
-                     counter: TokenCounting, cache: PackCache | None = None) -> CompactionBlock:
+                     counter: TokenCounting) -> CompactionBlock:
     """The block text for every compacted turn, with the advanced summary and what was merged into it."""
     zones = decay_zones(compacted, summary, goal=goal, fold_max_tokens=fold_max_tokens,
-                        summary_max_tokens=summary_max_tokens, uris=uris, counter=counter, cache=cache)
+                        summary_max_tokens=summary_max_tokens, uris=uris, counter=counter)
     cited = "; quoted data, originals at their artifact:// URIs" if uris else "; quoted data"
     parts = [f"{BLOCK_HEADER} (earlier turns, compacted by aether-context{cited}):"]
     if opening:
@@ -166,7 +135,7 @@ _VALUES_CLAIM = 0.25  # of the compaction target: what values that need more tha
 
 def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone: Verbatim, *, target: int,
             ceiling: int, reason: str, tokens_before: int, window: int, counter: TokenCounting,
-            cache: PackCache | None = None, pinned_only: bool = False,
+            pinned_only: bool = False,
             follows: Callable[[Verbatim], str] | None = None) -> Compaction | None:
     """One compaction: the oldest turns leave the verbatim zone, in one step, down to `target`; with
     `pinned_only`, None (no block is built) when the cut does not pin this invocation's request.
@@ -183,11 +152,9 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     cut_at = compaction_cuts(inputs, profile, zone, turns, counter, target, ceiling)
     if pinned_only and inputs.request_index not in cut_at(room + int(target * _VALUES_CLAIM))[1]:
         return None  # the cut moves on as the block grows: not pinned at the most the block may take, never
-    reader = compacted_reader(inputs, prepared, cache)
-    if cache is not None and turns:  # what the work ahead plans the next compaction's values with
-        cache.put("compaction_target", id(turns[0]), (turns[0], target, ceiling, window))
+    reader = compacted_reader(inputs, prepared)
     new, compacted, opening, opening_tokens, values, extra = plan_values(
-        inputs, profile, prepared, zone, reader, target=target, window=window, counter=counter, cache=cache,
+        inputs, profile, prepared, zone, reader, target=target, window=window, counter=counter,
         cut_at=cut_at)
     if pinned_only and inputs.request_index not in new.pinned:
         return None
@@ -196,7 +163,7 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     caps = _block_caps(profile, room, opening_tokens, values=max(0, used - extra))
     block = compaction_block(
         tuple(map(reader.read, compacted[bisect_right(compacted, summary.covered_until, key=turn_start):])),
-        summary, opening=opening, uris=reader.uris, values=values, counter=counter, cache=cache,
+        summary, opening=opening, uris=reader.uris, values=values, counter=counter,
         goal=inputs.task.goal or query_text(inputs)[:300], fold_max_tokens=caps.fold, summary_max_tokens=caps.summary)
     new = replace(new, block=block.text + (follows(new) if follows is not None else ""), pins_opening=bool(opening),
                   values_tokens=used)
@@ -207,18 +174,17 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
 
 def plan_values(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone: Verbatim,
                 reader: "CompactedReader", *, target: int, window: int, counter: TokenCounting,
-                cache: PackCache | None, cut_at: "Callable[[int], tuple[int, tuple[int, ...]]]"
+                cut_at: "Callable[[int], tuple[int, tuple[int, ...]]]"
                 ) -> "tuple[Verbatim, tuple[Turn, ...], str, int, str, int]":
     """A compaction's new zone, its compacted turns, opening request (and its tokens), KNOWN VALUES and the
     tokens the values claimed from the tail (`extra`), as `compact` plans them (`cut_at` gives the cut
-    for a block room): the work ahead plans the next compaction's the same way (`values_ahead`)."""
+    for a block room)."""
+    cache = current_memo()
     turns, room = prepared.turns, int(target * BLOCK_SHARE)
     tools = inputs.request.tools
     params = (parameter_names(t.declaration for t in tools) if cache is None else  # the same tools on every call
               cache.get("parameter_names", tuple(t.declaration_json for t in tools),
                         lambda: parameter_names(t.declaration for t in tools)))
-
-    step_start = turns[-newest_step(turns)].start if turns else 0  # where the step this call added starts
 
     def plan(block_room: int, extra: int, cut: bool) -> tuple:
         """The zone when the block may take `block_room`, and its opening and values (`extra` tokens over
@@ -228,14 +194,12 @@ def plan_values(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, 
         # the compacted turns' originals are read lazily: newest first for the values (which stop at their
         # cap), and only those the summary does not cover yet for the block
         compacted, kept = new.split(turns)
-        opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter, cache)
+        opening = _opening(inputs, prepared, new, profile, window, int(room * _OPENING_SHARE), counter)
         opening_tokens = counter.count_text(opening) if opening else 0
-        # what the block does not repeat (joined by line breaks): the opening and the verbatim turns before the
-        # newest step, which the work ahead knows before the step arrives (its merge is then the compaction's)
-        visible = (opening, *(turn_text(t) for t in kept if t.start < step_start))
+        visible = (opening, *map(turn_text, kept))  # joined by line breaks: what the block does not repeat
         cap = _block_caps(profile, room, opening_tokens, extra=extra).values
         values, need = known_values(compacted, reader.newest_first, reader.mask, limit=profile.decay.values_max_tokens,
-                                    cap=cap, counter=counter, visible=visible, params=params, cache=cache, cut=cut)
+                                    cap=cap, counter=counter, visible=visible, params=params, cut=cut)
         return (new, compacted, opening, opening_tokens, values, extra), need - cap
 
     planned, short = plan(room, 0, False)
@@ -264,26 +228,6 @@ def _cut_at(inputs: PackInputs, profile: BudgetProfile, zone: Verbatim, turns: "
                            growth_turns=policy.growth_turns, max_turns=policy.max_verbatim_turns)
 
 
-_MAX_STEP = 6  # turns: the longest step recognised (a longer one counts as its newest turn alone)
-
-
-def _shape(turn: Turn) -> tuple[str, bool]:
-    return turn.messages[0].role, turn.is_tool_exchange
-
-
-def newest_step(turns: "tuple[Turn, ...]") -> int:
-    """How many of the newest `turns` the conversation's last step added: a tool exchange alone; after a
-    message, the turns since the last one shaped like it (its role, and whether it is a tool exchange), i.e.
-    a chat's model answer and user message. A compaction's KNOWN VALUES are not repeated from the verbatim
-    turns before it (`plan_values`), and the work ahead guesses the next step as this one."""
-    newest = turns[-1]
-    if not newest.is_tool_exchange:
-        for back in range(2, min(_MAX_STEP + 1, len(turns)) + 1):
-            if _shape(turns[-back]) == _shape(newest):
-                return back - 1
-    return 1
-
-
 @dataclass(frozen=True)
 class CompactedReader:
     """How a compaction reads a compacted turn: `original` gives it before any cut (`newest_first` those of
@@ -300,9 +244,9 @@ class CompactedReader:
         return self.mask(self.original(turn))
 
 
-def compacted_reader(inputs: PackInputs, prepared: Prepared, cache: PackCache | None) -> CompactedReader:
-    """The one reader of compacted turns: the compaction's, and the work ahead's, which fills its caches."""
-    mask, uris = turn_masker(inputs.uris if inputs.cite_originals else {}, cache)
+def compacted_reader(inputs: PackInputs, prepared: Prepared) -> CompactedReader:
+    """The one reader of compacted turns."""
+    mask, uris = turn_masker(inputs.uris if inputs.cite_originals else {})
     return CompactedReader(lambda t: prepared.originals.get(t.start, t), mask, uris, prepared.originals.newest_first)
 
 
@@ -331,10 +275,11 @@ def _block_caps(profile: BudgetProfile, room: int, opening: int, *, extra: int =
 
 
 def _opening(inputs: PackInputs, prepared: Prepared, zone: Verbatim, profile: BudgetProfile, window: int,
-             cap: int, counter: TokenCounting, cache: PackCache | None = None) -> str:
+             cap: int, counter: TokenCounting) -> str:
     """The session's opening request, pinned in the block once it left the verbatim zone (capped: the
-    cut is kept in the `cache` by text and cap, as every compaction of the session pins the same text;
+    cut is kept in the call's memo by text and cap, as every compaction of the session pins the same text;
     a new cap's cut counts by lines)."""
+    cache = current_memo()
     text = inputs.task.opening_request
     if not profile.task.pin_opening_request or inputs.task.goal or not text.strip():
         return ""

@@ -1,0 +1,19 @@
+"""The compaction policy, in one folder: a policy change touches this folder and the profile.
+
+- When it triggers: `build._plan` compacts when the verbatim conversation is over its room, holds too
+  many turns, or a compaction was asked for (`packer.compact`); the room and the thresholds come from
+  the profile's `conversation` settings.
+- Where it cuts: `policy.plan_compaction` (the newest turns that fit the target, the tail kept, the
+  request pinned) and `policy.compaction_cuts` (the cut for the block's room).
+- The block: `policy.compaction_block` (CONVERSATION SO FAR: the opening request, the running summary,
+  fold lines, KNOWN VALUES) within the shares of `policy._block_caps`.
+- Known values: `known_values` (the newest compacted turns' values, merged, none the verbatim turns show).
+"""
+
+from .known_values import known_values, known_values_of, turn_text, visible_words
+from .policy import (BLOCK_HEADER, CompactedReader, Compaction, CompactionBlock, compact, compacted_reader,
+                     compaction_block, compaction_cuts, compaction_events, plan_compaction, plan_values, verbatim_zone)
+
+__all__ = ["BLOCK_HEADER", "CompactedReader", "Compaction", "CompactionBlock", "compact", "compacted_reader",
+           "compaction_block", "compaction_cuts", "compaction_events", "plan_compaction", "plan_values", "verbatim_zone",
+           "known_values", "known_values_of", "turn_text", "visible_words"]
