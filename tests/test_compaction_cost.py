@@ -14,6 +14,13 @@ from aether_context.testing import call
 
 from conftest import filler, make_runner, run_turn, scripted_agent
 
+# These loops were tuned at a 5K window when ScriptedLlm reported chars / 4 of the request's JSON: the
+# calibration learnt about 2.8 and packed them for far fewer of our tokens than 5K. ScriptedLlm now reports
+# our own count (calibration 1.0), so the window is set to one where they compact as often as they need
+# (3K; at 1.5K-2K no compaction tries to hold its payload, and at 2.4K such a compaction read known values:
+# [0, 1, 2] in test_a_compaction_that_cannot_hold_the_payload_merges_no_value).
+WINDOW = 3_000
+
 ON_PACK_THREAD: list[tuple[int, str]] = []  # (call, text) embedded on the pack thread
 CALL = [-1]
 
@@ -47,7 +54,7 @@ def _booking_chat(store: str, *, stride: int) -> tuple:
         steps += [call("lookup_booking", ref=f"ref{stride * t}"), call("lookup_booking", ref=f"ref{stride * t + 1}"),
                   f"Booking ref{stride * t} belongs to user_{t % 3}_77."]
     agent, _ = scripted_agent(steps, tools=[lookup_booking])
-    p = ContextPackPlugin(store=store, window_tokens=5_000, embedder=HashingEmbedder())
+    p = ContextPackPlugin(store=store, window_tokens=WINDOW, embedder=HashingEmbedder())
     return p, make_runner(agent, plugins=[p])
 
 
@@ -88,7 +95,7 @@ async def _run(store: str, *, cold: bool, cache: PackCache | None = None) -> tup
         return answer
 
     agent, llm = scripted_agent([step(i) for i in range(16)] + ["done"], tools=[lookup_booking])
-    p = holder["plugin"] = ContextPackPlugin(store=store, window_tokens=5_000, embedder=RecordingEmbedder(),
+    p = holder["plugin"] = ContextPackPlugin(store=store, window_tokens=WINDOW, embedder=RecordingEmbedder(),
                                              cache=cache)
     runner = make_runner(agent, plugins=[p])
     await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="fixed")
@@ -460,7 +467,7 @@ async def test_a_compaction_reads_no_verbatim_text_the_work_ahead_could(memory_s
             return call("lookup_note", ref=f"ref{i}")
         return answer
     agent, _ = scripted_agent([step(i) for i in range(40)] + ["done"], tools=[lookup_note])
-    p = ContextPackPlugin(store=f"{memory_store_url}/words", window_tokens=5_000, embedder=HashingEmbedder())
+    p = ContextPackPlugin(store=f"{memory_store_url}/words", window_tokens=WINDOW, embedder=HashingEmbedder())
     runner = make_runner(agent, plugins=[p])
     await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="fixed")
     await run_turn(runner, "fixed", "Read every note from ref0 on and list their owners.")

@@ -37,6 +37,10 @@ def lookup_booking(ref: str) -> dict:
     return {"booking_id": f"BK{n:04d}X", "user_id": f"user_{n % 3}_77", "notes": filler(220, seed=n)}
 
 
+# The folded-pinned scenario was tuned at a 5K window when ScriptedLlm reported chars / 4 of the request's JSON
+# (calibration about 2.8); it now reports our own count (calibration 1.0), so that test runs `_chat` at 3K, where
+# a compaction pins the request and a later one folds it.
+PINNED_WINDOW = 3_000
 LOOKUPS = 5  # per user turn: its tool loop alone outgrows the conversation's room, so a compaction pins its request
 
 
@@ -55,9 +59,9 @@ def _steps(embedder: PackThreadDocuments, turns: int) -> list:
     return [step(i, r) for i, r in enumerate(replies)]
 
 
-async def _chat(store: str, monkeypatch, *, work_ahead: bool = True, notes: int = 0, plugins: "list | None" = None
-                ) -> "tuple[PackThreadDocuments, list, list]":
-    """Eight user turns of `LOOKUPS` lookups each at a 5K window (with `notes` remembered facts in Memory's pool);
+async def _chat(store: str, monkeypatch, *, work_ahead: bool = True, notes: int = 0, plugins: "list | None" = None,
+                window: int = 5_000) -> "tuple[PackThreadDocuments, list, list]":
+    """Eight user turns of `LOOKUPS` lookups each at a `window` (5K) (with `notes` remembered facts in Memory's pool);
     the embedder, the compaction calls, and per call whether its zone keeps a request pinned among compacted turns
     (the plugin is appended to `plugins`, when given)."""
     from aether_context.pipeline import build
@@ -73,7 +77,7 @@ async def _chat(store: str, monkeypatch, *, work_ahead: bool = True, notes: int 
     fixed_clock()
     embedder = PackThreadDocuments()
     agent, _ = scripted_agent(_steps(embedder, 8), tools=[lookup_booking])
-    plugin = ContextPackPlugin(store=store, window_tokens=5_000, embedder=embedder, work_ahead=work_ahead)
+    plugin = ContextPackPlugin(store=store, window_tokens=window, embedder=embedder, work_ahead=work_ahead)
     if plugins is not None:
         plugins.append(plugin)
     runner = make_runner(agent, plugins=[plugin])
@@ -88,13 +92,13 @@ async def _chat(store: str, monkeypatch, *, work_ahead: bool = True, notes: int 
 
 
 async def test_a_folded_pinned_request_leaves_no_document_to_embed_on_the_request_path(memory_store_url, monkeypatch):
-    embedder, compacting, pinned = await _chat(f"{memory_store_url}/pinned", monkeypatch)
+    embedder, compacting, pinned = await _chat(f"{memory_store_url}/pinned", monkeypatch, window=PINNED_WINDOW)
     assert len(compacting) >= 3, compacting
     # the scenario: a compaction kept the invocation's request pinned among compacted turns, a later one folded it
     assert any(pinned[k - 1] and not pinned[k] for k in compacting), (pinned, compacting)
     assert not [(k, text[:80]) for k, text in embedder.on_pack if k in compacting[1:]]
     # the recorder works: without the work ahead, those compactions embed documents on the pack thread
-    control, cold, _ = await _chat(f"{memory_store_url}/control", monkeypatch, work_ahead=False)
+    control, cold, _ = await _chat(f"{memory_store_url}/control", monkeypatch, work_ahead=False, window=PINNED_WINDOW)
     assert cold == compacting and {k for k, _ in control.on_pack} & set(compacting[1:])
 
 

@@ -34,7 +34,7 @@ async def test_a_compaction_call_does_not_score_again_the_pool_the_call_before_s
     monkeypatch.setattr(packer, "session_now", lambda events: T0 + DAY + 60 * next(clock))
     script = [call("find_fares", route=f"city{i}-town{i}") for i in range(6)] + ["done"]
     agent, _ = scripted_agent(script, tools=(find_fares,))
-    runner = make_runner(agent, plugins=[plugin(memory_store_url, 12_000)])
+    runner = make_runner(agent, plugins=[plugin(memory_store_url, 6_000)])  # compacts: ScriptedLlm reports our count
     sid = await new_session(runner)
     await seed_chat(runner, sid, chat(300, words=35))
     await run_turn(runner, sid, "Which fares did we look at for the trip to town 3?")
