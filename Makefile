@@ -34,12 +34,13 @@ test: $(STAMP)
 	@$(BIN)/python -c "from google.adk import __version__ as v; print('google-adk', v); assert v == '$(ADK)', v"
 	$(BIN)/python -m pytest -q
 
-# The demo's HTML report, rendered in headless Chromium (fails on a JavaScript error; apt-get install -y chromium),
-# with the screenshot in docs/report.png.
+# The demo's HTML report, rendered in headless Chromium (fails on a JavaScript error; apt-get install -y chromium).
+# It all goes to REPORT_DIR (ignored by git): the tracked docs/report.png changes only when copied there by hand.
+REPORT_DIR ?= .aether/report
 report: $(STAMP)
-	rm -rf .aether/report-packs
-	$(BIN)/python examples/demo_agent.py --store .aether/report-packs --report .aether/demo-report.html > /dev/null
-	$(BIN)/python scripts/check_report.py .aether/demo-report.html --screenshot docs/report.png
+	rm -rf $(REPORT_DIR)/packs
+	$(BIN)/python examples/demo_agent.py --store $(REPORT_DIR)/packs --report $(REPORT_DIR)/demo-report.html > /dev/null
+	$(BIN)/python scripts/check_report.py $(REPORT_DIR)/demo-report.html --screenshot $(REPORT_DIR)/report.png
 
 # Each benchmark writes its own section of docs/benchmarks.md (the rest of the file is kept). `make bench` runs the
 # pack overhead (4-10 min); the context eval (about 1.5 h) and the retrieval eval (~25 min) have their commands there.
