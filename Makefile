@@ -1,6 +1,7 @@
 # Quickstart: `make demo` and `make test`. Both create .venv on first use.
 PY ?= python3
-# ADK is a range in pyproject (>=2.13,<3); the tests run on its lowest version unless told otherwise (make test ADK=2.14.0).
+# ADK is a range in pyproject (>=2.13,<3); the tests run on its lowest version, 2.13.0, unless told otherwise
+# (make test ADK=2.x.y). 2.13.0 is also the newest on PyPI as of 2026-12-07, so it is the one version tested.
 ADK ?= 2.13.0
 VENV := .venv
 BIN := $(VENV)/bin
