@@ -1,6 +1,7 @@
 # Quickstart: `make demo` and `make test`. Both create .venv on first use.
 PY ?= python3
-# ADK is a range in pyproject (>=2.13,<3); the tests run on its lowest version unless told otherwise (make test ADK=2.14.0).
+# ADK is a range in pyproject (>=2.13,<3); the tests run on its lowest version, 2.13.0, unless told otherwise
+# (make test ADK=2.x.y). 2.13.0 is also the newest on PyPI as of 2026-12-07, so it is the one version tested.
 ADK ?= 2.13.0
 VENV := .venv
 BIN := $(VENV)/bin
@@ -48,12 +49,13 @@ services: $(STAMP)
 services-stop:
 	VENV=$(VENV) bash .ci/services stop .aether/services
 
-# The demo's HTML report, rendered in headless Chromium (fails on a JavaScript error; apt-get install -y chromium),
-# with the screenshot in docs/report.png.
+# The demo's HTML report, rendered in headless Chromium (fails on a JavaScript error; apt-get install -y chromium).
+# It all goes to REPORT_DIR (ignored by git): the tracked docs/report.png changes only when copied there by hand.
+REPORT_DIR ?= .aether/report
 report: $(STAMP)
-	rm -rf .aether/report-packs
-	$(BIN)/python examples/demo_agent.py --store .aether/report-packs --report .aether/demo-report.html > /dev/null
-	$(BIN)/python scripts/check_report.py .aether/demo-report.html --screenshot docs/report.png
+	rm -rf $(REPORT_DIR)/packs
+	$(BIN)/python examples/demo_agent.py --store $(REPORT_DIR)/packs --report $(REPORT_DIR)/demo-report.html > /dev/null
+	$(BIN)/python scripts/check_report.py $(REPORT_DIR)/demo-report.html --screenshot $(REPORT_DIR)/report.png
 
 # Each benchmark writes its own section of docs/benchmarks.md (the rest of the file is kept). `make bench` runs the
 # pack overhead (4-10 min); the context eval (about 1.5 h) and the retrieval eval (~25 min) have their commands there.

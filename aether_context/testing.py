@@ -12,7 +12,7 @@ Usage::
 from __future__ import annotations
 
 import copy
-from typing import Any, AsyncGenerator, Callable, Union
+from typing import Any, AsyncGenerator, Callable, Literal, Union
 
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
@@ -20,7 +20,11 @@ from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 from pydantic import Field, PrivateAttr
 
-__all__ = ["ScriptedLlm", "call", "TokenLimitError", "Turn"]
+from .adk.convert import request_from_llm
+from .pipeline.render import request_tokens
+from .tokens import TokenCounter
+
+__all__ = ["ScriptedLlm", "call", "counted_tokens", "TokenLimitError", "Turn"]
 
 # A scripted turn: plain text, a function call Part, a list of Parts, or a callable that sees the
 # request and returns one of those (for models that must react to what they were sent).
@@ -46,15 +50,25 @@ class TokenLimitError(Exception):
 class ScriptedLlm(BaseLlm):
     """Replays scripted turns; the last turn repeats once the script runs out.
 
-    `prompt_token_counter` (optional) makes the model report `prompt_token_count` in usage metadata,
-    and `max_input_tokens` makes it reject longer prompts like Gemini does. Asked to stream
-    (`RunConfig(streaming_mode=StreamingMode.SSE)`), it sends the text as partial chunks first.
+    Usage metadata: by default (`usage="counted"`) the model reports as `prompt_token_count` the
+    tokens aether-context itself counts for the request (`TokenCounter` over the system instruction,
+    the tool declarations and the contents). A real model's tokenizer differs from ours by a few
+    per cent, so a packer's calibration stays near 1.0 and the window keeps its size, as it does
+    with Gemini. `usage="none"` reports no usage metadata at all (no calibration, no usage records).
+    `prompt_token_counter`, a callable taking the `LlmRequest`, replaces the count: e.g.
+    `lambda r: int(1.2 * request_tokens(request_from_llm(r), counter))` for a model whose tokenizer
+    counts 20 % more than ours. A count of the request's JSON characters would be wrong by a factor of
+    about three (JSON keys and escapes are not prompt tokens) and teach the calibration that factor.
+
+    `max_input_tokens` makes it reject longer prompts (by the same count) like Gemini does. Asked to
+    stream (`RunConfig(streaming_mode=StreamingMode.SSE)`), it sends the text as partial chunks first.
     Scripted parts go out as given, so a turn may carry Gemini's `thought_signature` or thoughts.
     """
 
     model: str = "scripted-model"
     turns: list[Any] = Field(default_factory=list)
     max_input_tokens: int | None = None
+    usage: Literal["counted", "none"] = "counted"
     prompt_token_counter: Any = None
     cached_tokens: int | None = None
     _requests: list[LlmRequest] = PrivateAttr(default_factory=list)
@@ -84,8 +98,8 @@ class ScriptedLlm(BaseLlm):
         self._requests.append(llm_request.model_copy(deep=True))
         if self.prompt_token_counter is not None:
             prompt_tokens = int(self.prompt_token_counter(llm_request))
-        else:  # a rough count (4 characters a token), so usage metadata is always present
-            prompt_tokens = len(llm_request.model_dump_json(exclude={"tools_dict", "live_connect_config"})) // 4
+        else:
+            prompt_tokens = counted_tokens(llm_request)
         if self.max_input_tokens is not None and prompt_tokens > self.max_input_tokens:
             raise TokenLimitError(prompt_tokens, self.max_input_tokens)
         turn = self._next_turn(llm_request)
@@ -97,7 +111,7 @@ class ScriptedLlm(BaseLlm):
             parts = [turn]
         else:
             parts = list(turn)
-        usage = types.GenerateContentResponseUsageMetadata(
+        usage = None if self.usage == "none" else types.GenerateContentResponseUsageMetadata(
             prompt_token_count=prompt_tokens,
             cached_content_token_count=self.cached_tokens,
             candidates_token_count=10,
@@ -112,6 +126,17 @@ class ScriptedLlm(BaseLlm):
             usage_metadata=usage,
             finish_reason=types.FinishReason.STOP,
         )
+
+
+_COUNTER: TokenCounter | None = None
+
+
+def counted_tokens(llm_request: LlmRequest) -> int:
+    """The tokens aether-context counts for an ADK request: system instruction, tools and contents."""
+    global _COUNTER
+    if _COUNTER is None:
+        _COUNTER = TokenCounter()
+    return request_tokens(request_from_llm(llm_request), _COUNTER)
 
 
 def _chunks(parts: list[types.Part], n: int = 3) -> list[str]:

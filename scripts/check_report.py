@@ -5,7 +5,7 @@ loads the report from file://, collects uncaught exceptions and console errors, 
 click a bar, open a call, switch the session filter), checks the plots and the table were drawn,
 and optionally saves a screenshot.
 
-    python scripts/check_report.py report.html [--screenshot docs/report.png] [--chromium /usr/bin/chromium]
+    python scripts/check_report.py report.html [--screenshot .aether/report/report.png] [--chromium /usr/bin/chromium]
 
 Exit code 0: rendered without errors; 1: a JavaScript error or a missing plot; 2: no Chromium.
 Chromium on Debian: `apt-get install -y chromium`.

@@ -10,6 +10,9 @@ from aether_context.testing import call
 
 from conftest import filler, make_runner, run_turn, scripted_agent
 
+# ScriptedLlm reports our own count (calibration 1.0): at this window the loops compact as often as they need.
+WINDOW = 3_000
+
 
 def lookup_booking(ref: str) -> dict:
     """Look up a booking by its reference."""
@@ -26,7 +29,7 @@ def _booking_chat(store: str, *, stride: int) -> tuple:
         steps += [call("lookup_booking", ref=f"ref{stride * t}"), call("lookup_booking", ref=f"ref{stride * t + 1}"),
                   f"Booking ref{stride * t} belongs to user_{t % 3}_77."]
     agent, _ = scripted_agent(steps, tools=[lookup_booking])
-    p = ContextPackPlugin(store=store, window_tokens=5_000, embedder=HashingEmbedder())
+    p = ContextPackPlugin(store=store, window_tokens=WINDOW, embedder=HashingEmbedder())
     return p, make_runner(agent, plugins=[p])
 
 
@@ -43,7 +46,7 @@ async def _run(store: str, *, cold: bool, cache: PackCache | None = None) -> tup
         return answer
 
     agent, llm = scripted_agent([step(i) for i in range(16)] + ["done"], tools=[lookup_booking])
-    p = holder["plugin"] = ContextPackPlugin(store=store, window_tokens=5_000, embedder=HashingEmbedder(),
+    p = holder["plugin"] = ContextPackPlugin(store=store, window_tokens=WINDOW, embedder=HashingEmbedder(),
                                              cache=cache)
     runner = make_runner(agent, plugins=[p])
     await runner.session_service.create_session(app_name=runner.app_name, user_id="u", session_id="fixed")

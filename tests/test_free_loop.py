@@ -125,7 +125,8 @@ async def _compacting_run(memory_store_url, summarizer):
     profile = load_profile("default").override(name="llm-summary", decay={"summarizer": "llm",
                                                                           "summary_timeout_seconds": 0.2})
     agent, llm = scripted_agent(["ok"] * 40, tools=())
-    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=4_000, profile=profile, summarizer=summarizer)
+    # 1,500: twelve 300-token turns compact (ScriptedLlm reports our own count, so the calibration stays 1.0)
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=1_500, profile=profile, summarizer=summarizer)
     runner = make_runner(agent, plugins=[plugin])
     sid = await new_session(runner)
     for i in range(12):

@@ -30,7 +30,7 @@ async def test_an_old_fact_outside_the_tail_is_pulled_back_by_a_later_question()
     answers = [f"Here is something about {t}. " + filler(150, i) for i, t in enumerate(TOPICS)]
     llm = ScriptedLlm(turns=["Hello!", "Noted."] + answers + ["It is 4817."])
     agent = LlmAgent(name="assistant", model=llm, instruction="Help the user.")
-    plugin = ContextPackPlugin(store="memory://retrieval-pack", window_tokens=6_000)
+    plugin = ContextPackPlugin(store="memory://retrieval-pack", window_tokens=2_200)  # ScriptedLlm reports our count
     runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService(),
                     memory_service=InMemoryMemoryService())
     session = await runner.session_service.create_session(app_name="app", user_id="u")
