@@ -24,10 +24,34 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 APP = "prod"
+
+
+def _light_llm_class():
+    """A scripted model that keeps no copy of its requests (ScriptedLlm deep-copies each one, a cost that grows
+    with the session and is not ADK's), answers after `delay` seconds and reports our own token count."""
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+    from google.genai import types
+
+    class LightLlm(BaseLlm):
+        model: str = "scripted-model"
+        decide: Any = None
+        delay: float = 0.0
+
+        async def generate_content_async(self, llm_request, stream=False):
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            turn = self.decide(llm_request)
+            parts = [types.Part(text=turn)] if isinstance(turn, str) else [turn]
+            yield LlmResponse(content=types.Content(role="model", parts=parts),
+                              usage_metadata=types.GenerateContentResponseUsageMetadata(prompt_token_count=0))
+
+    return LightLlm
 
 
 def _agent(model_delay: float = 0.0):
@@ -35,7 +59,7 @@ def _agent(model_delay: float = 0.0):
     from google.adk.agents import LlmAgent
     from google.genai import types
 
-    from aether_context.testing import ScriptedLlm, call
+    from aether_context.testing import call
 
     def lookup(key: str) -> dict:
         """Look a record up."""
@@ -56,14 +80,7 @@ def _agent(model_delay: float = 0.0):
             return call("lookup", key=f"K{len(request.contents)}")
         return f"Answer {len(request.contents)}: " + " ".join(text.split()[:20])
 
-    class Slow(ScriptedLlm):
-        async def generate_content_async(self, llm_request, stream=False):
-            if model_delay:
-                await asyncio.sleep(model_delay)
-            async for r in super().generate_content_async(llm_request, stream):
-                yield r
-
-    llm = Slow(turns=[decide])
+    llm = _light_llm_class()(decide=decide, delay=model_delay)
     return LlmAgent(name="agent", model=llm, instruction="You answer questions about records.", tools=[lookup])
 
 
