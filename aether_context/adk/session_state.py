@@ -30,7 +30,7 @@ from typing import Any, Mapping, MutableMapping
 from ..pipeline.collect import PackState
 from ..redact import RedactionSettings, redact, redact_value
 from ..store import PackStore
-from ..store_io import Lru
+from ..store.io import Lru
 
 logger = logging.getLogger(__name__)
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from .content import canonical_json
-from .store_io import Lru
+from ..content import canonical_json
+from .io import Lru
 
 __all__ = ["diff", "apply", "same", "RecordChain", "MAX_DEPTH", "MAX_PATCH", "MIN_RUN"]
 

@@ -24,7 +24,7 @@ import threading
 import zlib
 from typing import Any, Callable
 
-from .content import canonical_json
+from ..content import canonical_json
 
 __all__ = ["TreeCodec", "CHUNK", "BIG_STRING"]
 
