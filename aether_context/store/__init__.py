@@ -7,16 +7,12 @@ Layout under the store URL::
     <app>/<user>/<session>/<agent>/<pack_id>/manifest.json (and usage.json)
     artifacts/<app>/<user>/<session>/<file>/v<n>    originals, when ADK's artifact service is not durable
 
-Ids become path segments reversibly (`store.paths`): no two ids share a folder and none leaves
-the root. A call costs its new content only: messages are blobs named by their digest, and its
-records (the manifest's fields, the request's and ADK's message lists, the recorded inputs) are
-nodes of per-session chains of patches (`store.delta`; a key now and then, whose long lists are
-chunk trees shared with the keys before it: `store.tree`), so the thousandth call writes its new
-messages and a few KB. The manifest file keeps the call's identity and the reference of its node. Everything written is masked for secrets first (`redact`, on by default);
-files are written atomically and owner-private, on a bounded background writer (`store.io`)
-whose failures are logged and counted, never raised into the agent run. With
-`AETHER_CONTEXT_HMAC_KEY` set, manifests are signed and a manifest that does not verify is refused
-(the bytes of a manifest or a blob file, sealed and checked: `store.format`).
+Ids become path segments reversibly (`store.paths`). A call costs its new content only: messages
+are blobs named by their digest, its records nodes of per-session chains of patches (`store.delta`)
+whose long lists are shared chunk trees (`store.tree`). Everything is masked for secrets first
+(`redact`) and written atomically, owner-private, on a bounded background writer (`store.io`) whose
+failures are counted, never raised. Manifests are sealed, and signed when `AETHER_CONTEXT_HMAC_KEY`
+is set (`store.format`).
 
 Usage::
 
@@ -285,9 +281,6 @@ class PackStore:
         checksum = request.checksum if not masked else "sha256:" + sha256_hex(
             canonical_json({"head": head, "messages": refs}))
         return self._records.put(record, scope, v=LAYOUT), masked, checksum
-
-    def put_request(self, request: ModelRequest) -> str:
-        return self._put_request_counted(request)[0]
 
     def get_request(self, ref: str) -> ModelRequest:
         try:
