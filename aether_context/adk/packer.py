@@ -144,6 +144,8 @@ class ContextPacker:
         """Compact the conversation at the next model call of this session (recorded as asked for)."""
         ctx.state[COMPACT_STATE_KEY] = True
 
+    # ---------------------------------------------------------------- before the model
+
     async def pack(self, callback_context: CallbackContext, llm_request: LlmRequest) -> CallRecord:
         """Rewrite `llm_request` into its Context Pack. Never raises: on failure the request is untouched."""
         slot = self.slot(callback_context)
@@ -172,7 +174,7 @@ class ContextPacker:
         except Exception as e:  # fail open: the agent keeps working with the request ADK built
             logger.error("aether-context: packing failed for agent %s; sending the original request",
                          callback_context.agent_name, exc_info=True)
-            return self._record_failure(callback_context, llm_request, e)
+            return self._record_pack_failure(callback_context, llm_request, e)
         logger.debug("aether-context: pack stages for agent %s: %s", callback_context.agent_name, timings)
         slot.last = pack
         uri = ""
@@ -279,7 +281,7 @@ class ContextPacker:
         await self.records.set(ctx.state, URIS_STATE_KEY, uris, n=len(uris))
         return replace(inputs, uris=uris)
 
-    def _record_failure(self, ctx: CallbackContext, llm_request: LlmRequest, error: Exception) -> CallRecord:
+    def _record_pack_failure(self, ctx: CallbackContext, llm_request: LlmRequest, error: Exception) -> CallRecord:
         session = ctx.session
         try:
             original = request_from_llm(llm_request)
