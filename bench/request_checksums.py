@@ -59,6 +59,7 @@ async def run(args: argparse.Namespace) -> None:
             packers: dict = {}
             for job in w.jobs:
                 setup = aether.make(w.profile, window, packers)
+                setup.packer.pack_timeout = args.pack_timeout  # a slow pack on a busy machine must not fail open
                 services = await job.prepare() if job.prepare else Services(ClockedSessionService(job.trajectory.id))
                 lines: list[str] = []
 
@@ -84,6 +85,8 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=6, help="LoCoMo questions per mode")
     parser.add_argument("--episodes", type=int, default=4, help="tau-bench episodes")
     parser.add_argument("--runs", type=int, default=2, help="mini-swe-agent runs")
+    parser.add_argument("--pack-timeout", type=float, default=600.0,
+                        help="seconds before a pack fails open (default 600: checksums must not depend on load)")
     parser.add_argument("--cold", action="store_true", help="empty the packer's memo before every call")
     args = parser.parse_args()
     logging.getLogger("google_adk").setLevel(logging.ERROR)

@@ -45,7 +45,7 @@ from aether_context.pipeline import PackInputs, TaskSpec, build_pack  # noqa: E4
 from aether_context.pipeline.cache import PackCache, memo_scope  # noqa: E402
 from aether_context.profile import load_profile  # noqa: E402
 from aether_context.store import PackStore  # noqa: E402
-from aether_context.store_format import PACKED  # noqa: E402
+from aether_context.store.format import PACKED  # noqa: E402
 from aether_context.tokens import TokenCounter  # noqa: E402
 
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()

@@ -21,7 +21,7 @@ from aether_context.pipeline import TaskSpec, build_pack
 from aether_context.profile import load_profile
 from aether_context.report import load_calls
 from aether_context.store import PackStore
-from aether_context.store_format import manifest_integrity
+from aether_context.store.format import manifest_integrity
 
 from conftest import history_turns, make_inputs, tool_spec
 

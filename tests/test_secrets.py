@@ -304,7 +304,7 @@ def test_the_package_logs_are_masked(caplog):
     import logging
 
     text, secret = SECRET_SHAPES["github_pat"](random.Random(5))
-    log = logging.getLogger("aether_context.adk.tool_hooks")
+    log = logging.getLogger("aether_context.adk.packer")
     with caplog.at_level(logging.INFO):
         log.error("offloading the result of %s failed", f"read_env ({text})")
         try:

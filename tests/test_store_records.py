@@ -1,4 +1,4 @@
-"""Records stored as a key plus a patch (`store_delta`): a session's store stays near its own size,
+"""Records stored as a key plus a patch (`store.delta`): a session's store stays near its own size,
 any replica reads any record, and stores written before (layout 2) still load."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from aether_context.pipeline import MemoryItem, TaskSpec, build_pack
 from aether_context.profile import load_profile
 from aether_context.replay import repack, replay
 from aether_context.store import PackStore
-from aether_context.store_delta import apply, diff, same
+from aether_context.store.delta import apply, diff, same
 from aether_context.testing import call
 
 from conftest import call_msg, filler, make_inputs, make_runner, new_session, resp_msg, run_turn, scripted_agent, tool_spec

@@ -16,7 +16,7 @@ from aether_context.profile import load_profile
 from aether_context.redact import RedactionSettings, redact, redact_value
 from aether_context.replay import repack, replay
 from aether_context.store import HMAC_ENV, PackStore
-from aether_context.store_paths import MAX_SEGMENT, decode_segment, encode_segment
+from aether_context.store.paths import MAX_SEGMENT, decode_segment, encode_segment
 
 from conftest import history_turns, make_inputs, resp_msg, text_msg, tool_spec
 

@@ -199,14 +199,10 @@ def _samples(n: int) -> list[int]:
 def _unchanged_prefix(contents: "list[types.Content]", sigs: list, msgs: list, grown: bool) -> int:
     """How many leading contents are unchanged since the last request of the conversation.
 
-    When the session's events only `grown` (the edge saw no rewind, no EventsCompaction and no late
-    response to an older call since: `EventTimes.only_grew`),
-    what ADK builds from them only grows too, or changes at its end (another branch, a merged
-    response): the last request's contents still being there, at the sampled positions, then means
-    they all are (a call checks about log2(n) contents, not n).
-    A sample counts as unchanged by its payload objects, else by value (a content ADK rebuilds each
-    call, e.g. another agent's turn, converts to an equal message). Otherwise every content is
-    compared in order, up to the first that changed."""
+    When the session's events only `grown` (`EventTimes.only_grew`), what ADK builds only grows or
+    changes at its end, so finding the last request's contents at sampled positions (about log2(n))
+    means they all are there; a sample matches by payload object, else by value. Otherwise every
+    content is compared in order, up to the first that changed."""
     n = len(sigs)
     if grown and n <= len(contents) and all(_unchanged(contents[i], sigs[i]) or to_message(contents[i]) == msgs[i]
                                   for i in _samples(n)):

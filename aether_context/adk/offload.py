@@ -1,21 +1,15 @@
 """Tool-result offload and recall: originals behind `artifact://` URIs, compact forms in context.
 
-Decision (documented in docs/architecture.md): offload happens **when the tool returns**
-(`after_tool_callback`), not at pack time. The session then stores the compact form, so every
-later call, ADK's own history building and any other plugin see a small, byte-stable result (the
-prompt cache holds), while the original is saved whole and stays retrievable through the recall
-tool. Results above `offload.save_min_tokens` are saved even when they are not compacted, so a
-later fold or prune can cite their URI.
+Offload happens when the tool returns (`after_tool_callback`), not at pack time: the session stores
+the compact form, so every later call sees a small, byte-stable result, while the original is saved
+whole for the recall tool. Results above `offload.save_min_tokens` are saved even when not compacted,
+so a later fold or prune can cite their URI.
 
 URIs are `artifact://<app>/<user>/<session>/<filename>#v<version>`. Where originals go
-(`originals=`): "auto" (the default) saves them through ADK's artifact service when it is at least
-as durable as the session -- and in the pack store's `artifacts/` folder (fsspec) when the runner
-has no artifact service, or an in-memory one while sessions are durable (a `DatabaseSessionService`
-shared by replicas: another replica must be able to recall them); "adk" always uses ADK's service
-(an explicit opt-in to an in-memory one), "store" always the pack store. A URI of another app,
-user or session is refused. When the store's redaction is on, text originals are saved masked
-(the same secret shapes as the store; see docs/architecture.md for why) unless the profile says
-`redaction: {originals: false}`.
+(`originals=`): "auto" uses ADK's artifact service when it is at least as durable as the session,
+else the pack store's `artifacts/` folder; "adk" always ADK's service, "store" always the pack store.
+A URI of another app, user or session is refused. Text originals are saved masked while the store's
+redaction is on, unless the profile says `redaction: {originals: false}`.
 
 `read_artifact` never raises: a bad argument, a missing original or a failing store is an
 `{"error": ...}` result naming the argument and the fix. It returns the stored text exactly

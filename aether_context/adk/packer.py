@@ -1,8 +1,8 @@
 """The engine shared by the plugin and the agent callback: pack one ADK request, fail open.
 
-Split by hook: `before_model` is here (`pack`), the model's answer and errors in `model_hooks`,
-tool results in `tool_hooks`, the per-session slots in `slots`, every session-state key in
-`session_state`.
+One class, in the order of a call: `before_model` (`pack`), the model's answer and errors
+(`after_model`, `recover`), tool results (`after_tool`, `on_tool_error`). The per-session slots are
+in `slots`, every session-state key in `session_state`.
 
 Holds what lives across calls of a process: the profile, the token counter (its cache), the store,
 and per (app, user, session, agent) a slot with this call's pack and memos. Everything that changes
@@ -30,45 +30,54 @@ from typing import Any, Sequence
 
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
 
-from ..compress import SummarizeFn, Summarizer
+from ..compress import SummarizeFn, Summarizer, render_payload, validate_summary
+from ..compress.compact_json import compact_json
 from ..errors import PackTimeout
-from ..content import Message, sha256_hex
+from ..content import Message, response_digest, sha256_hex
+from ..loop.failures import FailureLog, FailureRecord, error_text, is_error_result
 from ..pipeline.build import ContextPack, StageTimes, build_pack, request_tokens
 from ..pipeline.cache import PackCache, memo_scope
 from ..pipeline.incremental import extended
 from ..pipeline.collect import PackInputs, PackState
-from ..pipeline.decay import blob_key
+from ..pipeline.decay import RunningSummary, blob_key
 from ..pipeline.record import CallRecord, Manifest
+from ..pipeline.render import masked_count
 from ..pipeline.retrieve import Retriever, agent_namespace, default_retriever
 from ..retrieval.embeddings import Embedder
 from ..profile import BudgetProfile, load_profile
 from ..providers import EvidenceProvider
+from ..redact import redact
 from ..store import DEFAULT_STORE_URL, PackStore
 from ..tokens import TokenCounter, TokenCounting
-from ..windows import window_flag
+from ..windows import context_window, window_flag
 from .collect import collect_inputs
 from .event_times import EventTimes, session_now
 from .convert import apply_request, request_from_llm
-from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool
-from .session_state import (COMPACT_STATE_KEY, FAILURES_STATE_KEY, SAVED_STATE_KEY, SUMMARY_STATE_KEY, URIS_STATE_KEY,
-                            StateRecords, StoredPack, carried_state, own_state, read_calibration, read_pack,
-                            write_pack, write_summary)
-from .model_hooks import ModelHooks
+from .fail_open import fails_open
+from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool, offload_tool_result
+from .recovery import is_token_limit_error, recovery_pack
+from .session_state import (CALIBRATION_STATE_KEY, COMPACT_STATE_KEY, FAILURES_STATE_KEY, SAVED_STATE_KEY,
+                            SUMMARY_STATE_KEY, URIS_STATE_KEY, StateRecords, StoredPack, add_note, carried_state,
+                            own_state, read_calibration, read_pack, write_calibration, write_pack, write_summary)
 from .slots import MAX_SESSIONS, SessionSlot, SessionSlots, slot_key
-from .tool_hooks import ToolHooks
+from .summarizer import LlmSummarizer
 from .task import StateKeys
-from .worker import off_loop
+from .telemetry import pack_metadata
+from .worker import off_loop, repair_unicode, summarize
 
 logger = logging.getLogger("aether_context")
 
 __all__ = ["ContextPacker", "CallRecord", "PACK_TIMEOUT"]
 
 PACK_TIMEOUT = 10.0  # seconds a call waits for its pack before it fails open
+CALIBRATION_ALPHA = 0.5  # weight of the newest observation in the smoothed correction
 
 
-class ContextPacker(ModelHooks, ToolHooks):
+class ContextPacker:
     """Packs ADK requests. One instance per app; safe to share between agents of the app."""
 
     def __init__(self, *, profile: "str | Path | BudgetProfile | None" = None, store: "str | PackStore | None" = None,
@@ -135,6 +144,8 @@ class ContextPacker(ModelHooks, ToolHooks):
         """Compact the conversation at the next model call of this session (recorded as asked for)."""
         ctx.state[COMPACT_STATE_KEY] = True
 
+    # ---------------------------------------------------------------- before the model
+
     async def pack(self, callback_context: CallbackContext, llm_request: LlmRequest) -> CallRecord:
         """Rewrite `llm_request` into its Context Pack. Never raises: on failure the request is untouched."""
         slot = self.slot(callback_context)
@@ -163,7 +174,7 @@ class ContextPacker(ModelHooks, ToolHooks):
         except Exception as e:  # fail open: the agent keeps working with the request ADK built
             logger.error("aether-context: packing failed for agent %s; sending the original request",
                          callback_context.agent_name, exc_info=True)
-            return self._record_failure(callback_context, llm_request, e)
+            return self._record_pack_failure(callback_context, llm_request, e)
         logger.debug("aether-context: pack stages for agent %s: %s", callback_context.agent_name, timings)
         slot.last = pack
         uri = ""
@@ -270,7 +281,7 @@ class ContextPacker(ModelHooks, ToolHooks):
         await self.records.set(ctx.state, URIS_STATE_KEY, uris, n=len(uris))
         return replace(inputs, uris=uris)
 
-    def _record_failure(self, ctx: CallbackContext, llm_request: LlmRequest, error: Exception) -> CallRecord:
+    def _record_pack_failure(self, ctx: CallbackContext, llm_request: LlmRequest, error: Exception) -> CallRecord:
         session = ctx.session
         try:
             original = request_from_llm(llm_request)
@@ -294,6 +305,216 @@ class ContextPacker(ModelHooks, ToolHooks):
         record = CallRecord(manifest, uri)
         self.recent.append(record)
         return record
+
+    # ---------------------------------------------------------------- after the model answers or fails
+
+    @fails_open
+    async def after_model(self, callback_context: CallbackContext, llm_response: LlmResponse | None = None) -> None:
+        """Learn from the model's reported usage, then refresh the running summary if due."""
+        if llm_response is not None and getattr(llm_response, "partial", False):
+            return  # a streamed chunk: the usage and the summary are the final response's business
+        slot = self.slot(callback_context)
+        last, slot.last = slot.last, None  # one model response per pack: a second one is not this pack's
+        if last is not None and llm_response is not None and llm_response.usage_metadata is not None:
+            self._record_usage(callback_context, last, llm_response.usage_metadata)
+        await self._refresh_summary(callback_context, slot, last)
+
+    def _record_usage(self, ctx: CallbackContext, pack: ContextPack, usage) -> None:
+        """Calibrate token estimates per model (bounded, smoothed; kept in session state, so every
+        replica packs the session's next call for the same window) and keep the call's usage."""
+        reported = usage.prompt_token_count
+        estimate = pack.manifest.tokens_after
+        model = pack.manifest.model
+        calibration = read_calibration(own_state(ctx), model)
+        if reported and estimate:
+            ratio = min(3.0, max(0.5, reported / estimate))
+            seen = own_state(ctx).get(CALIBRATION_STATE_KEY)
+            fresh = not isinstance(seen, dict) or model not in seen
+            calibration = round(ratio if fresh else calibration + CALIBRATION_ALPHA * (ratio - calibration), 4)
+            write_calibration(ctx.state, model, calibration)
+        record = {"pack_id": pack.manifest.pack_id, "model": model, "estimate": estimate, "reported": reported,
+                  "cached": usage.cached_content_token_count or 0, "calibration": calibration}
+        self.usage.append(record)
+        self.store.save_usage(pack.manifest, record)
+
+    async def _refresh_summary(self, callback_context: CallbackContext, slot: SessionSlot, last: ContextPack | None) -> None:
+        """Refine the running summary with the LLM summarizer when this call merged turns into it."""
+        if self.profile.decay.summarizer != "llm" or last is None or not last.state.merged_lines:
+            return
+        previous = RunningSummary.from_json(last.inputs.summary)
+        extractive = RunningSummary.from_json(last.state.summary)
+        summarizer = self.summarizer or LlmSummarizer(callback_context.get_invocation_context().agent.canonical_model)
+        timeout = self.profile.decay.summary_timeout_seconds
+        try:
+            text = await asyncio.wait_for(summarize(summarizer, previous.text or None, last.state.merged_lines,
+                                                     goal=last.inputs.task.goal,
+                                                     max_tokens=self.profile.decay.summary_max_tokens), timeout)
+            text = validate_summary(text, self.profile.decay.summary_max_tokens, self.counter)
+            if text is None:
+                raise ValueError("the summarizer returned an empty or unusable summary")
+        except asyncio.TimeoutError:  # the run goes on with the extractive summary
+            logger.warning("aether-context: LLM summary gave no answer within %ss; keeping the extractive summary", timeout)
+            add_note(callback_context.state, callback_context.agent_name, f"summary_timeout: no answer within {timeout}s",
+                     self.profile.redaction)
+            return
+        except Exception as e:  # the extractive summary stays; the next manifest says why
+            logger.warning("aether-context: LLM summary failed (%s); keeping the extractive summary", e, exc_info=True)
+            add_note(callback_context.state, callback_context.agent_name, f"summary_failed: {type(e).__name__}: {e}",
+                     self.profile.redaction)
+            return
+        await write_summary(self.records, callback_context.state, callback_context.agent_name, last.state.summary,
+                            RunningSummary(text=text, covered_until=extractive.covered_until).to_json(),
+                            self.profile.redaction)
+
+    @fails_open
+    async def recover(self, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception) -> LlmResponse | None:
+        """Retry a request the model rejected as too long, once, after an aggressive repack.
+
+        Only the current call is rebuilt: from its own pack's inputs when it was packed, else (packing
+        failed open, so `llm_request` is ADK's own) from this call's inputs assembled as a pack assembles
+        them (`_inputs`: the cache, the edge's flags, event times, calibration). The repack becomes the
+        call's pack: the model's answer calibrates against what was really sent and shows its metadata.
+        Returns the model's response, or None to let the original error surface.
+        """
+        slot = self.slot(callback_context)
+        if not self.profile.recovery.enabled or not is_token_limit_error(error):
+            return None
+        last, slot.last = slot.last, None
+        try:
+            if last is not None and last.inputs.invocation_id == callback_context.invocation_id:
+                inputs, window = last.inputs, last.manifest.window
+                recall = await self._recall_now(callback_context, llm_request)
+            else:  # packing failed open: this call's inputs, assembled as a normal pack assembles them
+                stored = await read_pack(self.records, own_state(callback_context), callback_context.agent_name)
+                inputs = await self._inputs(callback_context, llm_request, slot, stored)
+                recall = inputs.cite_originals
+                window = context_window(inputs.request.model, self.requested_window)
+            pack = await self._off_loop(recovery_pack, inputs, self.profile, window, error, counter=self.counter)
+            apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
+                          added={RECALL_TOOL_NAME: self.recall_tool} if recall else {})
+        except Exception:
+            logger.error("aether-context: recovery repack failed; the model's error stands", exc_info=True)
+            return None
+        manifest = pack.manifest.model_copy(update={"flags": [*pack.manifest.flags, f"recovery_after: {error}"[:300]]})
+        pack = replace(pack, manifest=manifest)
+        uri = self.store.save(pack)
+        self.recent.append(CallRecord(manifest, uri))
+        slot.shown = pack_metadata(manifest, uri)  # the retried request's pack is what its response shows
+        logger.warning("aether-context: model rejected the request as too long (%s); retrying once with %d tokens (%s)",
+                       str(error)[:200], manifest.tokens_after, uri)
+        model = callback_context.get_invocation_context().agent.canonical_model
+        try:
+            final = None
+            async for response in model.generate_content_async(llm_request, stream=False):
+                final = response
+        except Exception:
+            logger.error("aether-context: the retry after recovery failed too; the original error surfaces", exc_info=True)
+            return None
+        if final is not None:
+            slot.last = pack  # what the model answered: after_model calibrates against it
+        return final
+
+    # ---------------------------------------------------------------- tool results
+
+    async def record_failure(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, error_text: str,
+                             uri: str | None = None) -> None:
+        """Add a tool failure to the session's failure log (kept in state; never raises)."""
+        if not self.profile.failures.enabled:
+            return
+        try:
+            data = await self.records.get_or_empty(tool_context.state, FAILURES_STATE_KEY, {}, "failure log")
+            records = [FailureRecord.from_json(r) for r in data.get("records", ())]
+            log = FailureLog(self.profile.failures.log, records, int(data.get("evicted", 0)))
+            turn = len(tool_context.session.events)
+            error_text = redact(error_text, self.profile.redaction)[0]  # it is recited in later packs
+            record = log.add(turn=turn, tool=tool.name, args=tool_args, error_text=error_text, uri=uri,
+                             timestamp=time.time())
+            same = [(r.turn, r.tool, r.args_digest, r.message) for r in records[-1:]]
+            if same == [(record.turn, record.tool, record.args_digest, record.message)]:
+                return  # one failure seen by two hooks (on_tool_error, then after_tool on its error result)
+            await self.records.set(tool_context.state, FAILURES_STATE_KEY, log.to_json())
+        except Exception:
+            logger.error("aether-context: could not record the failure of %s", tool.name, exc_info=True)
+
+    @fails_open
+    async def on_tool_error(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, error: Exception) -> dict | None:
+        """Record a raised tool exception; with `failures.errors_as_results` answer the model with it."""
+        text = f"{type(error).__name__}: {error}"
+        await self.record_failure(tool, tool_args, tool_context, text)
+        return {"error": text} if self.profile.failures.errors_as_results else None  # None: ADK re-raises
+
+    @fails_open
+    async def after_tool(self, tool: BaseTool, tool_args: dict, tool_context: ToolContext, result: object) -> dict | None:
+        """Save a result whole and return its compact form when it is large; record error-shaped
+        results as failures, citing the saved original. A result with invalid Unicode (a lone
+        surrogate) is repaired first and the repaired one replaces it. Never raises."""
+        own = tool.name == RECALL_TOOL_NAME
+        result, repaired = await self._off_loop(repair_unicode, result)
+        if repaired:
+            add_note(tool_context.state, tool_context.agent_name, f"unicode_repaired: {tool.name}: {repaired}",
+                     self.profile.redaction)
+        failed, compacted = await self._off_loop(self._classify, tool.name, result, own)
+        sent = compacted or result  # what the session will hold unless offload compacts it further
+        offloaded = None
+        if self.profile.offload.enabled and not own:
+            try:
+                stored = await read_pack(self.records, tool_context.state, tool_context.agent_name)
+                # The threshold tightens under pressure only once the recall tool is declared: the first
+                # offload declares it, a change of the tools that re-processes the whole request, so only
+                # a result over the full threshold pays for that.
+                declared = stored.state is not None and RECALL_TOOL_NAME in stored.state.tool_names
+                offloaded = await offload_tool_result(
+                    tool_name=tool.name, args=tool_args, result=sent, ctx=tool_context,
+                    gateway=self.gateway, settings=self.profile.offload, counter=self.counter,
+                    free_conversation_tokens=stored.free_conversation if declared else None,
+                    records=self.records, redaction=self.profile.redaction, run=self._off_loop)
+                if offloaded is not None:
+                    await self._note_saving(tool_context, sent, offloaded)
+                    self._note_masked(tool_context, tool.name, offloaded["summary"])
+            except Exception as e:  # fail open: the result goes on whole, with no URI; the next manifest says why
+                logger.error("aether-context: offloading the result of %s failed; keeping it inline", tool.name, exc_info=True)
+                add_note(tool_context.state, tool_context.agent_name, f"offload_failed: {tool.name}: {type(e).__name__}: {e}",
+                         self.profile.redaction)
+        if failed:
+            uris = await self.records.get_or_empty(tool_context.state, URIS_STATE_KEY, {}, "offload URIs")
+            await self.record_failure(tool, tool_args, tool_context, error_text(result),  # type: ignore[arg-type]
+                                uri=uris.get(response_digest(sent)))
+        if offloaded or compacted or not repaired:
+            return offloaded or compacted
+        return result if isinstance(result, dict) else {"result": result}  # the repaired result, as ADK wraps it
+
+    def _classify(self, tool_name: str, result: object, own: bool) -> tuple[bool, dict | None]:
+        """Whether `result` is an error (a failure to record) and its compact JSON form when shorter
+        (CPU work: run on the worker thread). Never raises."""
+        failed = False
+        if not own and self.profile.failures.enabled and isinstance(result, (dict, str)):
+            try:
+                failed = is_error_result(result)
+            except Exception:  # fail open: a result we cannot classify is simply not a recorded failure
+                logger.error("aether-context: could not classify the result of %s", tool_name, exc_info=True)
+        compacted = None
+        if self.profile.variation.compact_json and isinstance(result, (dict, list)) and not own:
+            compact = compact_json(result, self.counter)
+            if self.counter.count_text(compact) < self.counter.count_text(render_payload(result)):
+                compacted = {"result_compact_json": compact}  # faithful: aether_context.compress.compact_json.expand_compact_json
+        return failed, compacted
+
+    def _note_masked(self, ctx: ToolContext, tool_name: str, compact_text: str) -> None:
+        """Secrets masked in an offloaded result's compact form: noted in the next manifest's flags."""
+        n = masked_count(compact_text)
+        if n:
+            add_note(ctx.state, ctx.agent_name, f"redacted_in_offload: {tool_name}: {n}", self.profile.redaction)
+
+    async def _note_saving(self, ctx: ToolContext, original: object, compact: object) -> None:
+        """Remember what an offload saved, so manifests can say what ADK would have sent without us."""
+        saved, key = await self._off_loop(self._saving, original, compact)
+        if saved > 0:
+            known = await self.records.get_or_empty(ctx.state, SAVED_STATE_KEY, {}, "offload savings")
+            await self.records.set(ctx.state, SAVED_STATE_KEY, {**known, key: saved})
+
+    def _saving(self, original: object, compact: object) -> tuple[int, str]:
+        saved = self.counter.count_text(render_payload(original)) - self.counter.count_text(render_payload(compact))
+        return saved, response_digest(compact)
 
 
 def _cites_original(message: Message) -> bool:

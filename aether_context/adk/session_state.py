@@ -5,13 +5,11 @@ the session packs exactly what the one that did would (a `DatabaseSessionService
 replicas, `adk api_server` behind a load balancer). Writes made in `before_model` / `after_model`
 land in the model response event's `state_delta`, so they persist with the call that made them.
 
-Session state holds pointers, never content: a `DatabaseSessionService` stores each event's delta in
-its row, so a value that grows with the session would make storage grow with its square. What grows
-(the previous call's `PackState` with its payload and block texts, the offloaded originals' URIs, the
-tokens offloads saved, the failure log, the running summaries) lives in the pack store as a
-content-addressed record (`PackStore.put_record`: long maps and lists in shared chunks, so an append
-writes its last chunk only). State keeps `{"v": 2, "ref": <sha256>}` and small counters; every replica
-reads the same record through the same reference. `StateRecords` is their one reader and writer.
+Session state holds pointers, never content (a `DatabaseSessionService` stores each event's delta,
+so a growing value would make storage grow with its square). What grows (the previous `PackState`,
+offload URIs and savings, the failure log, the running summaries) is a content-addressed record in
+the pack store (`PackStore.put_record`); state keeps `{"v": 2, "ref": <sha256>}` and small counters.
+`StateRecords` is their one reader and writer.
 
 A record that cannot be read (an unknown schema, a missing or corrupt blob, a store that is down)
 is ignored: the call packs as a first call would and its manifest says why; nothing is raised.
@@ -30,7 +28,7 @@ from typing import Any, Mapping, MutableMapping
 from ..pipeline.collect import PackState
 from ..redact import RedactionSettings, redact, redact_value
 from ..store import PackStore
-from ..store_io import Lru
+from ..store.io import Lru
 
 logger = logging.getLogger(__name__)
 

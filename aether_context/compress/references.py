@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Literal, Mapping
 
 from ..content import FunctionCall
-from ..retrieval.analyzer import ENGLISH_STOP_WORDS
+from ..retrieval.analyzer import STOP_WORDS
 from . import _shapes as shapes
 from . import error_lines as errs
 from ._fit import ELLIPSIS, TokenCounterLike, as_count, safe_end
@@ -96,7 +96,7 @@ _DECISION_RE = re.compile(
 _URI_TAIL_RE = re.compile(r" · [a-zA-Z][\w+.-]*://\S*$")  # a fold line's trailing pointer, kept as source_uri
 _SENTENCE_SPLIT_RE = re.compile(r"(?<=[.!?])\s+|\n+")
 # The package's one English stop-word list, plus words every coding goal and reference shares.
-_STOPWORDS = ENGLISH_STOP_WORDS | frozenset(
+_STOPWORDS = STOP_WORDS | frozenset(
     "cannot use using used file files line lines error errors test tests".split())
 
 

@@ -1,9 +1,8 @@
 """`PackCache`: the one memo of a packer, so a call costs what is new since the previous call.
 
-Every model call re-sends the whole session history; almost all of it is unchanged. What the
-pipeline computes from unchanged content (a message's conversion, a turn's grouping, a compacted
-turn's retrieval text, a fold line, the values a turn carried) is kept here, keyed by the content it
-was computed from (its digest), so a hit gives the same bytes as a miss.
+What the pipeline computes from unchanged history (a message's conversion, a turn's grouping, a fold
+line, a turn's values) is kept here, keyed by the content it was computed from, so a hit gives the
+same bytes as a miss.
 
 One object, owned by the `ContextPacker`. Stages take no memo parameter: they read the call's memo
 from its context (`current_memo()`, None outside a pack: then they compute everything), which the

@@ -95,8 +95,7 @@ def summarizer(counter: TokenCounting) -> ExtractiveSummarizer:
 class Zones:
     summary: RunningSummary
     fold_lines: tuple[str, ...]
-    merged_turns: tuple[int, ...]  # turn starts newly merged into the summary
-    merged_lines: tuple[str, ...] = ()  # their fold lines (what an LLM summarizer is given)
+    merged_lines: tuple[str, ...] = ()  # fold lines newly merged into the summary (what an LLM summarizer is given)
 
 
 def decay_zones(folded: Sequence[Turn], previous: RunningSummary, *, goal: str, fold_max_tokens: int,
@@ -110,11 +109,11 @@ def decay_zones(folded: Sequence[Turn], previous: RunningSummary, *, goal: str, 
         tail -= sizes[cut]
         cut += 1
     if not cut:
-        return Zones(previous, tuple(lines), ())
+        return Zones(previous, tuple(lines))
     text = summarizer(counter).summarize(previous.text or None, lines[:cut], goal=goal,
                                                 max_tokens=summary_max_tokens)
     summary = RunningSummary(text=text, covered_until=uncovered[cut - 1].start)
-    return Zones(summary, tuple(lines[cut:]), tuple(t.start for t in uncovered[:cut]), tuple(lines[:cut]))
+    return Zones(summary, tuple(lines[cut:]), tuple(lines[:cut]))
 
 
 def decay_images(turns: Sequence[Turn], keep_turns: int, uris: "dict[str, str]") -> tuple[tuple[Turn, ...], tuple[str, ...]]:

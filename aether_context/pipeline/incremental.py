@@ -33,12 +33,9 @@ def grouped_turns(messages: Sequence[Message], offset: int = 0,
     """`group_turns(messages[lo:hi], offset + lo)` for `span` = (lo, hi) (default: all of them), reusing the
     turns of the last call whose span began with the same message.
 
-    A turn is decided by its own messages and the one after it (which stops it), so a previous turn
-    whose messages and successor are unchanged (the same objects, or equal ones: grouping is pure) is
-    unchanged; grouping resumes after it. The whole `messages` is compared with the last call's (the
-    conversion noted that answer: no slice of the history is copied or compared again), and the turns
-    kept are noted as the new turns' shared prefix, so the passes over them compare nothing either.
-    The entry holds the messages it grouped, so an id in its key cannot be reused while it lives.
+    A turn is decided by its own messages and the one after it, so a previous turn whose messages and
+    successor are unchanged is unchanged; grouping resumes after it. The entry holds the messages it
+    grouped, so an id in its key cannot be reused while it lives.
     """
     cache = current_memo()
     messages = tuple(messages)

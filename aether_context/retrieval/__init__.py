@@ -11,7 +11,7 @@ Usage::
     index.search("capital of France", k=3).items[0].id                     # -> 'd1'
 """
 
-from .analyzer import ENGLISH_STOP_WORDS, STOP_WORDS, Analyzer, content_key, fold, normalize_text, stem
+from .analyzer import STOP_WORDS, Analyzer, content_key, fold, normalize_text, stem
 from .dedup import collapse_near_duplicates, group_duplicates
 from .embeddings import (
     Embedder,
@@ -33,7 +33,7 @@ from .threads import bounded_threads
 from .turns import turn_document
 
 __all__ = [
-    "Analyzer", "STOP_WORDS", "ENGLISH_STOP_WORDS", "content_key", "normalize_text", "fold", "stem",
+    "Analyzer", "STOP_WORDS", "content_key", "normalize_text", "fold", "stem",
     "LexicalIndex",
     "Embedder", "EmbeddingCache", "HashingEmbedder", "SentenceTransformerEmbedder", "default_model_path",
     "load_sentence_transformer", "dense_available", "bounded_threads", "turn_document",

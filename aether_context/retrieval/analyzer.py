@@ -24,7 +24,7 @@ import threading
 import unicodedata
 from dataclasses import dataclass
 
-__all__ = ["Analyzer", "STOP_WORDS", "ENGLISH_STOP_WORDS", "normalize_text", "content_key", "fold", "stem",
+__all__ = ["Analyzer", "STOP_WORDS", "normalize_text", "content_key", "fold", "stem",
            "split_identifier"]
 
 # Letters and digits of any script; underscores and punctuation split words.
@@ -50,7 +50,6 @@ STOP_WORDS: frozenset[str] = frozenset(
 )
 """The project's one English stop-word list (lower-case, accent-free): import it rather than typing another."""
 
-ENGLISH_STOP_WORDS = STOP_WORDS  # the name earlier releases exported
 
 
 def normalize_text(text: str) -> str:

@@ -176,17 +176,10 @@ class SentenceTransformerEmbedder:
     """A sentence-transformers model, loaded lazily on the first `embed` call.
 
     `model` is a name or local path (None: the offline MiniLM); `max_seq_length` truncates long
-    inputs. Each text goes through `SentenceTransformer.encode` alone, so its vector is the same bits
-    whichever texts it arrives with: in a batch, padding to the longest text changes the shapes of the
-    matrix products and moves float32 results by up to 1.6e-7, enough to flip near-ties in a ranking
-    between two replays of a session. Padding every batch to `max_seq_length` would also fix the bits,
-    but a query, the text a pack embeds on a model call's path, then costs twice as much (MiniLM at
-    128 tokens, one thread, CPU time: a query 34 ms alone, 66 ms padded; 200 texts of 30-200 words
-    14.7 s alone, 12.6 s padded).
-    `threads`, when set, bounds torch's and the BLAS libraries' threads while this embedder loads and
-    encodes (restored after, `bounded_threads`): on a small shared CPU, OpenMP threads spinning against
-    other processes turn a 20 ms embedding into 400+ ms (see the benchmark), and a pack embeds a few
-    items per call.
+    inputs. Each text goes through `SentenceTransformer.encode` alone, so its vector depends on its
+    text only (batch padding moves float32 results enough to flip near-ties between replays).
+    `threads`, when set, bounds torch's and BLAS threads while it loads and encodes
+    (`bounded_threads`): on a small shared CPU, spinning OpenMP threads make embedding 20x slower.
     """
 
     model: str | None = None

@@ -1,15 +1,9 @@
 """What the pack store's files hold: a sealed manifest and a blob, each to bytes and back.
 
-Why a module of its own: `store.py` decides where records go and what they reference; the
-bytes of one file (a manifest's integrity hash and optional HMAC signature, a blob compressed
-when that is smaller) are a format of their own, read by `read_manifest` and `get_blob` and
-written once per call.
-
 - A manifest file is its JSON (keys sorted) with `storage` (the store's notes on the write),
   `signature` (`hmac-sha256:`, when a key is set) and `integrity` (`sha256:` of everything else).
   Reading checks the integrity first, then the signature; either failing is a `ManifestError`.
-  Since layout 3 the file holds the call's identity and `record`, the reference of the node that
-  holds its other fields (`store_delta`); the store's `resolve` reads it.
+  The file holds the call's identity and `record`, the node with its other fields (`store.delta`).
 - A blob file starting with `PACKED` holds its content zlib-compressed; any other holds it as is.
   The blob's name is always the digest of its content, checked on every read.
 """
@@ -22,9 +16,9 @@ import json
 import zlib
 from typing import Any, Callable
 
-from .content import canonical_json, sha256_hex
-from .errors import ManifestError
-from .pipeline.record import Manifest
+from ..content import canonical_json, sha256_hex
+from ..errors import ManifestError
+from ..pipeline.record import Manifest
 
 __all__ = ["loads_json", "manifest_integrity", "seal_manifest", "open_manifest", "pack_blob", "unpack_blob", "HMAC_ENV", "PACKED"]
 

@@ -7,16 +7,12 @@ Layout under the store URL::
     <app>/<user>/<session>/<agent>/<pack_id>/manifest.json (and usage.json)
     artifacts/<app>/<user>/<session>/<file>/v<n>    originals, when ADK's artifact service is not durable
 
-Ids become path segments reversibly (`store_paths`): no two ids share a folder and none leaves
-the root. A call costs its new content only: messages are blobs named by their digest, and its
-records (the manifest's fields, the request's and ADK's message lists, the recorded inputs) are
-nodes of per-session chains of patches (`store_delta`; a key now and then, whose long lists are
-chunk trees shared with the keys before it: `store_tree`), so the thousandth call writes its new
-messages and a few KB. The manifest file keeps the call's identity and the reference of its node. Everything written is masked for secrets first (`redact`, on by default);
-files are written atomically and owner-private, on a bounded background writer (`store_io`)
-whose failures are logged and counted, never raised into the agent run. With
-`AETHER_CONTEXT_HMAC_KEY` set, manifests are signed and a manifest that does not verify is refused
-(the bytes of a manifest or a blob file, sealed and checked: `store_format`).
+Ids become path segments reversibly (`store.paths`). A call costs its new content only: messages
+are blobs named by their digest, its records nodes of per-session chains of patches (`store.delta`)
+whose long lists are shared chunk trees (`store.tree`). Everything is masked for secrets first
+(`redact`) and written atomically, owner-private, on a bounded background writer (`store.io`) whose
+failures are counted, never raised. Manifests are sealed, and signed when `AETHER_CONTEXT_HMAC_KEY`
+is set (`store.format`).
 
 Usage::
 
@@ -45,17 +41,17 @@ from typing import Any
 
 import fsspec
 
-from .content import Message, ModelRequest, canonical_json, sha256_hex
-from .errors import ManifestError, StoreError
-from .pipeline.build import ContextPack
-from .pipeline.collect import PackInputs
-from .pipeline.record import Manifest
-from .redact import RedactionSettings, redact_value
-from .store_format import HMAC_ENV, loads_json, manifest_integrity, open_manifest, pack_blob, seal_manifest, unpack_blob
-from .store_io import BackgroundWriter, Lru, WriteStats, write_atomic
-from .store_paths import encode_segment
-from .store_delta import RecordChain
-from .store_tree import TreeCodec
+from ..content import Message, ModelRequest, canonical_json, sha256_hex
+from ..errors import ManifestError, StoreError
+from ..pipeline.build import ContextPack
+from ..pipeline.collect import PackInputs
+from ..pipeline.record import Manifest
+from ..redact import RedactionSettings, redact_value
+from .format import HMAC_ENV, loads_json, manifest_integrity, open_manifest, pack_blob, seal_manifest, unpack_blob
+from .io import BackgroundWriter, Lru, WriteStats, write_atomic
+from .paths import encode_segment
+from .delta import RecordChain
+from .tree import TreeCodec
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +59,7 @@ __all__ = ["PackStore", "DEFAULT_STORE_URL", "HMAC_ENV", "manifest_integrity"]
 
 DEFAULT_STORE_URL = ".aether/packs"
 MARKER = ".aether-store"
-LAYOUT = 3  # 3: records as chains of patches (`store_delta`); 2 (whole records) still reads
+LAYOUT = 3  # 3: records as chains of patches (`store.delta`); 2 (whole records) still reads
 _SKIP = frozenset({"inline_data"})  # binary parts are never scanned for secrets
 # kept in the manifest file itself (listing and finding a call read them); the rest is a record chain node
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024  # a manifest file is a few KB; a bigger one is not read
@@ -286,9 +282,6 @@ class PackStore:
             canonical_json({"head": head, "messages": refs}))
         return self._records.put(record, scope, v=LAYOUT), masked, checksum
 
-    def put_request(self, request: ModelRequest) -> str:
-        return self._put_request_counted(request)[0]
-
     def get_request(self, ref: str) -> ModelRequest:
         try:
             record = self._get_piece(ref)
@@ -355,7 +348,7 @@ class PackStore:
         self._stats.add("manifests")
 
     def _write_manifest(self, data: dict[str, Any], storage: dict[str, Any], rel: str) -> None:
-        """The file: the call's identity inline, the rest a node of the session's record chain (`store_delta`)."""
+        """The file: the call's identity inline, the rest a node of the session's record chain (`store.delta`)."""
         inline = {k: data[k] for k in MANIFEST_INLINE if k in data}
         scope = ("manifest",) + tuple(str(data.get(k, "")) for k in ("app_name", "user_id", "session_id", "agent"))
         record = self._records.put({k: v for k, v in data.items() if k not in inline}, scope, v=LAYOUT)

@@ -1,9 +1,5 @@
 """Low-level store IO: atomic, owner-private file writes and a bounded background writer.
 
-Why a module of its own: the pack store's layout and records (store.py) should not care how a
-file reaches the disk or the bucket, and the writer's guarantees are easier to state and test
-alone:
-
 - A write is atomic: a temp file in the same folder, then a rename, so a reader (or a process
   killed with SIGKILL mid-write) never leaves half a manifest under its real name.
 - On a local file system, folders the store creates are 0700 and files 0600 (owner only).

@@ -1,15 +1,10 @@
 """Records as chains of patches: a call writes what changed since the call before, not its whole record.
 
-Why: consecutive calls of a session record almost the same manifest, inputs and message lists (the
-same budgets but a few numbers, the same list plus two messages). Written whole, every call costs its
-history again (8x a session's own events on a synthetic tool loop). Here each record -- a manifest's
-fields, a request's message list, the recorded inputs -- is a node, a blob named by its content hash:
-either a *key* (the record whole) or a reference to the previous record of the same kind and session
-plus the patch that turns it into this one. The writer remembers the last node of each scope and
-writes a key every `MAX_DEPTH` nodes or when the patch outgrows `MAX_PATCH`, so a call writes a small
-patch whatever the history, and a reader follows at most `MAX_DEPTH` nodes, by content address: any
-replica reads any record, whatever process wrote it (a process that has not written the scope before
-starts with a key).
+Consecutive calls of a session record almost the same manifest, inputs and message lists. Each
+record is a node, a blob named by its content hash: a *key* (the record whole) or a reference to the
+previous record of its kind and session plus the patch to this one. A key is written every
+`MAX_DEPTH` nodes or when the patch outgrows `MAX_PATCH`; a reader follows at most `MAX_DEPTH` nodes
+by content address, so any replica reads any record.
 
 A patch (`diff(old, new)`) is JSON with these forms; anything else is the new value itself:
 
@@ -30,8 +25,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from .content import canonical_json
-from .store_io import Lru
+from ..content import canonical_json
+from .io import Lru
 
 __all__ = ["diff", "apply", "same", "RecordChain", "MAX_DEPTH", "MAX_PATCH", "MIN_RUN"]
 

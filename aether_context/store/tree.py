@@ -1,15 +1,9 @@
 """Incremental records: long lists and big values stored as shared, content-addressed pieces.
 
-Why: a call's request list (and its recorded inputs) repeats almost all of the previous call's.
-Written whole, every call would cost the whole history again (1 MB a call at 10,000 events).
-Here a long list is cut into chunks, each chunk a blob named by its hash; the chunks of the chunk
-references form the next level, until at most `CHUNK` references remain, kept inline. A history
-list is append-only and cut every `CHUNK` items; other lists are cut where their items say
-(content-defined, about `TARGET_BYTES` a chunk), so items dropped at the front change one chunk. An append changes only the last chunk of each level, so a call writes a few
-KB of list however long the history; chunks already written are shared, not rewritten. A big
-string is a blob of its own (a frozen payload is written once per invocation, not once per call),
-and a big dict is stored as its list of `[key, value]` pairs, in insertion order (append-only maps
-such as the artifact URIs chunk like lists).
+A long list is cut into chunks, each a blob named by its hash; the chunk references form the next
+level, until at most `CHUNK` remain inline. A history list is cut every `CHUNK` items, other lists
+where their items say (about `TARGET_BYTES` a chunk), so an append or a dropped front changes one
+chunk per level. A big string is a blob of its own; a big dict is stored as its `[key, value]` pairs.
 
 Encoded forms (anything else is plain JSON, and dicts with `$` keys are escaped):
 `{"$s": ref}` string, `{"$l": tree}` list, `{"$m": tree}` dict as pairs, `{"$d": pairs}` escaped dict.
@@ -24,7 +18,7 @@ import threading
 import zlib
 from typing import Any, Callable
 
-from .content import canonical_json
+from ..content import canonical_json
 
 __all__ = ["TreeCodec", "CHUNK", "BIG_STRING"]
 
