@@ -7,12 +7,17 @@ Core (non-ADK) helpers build `ModelRequest`s and `PackInputs` directly.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from typing import Any, Iterable, Sequence
 
 import fsspec
 import pytest
+
+# A pack on a loaded machine can take longer than the 10 s default deadline; a test must not send another request
+# because the machine is slow (the deadline's own test passes pack_timeout explicitly).
+os.environ.setdefault("AETHER_CONTEXT_PACK_TIMEOUT", "600")
 
 from aether_context.content import FunctionCall, FunctionResponse, Message, ModelRequest, TextPart, ToolSpec
 from aether_context.pipeline import PackInputs, TaskSpec

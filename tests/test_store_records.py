@@ -54,8 +54,9 @@ async def test_a_session_store_stays_within_twice_its_events(tmp_path):
     events = sum(len(e.model_dump_json(exclude_none=True).encode()) for e in session.events)
     assert len(plugin.packer.recent) > 0 and len(session.events) > 100
     assert _files_bytes(root) <= 2 * events, (_files_bytes(root), events)  # the issue's target
-    # what key + patch records give here: 1.0x (whole records, layout 2: 2.0x)
-    assert _files_bytes(root) <= 1.5 * events, (_files_bytes(root), events)
+    # key + patch records gave 1.0x here; since session state holds pointers, each call also writes its pack
+    # record's changed pieces (the state that used to ride in the events' deltas): 1.8x measured
+    assert _files_bytes(root) <= 1.9 * events, (_files_bytes(root), events)
 
 
 def _calls(counter, n: int):
