@@ -8,6 +8,7 @@ agent in a temporary folder, with AETHER_CONTEXT_STORE pointing there; fails unl
     python scripts/adk_web_check.py [--screenshot docs/adk-web-event.png]
 
 Exit code 0: shown; 1: not shown; 2: no Chromium.
+Debian: `apt-get install -y chromium fonts-material-design-icons-iconfont` (the font: icons instead of their names).
 """
 
 from __future__ import annotations
@@ -80,11 +81,28 @@ def _wait_until_up(base: str, server: subprocess.Popen, timeout: float = 90) -> 
     raise RuntimeError("adk web did not start in time")
 
 
+# adk web loads its icon fonts from Google Fonts; offline its icons show as their names. Debian's
+# fonts-material-design-icons-iconfont has the same ligatures: given to the page, the screenshot shows icons.
+ICON_FONT = Path("/usr/share/fonts/woff/material-design-icons-iconfont/MaterialIcons-Regular.woff2")
+
+
+async def _local_icons(page) -> None:
+    if not ICON_FONT.exists():
+        return
+    url = "data:font/woff2;base64," + base64.b64encode(ICON_FONT.read_bytes()).decode()
+    css = "".join(f"@font-face{{font-family:'{family}';src:url({url}) format('woff2');}}"
+                  for family in ("Material Icons", "Material Symbols Outlined"))
+    await page.send("Runtime.evaluate", expression=(
+        f"(() => {{ const s = document.createElement('style'); s.textContent = {json.dumps(css)};"
+        " document.head.appendChild(s); })()"))
+
+
 async def _look(base: str, session: str, screenshot: Path | None) -> str:
     async with browser_page() as page:
         await page.send("Emulation.setDeviceMetricsOverride", width=1400, height=1000, deviceScaleFactor=1, mobile=False)
         await page.send("Page.navigate", url=f"{base}/dev-ui/?app=packed_app&session={session}")
         await page.wait_for("Page.loadEventFired")
+        await _local_icons(page)
         text = ""
         for _ in range(30):  # the UI loads the session after the page
             await asyncio.sleep(1)

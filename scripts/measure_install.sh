@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Install sizes recorded in the README: a fresh venv with google-adk, then the built wheel (light), and a second
-# venv with CPU torch and the `embeddings` extra. Usage: scripts/measure_install.sh [python3] (needs the network or
-# a warm pip cache; takes a few minutes). Leaves nothing behind.
+# Install sizes recorded in docs/benchmarks.md: a fresh venv with google-adk, then the built wheel (light), and a
+# second venv with CPU torch and the `embeddings` extra. Usage: scripts/measure_install.sh [python3] (needs the
+# network or a warm pip cache; takes a few minutes). Leaves nothing behind. PyTorch's index is asked with no retries
+# and a short timeout, as in the Makefile: offline, pip's default retries cost about 55 s for each of torch's wheels.
 set -euo pipefail
 PY=${1:-python3}
 ADK=${ADK:-2.13.0}
@@ -21,6 +22,6 @@ echo "+ aether-context-adk: $(size "$work/light") MB ($((end - start)) s)"
 
 "$PY" -m venv "$work/full"
 "$work/full/bin/pip" install -q "google-adk==$ADK"
-"$work/full/bin/pip" install -q torch==2.13.0+cpu --extra-index-url https://download.pytorch.org/whl/cpu
+"$work/full/bin/pip" install -q --retries 0 --timeout 5 torch==2.13.0+cpu --extra-index-url https://download.pytorch.org/whl/cpu
 "$work/full/bin/pip" install -q "$wheel[embeddings]"
 echo "+ CPU torch + aether-context-adk[embeddings]: $(size "$work/full") MB"
