@@ -119,7 +119,8 @@ class ModelHooks:
                 recall = inputs.cite_originals
                 window = context_window(inputs.request.model, self.requested_window)
             pack = await self._off_loop(recovery_pack, inputs, self.profile, window, error, counter=self.counter)
-            apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
+            apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools}
+                          - set(inputs.extra.get("tools_left_out", ())),
                           added={RECALL_TOOL_NAME: self.recall_tool} if recall else {})
         except Exception:
             logger.error("aether-context: recovery repack failed; the model's error stands", exc_info=True)

@@ -157,7 +157,7 @@ class ContextPacker(ModelHooks, ToolHooks):
                                                      if saved else 0)
             pack = replace(pack, manifest=pack.manifest.model_copy(update={"tokens_without_plugin": without}))
             with timings.stage("apply"):
-                apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
+                apply_request(llm_request, pack.request, declared=_declared(inputs),
                               added={RECALL_TOOL_NAME: self.recall_tool} if recall else {}, original=inputs.request,
                               scope=scope)
         except Exception as e:  # fail open: the agent keeps working with the request ADK built
@@ -215,7 +215,8 @@ class ContextPacker(ModelHooks, ToolHooks):
             memory_limit=self.memory_pool, artifact_cache=slot.artifacts, now=session_now(session.events),
             use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags + self._window_flags(llm_request),
             providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (),
-            uris=uris, summary=summaries.get(callback_context.agent_name) or {}, failures=failures)
+            uris=uris, summary=summaries.get(callback_context.agent_name) or {}, failures=failures,
+            rank_tools_above=self.profile.tools.rank_above, keep_tools=self.profile.tools.keep)
         inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
                          compact=bool(own_state(callback_context).get(COMPACT_STATE_KEY)), cite_originals=recall)
         inputs = await self._save_images(callback_context, inputs)
@@ -342,3 +343,8 @@ def _log_pack(pack: ContextPack) -> None:
         f" compaction: {m.compaction['reason']}" if m.compaction else "",
         f" cache break: {m.cache_break.get('cause', m.cache_break.get('block'))}" if m.cache_break else "",
     )
+
+
+def _declared(inputs: PackInputs) -> "set[str]":
+    """The declared tools a pack may drop from `tools_dict`: not those ranking left out (they stay callable)."""
+    return {t.name for t in inputs.request.tools} - set(inputs.extra.get("tools_left_out", ()))

@@ -90,6 +90,8 @@ class Manifest(BaseModel):
     recited: bool = Field(False, description="A goal recitation block closes this request.")
     failures: int = Field(0, description="Tool failures the session had recorded when this call was packed.")
     tools: list[str] = Field(default_factory=list)
+    tools_left_out: dict[str, str] = Field(default_factory=dict, description=(
+        "Tools the per-step ranking did not declare (profile `tools`), with why; they stay callable."))
     checksum: str
     request_ref: str = Field("", description="Content hash of the stored request.")
     inputs_ref: str = Field("", description="Content hash of the stored pre-pack inputs.")
@@ -302,6 +304,7 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, d: Decisions, state: P
         previous_tokens=prev.sent_tokens if prev else 0,
         previous_pack_id=prev.pack_id if prev else "",
         reused_payload=d.reused, tools=[t.name for t in request.tools], checksum=request.checksum,
+        tools_left_out=dict(inputs.extra.get("tools_left_out", {})),
         redacted_in_pack=masked_count(fit.zone.block, fit.payload_text,
                                       d.recital.status.text if d.recital.status is not None else "",
                                       verbatim=conv.request.text if fit.payload_text and conv.request is not None else ""),
