@@ -22,7 +22,7 @@ from .collect import PackInputs, PackState
 from .incremental import turns_tokens
 from .evidence_change import evidence_marks
 from .render import head_digest, head_tokens, masked_count, request_tokens
-from .status import failure_count
+from .status import failure_count, pressure_share
 
 if TYPE_CHECKING:
     from .allocate import Allocation
@@ -281,6 +281,8 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, d: Decisions, state: P
     fit, request, prev, conv = d.fit, d.recital.request, inputs.previous, d.cands.conversation
     prefix = prefix_tokens(request, prev, counter)
     flags = list(d.cands.flags) + (["opening_request_pinned"] if fit.zone.pins_opening else [])
+    pressure = pressure_share(request_tokens(request, counter), d.alloc.window, profile)
+    flags += [f"context_pressure: {pressure:.2f}"] if pressure is not None else []
     return Manifest(
         pack_id=state.pack_id, model=request.model, window=d.window, profile=profile.name,
         profile_digest="sha256:" + sha256_hex(profile.model_dump_json()), app_name=inputs.app_name,
