@@ -79,3 +79,23 @@ def test_ranking_is_deterministic_and_keeps_what_must_stay():
     assert held.kept == a.kept and held.held
     fresh = rank_tools(specs, "list the suppliers", keep=4, previous=a.kept)
     assert "list_supplier" in fresh.kept and not fresh.held
+
+
+def test_a_reranker_reorders_the_head_and_keeps_the_rest():
+    from aether_context.retrieval import Document, HashingEmbedder, HybridIndex, RetrievalSettings, Reranker, rerank
+
+    index = HybridIndex(RetrievalSettings(), embedder=HashingEmbedder())
+    index.add([Document(f"d{i}", f"refund payment number {i}", "notes") for i in range(5)])
+    items = index.search("refund payment", k=5).items
+
+    class ByNumber:
+        def __call__(self, query, texts):
+            return [float(t.split()[-1]) for t in texts]
+
+    assert isinstance(ByNumber(), Reranker)
+    out = rerank(items, "refund payment", ByNumber(), top_n=3)
+    head = sorted(items[:3], key=lambda i: -float(i.document.text.split()[-1]))
+    assert [i.document.id for i in out[:3]] == [i.document.id for i in head]
+    assert [i.document.id for i in out[3:]] == [i.document.id for i in items[3:]] and [i.rank for i in out] == list(range(5))
+    with pytest.raises(ValueError, match="one per text"):
+        rerank(items, "q", lambda q, texts: [1.0])
