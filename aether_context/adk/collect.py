@@ -312,16 +312,16 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request:
 
 def _ranked_tools(request: ModelRequest, index: int | None, task: Any, previous: PackState | None,
                   invocation_id: str, always: "list[str]", keep: int) -> "tuple[Any, dict[str, str]]":
-    """`task` scoped to the tools ranked best for the request, goal, step and recent turns (weighted three
-    times) and the agent's instruction, plus `always` and every tool the request shows called; and the tools
+    """`task` scoped to the tools ranked best for the request, goal, step and recent turns, with the agent's
+    instruction as a domain prior, plus `always` and every tool the request shows called; and the tools
     left out with why. A later call of the invocation keeps the last call's set (the cached prefix holds); a
     called tool that was left out joins it."""
     called = list(dict.fromkeys(c.name for m in request.messages for c in m.calls))
     recent = [m.text for m in request.messages[-4:] if m.text]
     step = "\n".join(x for x in (request.messages[index].text if index is not None else "", task.goal, task.step,
                                   *task.acceptance, *recent) if x)
-    query = "\n".join((step, step, step, request.system_instruction))
     prev = previous.tool_names if previous is not None and previous.tool_names else None
-    ranking = rank_tools(request.tools, query, keep=keep, always=always + called, previous=prev,
-                         hold=previous is not None and previous.invocation_id == invocation_id)
+    ranking = rank_tools(request.tools, step, keep=keep, always=always + called, previous=prev,
+                         hold=previous is not None and previous.invocation_id == invocation_id,
+                         context=request.system_instruction)
     return replace(task, tools=ranking.kept), ranking.left_out
