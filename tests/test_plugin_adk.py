@@ -520,8 +520,7 @@ async def test_opening_request_is_pinned_once_it_leaves_the_verbatim_history(mem
     opening = "Migrate the billing service to the new ledger API. Keep every invoice total identical.\n" + filler(1400, seed=3)
     n = 8
     agent, llm = scripted_agent(session_script(n))
-    quiet = load_profile().override(pressure={"warn_share": None})  # the window is tiny: no pressure status here
-    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=WINDOW, profile=quiet)
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=WINDOW)
     runner = make_runner(agent, plugins=[plugin])
     sid = await new_session(runner)
     for text in [opening] + user_texts(n)[1:]:
