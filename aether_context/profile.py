@@ -33,7 +33,8 @@ from .retrieval import RetrievalSettings
 __all__ = [
     "BudgetProfile", "Floors", "EvidenceWeights", "MemoryWeights", "ConversationWeights", "Weights",
     "TaskSettings", "CacheSettings", "ConversationSettings", "SelectionSettings", "OffloadSettings", "PruningSettings", "DecaySettings",
-    "RecoverySettings", "FailureEvidenceSettings", "VariationSettings", "RedactionSettings", "load_profile",
+    "RecoverySettings", "FailureEvidenceSettings", "VariationSettings", "RedactionSettings", "ToolSettings",
+    "PressureSettings", "load_profile",
     "builtin_profiles", "MIN_REMAINDER", "MAX_SLACK",
 ]
 
@@ -201,6 +202,30 @@ class VariationSettings(_Strict):
     compact_json: bool = Field(False, description="Re-serialise JSON tool results in their shortest faithful form.")
 
 
+class ToolSettings(_Strict):
+    """Many tools: rank the declarations per step (BM25, no model call) and declare the best ones."""
+
+    rank_above: int | None = Field(24, ge=1, description=(
+        "With more app tools than this and no step list (`aether:tools`), only the best `keep` are declared, "
+        "plus ADK's own, the recall tool and every tool called in the invocation; None: declare all."))
+    keep: int = Field(12, ge=1, description="How many ranked tools are declared.")
+
+    @model_validator(mode="after")
+    def _keep_below(self) -> "ToolSettings":
+        if self.rank_above is not None and self.keep > self.rank_above:
+            raise ValueError(f"tools.keep ({self.keep}) is above tools.rank_above ({self.rank_above}): ranking would "
+                             f"leave nothing out; lower keep or raise rank_above")
+        return self
+
+
+class PressureSettings(_Strict):
+    """The context-pressure warning in STATUS."""
+
+    warn_share: float | None = Field(None, gt=0, le=1, description=(
+        "When a request reaches this share of the window, STATUS says so (save notes or wrap up) and the "
+        "manifest flags it (`context_pressure`); None (the default): never. 0.70 is the design's level."))
+
+
 # Inside a pack, embeddings are computed a few at a time on the model call's path: short inputs
 # and one thread keep that fast and steady (the retrieval benchmark has the quality cost).
 PACK_RETRIEVAL_DEFAULTS: dict[str, Any] = {"embedding_max_seq_length": 128, "embedding_threads": 1}
@@ -228,6 +253,8 @@ class BudgetProfile(_Strict):
     variation: VariationSettings = VariationSettings()
     retrieval: RetrievalSettings = RetrievalSettings(**PACK_RETRIEVAL_DEFAULTS)
     redaction: RedactionSettings = RedactionSettings()
+    tools: ToolSettings = ToolSettings()
+    pressure: PressureSettings = PressureSettings()
 
     @field_validator("retrieval", mode="before")
     @classmethod

@@ -171,7 +171,7 @@ class ContextPacker:
                                                      if saved else 0)
             pack = replace(pack, manifest=pack.manifest.model_copy(update={"tokens_without_plugin": without}))
             with timings.stage("apply"):
-                apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
+                apply_request(llm_request, pack.request, declared=_declared(inputs),
                               added={RECALL_TOOL_NAME: self.recall_tool} if recall else {}, original=inputs.request,
                               scope=scope)
         except Exception as e:  # fail open: the agent keeps working with the request ADK built
@@ -229,7 +229,8 @@ class ContextPacker:
             memory_limit=self.memory_pool, artifact_cache=slot.artifacts, now=session_now(session.events),
             use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags + self._window_flags(llm_request),
             providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (),
-            uris=uris, summary=summaries.get(callback_context.agent_name) or {}, failures=failures)
+            uris=uris, summary=summaries.get(callback_context.agent_name) or {}, failures=failures,
+            rank_tools_above=self.profile.tools.rank_above, keep_tools=self.profile.tools.keep)
         inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
                          compact=bool(own_state(callback_context).get(COMPACT_STATE_KEY)), cite_originals=recall)
         inputs = await self._save_images(callback_context, inputs)
@@ -393,7 +394,7 @@ class ContextPacker:
                 recall = inputs.cite_originals
                 window = context_window(inputs.request.model, self.requested_window)
             pack = await self._off_loop(recovery_pack, inputs, self.profile, window, error, counter=self.counter)
-            apply_request(llm_request, pack.request, declared={t.name for t in inputs.request.tools},
+            apply_request(llm_request, pack.request, declared=_declared(inputs),
                           added={RECALL_TOOL_NAME: self.recall_tool} if recall else {})
         except Exception:
             logger.error("aether-context: recovery repack failed; the model's error stands", exc_info=True)
@@ -566,3 +567,8 @@ def _log_pack(pack: ContextPack) -> None:
         f" compaction: {m.compaction['reason']}" if m.compaction else "",
         f" cache break: {m.cache_break.get('cause', m.cache_break.get('block'))}" if m.cache_break else "",
     )
+
+
+def _declared(inputs: PackInputs) -> "set[str]":
+    """The declared tools a pack may drop from `tools_dict`: not those ranking left out (they stay callable)."""
+    return {t.name for t in inputs.request.tools} - set(inputs.extra.get("tools_left_out", ()))

@@ -48,7 +48,7 @@ class Recital:
 
 
 def recite(inputs: PackInputs, profile: BudgetProfile, request: ModelRequest, fit: Fit, *, reused: bool,
-           rebuilt_at: int | None, limit: int, counter: TokenCounting) -> Recital:
+           rebuilt_at: int | None, limit: int, counter: TokenCounting, window: int = 0) -> Recital:
     """Place the closing status when one is due and fits under `limit`; re-attach the statuses the
     frozen payload's earlier calls sent. `rebuilt_at`: the payload's index when this call built it anew."""
     prev = inputs.previous
@@ -56,7 +56,7 @@ def recite(inputs: PackInputs, profile: BudgetProfile, request: ModelRequest, fi
     shown = prev.failures_shown if reused and prev is not None else logged
     status, call_index, last_recited = recitation_message(
         inputs, profile, fit.history + fit.loop, request_tokens(request, counter), counter,
-        failures_stale=logged > shown, compacted=fit.zone.through > 0)
+        failures_stale=logged > shown, compacted=fit.zone.through > 0, window=window)
     placed = place_status(request, status, profile, carried=prev.statuses if reused and prev is not None else (),
                           rebuilt_at=rebuilt_at, fits=lambda r: request_tokens(r, counter) <= limit)
     if status is not None and not placed.recited:  # not here, or no room left: a later call recites

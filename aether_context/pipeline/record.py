@@ -22,7 +22,7 @@ from .collect import PackInputs, PackState
 from .incremental import turns_tokens
 from .evidence_change import evidence_marks
 from .render import head_digest, head_tokens, masked_count, request_tokens
-from .status import failure_count
+from .status import failure_count, pressure_share
 
 if TYPE_CHECKING:
     from .allocate import Allocation
@@ -90,6 +90,8 @@ class Manifest(BaseModel):
     recited: bool = Field(False, description="A goal recitation block closes this request.")
     failures: int = Field(0, description="Tool failures the session had recorded when this call was packed.")
     tools: list[str] = Field(default_factory=list)
+    tools_left_out: dict[str, str] = Field(default_factory=dict, description=(
+        "Tools the per-step ranking did not declare (profile `tools`), with why; they stay callable."))
     checksum: str
     request_ref: str = Field("", description="Content hash of the stored request.")
     inputs_ref: str = Field("", description="Content hash of the stored pre-pack inputs.")
@@ -279,6 +281,8 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, d: Decisions, state: P
     fit, request, prev, conv = d.fit, d.recital.request, inputs.previous, d.cands.conversation
     prefix = prefix_tokens(request, prev, counter)
     flags = list(d.cands.flags) + (["opening_request_pinned"] if fit.zone.pins_opening else [])
+    pressure = pressure_share(request_tokens(request, counter), d.alloc.window, profile)
+    flags += [f"context_pressure: {pressure:.2f}"] if pressure is not None else []
     return Manifest(
         pack_id=state.pack_id, model=request.model, window=d.window, profile=profile.name,
         profile_digest="sha256:" + sha256_hex(profile.model_dump_json()), app_name=inputs.app_name,
@@ -302,6 +306,7 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, d: Decisions, state: P
         previous_tokens=prev.sent_tokens if prev else 0,
         previous_pack_id=prev.pack_id if prev else "",
         reused_payload=d.reused, tools=[t.name for t in request.tools], checksum=request.checksum,
+        tools_left_out=dict(inputs.extra.get("tools_left_out", {})),
         redacted_in_pack=masked_count(fit.zone.block, fit.payload_text,
                                       d.recital.status.text if d.recital.status is not None else "",
                                       verbatim=conv.request.text if fit.payload_text and conv.request is not None else ""),

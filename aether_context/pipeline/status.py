@@ -21,7 +21,7 @@ from ..loop.variation import StructuralVariation
 from .collect import PackInputs, Turn
 
 __all__ = ["failure_count", "FailureView", "failure_view", "recitation_reserve", "recitation_message", "PlacedStatus",
-           "place_status"]
+           "place_status", "pressure_share"]
 
 RECITED_ERRORS = 3  # latest distinct error messages in the status block
 STALE_FAILURES_ERRORS = 5  # ... while the frozen payload's failures section is out of date
@@ -65,6 +65,16 @@ def failure_view(inputs: PackInputs, profile: BudgetProfile, counter: TokenCount
                        tuple(line for r in records for line in (r.message, *r.causes)))
 
 
+def pressure_share(tokens: int, window: int, profile: BudgetProfile) -> float | None:
+    """The share of the window `tokens` fill once it reaches `pressure.warn_share`, else None."""
+    warn = profile.pressure.warn_share
+    return tokens / window if warn is not None and window > 0 and tokens >= warn * window else None
+
+
+def _pressure_line(share: float | None) -> str:
+    return f"CONTEXT PRESSURE: {share:.0%} of the window used: save notes or wrap up." if share is not None else ""
+
+
 def _first_line(text: str) -> str:
     """The opening request's first non-empty line stands in for a goal (the block clips it)."""
     return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
@@ -77,7 +87,7 @@ def recitation_reserve(profile: BudgetProfile) -> int:
 
 def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tuple[Turn, ...]", context_tokens: int,
                        counter: TokenCounting, *, failures_stale: bool = False,
-                       compacted: bool = False) -> tuple[Message | None, int, int]:
+                       compacted: bool = False, window: int = 0) -> tuple[Message | None, int, int]:
     """The status block, if one is due (`place_status` puts it); with the new call index and last recital.
 
     Without a goal the opening request stands in, but only once history was compacted (`compacted`):
@@ -85,6 +95,7 @@ def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tupl
     `failures_stale`: the payload this call sends is frozen (cache stability) and its FAILURES SO FAR
     section predates the latest failures. The block is then due on every call (until one is kept as
     sent) and lists more recent errors, without rewriting the cached prefix.
+    Once `context_tokens` reach `pressure.warn_share` of `window`, the block is due and ends with a warning.
     """
     prev = inputs.previous
     call_index = prev.call_index + 1 if prev is not None else 0
@@ -95,13 +106,16 @@ def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tupl
     if not goal and compacted and inputs.request_index != len(inputs.request.messages) - 1:
         # No goal was set: the opening request stands in, once the user's message is no longer the last word.
         goal = _first_line(task.opening_request)
-    if failures_stale and not goal:
-        goal = "not set"  # the new failures still need their block
-    if not settings.enabled or not goal:
+    pressure = _pressure_line(pressure_share(context_tokens, window, profile))
+    if pressure and not goal:
+        goal = _first_line(task.opening_request)
+    if (failures_stale or pressure) and not goal:
+        goal = "not set"  # the new failures (or the pressure) still need their block
+    if not (settings.enabled or pressure) or not goal:
         return None, call_index, last if last is not None else -1
     recent_texts = [m.text or " ".join(c.name for c in m.calls) for t in recent[-4:] for m in t.messages]
     drift = drift_score(goal, recent_texts)
-    if not failures_stale and not should_recite(call_index, last, drift, context_tokens, settings):
+    if not (failures_stale or pressure) and not should_recite(call_index, last, drift, context_tokens, settings):
         return None, call_index, last if last is not None else -1
     log = _log(inputs, profile, _records(inputs))
     shown = STALE_FAILURES_ERRORS if failures_stale else RECITED_ERRORS
@@ -112,7 +126,7 @@ def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tupl
     variation = StructuralVariation(seed=profile.variation.seed, enabled=profile.variation.enabled)
     block = build_recitation(goal, done, len(task.plan), next_step, open_items, last_errors,
                              max_tokens=settings.max_tokens, counter=counter, variation=variation, call_index=call_index)
-    return Message("user", (TextPart(block),)), call_index, call_index
+    return Message("user", (TextPart(f"{block}\n{pressure}" if pressure else block),)), call_index, call_index
 
 
 @dataclass(frozen=True)

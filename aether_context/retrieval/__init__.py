@@ -27,6 +27,7 @@ from .index import HybridIndex
 from .items import Document, RetrievalResult, ScoredItem
 from .lexical import LexicalIndex
 from .mmr import mmr_select
+from .rerank import Reranker, rerank
 from .settings import RetrievalSettings
 from .testing import RecordingEmbedder, TableEmbedder
 from .threads import bounded_threads
@@ -40,5 +41,5 @@ __all__ = [
     "normalize", "weighted_fusion", "rrf_fusion", "freshness_decay", "ignored_timestamps",
     "mmr_select", "group_duplicates", "collapse_near_duplicates",
     "Document", "ScoredItem", "RetrievalResult", "RetrievalSettings", "HybridIndex",
-    "RecordingEmbedder", "TableEmbedder",
+    "RecordingEmbedder", "TableEmbedder", "Reranker", "rerank",
 ]

@@ -1,0 +1,73 @@
+"""The context-pressure warning and the cost/quality presets (issue 41)."""
+
+from __future__ import annotations
+
+import pytest
+
+from aether_context import ContextPackPlugin
+from aether_context.errors import ProfileError
+from aether_context.profile import builtin_profiles, load_profile
+
+from conftest import make_runner, new_session, run_turn, scripted_agent
+
+
+def sent_text(llm_request) -> str:
+    return "\n".join(p.text or "" for c in llm_request.contents for p in c.parts or [])
+
+
+def report(part: int) -> str:
+    return f"Part {part} of the report: " + " ".join(f"Line {i}: pump {part}-{i} reported {i * 3} bar." for i in range(60))
+
+
+@pytest.mark.asyncio
+async def test_status_warns_once_the_request_reaches_the_pressure_share(memory_store_url):
+    # The pack compacts the conversation at its room, so a warning share below that room shows it here.
+    agent, llm = scripted_agent(["noted"])
+    profile = load_profile().override(pressure={"warn_share": 0.40})
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=3000, profile=profile)
+    runner = make_runner(agent, plugins=[plugin])
+    sid = await new_session(runner, state={"aether:goal": "Summarise the incident report"})
+    warned = []
+    for part in range(3):
+        await run_turn(runner, sid, report(part))
+        manifest = plugin.packer.recent[-1].manifest
+        flags = [f for f in manifest.flags if f.startswith("context_pressure")]
+        text = sent_text(llm.requests[-1])
+        assert bool(flags) == (manifest.tokens_after >= 0.40 * manifest.window) == ("CONTEXT PRESSURE:" in text)
+        warned.append(bool(flags))
+        if flags:
+            assert "of the window used: save notes or wrap up." in text
+            assert float(flags[0].split(": ")[1]) >= 0.40
+    assert warned[0] is False and warned[-1] is True
+
+
+@pytest.mark.asyncio
+async def test_no_pressure_warning_when_switched_off(memory_store_url):
+    agent, llm = scripted_agent(["done"])
+    profile = load_profile().override(pressure={"warn_share": None})
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=3000, profile=profile)
+    runner = make_runner(agent, plugins=[plugin])
+    sid = await new_session(runner, state={"aether:goal": "Summarise"})
+    for part in range(3):
+        await run_turn(runner, sid, report(part))
+    assert not any("CONTEXT PRESSURE" in sent_text(r) for r in llm.requests)
+    assert not any(f.startswith("context_pressure") for r in plugin.packer.recent for f in r.manifest.flags)
+
+
+def test_the_presets_load_and_change_what_they_say():
+    assert {"quality_first", "cost_first"} <= set(builtin_profiles())
+    default, quality, cost = load_profile(), load_profile("quality_first"), load_profile("cost_first")
+    assert cost.tools.keep < default.tools.keep < quality.tools.keep
+    assert cost.floors.slack <= default.floors.slack
+    assert cost.conversation.compact_to < default.conversation.compact_to
+    assert quality.offload.threshold_tokens > default.offload.threshold_tokens
+    assert quality.pressure.warn_share > cost.pressure.warn_share
+
+
+def test_bad_tool_and_pressure_keys_are_refused_with_the_fix():
+    with pytest.raises(ProfileError, match="tools.keep .* above tools.rank_above"):
+        load_profile().override(tools={"rank_above": 8, "keep": 12})
+    with pytest.raises(ProfileError, match="pressure.warn_share"):
+        load_profile().override(pressure={"warn_share": 1.5})
+    with pytest.raises(ProfileError, match="unknown key 'tools.kep'"):
+        load_profile().override(tools={"kep": 3})
