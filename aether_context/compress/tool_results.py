@@ -177,7 +177,9 @@ def _compress_command(value: Any, max_tokens: int, count, footer: str | None) ->
             if i in roles.diff_headers:
                 hunks = roles.diff_headers[i]
                 text = f"{line} ({hunks} hunk{'s' if hunks != 1 else ''})"
-            lines.append((roles.rank(i, line, failed), _clip_line(text, cap, count)))
+            # the decisive line and its assertion details stay whole: the output is cut between lines
+            keep = max(cap, max_tokens * 3 // 4) if i in roles.decisive else cap
+            lines.append((roles.rank(i, line, failed), _clip_line(text, keep, count)))
     return fit_lines(lines, max_tokens, count, footer=footer)
 
 
@@ -198,17 +200,22 @@ class _LineRoles:
     noise: frozenset[int]
     counts: int | None
     diff_headers: Mapping[int, int]
+    decisive: frozenset[int] = frozenset()  # the decisive line and its assertion details
 
     @classmethod
     def of(cls, out: list[str]) -> "_LineRoles":
         finals, frames = error_lines.traceback_ends(out)
+        decisive = frozenset(error_lines.decisive_span(out))
         return cls(len(out), frozenset(finals), frozenset(frames), frozenset(error_lines.failure_line_indices(out)),
                    frozenset(error_lines.noise_indices(out)), error_lines.counts_line_index(out),
-                   shapes.diff_headers(out))
+                   shapes.diff_headers(out), decisive)
 
     def rank(self, i: int, line: str, failed: bool) -> tuple:
-        """Lower keeps first: counts and diff headers, failure lines (newest first), errors, head and tail."""
+        """Lower keeps first: the decisive line and its details, counts and diff headers, failure lines
+        (newest first), errors, head and tail."""
         from_end = self.n - 1 - i
+        if i in self.decisive:
+            return (0, 2, i)
         if i == self.counts or i in self.diff_headers:
             return (0, 3, i)
         if i in self.finals or i in self.failures:
