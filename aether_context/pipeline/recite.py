@@ -57,7 +57,10 @@ def recite(inputs: PackInputs, profile: BudgetProfile, request: ModelRequest, fi
     prev = inputs.previous
     logged = failure_count(inputs)
     shown = prev.failures_shown if reused and prev is not None else logged
-    carried = prev.statuses if reused and prev is not None else ()
+    # notes kept as sent: all of them while the payload is frozen; after it, those on a message of an earlier
+    # loop (a function response), which ADK's history still holds unchanged (`place_status` checks the digest)
+    carried = () if prev is None else prev.statuses if reused else tuple(
+        r for r in prev.statuses if r[0] < len(request.messages) and request.messages[r[0]].responses)
     warnings = new_warnings(failures, tuple(m.text for m in request.messages) + tuple(r[2] for r in carried))
     status, call_index, last_recited = recitation_message(
         inputs, profile, fit.history + fit.loop, request_tokens(request, counter), counter,
