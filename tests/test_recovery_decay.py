@@ -240,3 +240,26 @@ async def test_the_answer_to_a_recovered_call_shows_the_recovery_pack():
     shown = [ev.custom_metadata["aether_context"]["pack_id"] for ev in events
              if ev.custom_metadata and "aether_context" in ev.custom_metadata]
     assert recovered and set(recovered) <= set(shown)
+
+
+async def test_an_llm_summarys_free_text_reaches_the_request():
+    """A summary written as prose (no Goal/Progress sections) is kept, within a cap, when later
+    compactions merge more turns into the running summary: it reaches later requests."""
+    async def summarize(previous, items, *, goal, max_tokens):
+        return ("The reader has gone through the opening chunks of the lease, one per call, and compared each "
+                "with the summary of the chunks before it. Most of them restate the parties, the premises and "
+                "the payment schedule in slightly different words, and nothing in them changes the picture. "
+                "Chunk 3 holds the Zanzibar clause, which decides the renewal date: the lease renews only when "
+                "notice is given ninety days before the end of the term, in writing, to the registered office.\n\n"
+                "Nothing contradicts that clause so far; the later chunks may still amend it, so every amendment "
+                "should be checked against it before the renewal date is stated.\n"
+                "Next steps: read on to the termination terms.")
+
+    plugin, llm, stored = await _run_with_summarizer(summarize)
+    sent = [request_from_llm(r) for r in llm.requests]
+    first = next(i for i, r in enumerate(sent) if any("Zanzibar clause" in m.text for m in r.messages))
+    assert all(any("Chunk 3 holds the Zanzibar clause, which decides the renewal date" in m.text for m in r.messages)
+               for r in sent[first:])
+    assert first < len(sent) - 1
+    merges = [i for i, r in enumerate(plugin.packer.recent) if r.manifest.compaction and i > first]
+    assert merges  # a later compaction merged more turns and still kept it
