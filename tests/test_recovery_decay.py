@@ -66,6 +66,18 @@ async def test_token_limit_error_is_recovered_by_one_aggressive_retry():
     assert max(accepted) > 3000 and any(a <= 3000 for a in accepted)
 
 
+async def test_the_reported_limit_is_remembered_so_later_calls_do_not_fail_first():
+    turns = [call("read_chunk", n=i) for i in range(8)] + ["done reading"]
+    llm = ScriptedLlm(turns=turns, max_input_tokens=3000, prompt_token_counter=count_request)
+    plugin, runner, session, events = await _run(llm, window=32_000, profile=_no_offload())
+    assert events[-1].content.parts[0].text == "done reading"
+    recovered = [i for i, r in enumerate(plugin.packer.recent)
+                 if any(f.startswith("recovery_after") for f in r.manifest.flags)]
+    assert len(recovered) == 1  # once: every later call packs under the limit the model reported
+    later = list(plugin.packer.recent)[recovered[0] + 1:]
+    assert later and all(r.manifest.tokens_after <= 3000 and r.manifest.window <= 3000 for r in later)
+
+
 async def test_recovery_that_fails_again_lets_the_original_error_surface():
     llm = ScriptedLlm(turns=[call("read_chunk", n=1), "done"], max_input_tokens=20, prompt_token_counter=count_request)
     with pytest.raises(Exception, match="exceeds the maximum"):

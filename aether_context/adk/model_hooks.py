@@ -109,6 +109,7 @@ class ModelHooks:
         if not self.profile.recovery.enabled or not is_token_limit_error(error):
             return None
         last, slot.last = slot.last, None
+        self.limits.remember(llm_request.model, error)  # later calls pack under it
         try:
             if last is not None and last.inputs.invocation_id == callback_context.invocation_id:
                 inputs, window = last.inputs, last.manifest.window
