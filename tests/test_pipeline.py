@@ -197,7 +197,10 @@ def test_empty_step_tool_list_removes_all_tools(counter):
     (TaskSpec(), {"task_missing_goal", "task_missing_acceptance"}, set()),
     (TaskSpec(goal="g"), {"task_missing_acceptance"}, {"task_missing_goal"}),
     (TaskSpec(acceptance=("done",)), {"task_missing_goal"}, {"task_missing_acceptance"}),
-    (TaskSpec(goal="g", acceptance=("done",)), set(), {"task_missing_goal", "task_missing_acceptance"}),
+    (TaskSpec(goal="g", acceptance=("done",)), {"task_missing_step"}, {"task_missing_goal", "task_missing_acceptance"}),
+    (TaskSpec(goal="g", step="reproduce"), set(), {"task_missing_step"}),
+    (TaskSpec(goal="g", plan=(("reproduce", True), ("fix", False))), set(), {"task_missing_step"}),
+    (TaskSpec(goal="g", plan=(("reproduce", True),)), {"task_missing_step"}, set()),
 ])
 def test_task_flags(counter, task, expected, absent):
     pack = build_pack(make_inputs([], "hi", task=task), DEFAULT, counter=counter, window=8_000)
