@@ -185,7 +185,8 @@ def build_recitation(goal: str, steps_done: int, steps_total: int, next_step: st
         else format_progress(steps_done, steps_total))
     nxt = _clip(next_step) if next_step else None
     items = [_clip(i) for i in open_items if i and i.strip()]
-    errors = [e.strip() for e in last_errors if e and e.strip()]  # whole, as printed: dropped whole if too long
+    # whole, as printed, on one line each (no line of a quoted error can pass for a section); dropped whole if too long
+    errors = [" ".join(ln.strip() for ln in e.splitlines() if ln.strip()) for e in last_errors if e and e.strip()]
 
     def render() -> str:
         return _render(goal_c, progress, nxt, items, errors, variation, call_index)

@@ -78,7 +78,7 @@ def new_warnings(view: FailureView, sent: "tuple[str, ...]") -> tuple[str, ...]:
     """The repeat and cascade warnings of the call's failure analysis (`failure_view`) that no text in
     `sent` (the request's texts, the notes kept as sent) shows yet: what a frozen payload's FAILURES
     SO FAR cannot say."""
-    return tuple(f"! {message}" for kind, message in view.warnings
+    return tuple("! " + " ".join(ln.strip() for ln in message.splitlines() if ln.strip()) for kind, message in view.warnings
                  if kind in ("repeat", "cascade") and not any(_warning_key(kind, message) in t for t in sent))
 
 
