@@ -54,9 +54,10 @@ def _statuses(message) -> list[str]:
     return [p.text for p in message.parts if isinstance(p, TextPart) and p.text.startswith("STATUS")]
 
 
-async def test_recitation_rides_on_user_text_capped_and_kept_as_sent():
-    """The status is the final part of a user-text message (never of a function response) and is
-    re-sent there unchanged by every later call of the invocation."""
+async def test_recitation_rides_at_the_end_capped_and_kept_as_sent():
+    """The status is the final part of the user's message on the first call; inside the tool loop a
+    later status rides after ADK's function response (its parts[0] unchanged), and every status is
+    re-sent where it was sent by every later call of the invocation (append-only)."""
     turns = [[types.Part(text="Running the date parser test."), call("run_tests", path="utils/dates.py")]] * 6 + ["fixed"]
     plugin, llm = await _run(turns, [run_tests])
     sent = [request_from_llm(r) for r in llm.requests]
@@ -68,11 +69,20 @@ async def test_recitation_rides_on_user_text_capped_and_kept_as_sent():
     assert "progress 1/3; next: Fix the parser" in status.text
     assert "open: test passes; no other test breaks" in status.text
     assert COUNTER.count_text(status.text) <= 500
+    kept = [status.text]
     for req, record in zip(sent[1:], list(plugin.packer.recent)[1:]):
-        assert not record.manifest.recited  # the loop's requests end with a function response: nothing new
-        assert req.messages[-1].responses and len(req.messages[-1].parts) == 1
-        assert [s for m in req.messages for s in _statuses(m)] == [status.text]  # kept where it was sent
+        last = req.messages[-1]
+        assert last.responses and last.parts[0] == last.responses[0]  # ADK's function response comes first
+        if record.manifest.recited:
+            assert len(last.parts) == 2 and _statuses(last) == [last.parts[-1].text]
+            kept.append(last.parts[-1].text)
+        else:
+            assert len(last.parts) == 1
+        assert [s for m in req.messages for s in _statuses(m)] == kept  # every earlier status where it was sent
         assert req.messages[len(sent[0].messages) - 1] == first
+    assert 1 < len(kept) < len(sent)  # recited again in the loop, not on every call
+    for before, after in zip(sent, sent[1:]):
+        assert after.messages[:len(before.messages)] == before.messages
 
 
 def _recital_count(plugin) -> int:
@@ -98,20 +108,19 @@ async def test_failures_are_recorded_categorised_and_shown():
     assert "FAILURES SO FAR" in last_payload
     assert "permission" in last_payload and "read_secret" in last_payload
     assert "repeat" in last_payload.lower() or "3" in last_payload
-    # the next invocation's status lists the latest errors (on the user's payload, not on a function response)
+    # the next invocation's status lists the latest errors
     statuses = [s for r in llm.requests for s in _statuses(request_from_llm(r).messages[-1])]
     assert any("last errors:" in s and "Permission denied" in s for s in statuses)
-    # one repeated failure is one entry in the status block, not three
-    assert all(s.count("Permission denied") <= 1 for s in statuses)
+    # one repeated failure is one entry in the status block, not three (a warning note may follow it)
+    assert all(s.split("FAILURES SINCE THE PACK")[0].count("Permission denied") <= 1 for s in statuses)
     manifests = [r.manifest for r in plugin.packer.recent]
     assert manifests[-1].failures == 3 and manifests[0].failures == 0
     assert all(lb.dropped >= 0 for m in manifests for lb in m.layer_budgets.values())
 
 
-async def test_a_new_failure_in_a_frozen_pack_is_shown_where_adk_put_it_and_listed_at_the_next_user_text():
+async def test_a_new_failure_in_a_frozen_pack_is_shown_where_adk_put_it_and_listed_by_a_later_status():
     """The payload is frozen within an invocation (cache); a failure after it is in ADK's own function
-    response on every later call (the request still ends as ADK ended it), and the next invocation's
-    payload and status list it."""
+    response on every later call, a later status of the loop lists it, and the next invocation shows it."""
     on_track = types.Part(text="Fix the failing date parser test in utils/dates.py: running the date parser test.")
     turns = [[on_track, call("run_tests", path="utils/dates.py")], [on_track, call("read_secret", path="/etc/shadow")]]
     turns += [[on_track, call("run_tests", path="utils/dates.py")]] * 6 + ["done", "ok"]
@@ -122,12 +131,15 @@ async def test_a_new_failure_in_a_frozen_pack_is_shown_where_adk_put_it_and_list
     for i in loop[2:]:  # every call of the invocation after the failed one
         assert records[i].manifest.reused_payload and records[i].manifest.cache_break is None
         assert any("Permission denied" in str(r.response) for m in sent[i].messages for r in m.responses)
-        assert sent[i].messages[-1].responses and len(sent[i].messages[-1].parts) == 1
+        last = sent[i].messages[-1]
+        assert last.responses and last.parts[0] == last.responses[0]  # ADK's own response first, notes after it
     for prev, cur in zip(loop[1:], loop[2:]):  # each request extends the one before
         assert sent[cur].messages[:len(sent[prev].messages)] == sent[prev].messages
-    after = sent[loop[-1] + 1]  # the next invocation's first call
-    assert "Permission denied" in after.messages[-1].text  # its payload and the status on it
-    assert any("Permission denied" in s for s in _statuses(after.messages[-1]))
+    statuses = [s for i in loop for s in _statuses(sent[i].messages[-1])]
+    assert any("last errors:" in s and "Permission denied" in s for s in statuses[1:])  # a later status lists it
+    after = sent[loop[-1] + 1]  # the next invocation's first call still shows it
+    assert any("Permission denied" in m.text + canonical_json([r.response for r in m.responses])
+               for m in after.messages)
 
 
 def run_script(path: str) -> dict:

@@ -76,11 +76,23 @@ def test_same_input_same_bytes():
     assert a == b
 
 
-def test_prose_from_an_llm_summary_is_carried_as_progress():
+def test_prose_from_an_llm_summary_is_carried_as_written():
     previous = "## Goal\nThe user wants X.\nWe read the settings module and found the bug.\n- Files: app/settings.py"
-    summary = ExtractiveSummarizer(COUNTER).summarize(previous, [], goal="", max_tokens=200)
-    assert "- We read the settings module and found the bug." in summary
-    assert "- app/settings.py" in summary
+    summary = ExtractiveSummarizer(COUNTER).summarize(previous, ["[turn 9] model: ran the tests"], goal="",
+                                                      max_tokens=200)
+    assert summary.startswith("The user wants X.\nWe read the settings module and found the bug.\n")
+    assert "- app/settings.py" in summary and "ran the tests" in summary
+
+
+def test_an_llm_summarys_free_text_is_kept_within_half_the_cap():
+    prose = [f"Paragraph {i}: the reader compared chunk {i} with the lease and found nothing new there." for i in range(30)]
+    previous = "Goal: read the lease\n" + "\n".join(prose) + "\nNext steps: read the termination terms."
+    summary = ExtractiveSummarizer(COUNTER).summarize(previous, ["[turn 40] model: read chunk 40"], goal="",
+                                                      max_tokens=300)
+    assert COUNTER.count_text(summary) <= 300 and summary.startswith("Goal: read the lease\nParagraph 0:")
+    kept = [p for p in prose if p in summary]
+    assert kept == prose[:len(kept)] and 0 < len(kept) < len(prose)  # whole lines from the first, within the cap
+    assert "read chunk 40" in summary
 
 
 def test_protocol_and_async_runner():

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from aether_context.loop.failures import (
-    CATEGORIES, FailureLog, FailureRecord, FailureSettings, categorize_failure, digest_args, error_text, exception_lines,
+    assertion_details, evidence_lines, CATEGORIES, FailureLog, FailureRecord, FailureSettings, categorize_failure, digest_args, error_text, exception_lines,
     first_error_line,
     is_error_result, mentioned_file, render_failures,
 )
@@ -435,8 +435,11 @@ def test_pytest_output_with_warnings_above_its_failure_reports_the_failure(code)
     result = _shell(PYTEST_WARNED, code)  # exit 0: pytest piped through `tail`
     assert is_error_result(result)
     text = error_text(result)
-    assert first_error_line(text) == (
-        "FAILED astropy/modeling/tests/test_separable.py::test_nested_compound - AssertionError:")
+    # the decisive line is the last pytest `E` line naming the assertion, as printed, with its details
+    assert first_error_line(text) == "E       AssertionError:"
+    assert assertion_details(text)[0] == "E       Not equal to tolerance rtol=1e-07, atol=0"
+    assert "FAILED astropy/modeling/tests/test_separable.py::test_nested_compound - AssertionError:" in (
+        evidence_lines(text))
     assert categorize_failure(text, "bash") == "logic"  # not "not_found" from `Scipy: not available`
 
 
@@ -482,7 +485,9 @@ async def test_a_pytest_failure_under_warnings_reaches_the_pack_through_a_runner
     state = (await runner.session_service.get_session(app_name="app", user_id="u", session_id=session.id)).state
     record = (await plugin.packer.records.get(state, "aether:failures"))["records"][-1]
     assert (record["tool"], record["category"]) == ("bash", "logic")
-    assert record["message"].startswith("FAILED astropy/modeling/tests/test_separable.py::test_nested_compound")
+    assert record["message"] == "E       AssertionError:"
+    assert record["details"][0] == "E       Not equal to tolerance rtol=1e-07, atol=0"
+    assert record["causes"][-1].startswith("FAILED astropy/modeling/tests/test_separable.py::test_nested_compound")
     assert not any("RuntimeWarning" in c or "not available" in c for c in [record["message"], *record["causes"]])
     sent = request_from_llm(llm.requests[-1])
     outputs = " ".join(str(r.response) for m in sent.messages for r in m.responses)

@@ -197,7 +197,10 @@ def test_empty_step_tool_list_removes_all_tools(counter):
     (TaskSpec(), {"task_missing_goal", "task_missing_acceptance"}, set()),
     (TaskSpec(goal="g"), {"task_missing_acceptance"}, {"task_missing_goal"}),
     (TaskSpec(acceptance=("done",)), {"task_missing_goal"}, {"task_missing_acceptance"}),
-    (TaskSpec(goal="g", acceptance=("done",)), set(), {"task_missing_goal", "task_missing_acceptance"}),
+    (TaskSpec(goal="g", acceptance=("done",)), {"task_missing_step"}, {"task_missing_goal", "task_missing_acceptance"}),
+    (TaskSpec(goal="g", step="reproduce"), set(), {"task_missing_step"}),
+    (TaskSpec(goal="g", plan=(("reproduce", True), ("fix", False))), set(), {"task_missing_step"}),
+    (TaskSpec(goal="g", plan=(("reproduce", True),)), {"task_missing_step"}, set()),
 ])
 def test_task_flags(counter, task, expected, absent):
     pack = build_pack(make_inputs([], "hi", task=task), DEFAULT, counter=counter, window=8_000)
@@ -688,14 +691,15 @@ def test_reuse_keeps_previous_request_as_strict_prefix(counter):
         m = cur.manifest
         assert m.reused_payload
         assert m.cache_break is None
-        # the closing status stays where it was sent (on the payload) and a function response is
-        # never given one: the previous request as sent is a strict prefix
+        # every status stays where it was sent (on the payload, or after a function response of the
+        # loop, append-only): the previous request as sent is a strict prefix
         stable = prev.request.messages
         n = len(stable)
         assert cur.request.messages[:n] == stable
-        assert len(cur.request.messages) == n + 2  # the call and its response, as ADK sent them
-        assert cur.request.messages[-1].responses and not m.recited
-        assert len(cur.request.messages[-1].parts) == 1
+        assert len(cur.request.messages) == n + 2  # the call and its response, ADK's response part first
+        last = cur.request.messages[-1]
+        assert last.responses and last.parts[0] == last.responses[0]
+        assert len(last.parts) == (2 if m.recited else 1)
         assert cur.request.system_instruction == prev.request.system_instruction
         assert cur.request.tools == prev.request.tools
         assert m.prefix_tokens == request_tokens(prev.request, counter) == m.previous_tokens

@@ -66,6 +66,18 @@ async def test_token_limit_error_is_recovered_by_one_aggressive_retry():
     assert max(accepted) > 3000 and any(a <= 3000 for a in accepted)
 
 
+async def test_the_reported_limit_is_remembered_so_later_calls_do_not_fail_first():
+    turns = [call("read_chunk", n=i) for i in range(8)] + ["done reading"]
+    llm = ScriptedLlm(turns=turns, max_input_tokens=3000, prompt_token_counter=count_request)
+    plugin, runner, session, events = await _run(llm, window=32_000, profile=_no_offload())
+    assert events[-1].content.parts[0].text == "done reading"
+    recovered = [i for i, r in enumerate(plugin.packer.recent)
+                 if any(f.startswith("recovery_after") for f in r.manifest.flags)]
+    assert len(recovered) == 1  # once: every later call packs under the limit the model reported
+    later = list(plugin.packer.recent)[recovered[0] + 1:]
+    assert later and all(r.manifest.tokens_after <= 3000 and r.manifest.window <= 3000 for r in later)
+
+
 async def test_recovery_that_fails_again_lets_the_original_error_surface():
     llm = ScriptedLlm(turns=[call("read_chunk", n=1), "done"], max_input_tokens=20, prompt_token_counter=count_request)
     with pytest.raises(Exception, match="exceeds the maximum"):
@@ -240,3 +252,26 @@ async def test_the_answer_to_a_recovered_call_shows_the_recovery_pack():
     shown = [ev.custom_metadata["aether_context"]["pack_id"] for ev in events
              if ev.custom_metadata and "aether_context" in ev.custom_metadata]
     assert recovered and set(recovered) <= set(shown)
+
+
+async def test_an_llm_summarys_free_text_reaches_the_request():
+    """A summary written as prose (no Goal/Progress sections) is kept, within a cap, when later
+    compactions merge more turns into the running summary: it reaches later requests."""
+    async def summarize(previous, items, *, goal, max_tokens):
+        return ("The reader has gone through the opening chunks of the lease, one per call, and compared each "
+                "with the summary of the chunks before it. Most of them restate the parties, the premises and "
+                "the payment schedule in slightly different words, and nothing in them changes the picture. "
+                "Chunk 3 holds the Zanzibar clause, which decides the renewal date: the lease renews only when "
+                "notice is given ninety days before the end of the term, in writing, to the registered office.\n\n"
+                "Nothing contradicts that clause so far; the later chunks may still amend it, so every amendment "
+                "should be checked against it before the renewal date is stated.\n"
+                "Next steps: read on to the termination terms.")
+
+    plugin, llm, stored = await _run_with_summarizer(summarize)
+    sent = [request_from_llm(r) for r in llm.requests]
+    first = next(i for i, r in enumerate(sent) if any("Zanzibar clause" in m.text for m in r.messages))
+    assert all(any("Chunk 3 holds the Zanzibar clause, which decides the renewal date" in m.text for m in r.messages)
+               for r in sent[first:])
+    assert first < len(sent) - 1
+    merges = [i for i, r in enumerate(plugin.packer.recent) if r.manifest.compaction and i > first]
+    assert merges  # a later compaction merged more turns and still kept it

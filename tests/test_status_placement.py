@@ -1,9 +1,10 @@
-"""The closing status never changes the last content ADK built, and is re-sent as it was sent.
+"""The closing status never changes what ADK built, and is re-sent as it was sent.
 
 Through a real Runner, with a goal set and a status due on every call: a request that ends with a
-function response ends with ADK's own function response (no extra part, no extra message); the
-status rode on the user's message of the invocation's first call and later calls re-send it there
-unchanged, so each request extends the previous one (docs/benchmarks.md, status_placement).
+function response keeps ADK's own function response as its first part, the status follows it as a
+text part; the status rode on the user's message of the invocation's first call, and every later
+call re-sends each earlier status where it was sent, so each request extends the previous one
+(append-only; docs/benchmarks.md, status_placement).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def _is_status(part) -> bool:
     return "STATUS" in (part.text or "")
 
 
-async def test_request_ending_with_a_function_response_ends_with_adks_own(memory_store_url):
+async def test_request_ending_with_a_function_response_keeps_adks_own_first(memory_store_url):
     agent, llm = scripted_agent([call_part("lookup", key="a"), call_part("lookup", key="b"), "Done."], tools=[lookup])
     plugin = ContextPackPlugin(store=memory_store_url, window_tokens=32_000, profile=EVERY_CALL)
     runner = make_runner(agent, plugins=[plugin])
@@ -40,10 +41,9 @@ async def test_request_ending_with_a_function_response_ends_with_adks_own(memory
     assert first[-1].role == "user" and _is_status(first[-1].parts[-1])  # the status rode on the user's message
     for request in requests[1:]:
         last = request.contents[-1]
-        # ADK's own last content: one part, the function response, nothing after it
-        assert last.role == "user" and len(last.parts) == 1 and last.parts[0].function_response is not None
-        assert last.parts[0].function_response.name == "lookup"
-        assert not any(_is_status(p) for p in last.parts)
+        # ADK's own last content first: the function response, then the status due on this call
+        assert last.role == "user" and len(last.parts) == 2 and last.parts[0].function_response is not None
+        assert last.parts[0].function_response.name == "lookup" and _is_status(last.parts[1])
     for before, after in zip(requests, requests[1:]):  # each request extends the one before (status kept as sent)
         n = len(before.contents)
         assert [to_message(c) for c in after.contents[:n]] == [to_message(c) for c in before.contents]

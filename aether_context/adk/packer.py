@@ -56,6 +56,7 @@ from ..store import DEFAULT_STORE_URL, PackStore
 from ..tokens import TokenCounter, TokenCounting
 from ..windows import context_window, window_flag
 from .collect import collect_inputs
+from .recovery import ReportedLimits
 from .event_times import EventTimes, session_now
 from .convert import apply_request, request_from_llm
 from .fail_open import fails_open
@@ -120,6 +121,7 @@ class ContextPacker:
         # Where offloaded originals go: "auto" (as durable as the session), "adk" or "store" (see adk.offload)
         self.gateway = ArtifactGateway(self.store, originals=originals)
         self.recall_tool = make_recall_tool(self.gateway)
+        self.limits = ReportedLimits()  # each model's reported input limit (`adk.recovery`)
 
     @property
     def requested_window(self) -> int | None:
@@ -204,7 +206,8 @@ class ContextPacker:
         open) and the build, which a thread cannot be made to drop, finishes unseen."""
         try:
             return await asyncio.wait_for(
-                self._off_loop(build_pack, inputs, self.profile, counter=self.counter, window=self.window_tokens,
+                self._off_loop(build_pack, inputs, self.profile, counter=self.counter,
+                               window=self.limits.window(inputs.request.model, self.window_tokens),
                                retriever=self.retriever, timings=timings), self.pack_timeout)
         except asyncio.TimeoutError:
             raise PackTimeout(f"the pack took over {self.pack_timeout} s; the request went out as ADK built it "
@@ -384,6 +387,7 @@ class ContextPacker:
         if not self.profile.recovery.enabled or not is_token_limit_error(error):
             return None
         last, slot.last = slot.last, None
+        self.limits.remember(llm_request.model, error)  # later calls pack under it
         try:
             if last is not None and last.inputs.invocation_id == callback_context.invocation_id:
                 inputs, window = last.inputs, last.manifest.window

@@ -15,8 +15,9 @@ from ..compress.middle_out import middle_out
 from ..pipeline.collect import PackInputs
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
+from ..windows import context_window
 
-__all__ = ["is_token_limit_error", "reported_limit", "recovery_pack"]
+__all__ = ["is_token_limit_error", "reported_limit", "recovery_pack", "ReportedLimits"]
 
 _LIMIT = re.compile(r"input token count \(?(\d+)\)? exceeds the maximum number of tokens allowed \(?(\d+)\)?", re.I)
 _MARKERS = ("exceeds the maximum number of tokens", "context_length_exceeded", "maximum context length",
@@ -32,6 +33,28 @@ def reported_limit(error: BaseException) -> int | None:
     """The maximum the model reported, when the message says it."""
     m = _LIMIT.search(str(error))
     return int(m.group(2)) if m else None
+
+
+class ReportedLimits:
+    """The input limit each model reported in a token-limit error, remembered for the process, so later
+    calls pack under it instead of each failing once first."""
+
+    def __init__(self) -> None:
+        self._by_model: dict[str, int] = {}
+
+    def remember(self, model: str | None, error: BaseException) -> int | None:
+        """Keep the limit `error` reports for `model` (the lowest seen); returns it (None: not said)."""
+        limit = reported_limit(error)
+        if limit is not None and model:
+            self._by_model[model] = min(limit, self._by_model.get(model, limit))
+        return limit
+
+    def window(self, model: str | None, window: int | None) -> int | None:
+        """`window` (None: the model's own, `windows.context_window`) capped by the limit `model` reported."""
+        limit = self._by_model.get(model or "")
+        if limit is None:
+            return window
+        return min(context_window(model, window), limit)
 
 
 def recovery_pack(inputs: PackInputs, profile: BudgetProfile, window: int, error: BaseException, *,

@@ -14,6 +14,11 @@ A *failure line* (`failure_lines`) is strict, the same definition the benchmarks
 An *error-looking line* (`is_error_line`) is broader and only ranks lines for keeping. A *noise
 line* (`noise_indices`) is a warning, a test-session banner or an environment note: never a failure.
 
+The *decisive line* (`decisive_index`) is the one a reader needs first: the exception closing the last
+traceback, else the last pytest `E` line naming an exception or an assertion, else the last
+`FAILED` / `ERROR` line. `decisive_lines` gives it whole with its assertion details (the `E` lines
+under it), as printed: colour codes removed, pytest's `E` kept, nothing cut inside a line.
+
 Usage::
 
     lines = failure_lines(output)          # ["E   AttributeError: ...", "FAILED t.py::test_x - ..."]
@@ -29,7 +34,7 @@ __all__ = [
     "strip_ansi", "EXCEPTION_LINE", "FRAME_FILE", "FRAME_LINE", "is_exception_line", "traceback_ends",
     "is_error_line", "opens_with_error", "mentions_error", "exception_mentions", "error_phrases", "noise_indices",
     "failure_line_indices", "failure_lines", "RunCounts", "run_counts", "counts_line_index", "decisive_exception",
-    "last_failure_line",
+    "last_failure_line", "decisive_index", "decisive_span", "decisive_lines", "MAX_DETAILS",
 ]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -293,3 +298,44 @@ def last_failure_line(text: str) -> str | None:
         if pool:
             return lines[pool[-1]].strip()
     return None
+
+
+_E_LINE = re.compile(r"^E(?:\s|$)")  # any line of pytest's `E` block, assertion details included
+_FAILED_OR_ERROR = re.compile(r"^(?:FAILED|ERROR)(?=[ :(\t]|$)")
+MAX_DETAILS = 12  # assertion-detail lines kept under the decisive line
+
+
+def decisive_index(lines: list[str]) -> int | None:
+    """Index of the decisive line among `lines` (ANSI codes already removed): the exception closing the
+    last traceback, else the last pytest `E` line naming an exception or an assertion, else the last
+    `FAILED` / `ERROR` line; warnings and banners never."""
+    finals, _ = traceback_ends(lines)
+    if finals:
+        return max(finals)
+    noise = noise_indices(lines)
+    for found in ([i for i, ln in enumerate(lines) if _PYTEST_E.match(ln) and i not in noise],
+                  [i for i, ln in enumerate(lines) if _FAILED_OR_ERROR.match(ln.strip()) and i not in noise]):
+        if found:
+            return found[-1]
+    return None
+
+
+def decisive_span(lines: list[str]) -> range:
+    """Indices of the decisive line and of the assertion details under it (the `E` lines that follow,
+    at most `MAX_DETAILS`) among `lines` (ANSI codes already removed); empty without one."""
+    at = decisive_index(lines)
+    if at is None:
+        return range(0)
+    end = at + 1
+    if _E_LINE.match(lines[at]):
+        while end < min(len(lines), at + 1 + MAX_DETAILS) and _E_LINE.match(lines[end]) and lines[end][1:].strip():
+            end += 1
+    return range(at, end)
+
+
+def decisive_lines(text: str) -> list[str]:
+    """The decisive line and its assertion details (`decisive_span`), whole, as printed: colour codes
+    and surrounding blanks removed, pytest's `E` kept; [] without one."""
+    lines = strip_ansi(text).splitlines()
+    span = decisive_span(lines)
+    return [lines[i].strip() if i == span.start else lines[i].rstrip() for i in span]

@@ -84,7 +84,8 @@ class ExtractiveSummarizer:
 
     Each new item becomes a Progress line (clipped to `line_tokens`); references found in it feed
     the other sections. When the summary is over `max_tokens`, the least important, oldest lines
-    go first; the Goal line is clipped but never dropped.
+    go first; the Goal line is clipped but never dropped. A previous summary's other text (an LLM's
+    prose, its `Next steps:`) is kept under the goal, whole lines, within half the cap.
     """
 
     counter: TokenCounterLike
@@ -103,7 +104,7 @@ class ExtractiveSummarizer:
         count = as_count(self.counter)
         if max_tokens <= 0:
             return ""
-        old_goal, sections = _parse(previous_summary or "")
+        old_goal, sections, free = _parse(previous_summary or "")
         for item in new_items:
             for section, key, line in self.reading(item):
                 _put(sections[section], key, line)
@@ -114,7 +115,10 @@ class ExtractiveSummarizer:
             sections[name] = dict(kept)
         goal_text = " ".join((goal or old_goal).split())
         goal_line = f"Goal: {clip_text(goal_text, max(8, max_tokens // 3), count)}" if goal_text else ""
-        return _fit(goal_line, sections, max_tokens, count, lines_count(self.counter, count), self.plain)
+        # an LLM summary's own text (prose, its other sections) stays, whole lines within a cap, under the goal
+        kept_free = _free_text(free, max_tokens // FREE_SHARE - (count(goal_line) + 1 if goal_line else 0), count)
+        head = "\n".join(x for x in (goal_line, kept_free) if x)
+        return _fit(head, sections, max_tokens, count, lines_count(self.counter, count), self.plain)
 
     def reading(self, item: str) -> Reading:
         """What `item` puts into the sections: its clipped Progress line, then its decisions, errors and
@@ -157,11 +161,17 @@ def _put(entries: dict[str, str], key: str, text: str) -> None:
     entries[key] = text
 
 
-def _parse(summary: str) -> tuple[str, _Sections]:
-    """Read a previous summary; lines outside known sections (an LLM's prose) count as Progress."""
+_OTHER_HEADER_RE = re.compile(r"^\s*(?:#+\s*)?\**\s*[A-Z][A-Za-z ]{1,30}?\s*\**\s*:(?:\s|$)")
+FREE_SHARE = 2  # an LLM summary's free text keeps at most 1/2 of the summary's cap
+
+
+def _parse(summary: str) -> tuple[str, _Sections, list[str]]:
+    """Read a previous summary: its goal, its known sections, and the rest (an LLM's prose and sections
+    of its own, such as `Next steps:`), line by line as written."""
     goal = ""
     sections: _Sections = {name: {} for name in _SECTIONS}
-    current = "Progress"
+    free: list[str] = []
+    current: str | None = None
     for raw in summary.splitlines():
         line = raw.strip()
         if not line:
@@ -177,10 +187,28 @@ def _parse(summary: str) -> tuple[str, _Sections]:
             if not rest:
                 continue
             line = rest
+        elif _OTHER_HEADER_RE.match(line):
+            current = None
+        if current is None:
+            free.append(line)
+            continue
         text = re.sub(r"^[-*•]\s+", "", line)
         key = _TURN_SUFFIX_RE.sub("", text) if current in ("Errors", "Decisions") else text
         _put(sections[current], key, text)
-    return goal, sections
+    return goal, sections, free
+
+
+def _free_text(free: Sequence[str], max_tokens: int, count: Callable[[str], int]) -> str:
+    """The free lines from the first, whole, while they fit `max_tokens` (the first is clipped if alone it
+    does not)."""
+    kept: list[str] = []
+    for line in free:
+        if count("\n".join([*kept, line])) > max_tokens:
+            break
+        kept.append(line)
+    if not kept and free and max_tokens > 0:
+        return clip_text(free[0], max_tokens, count)
+    return "\n".join(kept)
 
 
 def _fit(goal_line: str, sections: _Sections, max_tokens: int, count: Callable[[str], int],

@@ -177,7 +177,9 @@ def _compress_command(value: Any, max_tokens: int, count, footer: str | None) ->
             if i in roles.diff_headers:
                 hunks = roles.diff_headers[i]
                 text = f"{line} ({hunks} hunk{'s' if hunks != 1 else ''})"
-            lines.append((roles.rank(i, line, failed), _clip_line(text, cap, count)))
+            # the decisive line and its assertion details stay whole: the output is cut between lines
+            keep = max(cap, max_tokens * 3 // 4) if i in roles.decisive else cap
+            lines.append((roles.rank(i, line, failed), _clip_line(text, keep, count)))
     return fit_lines(lines, max_tokens, count, footer=footer)
 
 
@@ -198,17 +200,22 @@ class _LineRoles:
     noise: frozenset[int]
     counts: int | None
     diff_headers: Mapping[int, int]
+    decisive: frozenset[int] = frozenset()  # the decisive line and its assertion details
 
     @classmethod
     def of(cls, out: list[str]) -> "_LineRoles":
         finals, frames = error_lines.traceback_ends(out)
+        decisive = frozenset(error_lines.decisive_span(out))
         return cls(len(out), frozenset(finals), frozenset(frames), frozenset(error_lines.failure_line_indices(out)),
                    frozenset(error_lines.noise_indices(out)), error_lines.counts_line_index(out),
-                   shapes.diff_headers(out))
+                   shapes.diff_headers(out), decisive)
 
     def rank(self, i: int, line: str, failed: bool) -> tuple:
-        """Lower keeps first: counts and diff headers, failure lines (newest first), errors, head and tail."""
+        """Lower keeps first: the decisive line and its details, counts and diff headers, failure lines
+        (newest first), errors, head and tail."""
         from_end = self.n - 1 - i
+        if i in self.decisive:
+            return (0, 2, i)
         if i == self.counts or i in self.diff_headers:
             return (0, 3, i)
         if i in self.finals or i in self.failures:
@@ -313,20 +320,78 @@ def brief_value(value: Any, count: Callable[[str], int], max_tokens: int = 24) -
     return clip_text(f"[{len(value)} items{detail}]", max_tokens, count)
 
 
+_ID_NAME = re.compile(r"(?:^|_)(?:id|ids|number|code|key|uuid|ref|no)$|Id$", re.I)
+_IDS_SHARE = 2  # every list's ids together take at most 1/2 of a compact form
+
+
+def _id_fields(items: list) -> list[str]:
+    """The fields of a list's items that name them (`order_id`, `flight_number`, `code`): the ones most
+    items carry first, then by name."""
+    seen: dict[str, int] = {}
+    for item in items:
+        if isinstance(item, dict):
+            for key, v in item.items():
+                if _ID_NAME.search(str(key)) and isinstance(v, (str, int)) and not isinstance(v, bool):
+                    seen[str(key)] = seen.get(str(key), 0) + 1
+    return sorted(seen, key=lambda k: (-seen[k], k))
+
+
+def _ids_line(path: str, items: list, budget: int, count: Callable[[str], int]) -> str | None:
+    """`path.field=["A1","B2",…]` for the id fields of every item of a list of objects (JSON without
+    spaces, so the compact form reads back as values), as many values as fit `budget` tokens; the
+    count of those left out follows. None when the items have no id field."""
+    pairs = []
+    for field in _id_fields(items):
+        values = [item[field] for item in items if isinstance(item, dict) and field in item
+                  and not (isinstance(item[field], str) and (not item[field] or any(c.isspace() for c in item[field])))]
+        pairs.append((f"{path}.{field}" if path else field, list(dict.fromkeys(values))))
+    if not pairs:
+        return None
+
+    def render(k: int) -> str:  # the first k values of the fields in turn
+        out, left, more = [], k, 0
+        for name, values in pairs:
+            shown = values[:max(0, left)]
+            left -= len(shown)
+            more += len(values) - len(shown)
+            if shown:
+                out.append(f"{name}={json.dumps(shown, separators=(',', ':'), ensure_ascii=False)}")
+        return " ".join(out) + (f" (+{more} more)" if more else "")
+
+    total = sum(len(v) for _, v in pairs)
+    lo, hi = 0, total
+    while lo < hi:  # the most values that fit (counts grow with k)
+        mid = (lo + hi + 1) // 2
+        if count(render(mid)) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return render(lo) if lo else None
+
+
 def _compress_json(value: Any, max_tokens: int, count, footer: str | None) -> str:
     cap = _line_cap(max_tokens)
     lines: list[tuple[tuple, str]] = []
     most = max(1, max_tokens // 4)  # more fields or items than this cannot fit: do not render them
+    ids_room = max_tokens // _IDS_SHARE
     if isinstance(value, dict) and value:
         keys = shapes.ordered_keys(value)
+        lists = [k for k in keys if isinstance(value[k], list) and len(value[k]) > 1 and isinstance(value[k][0], dict)]
         for i, key in enumerate(keys[:most]):
             lines.append(((i,), f"{key}: {brief_value(value[key], count, cap)}"))
+            if key in lists:  # a list of records: every item's ids (built from the original, not from the brief)
+                ids = _ids_line(key, value[key], max(1, ids_room // len(lists)), count)
+                if ids is not None:
+                    lines.append(((i, 1), ids))
         if len(keys) > most:
             lines.append(((most,), f"… {len(keys) - most} more keys"))
     elif isinstance(value, list) and value:
         first = value[0]
         keys = "; first: {" + ", ".join(shapes.ordered_keys(first)) + "}" if isinstance(first, dict) else ""
         lines.append(((0,), _clip_line(f"[{len(value)} items{keys}]", cap, count)))
+        ids = _ids_line("", value, ids_room, count) if isinstance(first, dict) and len(value) > 1 else None
+        if ids is not None:
+            lines.append(((0, 1), ids))
         for i, item in enumerate(value[:most]):
             if isinstance(item, dict):
                 fields = [f"{k}={brief_value(item[k], count, 12)}" for k in shapes.ordered_keys(item)[:_ITEM_FIELDS]]

@@ -56,11 +56,11 @@ class RecitationSettings(BaseModel):
     large_context_tokens: int = Field(30_000, ge=1, description="Contexts this large recite one call sooner.")
     placement: StatusPlacement = Field(
         "after_user_text",
-        description="Where the status block goes. 'after_user_text': as an extra text part of the last message, "
-                    "only when that message is user text (never on a function response: the request then ends "
-                    "exactly as ADK ended it and the status waits), kept on that message while the payload is "
-                    "frozen so later calls re-send it unchanged. 'sticky_part': the same, on a function response "
-                    "too. 'last_part': an extra part of the last message for one call only (the next call's copy "
+        description="Where the closing note (status, in-loop failure warnings) goes. 'after_user_text': as an "
+                    "extra text part of the last message when that message is user text, else of the payload "
+                    "this call rebuilt, else (a tool loop under a frozen payload) after ADK's function response; "
+                    "kept on that message while the payload is frozen so later calls re-send it unchanged "
+                    "(append-only). 'sticky_part': always on the last message, kept. 'last_part': an extra part of the last message for one call only (the next call's copy "
                     "of that message loses it: a cache break). 'trailing_message': a separate user message after "
                     "ADK's last content (what a callback reads as contents[-1] changes). docs/benchmarks.md "
                     "(status_placement) compares them.")
@@ -185,7 +185,8 @@ def build_recitation(goal: str, steps_done: int, steps_total: int, next_step: st
         else format_progress(steps_done, steps_total))
     nxt = _clip(next_step) if next_step else None
     items = [_clip(i) for i in open_items if i and i.strip()]
-    errors = [_clip(e) for e in last_errors if e and e.strip()]
+    # whole, as printed, on one line each (no line of a quoted error can pass for a section); dropped whole if too long
+    errors = [" ".join(ln.strip() for ln in e.splitlines() if ln.strip()) for e in last_errors if e and e.strip()]
 
     def render() -> str:
         return _render(goal_c, progress, nxt, items, errors, variation, call_index)

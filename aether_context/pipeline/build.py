@@ -125,7 +125,7 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
     with stage("recite"):
         recital = recite(inputs, profile, fitted.request, fitted.fit, reused=reused,
                          rebuilt_at=None if plan.frozen is not None else fitted.fit.payload_at(inputs),
-                         limit=alloc.pack_limit, counter=counter, window=call.window)
+                         limit=alloc.pack_limit, counter=counter, failures=failure_log, window=call.window)
     total = request_tokens(recital.request, counter)
     if total > alloc.pack_limit:
         raise BudgetError(f"pack needs {total} tokens but only {alloc.pack_limit} fit (window {call.window} less "

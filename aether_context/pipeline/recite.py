@@ -1,9 +1,10 @@
-"""Stage 6 — recite: the closing STATUS part, where it costs the prompt cache nothing.
+"""Stage 6 — recite: the closing note, where it costs the prompt cache nothing.
 
-A due status (goal recitation, new failures under a frozen payload) goes where
-`recitation.placement` says (`status.place_status`): by default on user text only, never on a
-function response, and kept as sent while the payload is frozen. When the window has no room for
-it this call, a later call recites.
+A due note (goal recitation; a repeat or cascade of failures the frozen payload does not show) goes
+where `recitation.placement` says (`status.place_status`): by default on user text or a rebuilt
+payload, inside a tool loop after ADK's last function response, and kept as sent while the payload
+is frozen (append-only: earlier notes are never rewritten). When the window has no room for it this
+call, a later call recites.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from ..tokens import TokenCounting
 from .collect import PackInputs, Turn
 from .fit import Fit
 from .render import request_tokens
-from .status import FailureView, Rider, failure_count, place_status, recitation_message
+from .status import FailureView, Rider, failure_count, new_warnings, place_status, recitation_message
 
 __all__ = ["Recital", "recite", "failures_to_show"]
 
@@ -48,16 +49,24 @@ class Recital:
 
 
 def recite(inputs: PackInputs, profile: BudgetProfile, request: ModelRequest, fit: Fit, *, reused: bool,
-           rebuilt_at: int | None, limit: int, counter: TokenCounting, window: int = 0) -> Recital:
-    """Place the closing status when one is due and fits under `limit`; re-attach the statuses the
-    frozen payload's earlier calls sent. `rebuilt_at`: the payload's index when this call built it anew."""
+           rebuilt_at: int | None, limit: int, counter: TokenCounting,
+           failures: FailureView = FailureView(), window: int = 0) -> Recital:
+    """Place the closing note when one is due and fits under `limit`; re-attach the notes the frozen
+    payload's earlier calls sent. `rebuilt_at`: the payload's index when this call built it anew;
+    `failures`: the call's one analysis of the failure log (`status.failure_view`); `window`: for the
+    pressure warning."""
     prev = inputs.previous
     logged = failure_count(inputs)
     shown = prev.failures_shown if reused and prev is not None else logged
+    # notes kept as sent: all of them while the payload is frozen; after it, those on a message of an earlier
+    # loop (a function response), which ADK's history still holds unchanged (`place_status` checks the digest)
+    carried = () if prev is None else prev.statuses if reused else tuple(
+        r for r in prev.statuses if r[0] < len(request.messages) and request.messages[r[0]].responses)
+    warnings = new_warnings(failures, tuple(m.text for m in request.messages) + tuple(r[2] for r in carried))
     status, call_index, last_recited = recitation_message(
         inputs, profile, fit.history + fit.loop, request_tokens(request, counter), counter,
-        failures_stale=logged > shown, compacted=fit.zone.through > 0, window=window)
-    placed = place_status(request, status, profile, carried=prev.statuses if reused and prev is not None else (),
+        failures_stale=logged > shown, compacted=fit.zone.through > 0, warnings=warnings, window=window)
+    placed = place_status(request, status, profile, carried=carried,
                           rebuilt_at=rebuilt_at, fits=lambda r: request_tokens(r, counter) <= limit)
     if status is not None and not placed.recited:  # not here, or no room left: a later call recites
         status, last_recited = None, (prev.last_recited if prev is not None else -1)

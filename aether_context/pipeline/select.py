@@ -286,7 +286,9 @@ def _step_tools(inputs: PackInputs) -> "tuple[tuple[ToolSpec, ...], list[str]]":
     """The tools this step may call (sorted; a step's scope restricts the app's own tools) and the
     task's flags for the manifest (no goal, no acceptance, a step tool that does not exist...)."""
     task = inputs.task
+    no_step = not task.step and not any(not done for _, done in task.plan)  # nothing says what to do next
     flags = [f for f, missing in (("task_missing_goal", not task.goal), ("task_missing_acceptance", not task.acceptance),
+                                  ("task_missing_step", no_step),
                                   ("user_request_not_found", inputs.request_index is None)) if missing]
     flags.extend(inputs.extra.get("edge_flags", ()))  # e.g. a failed LLM summary after the previous call
     tools = tuple(sorted(inputs.request.tools, key=lambda t: t.name))

@@ -1,10 +1,11 @@
-"""The agent-loop sections of a pack: failures so far (in the payload) and the goal recitation
-block (the STATUS, where it costs the prompt cache nothing).
+"""The agent-loop sections of a pack: failures so far (in the payload) and the closing note: the
+goal recitation block (the STATUS) and the failure warnings that arose after the payload was frozen.
 
-Where the status goes is `recitation.placement` (`place_status`). By default it rides as an extra
-text part on the last message only when that message is user text, and stays on it while the
-payload is frozen: a request that ends with a function response ends exactly as ADK ended it, and
-later calls of the invocation re-send the status unchanged instead of breaking the cached prefix.
+Where the note goes is `recitation.placement` (`place_status`). By default it rides as an extra
+text part on the last message when that message is user text or the payload this call rebuilt;
+inside a tool loop (frozen payload) it rides after ADK's function response. Either way it stays
+on that message, as sent, for the later calls of the invocation: notes are only ever appended,
+so each request extends the previous one and the cached prefix stays warm.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ..loop.variation import StructuralVariation
 from .collect import PackInputs, Turn
 
 __all__ = ["failure_count", "FailureView", "failure_view", "recitation_reserve", "recitation_message", "PlacedStatus",
-           "place_status", "pressure_share"]
+           "place_status", "new_warnings", "pressure_share"]
 
 RECITED_ERRORS = 3  # latest distinct error messages in the status block
 STALE_FAILURES_ERRORS = 5  # ... while the frozen payload's failures section is out of date
@@ -50,6 +51,7 @@ class FailureView:
     section: str = ""  # FAILURES SO FAR ("" without failures)
     quiet: bool = True  # the log says nothing beyond its failures: no warning, no record evicted
     lines: tuple[str, ...] = ()  # every logged failure's message and causes
+    warnings: "tuple[tuple[str, str], ...]" = ()  # (kind, message) of each live warning
 
 
 def failure_view(inputs: PackInputs, profile: BudgetProfile, counter: TokenCounting) -> FailureView:
@@ -62,7 +64,22 @@ def failure_view(inputs: PackInputs, profile: BudgetProfile, counter: TokenCount
     analysis = log.analyze(int(inputs.failures.get("current_turn", 0)))
     section = render_failures(analysis, log.records, max_tokens=profile.failures.max_tokens, counter=counter)
     return FailureView(section, not analysis.warnings and not int(inputs.failures.get("evicted", 0)),
-                       tuple(line for r in records for line in (r.message, *r.causes)))
+                       tuple(line for r in records for line in (r.message, *r.causes)),
+                       tuple((w.kind, w.message) for w in analysis.warnings))
+
+
+def _warning_key(kind: str, message: str) -> str:
+    """What must already be in the request for a warning to be old news: a repeat with its count (3x,
+    then 4x, is news each time), a cascade by its root (it grows, but starts once)."""
+    return message.split(" related failures", 1)[-1] if kind == "cascade" else message
+
+
+def new_warnings(view: FailureView, sent: "tuple[str, ...]") -> tuple[str, ...]:
+    """The repeat and cascade warnings of the call's failure analysis (`failure_view`) that no text in
+    `sent` (the request's texts, the notes kept as sent) shows yet: what a frozen payload's FAILURES
+    SO FAR cannot say."""
+    return tuple("! " + " ".join(ln.strip() for ln in message.splitlines() if ln.strip()) for kind, message in view.warnings
+                 if kind in ("repeat", "cascade") and not any(_warning_key(kind, message) in t for t in sent))
 
 
 def pressure_share(tokens: int, window: int, profile: BudgetProfile) -> float | None:
@@ -86,20 +103,22 @@ def recitation_reserve(profile: BudgetProfile) -> int:
 
 
 def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tuple[Turn, ...]", context_tokens: int,
-                       counter: TokenCounting, *, failures_stale: bool = False,
-                       compacted: bool = False, window: int = 0) -> tuple[Message | None, int, int]:
-    """The status block, if one is due (`place_status` puts it); with the new call index and last recital.
+                       counter: TokenCounting, *, failures_stale: bool = False, compacted: bool = False,
+                       warnings: "tuple[str, ...]" = (), window: int = 0) -> tuple[Message | None, int, int]:
+    """The closing note, if one is due (`place_status` puts it); with the new call index and last recital.
 
-    Without a goal the opening request stands in, but only once history was compacted (`compacted`):
-    before that the model still reads it verbatim, and a status would only cost tokens.
-    `failures_stale`: the payload this call sends is frozen (cache stability) and its FAILURES SO FAR
-    section predates the latest failures. The block is then due on every call (until one is kept as
-    sent) and lists more recent errors, without rewriting the cached prefix.
+    The note is the status block when a recital is due, and `warnings` (`new_warnings`: a repeat or
+    cascade the frozen payload does not show) whenever there are any, warnings first, all within
+    `recitation.max_tokens`. Without a goal the opening request stands in, but only once history was
+    compacted (`compacted`): before that the model still reads it verbatim, and a status would only
+    cost tokens. `failures_stale`: the payload this call sends is frozen and its FAILURES SO FAR
+    predates the latest failures; a status then lists more recent errors.
     Once `context_tokens` reach `pressure.warn_share` of `window`, the block is due and ends with a warning.
     """
     prev = inputs.previous
     call_index = prev.call_index + 1 if prev is not None else 0
     last = prev.last_recited if prev is not None and prev.last_recited >= 0 else None
+    last_out = last if last is not None else -1
     settings = profile.recitation
     task = inputs.task
     goal = task.goal or task.step
@@ -108,15 +127,16 @@ def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tupl
         goal = _first_line(task.opening_request)
     pressure = _pressure_line(pressure_share(context_tokens, window, profile))
     if pressure and not goal:
-        goal = _first_line(task.opening_request)
-    if (failures_stale or pressure) and not goal:
-        goal = "not set"  # the new failures (or the pressure) still need their block
-    if not (settings.enabled or pressure) or not goal:
-        return None, call_index, last if last is not None else -1
-    recent_texts = [m.text or " ".join(c.name for c in m.calls) for t in recent[-4:] for m in t.messages]
-    drift = drift_score(goal, recent_texts)
-    if not (failures_stale or pressure) and not should_recite(call_index, last, drift, context_tokens, settings):
-        return None, call_index, last if last is not None else -1
+        goal = _first_line(task.opening_request) or "not set"  # the pressure still needs its block
+    if not (settings.enabled or pressure):
+        return None, call_index, last_out
+    note = _warnings_note(warnings, settings.max_tokens, counter)
+    due = bool(pressure)
+    if goal and not due:
+        recent_texts = [m.text or " ".join(c.name for c in m.calls) for t in recent[-4:] for m in t.messages]
+        due = should_recite(call_index, last, drift_score(goal, recent_texts), context_tokens, settings)
+    if not due:
+        return (Message("user", (TextPart(note),)) if note else None), call_index, last_out
     log = _log(inputs, profile, _records(inputs))
     shown = STALE_FAILURES_ERRORS if failures_stale else RECITED_ERRORS
     last_errors = list(dict.fromkeys(r.message for r in reversed(log.records)))[:shown][::-1] if log is not None else []
@@ -124,9 +144,24 @@ def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tupl
     next_step = next((s for s, d in task.plan if not d), task.step or None)
     open_items = [a for a in task.acceptance if a not in task.done]
     variation = StructuralVariation(seed=profile.variation.seed, enabled=profile.variation.enabled)
+    room = settings.max_tokens - (counter.count_text(note) + 1 if note else 0)
     block = build_recitation(goal, done, len(task.plan), next_step, open_items, last_errors,
-                             max_tokens=settings.max_tokens, counter=counter, variation=variation, call_index=call_index)
-    return Message("user", (TextPart(f"{block}\n{pressure}" if pressure else block),)), call_index, call_index
+                             max_tokens=room, counter=counter, variation=variation, call_index=call_index)
+    if not block:
+        return (Message("user", (TextPart(note),)) if note else None), call_index, last_out
+    text = f"{block}\n{note}" if note else block
+    text = f"{text}\n{pressure}" if pressure else text
+    return Message("user", (TextPart(text),)), call_index, call_index
+
+
+def _warnings_note(warnings: "tuple[str, ...]", max_tokens: int, counter: TokenCounting) -> str:
+    """The warnings under a header, as many as fit `max_tokens` in order ("" for none)."""
+    lines = ["FAILURES SINCE THE PACK:"]
+    for line in warnings:
+        if counter.count_text("\n".join([*lines, line])) > max_tokens:
+            break
+        lines.append(line)
+    return "\n".join(lines) if len(lines) > 1 else ""
 
 
 @dataclass(frozen=True)
@@ -148,9 +183,9 @@ class PlacedStatus:
 def _host(request: ModelRequest, placement: str, rebuilt_at: int | None) -> int | None:
     """Index of the message the new status rides on; None: a separate trailing message (or none, see below).
 
-    'after_user_text' never touches a function response: the status rides on the last message when it
-    is user text, else on the invocation's request message when this call rebuilt it (the payload is new
-    here, so the status costs no cache), else it waits (-1).
+    'after_user_text': the status rides on the last message when it is user text, else on the
+    invocation's request message when this call rebuilt it (the payload is new here, so the status
+    costs no cache), else (a tool loop under a frozen payload) after the last function response.
     """
     last = request.messages[-1]
     if placement == "trailing_message" or last.role != "user":
@@ -158,7 +193,7 @@ def _host(request: ModelRequest, placement: str, rebuilt_at: int | None) -> int 
     if placement != "after_user_text" or not last.responses:
         return len(request.messages) - 1
     host = request.messages[rebuilt_at] if rebuilt_at is not None and rebuilt_at < len(request.messages) else None
-    return rebuilt_at if host is not None and host.role == "user" and not host.responses else -1
+    return rebuilt_at if host is not None and host.role == "user" and not host.responses else len(request.messages) - 1
 
 
 Rider = tuple[int, str, str]  # (index of the message, its digest as ADK sent it, the status text)

@@ -19,7 +19,7 @@ Usage::
 
 from .categorize import CATEGORIES, Category, categorize_failure
 from .detect import (
-    digest_args, error_text, evidence_lines, exception_lines, first_error_line, is_error_result, mentioned_file,
+    assertion_details, digest_args, error_text, evidence_lines, exception_lines, first_error_line, is_error_result, mentioned_file,
 )
 from .log import FailureAnalysis, FailureLog, FailureRecord, FailureSettings, FailureWarning, WarningKind
 from .render import render_failures
@@ -27,5 +27,5 @@ from .render import render_failures
 __all__ = [
     "Category", "CATEGORIES", "categorize_failure", "is_error_result", "error_text", "exception_lines",
     "evidence_lines", "digest_args", "first_error_line", "mentioned_file", "FailureRecord", "FailureWarning",
-    "FailureAnalysis", "FailureSettings", "FailureLog", "WarningKind", "render_failures",
+    "FailureAnalysis", "FailureSettings", "FailureLog", "WarningKind", "render_failures", "assertion_details",
 ]

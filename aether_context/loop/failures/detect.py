@@ -13,14 +13,14 @@ import re
 from typing import Any, Mapping
 
 from ...compress.error_lines import (
-    EXCEPTION_LINE, FRAME_FILE, decisive_exception, failure_line_indices, mentions_error, noise_indices,
-    opens_with_error, run_counts, strip_ansi, traceback_ends,
+    EXCEPTION_LINE, FRAME_FILE, decisive_exception, decisive_index, decisive_lines, failure_line_indices,
+    mentions_error, noise_indices, opens_with_error, run_counts, strip_ansi, traceback_ends,
 )
 from ...content import canonical_json, sha256_hex
 from .categorize import categorize_failure, match_patterns
 
 __all__ = ["is_error_result", "error_text", "exception_lines", "evidence_lines", "first_error_line", "mentioned_file",
-           "digest_args"]
+           "digest_args", "assertion_details"]
 
 _ERROR_KEYS = ("error", "errors", "exception", "error_message", "stderr_error")
 _ERROR_STATUS = {"error", "failed", "failure", "fail", "exception", "errored"}
@@ -147,7 +147,8 @@ def error_text(payload: Mapping[str, Any] | str) -> str:
 
 
 def _clip_chars(text: str, max_chars: int) -> str:
-    """The first `max_chars` characters kept whole, so a clipped line still starts verbatim."""
+    """The first `max_chars` characters kept whole, so a clipped line still starts verbatim (only a line
+    longer than `max_chars`, a dumped value, is ever cut)."""
     return text if len(text) <= max_chars else text[:max_chars] + "…"
 
 
@@ -159,7 +160,7 @@ def evidence_lines(text: str, max_chars: int = 200) -> list[str]:
     keep -= noise_indices(lines)
     seen: dict[str, None] = {}
     for i in sorted(keep):
-        seen.setdefault(_clip_chars(re.sub(r"^\s*(?:E\s+)?", "", lines[i]).strip(), max_chars), None)
+        seen.setdefault(_clip_chars(lines[i].strip(), max_chars), None)
     return list(seen)
 
 
@@ -185,12 +186,21 @@ def digest_args(args: Mapping[str, Any] | None) -> str:
     return sha256_hex(canonical_json(dict(args or {})))[:12]
 
 
-def first_error_line(text: str, max_chars: int = 200) -> str:
-    """The most telling line: a failure line (the last one naming an exception, else the first), else
-    the decisive exception, else the first line naming an error. Warnings, test-session banners and
-    environment notes are never chosen while anything else is there."""
+def assertion_details(text: str, max_chars: int = 2_000) -> list[str]:
+    """The `E` lines under the decisive line (`error_lines.decisive_lines`), whole, as printed."""
+    return [_clip_chars(line, max_chars) for line in decisive_lines(text)[1:]]
+
+
+def first_error_line(text: str, max_chars: int = 2_000) -> str:
+    """The most telling line, as printed (colour codes removed, pytest's `E` kept): the decisive line
+    (`error_lines.decisive_index`), else a failure line (the last one naming an exception, else the
+    first), else the decisive exception, else the first line naming an error. Warnings, test-session
+    banners and environment notes are never chosen while anything else is there."""
     text = strip_ansi(text)
     all_lines = text.splitlines()
+    at = decisive_index(all_lines)
+    if at is not None:
+        return _clip_chars(all_lines[at].strip(), max_chars)
     failures = [all_lines[i].strip() for i in failure_line_indices(all_lines)]
     noise = noise_indices(all_lines)
     lines = [ln.strip() for i, ln in enumerate(all_lines)
@@ -204,7 +214,6 @@ def first_error_line(text: str, max_chars: int = 200) -> str:
         chosen = next((ln for ln in reversed(lines) if name in ln), f"{name}: {message}")
     else:
         chosen = next((ln for ln in lines if mentions_error(ln) or match_patterns(ln)), lines[0] if lines else "")
-    chosen = re.sub(r"^E\s{2,}", "", chosen)  # pytest's error-line marker
     return _clip_chars(chosen, max_chars)
 
 

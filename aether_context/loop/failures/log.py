@@ -15,7 +15,7 @@ from typing import Any, Literal, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from .categorize import Category, categorize_failure
-from .detect import digest_args, evidence_lines, first_error_line, mentioned_file
+from .detect import assertion_details, digest_args, evidence_lines, first_error_line, mentioned_file
 
 __all__ = ["WarningKind", "FailureRecord", "FailureWarning", "FailureAnalysis", "FailureSettings", "FailureLog"]
 
@@ -38,16 +38,19 @@ class FailureRecord:
     uri: str | None = None
     timestamp: float | None = None
     causes: tuple[str, ...] = ()  # the output's other failure lines (chained causes, other tests, counts), nearest last
+    details: tuple[str, ...] = ()  # the assertion details under the message (pytest's `E` lines), as printed
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["causes"] = list(self.causes)
+        data["details"] = list(self.details)
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "FailureRecord":
         values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
         values["causes"] = tuple(values.get("causes") or ())
+        values["details"] = tuple(values.get("details") or ())
         return cls(**values)
 
 
@@ -87,7 +90,8 @@ class FailureSettings(BaseModel):
     cascade_min_downstream: int = Field(2, ge=1, description="Failures after the root needed to call it a cascade.")
     systemic_threshold: int = Field(3, ge=2, description="Distinct turns in which one tool + category must fail.")
     stale_after_turns: int = Field(20, ge=1, description="Patterns whose last failure is older than this are dropped.")
-    message_max_chars: int = Field(200, ge=20, description="Clip stored error lines to this many characters.")
+    message_max_chars: int = Field(2_000, ge=20, description="Error lines are kept whole, as printed; only a line "
+                                                             "longer than this (a dumped value) is cut.")
     max_causes: int = Field(2, ge=0, description="Other failure lines of the same output kept with a failure (the "
                                                  "chained cause, other failing tests, the final counts), nearest last.")
 
@@ -122,12 +126,15 @@ class FailureLog:
             uri: str | None = None, timestamp: float | None = None, category: Category | None = None) -> FailureRecord:
         """Record a failure from its raw error text; categorises it unless `category` is given."""
         message = first_error_line(error_text, self.settings.message_max_chars)
-        causes = [ln for ln in evidence_lines(error_text, self.settings.message_max_chars) if ln != message]
+        details = assertion_details(error_text, self.settings.message_max_chars)
+        causes = [ln for ln in evidence_lines(error_text, self.settings.message_max_chars)
+                  if ln != message and ln not in details]
         record = FailureRecord(
             turn=turn, tool=tool, args_digest=digest_args(args),
             category=category or categorize_failure(error_text, tool), message=message,
             file=mentioned_file(error_text, args), uri=uri, timestamp=timestamp,
             causes=tuple(causes[-self.settings.max_causes:]) if self.settings.max_causes else (),
+            details=tuple(details),
         )
         logger.debug("failure at turn %d: %s [%s] %s", turn, tool, record.category, record.message)
         return self.add_record(record)

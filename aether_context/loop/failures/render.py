@@ -52,6 +52,8 @@ def render_failures(analysis: FailureAnalysis, records: Sequence[FailureRecord],
             line += f" (after: {'; '.join(r.causes)})"
         if r.file and r.file not in r.message:
             line += f" (file: {r.file})"
+        if r.details:  # the assertion details, whole, under their line
+            line += "".join(f"\n    {d}" for d in r.details)
         recent.append((line, f" <{r.uri}>" if r.uri else ""))
         if len(recent) >= max_recent:
             break
@@ -67,6 +69,8 @@ def render_failures(analysis: FailureAnalysis, records: Sequence[FailureRecord],
         return ""
     linked = [line for line, _ in kept]
     for k, (line, link) in enumerate(kept):  # warnings have no link; failures newest first
-        if link and counter.count_text("\n".join([header, *linked[:k], line + link, *linked[k + 1:]])) <= max_tokens:
-            linked[k] = line + link
+        first, nl, details = line.partition("\n")  # the link ends the failure's own line, before its details
+        with_link = first + link + nl + details
+        if link and counter.count_text("\n".join([header, *linked[:k], with_link, *linked[k + 1:]])) <= max_tokens:
+            linked[k] = with_link
     return "\n".join([header, *linked])
