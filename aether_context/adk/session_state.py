@@ -107,7 +107,7 @@ class StateRecords:
 
     async def get(self, state: Mapping[str, Any], key: str, default: Any = None) -> Any:
         """The record `state[key]` points at (`default` when none); raises when it cannot be read."""
-        ref = _ref(state.get(key) if key != "" else None)
+        ref = _ref(state.get(key))
         if ref is None:
             return default
         return await self.get_ref(ref)
