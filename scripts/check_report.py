@@ -125,7 +125,8 @@ async def browser_page(chromium: str | None = None):
     binary = _find_chromium(chromium)
     if binary is None:
         raise FileNotFoundError("no Chromium found (apt-get install -y chromium)")
-    with tempfile.TemporaryDirectory(prefix="aether-chromium-") as profile:
+    # Chromium's helper processes may still write the profile after it exits: its removal must not fail the check
+    with tempfile.TemporaryDirectory(prefix="aether-chromium-", ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen([binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
                                  "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
