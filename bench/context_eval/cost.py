@@ -11,6 +11,8 @@
   manifest's `compaction` or `cache_break` fields when aether-context recorded them, else what the
   requests show (ADK compaction event, system/tools changed, history changed at a new invocation or
   within one);
+- effective input cost per call (issue 39 item 8): uncached tokens + cached tokens × `CACHED_PRICE`, where the
+  cached tokens are the prefix shared with the previous request of the run;
 - determinism: two identical replays compared call by call on request checksums.
 """
 
@@ -24,7 +26,9 @@ from typing import Optional
 
 from context_eval.capture import CallRecord, RunRecord
 
-__all__ = ["CostFigures", "cost_figures", "break_cause", "Determinism", "determinism"]
+CACHED_PRICE = 0.25  # a cached input token costs a quarter of an uncached one
+
+__all__ = ["CACHED_PRICE", "CostFigures", "cost_figures", "break_cause", "Determinism", "determinism"]
 
 
 @dataclass
@@ -39,6 +43,7 @@ class CostFigures:
     reprocessed_per_run: float  # mean over runs
     breaks_per_run: float  # mean over runs
     deep_breaks_per_run: float  # breaks reaching before the previous request's last message, mean over runs
+    effective_per_call: float  # uncached + CACHED_PRICE × cached tokens, mean over calls
     causes: collections.Counter = field(default_factory=collections.Counter)
     # calls ending with a function response in ADK's request (no plugin's same call): compared, whose last
     # content goes out unchanged, whose last content's role and first part are ADK's
@@ -116,6 +121,7 @@ def cost_figures(records: list[RunRecord], none: Optional[list[RunRecord]]) -> C
         prefix_median=_median([x for x in per_run_prefix if not math.isnan(x)]),
         reprocessed_per_run=_mean(reprocessed), breaks_per_run=_mean(breaks),
         deep_breaks_per_run=_mean(deep), causes=causes,
+        effective_per_call=_mean([c.tokens - c.shared + CACHED_PRICE * c.shared for r in runs for c in r.calls]),
         last_as_adk=(responses, same_last, same_first))
 
 

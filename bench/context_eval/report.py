@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 
+from context_eval.cost import CACHED_PRICE
 from context_eval.evaluate import Results
 from context_eval.systems import COMPACT_RETENTION, COMPACT_THRESHOLD, SLIDING_SLACK, by_key
-from context_eval.targets import Check
+from context_eval.targets import LOCOMO_EVIDENCE, Check
 from context_eval.workloads import Workload
 
 __all__ = ["render_report"]
@@ -66,6 +67,22 @@ def _cost_table(w: Workload, window: int, r: Results) -> str:
            "gets\n" + "\n".join(last) if last else "")
 
 
+def _chat_cost_table(w: Workload, r: Results) -> str:
+    """Issue 39 item 8: what a chat user pays per question beside the evidence it carries, per system and window."""
+    head = ["system", *(f"{m} at {win:,}" for win in w.windows for m in ("evidence", "cost per question"))]
+    rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for key in w.systems:
+        cells = [r.cell(w.name, key, win) for win in w.windows]
+        if all(c is None for c in cells):
+            continue
+        vals = []
+        for c in cells:
+            vals += ["n/a", "n/a"] if c is None else [_frac(*c.retention[LOCOMO_EVIDENCE]),
+                                                     _num(c.cost.effective_per_call)]
+        rows.append(f"| {by_key(key).label} | " + " | ".join(vals) + " |")
+    return "\n".join(rows)
+
+
 def _errors(r: Results) -> str:
     lines = [f"- {c.workload} / {c.system} @ {c.window}: {e}" for c in r.cells.values() for e in c.errors[:3]]
     return "\n".join(dict.fromkeys(lines)) or "none"
@@ -118,6 +135,10 @@ compared call by call (the second pass with fresh packers and `time.time` a day 
             if table:
                 out.append(f"### {w.name}, W = {window:,}: what reaches the model\n\n{table}")
                 out.append(f"### {w.name}, W = {window:,}: cost and cache\n\n{_cost_table(w, window, r)}")
+        if w.name.startswith("locomo"):
+            out.append(f"### {w.name}: cost per question as users pay it\n\nEffective input tokens per question: "
+                       f"uncached + cached × {CACHED_PRICE} (cached = the prefix shared with the previous request)."
+                       f"\n\n{_chat_cost_table(w, r)}")
     det = [f"- {w} @ {win:,}: {d.identical_runs}/{d.runs} runs identical; {d.differing_calls} of {d.calls} calls differ"
            + (f" (first: {d.first_difference})" if d.first_difference else "") for (w, win), d in sorted(r.determinism.items())]
     out.append("## Determinism (aether-context, two identical passes)\n\n" + ("\n".join(det) or "not run"))

@@ -1,4 +1,4 @@
-"""The targets of issues 10 and 11, checked against one run's cells (PASS / FAIL, with the figures).
+"""The targets of issues 10, 11 and 39, checked against one run's cells (PASS / FAIL, with the figures).
 
 A target whose cells were not run (a workload or system left out) is reported as "not run".
 """
@@ -116,5 +116,38 @@ def _cost(r: Results) -> list[Check]:
     return out
 
 
+def _chat_cost(r: Results) -> list[Check]:
+    """Issue 39 item 8: no baseline both cheaper per question and carrying more evidence; at 32K, cost ≤ no plugin's."""
+    out = []
+    for mode in ("locomo-session", "locomo-memory"):
+        for window in (8000, 32000):
+            a = r.cell(mode, "aether", window)
+            if a is None:
+                continue
+            ours = (a.cost.effective_per_call, ratio(a, LOCOMO_EVIDENCE))
+            better = [c.system for c in r.cells.values() if c.workload == mode and c.window == window
+                      and c.system != "aether" and not c.over_window
+                      and c.cost.effective_per_call < ours[0] and ratio(c, LOCOMO_EVIDENCE) > ours[1]]
+            out.append(Check(39, f"{mode} at {window:,}: no baseline both cheaper per question and with more evidence",
+                             not better, f"{ours[0]:,.0f} tokens, {_pct(ours[1])}" + (f"; beaten by {better}" if better else "")))
+            n = r.cell(mode, "none", window)
+            if window == 32000 and n is not None and mode == "locomo-session":
+                out.append(_not_above(39, f"{mode} at 32,000: cost per question ≤ no plugin's", a, n,
+                                      lambda c: c.cost.effective_per_call))
+    return out
+
+
+def _issue39(r: Results) -> list[Check]:
+    """Issue 39's raised floors, beside issue 10's."""
+    out = []
+    for mode, window, floor in (("locomo-session", 8000, 0.90), ("locomo-session", 32000, 1.0),
+                                ("locomo-memory", 8000, 0.80)):
+        out.append(_at_least(39, f"{mode} evidence at {window:,}", ratio(r.cell(mode, "aether", window), LOCOMO_EVIDENCE),
+                             floor))
+    out.append(_at_least(39, "tau-bench identifier uses at 8,000", ratio(r.cell("tau", "aether", 8000), TAU_USES), 1.0))
+    out.append(_at_least(39, "tau-bench identifier uses at 4,000", ratio(r.cell("tau", "aether", 4000), TAU_USES), 0.97))
+    return out
+
+
 def check_targets(r: Results) -> list[Check]:
-    return _locomo(r) + _tau(r) + _swe(r) + _cost(r)
+    return _locomo(r) + _tau(r) + _swe(r) + _cost(r) + _chat_cost(r) + _issue39(r)
