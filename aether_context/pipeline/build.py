@@ -23,10 +23,10 @@ from ..windows import context_window
 from .cache import PackCache, current_memo, memo_scope
 from .allocate import Room, allocate_pack, conversation_tokens, lines_demand, room
 from .collect import PackInputs, PackState
-from .compaction import Compaction, compact, compaction_events, verbatim_zone
+from .compaction import Compaction, compact, compaction_events, compaction_trigger, verbatim_zone
 from .types import Verbatim
 from .evidence_change import change_cause, changed_evidence
-from .incremental import inputs_digest, turn_tokens
+from .incremental import inputs_digest
 from .fit import fit_layers, fit_to_window, selection_events
 from .as_sent import restore_sent
 from .prepare import Prepared, prepare
@@ -141,13 +141,11 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
 
 
 def _plan(call: Call, prepared: Prepared, plain: Prepared, zone: Verbatim, stage) -> Plan:
-    """Select for the previous call's zone; when the kept turns exceed their room, compact once and
-    select again for the new zone (compacted turns become Memory candidates).
+    """Select for the previous call's zone; when `compaction.trigger` says so, compact once and select again
+    for the new zone (compacted turns become Memory candidates).
 
     `prepared` sends earlier invocations' requests as they were sent (the new request appends to the
-    last one), `plain` as ADK has them: when only the former is over the room, the earlier payloads are
-    replaced by their user messages (a break at the oldest one) rather than compacting (a break at the
-    head, and a tail re-processed).
+    last one), `plain` as ADK has them.
 
     With the payload frozen, the room is known before any ranking (Evidence and Memory are inside
     the payload): a call that compacts then ranks once, for the zone it keeps, not the one it leaves."""
@@ -166,20 +164,19 @@ def _plan(call: Call, prepared: Prepared, plain: Prepared, zone: Verbatim, stage
         return ranked[clock]
     cands = frame_candidates(inputs, prepared.conversation) if frozen is not None else ranked_here(now)
     space = room(inputs, profile, call.window, cands, zone, frozen, call.failures, counter)
-    kept = conversation_tokens(prepared, zone, counter)
-    max_turns = profile.conversation.max_verbatim_turns
-    too_many = max_turns is not None and len(zone.kept(prepared.turns)) > max_turns
-    over = kept > space.conversation_cap - _headroom(call, prepared, zone)
-    if over and prepared is not plain and _replace_pays(call, prepared, plain, zone, space):
-        prepared, over = plain, False  # the earlier payloads are replaced by their user messages instead
+    trigger = compaction_trigger(profile, counter, asked=inputs.compact, sent=prepared, plain=plain, zone=zone,
+                                 conversation_cap=space.conversation_cap)
+    if trigger.replace_payloads:
+        prepared = plain
         ranked.clear()
-    if not (inputs.compact or over or too_many):
+    if trigger.reason is None:
         return Plan(zone, frozen, ranked_here(kept_at), space, None, call.failures, prepared, changed)
     if prepared is not plain:  # a compaction re-processes the turns it keeps: earlier payloads as sent only take room
-        prepared, kept = plain, conversation_tokens(plain, zone, counter)
+        prepared = plain
         ranked.clear()
+    kept = conversation_tokens(prepared, zone, counter)
     with stage("compact"):
-        reason = "asked for (packer.compact)" if inputs.compact else "conversation over its room"
+        reason = trigger.reason
         held = frozen if not inputs.compact else None
         compaction = _compact(call, prepared, zone, cands if held is not None else ranked_here(now), held, reason, kept)
         if compaction is None:  # the cut stays before this invocation: the payload is rebuilt, Memory gets its share
@@ -192,25 +189,6 @@ def _plan(call: Call, prepared: Prepared, plain: Prepared, zone: Verbatim, stage
     cands = _select(call, prepared, zone, kept_at if held is not None else now)
     space = room(inputs, profile, call.window, cands, zone, held, failures, counter)
     return Plan(zone, held, cands, space, compaction, failures, prepared)
-
-
-def _replace_pays(call: Call, sent: Prepared, plain: Prepared, zone: Verbatim, space: Room) -> bool:
-    """Whether replacing the earlier payloads kept as sent (which overflow the room) by their user messages
-    beats compacting: the plain history must fit, and leave at least as much room free as the replacement
-    re-processes (the turns from the first payload on), or the next calls compact anyway and both are paid."""
-    cap = space.conversation_cap - _headroom(call, plain, zone)
-    kept = zone.kept(plain.turns)
-    redone = sum(turn_tokens(t, call.counter) for t in kept if t.start >= min(sent.restored))
-    return cap - conversation_tokens(plain, zone, call.counter) >= redone
-
-
-def _headroom(call: Call, prepared: Prepared, zone: Verbatim) -> int:
-    """Room a loop that has compacted keeps free for its next turns (`conversation.headroom_turns` of
-    its largest verbatim turn): it compacts again before the conversation fills its room to the last
-    turn, so it settles lower. Before a first compaction nothing is kept free: a session that ends
-    before its room is full never compacts."""
-    n = call.profile.conversation.headroom_turns if zone.through > 0 else 0
-    return n * max((turn_tokens(t, call.counter) for t in zone.kept(prepared.turns)), default=0) if n else 0
 
 
 def _compact(call: Call, prepared: Prepared, zone: Verbatim, cands: Candidates, held: PackState | None,
