@@ -198,14 +198,14 @@ def test_originals_choice_reaches_the_gateway(tmp_path):
     assert plugin.packer.gateway.originals == "adk"
 
 
-async def test_a_note_left_before_the_first_pack_reaches_the_first_manifest(memory_store_url):
-    """A note written while the agent has no pack record yet (before its first pack, or after packing
+async def test_a_flag_left_before_the_first_pack_reaches_the_first_manifest(memory_store_url):
+    """A flag left while the agent has no pack record yet (before its first pack, or after packing
     failed open) is kept, reported by the next manifest once, then consumed."""
-    from aether_context.adk.session_state import add_note
+    from aether_context.adk.session_state import flag_next_call
 
     def note_before_packing(callback_context):
         if "ref" not in (callback_context.state.get(pack_state_key("noter")) or {}):
-            add_note(callback_context.state, "noter", "summary_failed: before any pack")
+            flag_next_call(callback_context.state, "noter", "summary_failed: before any pack")
 
     agent = LlmAgent(name="noter", model=ScriptedLlm(turns=["first", "second"]), instruction="Answer.",
                      before_agent_callback=note_before_packing)
@@ -220,11 +220,11 @@ async def test_a_note_left_before_the_first_pack_reaches_the_first_manifest(memo
     assert not any(f.startswith("pack_state_ignored") for f in first.flags + second.flags)
 
 
-async def test_add_note_without_a_pack_record_keeps_the_note():
-    from aether_context.adk.session_state import add_note
+async def test_flags_without_a_pack_record_are_kept():
+    from aether_context.adk.session_state import flag_next_call
 
     state: dict = {}
-    add_note(state, "a", "one")
-    add_note(state, "a", "two")
-    stored = await read_pack(StateRecords(PackStore("memory://notes")), state, "a")
-    assert stored.notes == ("one", "two") and stored.state is None and not stored.flags
+    flag_next_call(state, "a", "one")
+    flag_next_call(state, "a", "two")
+    stored = await read_pack(StateRecords(PackStore("memory://flags")), state, "a")
+    assert stored.flags == ("one", "two") and stored.state is None

@@ -63,7 +63,7 @@ from .fail_open import fails_open
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool, offload_tool_result
 from .recovery import is_token_limit_error, recovery_pack
 from .session_state import (CALIBRATION_STATE_KEY, COMPACT_STATE_KEY, FAILURES_STATE_KEY, SAVED_STATE_KEY,
-                            SUMMARY_STATE_KEY, URIS_STATE_KEY, StateRecords, StoredPack, add_note, carried_state,
+                            SUMMARY_STATE_KEY, URIS_STATE_KEY, StateRecords, StoredPack, carried_state, flag_next_call,
                             own_state, read_calibration, read_pack, write_calibration, write_pack, write_summary)
 from .slots import MAX_SESSIONS, SessionSlot, SessionSlots, slot_key
 from .summarizer import LlmSummarizer
@@ -218,7 +218,7 @@ class ContextPacker:
         """This call's `PackInputs`, assembled once: the edge's collection, event times, saved images, calibration;
         `cite_originals` says whether the recall tool is declared."""
         session = callback_context.session
-        flags = stored.notes + stored.flags + self._store_flags()
+        flags = stored.flags + self._store_flags()
         slot.times = slot.times or EventTimes()
         grown = slot.times.only_grew(session.events)
         request = request_from_llm(llm_request, grown, _slot_key_of(callback_context))
@@ -361,12 +361,12 @@ class ContextPacker:
                 raise ValueError("the summarizer returned an empty or unusable summary")
         except asyncio.TimeoutError:  # the run goes on with the extractive summary
             logger.warning("aether-context: LLM summary gave no answer within %ss; keeping the extractive summary", timeout)
-            add_note(callback_context.state, callback_context.agent_name, f"summary_timeout: no answer within {timeout}s",
+            flag_next_call(callback_context.state, callback_context.agent_name, f"summary_timeout: no answer within {timeout}s",
                      self.profile.redaction)
             return
         except Exception as e:  # the extractive summary stays; the next manifest says why
             logger.warning("aether-context: LLM summary failed (%s); keeping the extractive summary", e, exc_info=True)
-            add_note(callback_context.state, callback_context.agent_name, f"summary_failed: {type(e).__name__}: {e}",
+            flag_next_call(callback_context.state, callback_context.agent_name, f"summary_failed: {type(e).__name__}: {e}",
                      self.profile.redaction)
             return
         await write_summary(self.records, callback_context.state, callback_context.agent_name, last.state.summary,
@@ -459,7 +459,7 @@ class ContextPacker:
         own = tool.name == RECALL_TOOL_NAME
         result, repaired = await self._off_loop(repair_unicode, result)
         if repaired:
-            add_note(tool_context.state, tool_context.agent_name, f"unicode_repaired: {tool.name}: {repaired}",
+            flag_next_call(tool_context.state, tool_context.agent_name, f"unicode_repaired: {tool.name}: {repaired}",
                      self.profile.redaction)
         failed, compacted = await self._off_loop(self._classify, tool.name, result, own)
         sent = compacted or result  # what the session will hold unless offload compacts it further
@@ -481,7 +481,7 @@ class ContextPacker:
                     self._note_masked(tool_context, tool.name, offloaded["summary"])
             except Exception as e:  # fail open: the result goes on whole, with no URI; the next manifest says why
                 logger.error("aether-context: offloading the result of %s failed; keeping it inline", tool.name, exc_info=True)
-                add_note(tool_context.state, tool_context.agent_name, f"offload_failed: {tool.name}: {type(e).__name__}: {e}",
+                flag_next_call(tool_context.state, tool_context.agent_name, f"offload_failed: {tool.name}: {type(e).__name__}: {e}",
                          self.profile.redaction)
         if failed:
             uris = await self.records.get_or_empty(tool_context.state, URIS_STATE_KEY, {}, "offload URIs")
@@ -511,7 +511,7 @@ class ContextPacker:
         """Secrets masked in an offloaded result's compact form: noted in the next manifest's flags."""
         n = masked_count(compact_text)
         if n:
-            add_note(ctx.state, ctx.agent_name, f"redacted_in_offload: {tool_name}: {n}", self.profile.redaction)
+            flag_next_call(ctx.state, ctx.agent_name, f"redacted_in_offload: {tool_name}: {n}", self.profile.redaction)
 
     async def _note_saving(self, ctx: ToolContext, original: object, compact: object) -> None:
         """Remember what an offload saved, so manifests can say what ADK would have sent without us."""

@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["write_summary", "URIS_STATE_KEY", "SUMMARY_STATE_KEY", "FAILURES_STATE_KEY", "COMPACT_STATE_KEY",
            "SAVED_STATE_KEY", "CALIBRATION_STATE_KEY", "STATE_SCHEMA", "pack_state_key", "carried_state",
-           "StoredPack", "StateRecords", "read_pack", "write_pack", "add_note", "read_calibration",
+           "StoredPack", "StateRecords", "read_pack", "write_pack", "flag_next_call", "read_calibration",
            "write_calibration", "own_state"]
 
 URIS_STATE_KEY = "aether:uris"  # -> record: response digest -> artifact URI of the saved original
@@ -47,8 +47,8 @@ PACK_STATE_PREFIX = "aether:pack:"  # + agent: -> record: the previous call's Pa
 
 STATE_SCHEMA = 2
 DIGEST_CHARS = 16  # message digests kept per call: enough to find the first changed message
-MAX_NOTES = 4  # notes kept for the next manifest (e.g. a failed LLM summary)
-NOTE_CHARS = 160
+MAX_FLAGS = 4  # flags kept for the next manifest (e.g. a failed LLM summary)
+FLAG_CHARS = 160
 
 
 def pack_state_key(agent: str) -> str:
@@ -71,8 +71,7 @@ class StoredPack:
 
     state: PackState | None = None
     free_conversation: int | None = None  # conversation room the previous pack left (offload threshold)
-    notes: tuple[str, ...] = ()  # flags for the next manifest
-    flags: tuple[str, ...] = ()  # why a stored record was ignored
+    flags: tuple[str, ...] = ()  # for this call's manifest: left by `flag_next_call`, or why a record was ignored
 
 
 def own_state(ctx: Any) -> "Mapping[str, Any]":
@@ -151,13 +150,13 @@ async def read_pack(records: StateRecords, state: Mapping[str, Any] | Any, agent
         if not isinstance(pointer, dict) or pointer.get("v") != STATE_SCHEMA:
             version = pointer.get("v") if isinstance(pointer, dict) else type(pointer).__name__
             return StoredPack(flags=(f"pack_state_ignored: schema {version!r}, expected {STATE_SCHEMA}",))
-        notes = tuple(str(n) for n in pointer.get("notes", ()))[:MAX_NOTES]
-        if "ref" not in pointer:  # notes left before any pack (`add_note`): this call reports them
-            return StoredPack(notes=notes)
+        flags = tuple(str(n) for n in pointer.get("flags", ()))[:MAX_FLAGS]
+        if "ref" not in pointer:  # flags left before any pack (`flag_next_call`): this call reports them
+            return StoredPack(flags=flags)
         body = await records.get_ref(str(pointer["ref"]))
         pack = PackState.from_json(body)
         free = pointer.get("free_conversation")
-        return StoredPack(pack, int(free) if free is not None else None, notes)
+        return StoredPack(pack, int(free) if free is not None else None, flags)
     except Exception as e:  # a corrupt or unreadable record: pack as a first call would, and say so
         logger.warning("aether-context: ignoring the stored pack state of agent %s (%s)", agent, e, exc_info=True)
         return StoredPack(flags=(f"pack_state_ignored: {type(e).__name__}: {e}"[:300],))
@@ -172,18 +171,18 @@ async def write_pack(records: StateRecords, state: MutableMapping[str, Any] | An
     await records.set(state, pack_state_key(agent), body, free_conversation=free_conversation)
 
 
-def add_note(state: MutableMapping[str, Any] | Any, agent: str, note: str,
-             redaction: RedactionSettings | None = None) -> None:
+def flag_next_call(state: MutableMapping[str, Any] | Any, agent: str, flag: str,
+                   redaction: RedactionSettings | None = None) -> None:
     """A short flag for the agent's next manifest (kept beside its pack pointer, so any replica reports it,
-    and dropped by the next pack). Before the agent's first pack the pointer holds the notes alone.
+    and dropped by the next pack). Before the agent's first pack the pointer holds the flags alone.
     Its secrets are masked first (`redaction`; default: the default settings): an error text can hold one."""
-    note = redact(note[:4 * NOTE_CHARS], redaction)[0][:NOTE_CHARS]
+    flag = redact(flag[:4 * FLAG_CHARS], redaction)[0][:FLAG_CHARS]
     pointer = state.get(pack_state_key(agent))
     if pointer is None:
         pointer = {"v": STATE_SCHEMA}
     if isinstance(pointer, dict) and pointer.get("v") == STATE_SCHEMA:
-        notes = [*pointer.get("notes", ()), note][-MAX_NOTES:]
-        state[pack_state_key(agent)] = {**pointer, "notes": notes}
+        flags = [*pointer.get("flags", ()), flag][-MAX_FLAGS:]
+        state[pack_state_key(agent)] = {**pointer, "flags": flags}
 
 
 def read_calibration(state: MutableMapping[str, Any] | Any, model: str) -> float:
