@@ -251,6 +251,18 @@ def _values_at(plugin: Any, text: str, a: int, b: int) -> Iterator[tuple[int, in
             at = piece.find(value, at + len(value))
 
 
+def _find(text: str, lit: str, start: int) -> int:
+    """`text.find(lit, start)`, searched `_CHUNK` characters at a time: one `find` over a huge text holds
+    the interpreter lock (and so the event loop) for its whole length."""
+    n = len(text)
+    while start < n:
+        at = text.find(lit, start, min(n, start + _CHUNK + len(lit) - 1))
+        if at >= 0:
+            return at
+        start += _CHUNK
+    return -1
+
+
 class _Text:
     """A text and, per anchor literal, the windows around its occurrences (found in the lower-case text)."""
 
@@ -274,14 +286,14 @@ class _Text:
         low, n = self.low, len(self.low)
         ranges: list[tuple[int, int]] = []
         for lit in anchors:
-            at = low.find(lit)
+            at = _find(low, lit, 0)
             while at >= 0:
                 if assignment and _ASSIGNED.match(low, at + len(lit)) is None:
-                    at = low.find(lit, at + 1)
+                    at = _find(low, lit, at + 1)
                     continue
                 lo, hi = max(0, at - before), min(n, at + len(lit) + after + max(after // 2, 64))
                 ranges.append((lo, hi))
-                at = low.find(lit, max(at + 1, hi - after - len(lit)))
+                at = _find(low, lit, max(at + 1, hi - after - len(lit)))
         ranges.sort()
         merged: list[tuple[int, int]] = []
         for lo, hi in ranges:

@@ -328,3 +328,16 @@ def test_a_profile_can_keep_originals_as_returned(tmp_path):
     assert secret.encode() not in masked and b"[REDACTED:" in masked
     kept = PackStore(f"file://{tmp_path}/b", background=False, redaction=RedactionSettings(originals=False))
     assert ArtifactGateway(kept).masked(data, "text/plain") == data
+
+
+def test_a_secret_at_any_chunk_boundary_of_a_huge_text_is_masked():
+    """Anchors are searched a chunk at a time (a whole-text `find` would hold the event loop): an anchor
+    that straddles a chunk's end is still found."""
+    from aether_context.redact import _CHUNK, redact
+
+    for at in (_CHUNK - 9, _CHUNK - 4, _CHUNK - 1, _CHUNK, 2 * _CHUNK - 5):
+        text = "x " * (3 * _CHUNK // 2)
+        secret = "password=Hunter2Hunter2"
+        text = text[:at] + " " + secret + " " + text[at + len(secret) + 2:]
+        masked, n = redact(text)
+        assert n >= 1 and "Hunter2Hunter2" not in masked, at
