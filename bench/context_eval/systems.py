@@ -178,7 +178,9 @@ def _aether(profile: str, window: Optional[int], packers: dict) -> Setup:
     packer = packers.get((profile, window))
     if packer is None:
         store = f"memory://aether-bench/{profile}-{window}"  # the same URL in every pass: URIs in requests match
-        packer = packers[(profile, window)] = ContextPacker(profile=profile, window_tokens=window, store=store)
+        # what reaches the model must not depend on the machine's load: no pack may fail open on its deadline
+        packer = packers[(profile, window)] = ContextPacker(profile=profile, window_tokens=window, store=store,
+                                                            pack_timeout=600)
         _wait_for_dense(packer)
     packer.recent.clear()
     return Setup(plugins=[ContextPackPlugin(packer=packer)], packer=packer)
