@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import logging
 import random
+import re
 import sys
 import time
 import uuid
@@ -42,8 +43,9 @@ from google.adk.tools.google_search_tool import GoogleSearchTool  # noqa: E402
 from google.genai import types  # noqa: E402
 
 from aether_context import ContextPackPlugin, load_profile, repack, set_task  # noqa: E402
-from aether_context.adk import request_from_llm  # noqa: E402
-from aether_context.content import ModelRequest  # noqa: E402
+from aether_context.adk import request_from_llm
+from aether_context.adk.offload import parse_artifact_uri  # noqa: E402
+from aether_context.content import canonical_json, ModelRequest  # noqa: E402
 from aether_context.pipeline.retrieve import use_default_embedder  # noqa: E402
 from aether_context.retrieval import HashingEmbedder  # noqa: E402
 from aether_context.testing import ScriptedLlm  # noqa: E402
@@ -231,6 +233,23 @@ def _build(spec: Spec, rng: random.Random, budget: Budget) -> tuple[LlmAgent, li
     return agent("root", helpers), names
 
 
+_URI = re.compile(r"artifact://[A-Za-z0-9_./:%-]+(?:#v\d+)?")
+
+
+def _uris(request: ModelRequest) -> set[str]:
+    return set(_URI.findall(canonical_json([m.to_json() for m in request.messages])))
+
+
+async def _loads(runner: Runner, plugin: ContextPackPlugin, uri: str) -> bool:
+    try:
+        u = parse_artifact_uri(uri)
+    except Exception:
+        return False
+    part = await runner.artifact_service.load_artifact(app_name=u.app, user_id=u.user, session_id=u.session,
+                                                       filename=u.filename, version=u.version)
+    return part is not None or plugin.packer.store.get_artifact(u.app, u.user, u.session, u.filename, u.version) is not None
+
+
 async def run_session(spec: Spec) -> Result:
     rng = random.Random(spec.seed * 7919 + 1)
     budget = Budget()
@@ -256,7 +275,14 @@ async def run_session(spec: Spec) -> Result:
     plugin.packer.store.flush()
     result.calls, result.model_turns, result.thought_signed = len(after.requests), budget.model_turns, budget.thought_signed
     records = list(plugin.packer.recent)
+    known: set[str] = set()  # every URI ADK's own requests held so far: what the session saved
     for i, ((orig, orig_tools), (sent, sent_tools)) in enumerate(zip(before.requests, after.requests)):
+        known |= _uris(orig)
+        for uri in sorted(_uris(sent) - known):  # the plugin's own (a decayed image): it must load
+            if await _loads(runner, plugin, uri):
+                known.add(uri)
+            else:  # a URI cut short, or invented: the model could not recall it
+                result.failures.append(f"call {i}: artifact URI that does not load: {uri[:120]}")
         record = records[i] if i < len(records) else None
         if record is not None and record.manifest.error:
             result.pack_errors.append(record.manifest.error[:120])
