@@ -49,7 +49,8 @@ class _Strict(BaseModel):
 
 
 class Floors(_Strict):
-    """Fixed reservations, as fractions of the window. Unused floor flows to the other layers."""
+    """Fractions of the window. Slack is set aside; System, Task and Tools take what they measure, their floors
+    only set the nominal split of the rest and the `BudgetError` check."""
 
     system: float = Field(0.06, ge=0, le=1, description="Stable prefix: system instruction and pack contract.")
     task: float = Field(0.06, ge=0, le=1, description="Goal, step, acceptance checklist, constraints, user request.")

@@ -1,8 +1,9 @@
-"""Stage 2 — allocate: split the window between layers.
+"""allocate: split the window between layers.
 
-Floors first (System, Task, Tools, Slack as fractions of the window); the remainder
-`R = window − floors` goes to Evidence, Memory and Conversation in proportion to weights
-`base + Σ coefficient · signal`. Then `distribute` turns nominal shares into budgets given what
+Slack (the output reserve) is set aside first. System, Task and Tools take what they measure:
+their floors only set the nominal split (`R = window − floors` to Evidence, Memory and Conversation
+by weights `base + Σ coefficient · signal`) and the `BudgetError` check; the conversation takes
+what its kept turns need first (`allocate_around_conversation`). Then `distribute` turns nominal shares into budgets given what
 each layer actually needs: what a layer leaves unused flows to the layers that still want more,
 so no budget sits idle while something is being dropped.
 """

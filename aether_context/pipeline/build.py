@@ -140,16 +140,17 @@ def _build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCou
     return ContextPack(request=recital.request, manifest=out.manifest, state=out.state, inputs=inputs)
 
 
-def _plan(call: Call, prepared: Prepared, plain: Prepared, zone: Verbatim, stage) -> Plan:
+def _plan(call: Call, sent: Prepared, plain: Prepared, zone: Verbatim, stage) -> Plan:
     """Select for the previous call's zone; when `compaction.trigger` says so, compact once and select again
     for the new zone (compacted turns become Memory candidates).
 
-    `prepared` sends earlier invocations' requests as they were sent (the new request appends to the
-    last one), `plain` as ADK has them.
+    `sent` holds earlier invocations' requests as they were sent (the new request appends to the
+    last one), `plain` as ADK has them; the turns this call sends start as `sent`.
 
     With the payload frozen, the room is known before any ranking (Evidence and Memory are inside
     the payload): a call that compacts then ranks once, for the zone it keeps, not the one it leaves."""
     inputs, profile, counter = call.inputs, call.profile, call.counter
+    prepared = sent
     frozen = _frozen_payload(inputs, profile, zone)
     refreshed = changed_evidence(frozen, inputs.evidence) if frozen is not None else ()
     if refreshed:  # a new version reaches this very call: the payload is rebuilt (a recorded cache break)
@@ -164,7 +165,7 @@ def _plan(call: Call, prepared: Prepared, plain: Prepared, zone: Verbatim, stage
         return ranked[clock]
     cands = frame_candidates(inputs, prepared.conversation) if frozen is not None else ranked_here(now)
     space = room(inputs, profile, call.window, cands, zone, frozen, call.failures, counter)
-    trigger = compaction_trigger(profile, counter, asked=inputs.compact, sent=prepared, plain=plain, zone=zone,
+    trigger = compaction_trigger(profile, counter, asked=inputs.compact, sent=sent, plain=plain, zone=zone,
                                  conversation_cap=space.conversation_cap)
     if trigger.replace_payloads:
         prepared = plain

@@ -1,4 +1,4 @@
-"""Stage 1 — collect: the typed inputs of one pack, gathered before any decision is made.
+"""The typed inputs of one pack (the ADK edge fills them: `adk/collect.py`), gathered before any decision.
 
 The ADK edge (`aether_context.adk.collect`) fills `PackInputs` from the request, the session,
 state, memory and artifacts; everything after this stage is a pure function of `PackInputs`

@@ -1,8 +1,8 @@
-"""Stage 4 — fit: the chosen layers into their budgets, and the request into the window.
+"""fit: the chosen layers into their budgets, and the request into the window.
 
-Retrieved lines fill their budget by score (shortened, then dropped); oversized turns are cut
-middle-out; orphaned responses are repaired; the final exact count drops Memory, then Evidence,
-then cuts the largest kept turn. Every action is a `TruncationEvent` naming what it touched, so
+Retrieved lines fill their budget by score (shortened, then dropped); the final exact count drops
+Memory, then Evidence, then cuts the largest kept turn. The per-turn cut and the orphan repair that
+`prepare` applies live here too (`bounded_turns`, `repair_orphans`). Every action is a `TruncationEvent` naming what it touched, so
 nothing disappears silently.
 """
 

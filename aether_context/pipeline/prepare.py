@@ -1,4 +1,4 @@
-"""Stage 1b — prepare: the request's messages as turns, after the repairs every call applies.
+"""prepare (timed under collect): the request's messages as turns, after the repairs every call applies.
 
 Orphaned responses rewritten as text, old inline images decayed, old tool outputs pruned to their
 URI, and the per-turn cap. What each repair touched is a `TruncationEvent`.

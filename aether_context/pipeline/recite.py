@@ -1,4 +1,4 @@
-"""Stage 6 — recite: the closing note, where it costs the prompt cache nothing.
+"""recite: the closing note, where it costs the prompt cache nothing.
 
 A due note (goal recitation; a repeat or cascade of failures the frozen payload does not show) goes
 where `recitation.placement` says (`status.place_status`): by default on user text or a rebuilt

@@ -1,4 +1,4 @@
-"""Stage 7 — record: the state for the next call and the manifest, the audit receipt of one model call.
+"""record: the state for the next call and the manifest, the audit receipt of one model call.
 
 A manifest says what was sent and why: budgets and the signals behind them, what each layer
 used, every truncation, the artifact URIs cited, and the checksum of the exact request. It

@@ -1,4 +1,4 @@
-"""Stage — render: the Pack Payload and the final request, in a fixed order.
+"""render (called by fit and fit_window): the Pack Payload and the final request, in a fixed order.
 
 The request keeps ADK's system instruction and tools unchanged (the cached prefix stays the one the
 app already has). What the pack adds travels in two user messages only when there is something to

@@ -1,7 +1,7 @@
-"""Stage 3 — select: turn the inputs into ranked candidates per layer, with demands and signals.
+"""select: turn the inputs into ranked candidates per layer, with demands and signals.
 
-Nothing is cut here; this stage decides *what could go in* and in which priority order, so the
-compress stage only has to walk those orders when the budget is short.
+Nothing is cut here; this stage decides *what could go in* and in which priority order, so fit
+only has to walk those orders when the budget is short.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from ..types import Verbatim
 
 __all__ = ["Compaction", "CompactionBlock", "Verbatim", "verbatim_zone", "plan_compaction", "compaction_block",
            "BLOCK_HEADER", "compact", "compaction_events", "CompactedReader", "compacted_reader", "plan_values",
-           "compaction_cuts"]
+           "compaction_boundaries"]
 
 BLOCK_HEADER = "CONVERSATION SO FAR"
 
@@ -149,7 +149,7 @@ def compact(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, zone
     is planned again for the larger block, only when they need it); what they leave goes to fold lines.
     """
     turns, room = prepared.turns, int(target * BLOCK_SHARE)  # block and tail come down to the target together
-    cut_at = compaction_cuts(inputs, profile, zone, turns, counter, target, ceiling)
+    cut_at = compaction_boundaries(inputs, profile, zone, turns, counter, target, ceiling)
     if pinned_only and inputs.request_index not in cut_at(room + int(target * _VALUES_CLAIM))[1]:
         return None  # the cut moves on as the block grows: not pinned at the most the block may take, never
     reader = compacted_reader(inputs, prepared)
@@ -209,15 +209,15 @@ def plan_values(inputs: PackInputs, profile: BudgetProfile, prepared: Prepared, 
     return planned
 
 
-def compaction_cuts(inputs: PackInputs, profile: BudgetProfile, zone: Verbatim, turns: "tuple[Turn, ...]",
+def compaction_boundaries(inputs: PackInputs, profile: BudgetProfile, zone: Verbatim, turns: "tuple[Turn, ...]",
                     counter: TokenCounting, target: int, ceiling: int
                     ) -> "Callable[[int], tuple[int, tuple[int, ...]]]":
-    """`_cut_at` by the block's room, asked for up to three times (the held try's most room may be the
+    """`_boundary_for` by the block's room, asked for up to three times (the held try's most room may be the
     values' claim)."""
-    return lru_cache(maxsize=4)(partial(_cut_at, inputs, profile, zone, turns, counter, target, ceiling))
+    return lru_cache(maxsize=4)(partial(_boundary_for, inputs, profile, zone, turns, counter, target, ceiling))
 
 
-def _cut_at(inputs: PackInputs, profile: BudgetProfile, zone: Verbatim, turns: "tuple[Turn, ...]",
+def _boundary_for(inputs: PackInputs, profile: BudgetProfile, zone: Verbatim, turns: "tuple[Turn, ...]",
             counter: TokenCounting, target: int, ceiling: int, block_room: int) -> tuple[int, tuple[int, ...]]:
     """The new zone's `through` and `pinned` when the block may take `block_room`: the tail keeps the rest
     of the target, and what the block may take is not the tail's (so `through` never moves back as the
