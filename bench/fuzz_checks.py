@@ -56,7 +56,8 @@ def _decayed_attachment(x: Any, y: Any) -> bool:
     return inline and isinstance(y, TextPart) and " attachment from turn " in y.text and "artifact://" in y.text
 
 
-OWN_BLOCKS = (PAYLOAD_HEADER, "STATUS", "CONVERSATION SO FAR")  # what the pack itself writes as user text
+OWN_BLOCKS = (PAYLOAD_HEADER, "STATUS", "CONVERSATION SO FAR", "FAILURES SINCE THE PACK", "CONTEXT PRESSURE")
+# what the pack itself writes as user text: its blocks, the closing STATUS and the in-loop notes
 
 
 def _is_own_text(p: Any) -> bool:
