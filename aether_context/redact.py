@@ -425,10 +425,24 @@ def _key_anchors(keys: tuple[str, ...]) -> tuple[str, ...]:
 _FIELD_ANCHORS = _key_anchors(SECRET_KEYS)
 
 
+@lru_cache(maxsize=1)
+def _anchors() -> re.Pattern[str]:
+    """Every literal a built-in shape's search opens on (lower case), and the quotes of the entropy check."""
+    words = {n.lower() for r in _RULES for n in r.needs} | {a for d in _detectors() for a in d.anchors}
+    words |= {*_FIELD_ANCHORS, *_SECRET_SUFFIXES, *_KEYWORDS, '"', "'"}
+    return re.compile("|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)))
+
+
+def _may_hold(t: _Text) -> bool:
+    """False when no built-in shape can match: a short text holding none of their literals (each would find no
+    window; Twilio's keys open with AC or SK). Long texts are searched as they are."""
+    return len(t.text) > 4096 or "AC" in t.text or "SK" in t.text or _anchors().search(t.low) is not None
+
+
 def _spans(text: str, settings: "RedactionSettings") -> list[_Span]:
     t = _Text(text)
     spans: list[_Span] = []
-    if settings.builtin:
+    if settings.builtin and _may_hold(t):
         for rule in _RULES:
             spans.extend(_rule_spans(rule, t))
         spans.extend(_field_spans(t, _FIELD, _FIELD_ANCHORS))

@@ -181,25 +181,56 @@ async def _load_run(with_plugin: bool, sessions: int, delay: float, store: str) 
             started[id(asyncio.current_task())] = time.perf_counter()
             await _turn(runner, f"u{i}", f"s{i}", f"Session {i} turn {t}: lookup twice the record R{i}-{t}.")
 
+    threads0 = _thread_cpu()
     await asyncio.gather(*(one(i) for i in range(sessions)))
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    wall = time.perf_counter() - t0
+    if plugin is not None:  # the store's background writes for these calls are their CPU too
+        await asyncio.to_thread(plugin.packer.store.flush)
+    drain, cpu = time.perf_counter() - t0 - wall, time.process_time() - cpu0
     xs = sorted(before)
+    threads = {k: round((v - threads0.get(k, 0)) / len(xs), 1) for k, v in _thread_cpu().items()}
     return {"sessions": sessions, "wall_s": round(wall, 2), "calls": len(xs), "calls_per_s": round(len(xs) / wall, 1),
             "before_p50_ms": round(xs[len(xs) // 2] * 1000, 1), "before_p99_ms": round(xs[int(0.99 * (len(xs) - 1))] * 1000, 1),
-            "cpu_per_call_ms": round(cpu / len(xs) * 1000, 1),
+            "cpu_per_call_ms": round(cpu / len(xs) * 1000, 1), "threads_ms": threads, "drain_s": round(drain, 2),
+            "store_inline": plugin.packer.store.stats().get("inline", 0) if plugin else 0,
             "rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+
+
+def _thread_cpu() -> dict[str, float]:
+    """CPU ms so far per group of this process's live threads (Linux /proc): the loop, the pack thread, the store
+    writer, the loop's default executor, the rest."""
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    groups = (("MainThread", "loop"), ("aether-pack", "pack"), ("aether-context-store", "store"),
+              ("asyncio", "executor"))
+    out: dict[str, float] = {}
+    tick = 1000 / os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        name = names.get(int(tid), "")
+        group = next((g for prefix, g in groups if name.startswith(prefix)), "other")
+        out[group] = out.get(group, 0.0) + (int(fields[11]) + int(fields[12])) * tick
+    return out
 
 
 def load(args: argparse.Namespace) -> str:
     lines = ["| sessions | wall without / with (s) | ratio | model calls per s without / with | before the model call "
-             "p50 / p99 with (ms) | CPU per call without / with (ms) |", "| --- | --- | --- | --- | --- | --- |"]
+             "p50 / p99 with (ms) | CPU per call without / with (ms) | with: loop / pack / store / executor / other (ms) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for n in [int(x) for x in args.sessions.split(",")]:
         r = {mode: _child("load", mode, json.dumps({"sessions": n, "delay": args.delay}), timeout=args.timeout)
              for mode in ("without", "with")}
         w, wo = r["with"], r["without"]
         lines.append(f"| {n} | {wo['wall_s']} / {w['wall_s']} | {w['wall_s'] / wo['wall_s']:.2f}× | "
                      f"{wo['calls_per_s']} / {w['calls_per_s']} | {w['before_p50_ms']} / {w['before_p99_ms']} | "
-                     f"{wo['cpu_per_call_ms']} / {w['cpu_per_call_ms']} |")
+                     f"{wo['cpu_per_call_ms']} / {w['cpu_per_call_ms']} | "
+                     + " / ".join(str(w["threads_ms"].get(k, 0)) for k in ("loop", "pack", "store", "executor", "other"))
+                     + " |")
     return "\n".join(lines)
 
 
