@@ -504,6 +504,11 @@ def _secret_keys(extra: tuple[str, ...]) -> frozenset[str]:
     return frozenset(_norm(k) for k in (*SECRET_KEYS, *extra))
 
 
+@lru_cache(maxsize=8192)
+def _secret_key(key: str, keys: frozenset[str]) -> bool:
+    return _norm(key) in keys
+
+
 def _norm(key: str) -> str:
     return key.lower().replace("-", "").replace("_", "")
 
@@ -576,7 +581,7 @@ def redact_value(value: Any, settings: RedactionSettings | None = None, *, skip:
 
 def _walk(value: Any, settings: RedactionSettings, keys: frozenset[str], skip: frozenset[str], memo: Any) -> tuple[Any, int]:
     if isinstance(value, str):
-        if memo is None or len(value) < 16:
+        if memo is None or not value:
             return redact(value, settings)
         found = memo.get(value)
         if found is None:
@@ -597,7 +602,7 @@ def _walk(value: Any, settings: RedactionSettings, keys: frozenset[str], skip: f
             if k in skip:
                 out_d[k] = v
                 continue
-            if isinstance(k, str) and (_norm(k) in keys and isinstance(v, (str, int, float))
+            if isinstance(k, str) and (_secret_key(k, keys) and isinstance(v, (str, int, float))
                                        or settings.builtin and isinstance(v, str) and _secret_field(k)) and v != "" \
                     and not (isinstance(v, str) and v.startswith("[REDACTED")) and not isinstance(v, bool):
                 out_d[k] = MASK.format(kind=_norm(k))
