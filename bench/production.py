@@ -237,23 +237,35 @@ def load(args: argparse.Namespace) -> str:
 # --------------------------------------------------------------------------- cold
 async def _cold_run(with_plugin: bool, store: str) -> dict:
     cpu0, t0 = time.process_time(), time.perf_counter()
-    runner = _runner(_agent(), _plugin(store) if with_plugin else None)
+    agent = _agent()
+    runner = _runner(agent, _plugin(store) if with_plugin else None)
     await runner.session_service.create_session(app_name=APP, user_id="u", session_id="s")
+    calls: list[float] = []
+    original = type(agent.model).generate_content_async
+
+    async def timed(self, llm_request, stream=False):
+        calls.append(time.perf_counter())
+        async for r in original(self, llm_request, stream):
+            yield r
+
+    type(agent.model).generate_content_async = timed
     built = time.perf_counter()
     await _turn(runner, "u", "s", "Hello, can you lookup record R1?")
     end = time.perf_counter()
-    return {"build_s": round(built - t0, 2), "first_turn_s": round(end - built, 2),
-            "cpu_s": round(time.process_time() - cpu0, 2)}
+    return {"build_s": round(built - t0, 2), "first_call_s": round(calls[0] - built, 2),
+            "first_turn_s": round(end - built, 2), "cpu_s": round(time.process_time() - cpu0, 2)}
 
 
 def cold(args: argparse.Namespace) -> str:
     r = {mode: _child("cold", mode, "{}", timeout=args.timeout) for mode in ("without", "with")}
     w, wo = r["with"], r["without"]
     return "\n".join([
-        "| | runner built (s) | first turn (s) | process CPU to the first answer (s) |", "| --- | --- | --- | --- |",
-        f"| without plugin | {wo['build_s']} | {wo['first_turn_s']} | {wo['cpu_s']} |",
-        f"| with plugin | {w['build_s']} | {w['first_turn_s']} | {w['cpu_s']} |",
-        f"", f"Added to the first turn: {w['first_turn_s'] - wo['first_turn_s']:.2f} s (target: at most 1 s)."])
+        "| | runner built (s) | to the first model call (s) | first turn (s) | process CPU to the first answer (s) |",
+        "| --- | --- | --- | --- | --- |",
+        f"| without plugin | {wo['build_s']} | {wo['first_call_s']} | {wo['first_turn_s']} | {wo['cpu_s']} |",
+        f"| with plugin | {w['build_s']} | {w['first_call_s']} | {w['first_turn_s']} | {w['cpu_s']} |",
+        f"", f"Added to the first call: {w['first_call_s'] - wo['first_call_s']:.2f} s, to the first turn: "
+        f"{w['first_turn_s'] - wo['first_turn_s']:.2f} s (target: at most 1 s)."])
 
 
 # --------------------------------------------------------------------------- children

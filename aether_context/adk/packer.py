@@ -110,7 +110,6 @@ class ContextPacker:
         self.evidence_providers = tuple(evidence_providers)
         # Hybrid retrieval for Memory and Evidence; `embedder` replaces the profile's model (tests, no torch).
         self.retriever = Retriever(self.profile.retrieval, embedder=embedder) if embedder else default_retriever(self.profile)
-        self.retriever.warm_up()  # load the embedding model now, off the first model call's path
         # What was computed from unchanged history (conversions, turns, retrieval documents, fold
         # lines, values): a call then costs what is new since the previous one. The stages reach it
         # from the call's context (`pipeline.cache.memo_scope`), never through a parameter.
@@ -199,6 +198,9 @@ class ContextPacker:
                          pack.manifest.pack_id, exc_info=True)
         record = CallRecord(pack.manifest, uri, timings.to_json())
         self.recent.append(record)
+        # The embedding model loads in the background once the process's first request has gone out: its
+        # import would hold the interpreter lock against that call. Packs until it is loaded rank by BM25.
+        self.retriever.warm_up()
         return record
 
     async def _build(self, inputs: PackInputs, timings: StageTimes) -> ContextPack:
