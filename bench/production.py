@@ -150,8 +150,13 @@ def state(args: argparse.Namespace) -> str:
 
 
 # --------------------------------------------------------------------------- load
-async def _load_run(with_plugin: bool, sessions: int, delay: float, store: str) -> dict:
+async def _load_run(with_plugin: bool, sessions: int, delay: float, store: str, executor: str = "pack") -> dict:
     import resource
+
+    if executor == "default":  # builds on the loop's default executor instead of the one pack thread (issue 38)
+        from aether_context.adk import worker
+
+        worker.pack_worker = lambda: None
 
     agent = _agent(model_delay=delay)
     plugin = _plugin(store) if with_plugin else None
@@ -223,8 +228,8 @@ def load(args: argparse.Namespace) -> str:
              "p50 / p99 with (ms) | CPU per call without / with (ms) | with: loop / pack / store / executor / other (ms) |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for n in [int(x) for x in args.sessions.split(",")]:
-        r = {mode: _child("load", mode, json.dumps({"sessions": n, "delay": args.delay}), timeout=args.timeout)
-             for mode in ("without", "with")}
+        r = {mode: _child("load", mode, json.dumps({"sessions": n, "delay": args.delay, "executor": args.executor}),
+                          timeout=args.timeout) for mode in ("without", "with")}
         w, wo = r["with"], r["without"]
         lines.append(f"| {n} | {wo['wall_s']} / {w['wall_s']} | {w['wall_s'] / wo['wall_s']:.2f}× | "
                      f"{wo['calls_per_s']} / {w['calls_per_s']} | {w['before_p50_ms']} / {w['before_p99_ms']} | "
@@ -293,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", default="10,100,1000", help="state: user turns at which the delta is read")
     parser.add_argument("--sessions", default="1,8,32,64", help="load: concurrent sessions")
     parser.add_argument("--delay", type=float, default=0.05, help="load: seconds the model takes")
+    parser.add_argument("--executor", default="pack", choices=("pack", "default"),
+                        help="load: where packs are built: the one pack thread, or the loop's default executor")
     parser.add_argument("--timeout", type=float, default=1800.0)
     args = parser.parse_args(argv)
     for name in args.scenarios.split(","):
