@@ -437,10 +437,24 @@ def _key_anchors(keys: tuple[str, ...]) -> tuple[str, ...]:
 _FIELD_ANCHORS = _key_anchors(SECRET_KEYS)
 
 
+@lru_cache(maxsize=1)
+def _anchors() -> re.Pattern[str]:
+    """Every literal a built-in shape's search opens on (lower case), and the quotes of the entropy check."""
+    words = {n.lower() for r in _RULES for n in r.needs} | {a for d in _detectors() for a in d.anchors}
+    words |= {*_FIELD_ANCHORS, *_SECRET_SUFFIXES, *_KEYWORDS, '"', "'"}
+    return re.compile("|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)))
+
+
+def _may_hold(t: _Text) -> bool:
+    """False when no built-in shape can match: a short text holding none of their literals (each would find no
+    window; Twilio's keys open with AC or SK). Long texts are searched as they are."""
+    return len(t.text) > 4096 or "AC" in t.text or "SK" in t.text or _anchors().search(t.low) is not None
+
+
 def _spans(text: str, settings: "RedactionSettings") -> list[_Span]:
     t = _Text(text)
     spans: list[_Span] = []
-    if settings.builtin:
+    if settings.builtin and _may_hold(t):
         for rule in _RULES:
             spans.extend(_rule_spans(rule, t))
         spans.extend(_field_spans(t, _FIELD, _FIELD_ANCHORS))
@@ -500,6 +514,11 @@ def _custom(patterns: tuple[str, ...]) -> tuple[_Rule, ...]:
 @lru_cache(maxsize=64)
 def _secret_keys(extra: tuple[str, ...]) -> frozenset[str]:
     return frozenset(_norm(k) for k in (*SECRET_KEYS, *extra))
+
+
+@lru_cache(maxsize=8192)
+def _secret_key(key: str, keys: frozenset[str]) -> bool:
+    return _norm(key) in keys
 
 
 def _norm(key: str) -> str:
@@ -574,7 +593,7 @@ def redact_value(value: Any, settings: RedactionSettings | None = None, *, skip:
 
 def _walk(value: Any, settings: RedactionSettings, keys: frozenset[str], skip: frozenset[str], memo: Any) -> tuple[Any, int]:
     if isinstance(value, str):
-        if memo is None or len(value) < 16:
+        if memo is None or not value:
             return redact(value, settings)
         found = memo.get(value)
         if found is None:
@@ -595,7 +614,7 @@ def _walk(value: Any, settings: RedactionSettings, keys: frozenset[str], skip: f
             if k in skip:
                 out_d[k] = v
                 continue
-            if isinstance(k, str) and (_norm(k) in keys and isinstance(v, (str, int, float))
+            if isinstance(k, str) and (_secret_key(k, keys) and isinstance(v, (str, int, float))
                                        or settings.builtin and isinstance(v, str) and _secret_field(k)) and v != "" \
                     and not (isinstance(v, str) and v.startswith("[REDACTED")) and not isinstance(v, bool):
                 out_d[k] = MASK.format(kind=_norm(k))

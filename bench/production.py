@@ -150,8 +150,13 @@ def state(args: argparse.Namespace) -> str:
 
 
 # --------------------------------------------------------------------------- load
-async def _load_run(with_plugin: bool, sessions: int, delay: float, store: str) -> dict:
+async def _load_run(with_plugin: bool, sessions: int, delay: float, store: str, executor: str = "pack") -> dict:
     import resource
+
+    if executor == "default":  # builds on the loop's default executor instead of the one pack thread (issue 38)
+        from aether_context.adk import worker
+
+        worker.pack_worker = lambda: None
 
     agent = _agent(model_delay=delay)
     plugin = _plugin(store) if with_plugin else None
@@ -181,48 +186,91 @@ async def _load_run(with_plugin: bool, sessions: int, delay: float, store: str) 
             started[id(asyncio.current_task())] = time.perf_counter()
             await _turn(runner, f"u{i}", f"s{i}", f"Session {i} turn {t}: lookup twice the record R{i}-{t}.")
 
+    threads0 = _thread_cpu()
     await asyncio.gather(*(one(i) for i in range(sessions)))
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    wall = time.perf_counter() - t0
+    if plugin is not None:  # the store's background writes for these calls are their CPU too
+        await asyncio.to_thread(plugin.packer.store.flush)
+    drain, cpu = time.perf_counter() - t0 - wall, time.process_time() - cpu0
     xs = sorted(before)
+    threads = {k: round((v - threads0.get(k, 0)) / len(xs), 1) for k, v in _thread_cpu().items()}
     return {"sessions": sessions, "wall_s": round(wall, 2), "calls": len(xs), "calls_per_s": round(len(xs) / wall, 1),
             "before_p50_ms": round(xs[len(xs) // 2] * 1000, 1), "before_p99_ms": round(xs[int(0.99 * (len(xs) - 1))] * 1000, 1),
-            "cpu_per_call_ms": round(cpu / len(xs) * 1000, 1),
+            "cpu_per_call_ms": round(cpu / len(xs) * 1000, 1), "threads_ms": threads, "drain_s": round(drain, 2),
+            "store_inline": plugin.packer.store.stats().get("inline", 0) if plugin else 0,
             "rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+
+
+def _thread_cpu() -> dict[str, float]:
+    """CPU ms so far per group of this process's live threads (Linux /proc): the loop, the pack thread, the store
+    writer, the loop's default executor, the rest."""
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    groups = (("MainThread", "loop"), ("aether-pack", "pack"), ("aether-context-store", "store"),
+              ("asyncio", "executor"))
+    out: dict[str, float] = {}
+    tick = 1000 / os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        name = names.get(int(tid), "")
+        group = next((g for prefix, g in groups if name.startswith(prefix)), "other")
+        out[group] = out.get(group, 0.0) + (int(fields[11]) + int(fields[12])) * tick
+    return out
 
 
 def load(args: argparse.Namespace) -> str:
     lines = ["| sessions | wall without / with (s) | ratio | model calls per s without / with | before the model call "
-             "p50 / p99 with (ms) | CPU per call without / with (ms) |", "| --- | --- | --- | --- | --- | --- |"]
+             "p50 / p99 with (ms) | CPU per call without / with (ms) | with: loop / pack / store / executor / other (ms) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for n in [int(x) for x in args.sessions.split(",")]:
-        r = {mode: _child("load", mode, json.dumps({"sessions": n, "delay": args.delay}), timeout=args.timeout)
-             for mode in ("without", "with")}
+        r = {mode: _child("load", mode, json.dumps({"sessions": n, "delay": args.delay, "executor": args.executor}),
+                          timeout=args.timeout) for mode in ("without", "with")}
         w, wo = r["with"], r["without"]
         lines.append(f"| {n} | {wo['wall_s']} / {w['wall_s']} | {w['wall_s'] / wo['wall_s']:.2f}× | "
                      f"{wo['calls_per_s']} / {w['calls_per_s']} | {w['before_p50_ms']} / {w['before_p99_ms']} | "
-                     f"{wo['cpu_per_call_ms']} / {w['cpu_per_call_ms']} |")
+                     f"{wo['cpu_per_call_ms']} / {w['cpu_per_call_ms']} | "
+                     + " / ".join(str(w["threads_ms"].get(k, 0)) for k in ("loop", "pack", "store", "executor", "other"))
+                     + " |")
     return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- cold
 async def _cold_run(with_plugin: bool, store: str) -> dict:
     cpu0, t0 = time.process_time(), time.perf_counter()
-    runner = _runner(_agent(), _plugin(store) if with_plugin else None)
+    agent = _agent()
+    runner = _runner(agent, _plugin(store) if with_plugin else None)
     await runner.session_service.create_session(app_name=APP, user_id="u", session_id="s")
+    calls: list[float] = []
+    original = type(agent.model).generate_content_async
+
+    async def timed(self, llm_request, stream=False):
+        calls.append(time.perf_counter())
+        async for r in original(self, llm_request, stream):
+            yield r
+
+    type(agent.model).generate_content_async = timed
     built = time.perf_counter()
     await _turn(runner, "u", "s", "Hello, can you lookup record R1?")
     end = time.perf_counter()
-    return {"build_s": round(built - t0, 2), "first_turn_s": round(end - built, 2),
-            "cpu_s": round(time.process_time() - cpu0, 2)}
+    return {"build_s": round(built - t0, 2), "first_call_s": round(calls[0] - built, 2),
+            "first_turn_s": round(end - built, 2), "cpu_s": round(time.process_time() - cpu0, 2)}
 
 
 def cold(args: argparse.Namespace) -> str:
     r = {mode: _child("cold", mode, "{}", timeout=args.timeout) for mode in ("without", "with")}
     w, wo = r["with"], r["without"]
     return "\n".join([
-        "| | runner built (s) | first turn (s) | process CPU to the first answer (s) |", "| --- | --- | --- | --- |",
-        f"| without plugin | {wo['build_s']} | {wo['first_turn_s']} | {wo['cpu_s']} |",
-        f"| with plugin | {w['build_s']} | {w['first_turn_s']} | {w['cpu_s']} |",
-        f"", f"Added to the first turn: {w['first_turn_s'] - wo['first_turn_s']:.2f} s (target: at most 1 s)."])
+        "| | runner built (s) | to the first model call (s) | first turn (s) | process CPU to the first answer (s) |",
+        "| --- | --- | --- | --- | --- |",
+        f"| without plugin | {wo['build_s']} | {wo['first_call_s']} | {wo['first_turn_s']} | {wo['cpu_s']} |",
+        f"| with plugin | {w['build_s']} | {w['first_call_s']} | {w['first_turn_s']} | {w['cpu_s']} |",
+        f"", f"Added to the first call: {w['first_call_s'] - wo['first_call_s']:.2f} s, to the first turn: "
+        f"{w['first_turn_s'] - wo['first_turn_s']:.2f} s (target: at most 1 s)."])
 
 
 # --------------------------------------------------------------------------- children
@@ -250,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", default="10,100,1000", help="state: user turns at which the delta is read")
     parser.add_argument("--sessions", default="1,8,32,64", help="load: concurrent sessions")
     parser.add_argument("--delay", type=float, default=0.05, help="load: seconds the model takes")
+    parser.add_argument("--executor", default="pack", choices=("pack", "default"),
+                        help="load: where packs are built: the one pack thread, or the loop's default executor")
     parser.add_argument("--timeout", type=float, default=1800.0)
     args = parser.parse_args(argv)
     for name in args.scenarios.split(","):

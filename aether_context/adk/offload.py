@@ -159,7 +159,7 @@ def effective_threshold(settings: OffloadSettings, free_conversation_tokens: int
     return threshold
 
 
-async def _inline(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+async def run_inline(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     return fn(*args, **kwargs)
 
 
@@ -208,7 +208,7 @@ async def offload_tool_result(*, tool_name: str, args: dict, result: Any, ctx: T
                               settings: OffloadSettings, counter: TokenCounting,
                               free_conversation_tokens: int | None,
                               records: StateRecords, redaction: RedactionSettings | None = None,
-                              run: Callable[..., Awaitable[Any]] = _inline) -> dict | None:
+                              run: Callable[..., Awaitable[Any]] = run_inline) -> dict | None:
     """Save a tool result and, when it is large, return the compact replacement (else None).
 
     The compact form is the pack's own rendering of the result: its secrets are masked per

@@ -60,7 +60,7 @@ from .recovery import ReportedLimits
 from .event_times import EventTimes, session_now
 from .convert import apply_request, request_from_llm
 from .fail_open import fails_open
-from .offload import RECALL_TOOL_NAME, ArtifactGateway, make_recall_tool, offload_tool_result
+from .offload import RECALL_TOOL_NAME, ArtifactGateway, run_inline, make_recall_tool, offload_tool_result
 from .recovery import is_token_limit_error, recovery_pack
 from .session_state import (CALIBRATION_STATE_KEY, COMPACT_STATE_KEY, FAILURES_STATE_KEY, SAVED_STATE_KEY,
                             SUMMARY_STATE_KEY, URIS_STATE_KEY, StateRecords, StoredPack, carried_state, flag_next_call,
@@ -110,7 +110,6 @@ class ContextPacker:
         self.evidence_providers = tuple(evidence_providers)
         # Hybrid retrieval for Memory and Evidence; `embedder` replaces the profile's model (tests, no torch).
         self.retriever = Retriever(self.profile.retrieval, embedder=embedder) if embedder else default_retriever(self.profile)
-        self.retriever.warm_up()  # load the embedding model now, off the first model call's path
         # What was computed from unchanged history (conversions, turns, retrieval documents, fold
         # lines, values): a call then costs what is new since the previous one. The stages reach it
         # from the call's context (`pipeline.cache.memo_scope`), never through a parameter.
@@ -199,6 +198,9 @@ class ContextPacker:
                          pack.manifest.pack_id, exc_info=True)
         record = CallRecord(pack.manifest, uri, timings.to_json())
         self.recent.append(record)
+        # The embedding model loads in the background once the process's first request has gone out: its
+        # import would hold the interpreter lock against that call. Packs until it is loaded rank by BM25.
+        self.retriever.warm_up()
         return record
 
     async def _build(self, inputs: PackInputs, timings: StageTimes) -> ContextPack:
@@ -457,11 +459,13 @@ class ContextPacker:
         results as failures, citing the saved original. A result with invalid Unicode (a lone
         surrogate) is repaired first and the repaired one replaces it. Never raises."""
         own = tool.name == RECALL_TOOL_NAME
-        result, repaired = await self._off_loop(repair_unicode, result)
+        # a small result's CPU work costs the loop less than a trip to the pack thread and back
+        run = run_inline if _small(result) else self._off_loop
+        result, repaired = await run(repair_unicode, result)
         if repaired:
             flag_next_call(tool_context.state, tool_context.agent_name, f"unicode_repaired: {tool.name}: {repaired}",
                      self.profile.redaction)
-        failed, compacted = await self._off_loop(self._classify, tool.name, result, own)
+        failed, compacted = await run(self._classify, tool.name, result, own)
         sent = compacted or result  # what the session will hold unless offload compacts it further
         offloaded = None
         if self.profile.offload.enabled and not own:
@@ -475,9 +479,9 @@ class ContextPacker:
                     tool_name=tool.name, args=tool_args, result=sent, ctx=tool_context,
                     gateway=self.gateway, settings=self.profile.offload, counter=self.counter,
                     free_conversation_tokens=stored.free_conversation if declared else None,
-                    records=self.records, redaction=self.profile.redaction, run=self._off_loop)
+                    records=self.records, redaction=self.profile.redaction, run=run)
                 if offloaded is not None:
-                    await self._note_saving(tool_context, sent, offloaded)
+                    await self._note_saving(tool_context, sent, offloaded, run)
                     self._note_masked(tool_context, tool.name, offloaded["summary"])
             except Exception as e:  # fail open: the result goes on whole, with no URI; the next manifest says why
                 logger.error("aether-context: offloading the result of %s failed; keeping it inline", tool.name, exc_info=True)
@@ -513,9 +517,9 @@ class ContextPacker:
         if n:
             flag_next_call(ctx.state, ctx.agent_name, f"redacted_in_offload: {tool_name}: {n}", self.profile.redaction)
 
-    async def _note_saving(self, ctx: ToolContext, original: object, compact: object) -> None:
+    async def _note_saving(self, ctx: ToolContext, original: object, compact: object, run) -> None:
         """Remember what an offload saved, so manifests can say what ADK would have sent without us."""
-        saved, key = await self._off_loop(self._saving, original, compact)
+        saved, key = await run(self._saving, original, compact)
         if saved > 0:
             known = await self.records.get_or_empty(ctx.state, SAVED_STATE_KEY, {}, "offload savings")
             await self.records.set(ctx.state, SAVED_STATE_KEY, {**known, key: saved})
@@ -523,6 +527,25 @@ class ContextPacker:
     def _saving(self, original: object, compact: object) -> tuple[int, str]:
         saved = self.counter.count_text(render_payload(original)) - self.counter.count_text(render_payload(compact))
         return saved, response_digest(compact)
+
+
+SMALL_RESULT_CHARS = 8192  # a tool result this small is examined on the loop (well under 1 ms of work)
+
+
+def _small(value: object, budget: int = SMALL_RESULT_CHARS) -> bool:
+    """Whether `value` holds at most `budget` characters, counting each item as 8 (stops once over)."""
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        budget -= len(v) if isinstance(v, str) else 8
+        if isinstance(v, dict):
+            todo.extend(v.keys())
+            todo.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            todo.extend(v)
+        if budget < 0:
+            return False
+    return True
 
 
 def _cites_original(message: Message) -> bool:
