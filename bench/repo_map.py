@@ -12,6 +12,7 @@ to fetch). The task is the PR description alone (the first request, before any t
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import re
 import statistics
@@ -22,7 +23,16 @@ import time
 import zipfile
 from pathlib import Path
 
+from google.adk.agents import LlmAgent
+from google.adk.apps.app import App
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService
+from google.genai import types
+
+from aether_context import CodeContextProvider, ContextPackPlugin, load_profile
+from aether_context.adk import request_from_llm
 from aether_context.providers.code import CodeContextSettings, RepoIndex, repo_map
+from aether_context.testing import ScriptedLlm
 from aether_context.tokens import TokenCounter
 
 RUNS = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets" / "trajectories" / "mini-swe-agent"
@@ -92,11 +102,29 @@ def task_text(run: dict) -> str:
     return (m.group(1) if m else run["messages"][1]["content"]).replace("Consider the following PR description:", "")
 
 
+async def first_request(index: RepoIndex, task: str, window: int) -> str:
+    """The payload of the first request a coding agent sends with the provider, through a real Runner."""
+    provider = CodeContextProvider(index.root, index.settings)
+    provider._index = index  # the index built above: the provider would build the same one
+    llm = ScriptedLlm(turns=["done"])
+    plugin = ContextPackPlugin(store="memory://repo-map", window_tokens=window, profile=load_profile("coding_agent"),
+                               evidence_providers=[provider])
+    agent = LlmAgent(name="coder", model=llm, instruction="Fix the issue in the repository.")
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    async for _ in runner.run_async(user_id="u", session_id=session.id,
+                                    new_message=types.Content(role="user", parts=[types.Part(text=task)])):
+        pass
+    return request_from_llm(llm.requests[0]).messages[-1].text
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=Path, default=RUNS)
     ap.add_argument("--cache", type=Path, default=Path("/tmp/aether-repomap"))
     ap.add_argument("--budgets", type=int, nargs="+", default=[2000, 4000, 8000])
+    ap.add_argument("--file-caps", type=int, nargs="+", default=[128, 256, 512], help="file_max_tokens values")
+    ap.add_argument("--window", type=int, default=32_000, help="the Runner pass: window, with 8,000 / 256 map tokens")
     ap.add_argument("--json", type=Path, help="write the per-run rows here")
     args = ap.parse_args()
     count = TokenCounter().count_text
@@ -124,13 +152,16 @@ def main() -> None:
         ranked = index.ranked(row["named"], index.mentioned([task]))
         row["rank"] = [ranked.index(v) + 1 if v else None for v in in_tree.values()]
         for budget in args.budgets:
-            settings = CodeContextSettings(max_tokens=budget)
-            index.settings = settings
-            items = repo_map(index, [task], count_tokens=count)
-            paths = {i.path for i in items}
-            row[f"hit@{budget}"] = sum(v in paths for v in in_tree.values() if v)
-            row[f"tokens@{budget}"] = sum(i.tokens for i in items)
-            row[f"map_files@{budget}"] = len(items)
+            for cap in args.file_caps:
+                index.settings = CodeContextSettings(max_tokens=budget, file_max_tokens=cap)
+                items = repo_map(index, [task], count_tokens=count)
+                paths = {i.path for i in items}
+                row[f"{budget}/{cap}"] = {"hit": sum(v in paths for v in in_tree.values() if v),
+                                          "tokens": sum(i.tokens for i in items), "files": len(items)}
+        index.settings = CodeContextSettings(max_tokens=8000)
+        payload = asyncio.run(first_request(index, task, args.window))
+        row["in_request"] = sum(f"[code:{v}]" in payload for v in in_tree.values() if v)
+        row["code_items_in_request"] = payload.count("[code:")
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k not in ("diff",)}), flush=True)
     if args.json:
@@ -138,18 +169,25 @@ def main() -> None:
     diff_files = sum(len(r["diff"]) for r in rows)
     present = sum(r["diff_in_release"] for r in rows)
     ranks = [k for r in rows for k in r["rank"] if k]
-    print(f"\n{len(rows)} runs, {diff_files} diff files, {present} of them in the release's tree; "
+    print(f"\n{len(rows)} runs, {diff_files} diff files, {present} of them in the release's tree "
+          f"({sum(r['diff_in_release'] for r in rows if r['kind'] == 'wheel')} from wheels); "
           f"{sum(bool(r['named']) for r in rows)} tasks name a file; rank of a diff file in the whole ranking: "
           f"median {statistics.median(ranks)}, top-10 {sum(k <= 10 for k in ranks)}, of "
           f"{statistics.median(r['files'] for r in rows)} files (median)")
+    print("| max_tokens | file_max_tokens | diff files in the map | runs with every such file | map tokens, median (max) "
+          "| files in the map, median |\n| --- | --- | --- | --- | --- | --- |")
     for budget in args.budgets:
-        hits = sum(r[f"hit@{budget}"] for r in rows)
-        whole = sum(r[f"hit@{budget}"] == len(r["diff"]) for r in rows)
-        tokens = [r[f"tokens@{budget}"] for r in rows]
-        print(f"budget {budget}: diff files in the map {hits}/{diff_files} ({hits / diff_files:.0%}; "
-              f"{hits}/{present} of those in the tree); runs with every diff file {whole}/{len(rows)}; "
-              f"map tokens median {statistics.median(tokens):.0f}, max {max(tokens)}; files in the map median "
-              f"{statistics.median(r[f'map_files@{budget}'] for r in rows):.0f}")
+        for cap in args.file_caps:
+            got = [r[f"{budget}/{cap}"] for r in rows]
+            hits = sum(g["hit"] for g in got)
+            whole = sum(g["hit"] == r["diff_in_release"] for g, r in zip(got, rows))
+            tokens = [g["tokens"] for g in got]
+            print(f"| {budget:,} | {cap} | {hits}/{present} ({hits / present:.0%}) | {whole}/{len(rows)} | "
+                  f"{statistics.median(tokens):,.0f} ({max(tokens):,}) | {statistics.median(g['files'] for g in got):.0f} |")
+    reached = sum(r["in_request"] for r in rows)
+    print(f"\nThrough a Runner (coding_agent profile, {args.window:,}-token window, 8,000 / 256): diff files in the "
+          f"first request {reached}/{present} ({reached / present:.0%}); code items in it, median "
+          f"{statistics.median(r['code_items_in_request'] for r in rows):.0f}")
 
 
 if __name__ == "__main__":

@@ -108,7 +108,7 @@ def test_budget_and_named_share(tmp_path):
 
 def test_pagerank_ranks_the_hub_up_and_the_task_ranks_its_symbols_up(tmp_path):
     root = write(tmp_path, {
-        "core.py": "def hub(): pass\n", "zz_leaf.py": "def leaf_only(): pass\n",
+        "core.py": "def hub(): pass\n", "zz_leaf.py": "def leaf_only(): pass\n", "pastebin.py": "def paste(): pass\n",
         **{f"a{i}.py": "from core import hub\n" for i in range(5)},
     })
     index = RepoIndex(root)
@@ -116,6 +116,7 @@ def test_pagerank_ranks_the_hub_up_and_the_task_ranks_its_symbols_up(tmp_path):
     assert ranked[0] == "core.py" and ranked.index("core.py") < ranked.index("zz_leaf.py")
     asked = index.ranked([], index.mentioned(["leaf_only() returns None"]))
     assert asked[0] == "zz_leaf.py"
+    assert index.ranked([], index.mentioned(["The --pastebin option fails"]))[0] == "pastebin.py"  # by its name
     assert index.ranked(["a3.py"], ())[:2] == ["a3.py", "core.py"]
 
 

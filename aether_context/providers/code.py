@@ -65,6 +65,7 @@ _QUERIES["typescript"] = (_JS_DEFS + """
 _QUERIES["tsx"] = _QUERIES["typescript"]
 _LANGUAGE_OF = {".py": "python", ".pyi": "python", ".ts": "typescript", ".tsx": "tsx",
                 **{e: "javascript" for e in (".js", ".jsx", ".mjs", ".cjs")}}
+_SYMBOL_WEIGHT, _STEM_WEIGHT = 0.5, 0.5  # a mentioned symbol's or file name's pull, against 1 for a named file
 _CONTAINERS = {"class_definition", "class_declaration", "abstract_class_declaration", "interface_declaration"}
 
 
@@ -91,6 +92,7 @@ class CodeContextSettings(BaseModel):
 
     max_tokens: int = Field(8000, ge=1, description="Total tokens over all items: the named files, then the map.")
     named_share: float = Field(0.5, gt=0, le=1, description="The named files' share of max_tokens, given first.")
+    file_max_tokens: int = Field(256, ge=8, description="One map file's outline: more files, or more of each.")
     max_files: int = Field(50_000, ge=1, description="Discovery stops after this many source files.")
     max_file_bytes: int = Field(512_000, ge=1, description="Larger files are not read at all (generated code, data).")
 
@@ -218,6 +220,11 @@ class RepoIndex:
         for rel in self.files:
             for name in dict.fromkeys(s[2] for s in self.symbols[rel] if s[2]):
                 self.defined.setdefault(name, []).append(rel)
+        self.stems: dict[str, list[str]] = {}  # a file's name, lower case, without suffix (__init__: its package's)
+        for rel in self.files:
+            stem = posixpath.splitext(posixpath.basename(rel))[0]
+            stem = posixpath.basename(posixpath.dirname(rel)) if stem == "__init__" else stem
+            self.stems.setdefault(stem.lower().strip("_"), []).append(rel)
         self.graph = nx.DiGraph()
         self.graph.add_nodes_from(self.files)
         self.graph.add_edges_from((rel, t) for rel in self.files for t in self.imports[rel])
@@ -287,18 +294,21 @@ class RepoIndex:
         return tuple(found)
 
     def mentioned(self, texts: Iterable[str]) -> tuple[str, ...]:
-        """The symbol names `texts` mention, sorted."""
-        return tuple(sorted({w for t in texts for w in _IDENT.findall(t or "") if w in self.defined}))
+        """The symbol names and the file names (lower case, also a part of a snake_case word) `texts` mention."""
+        words = {w for t in texts for w in _IDENT.findall(t or "")}
+        lower = {p for w in words for p in (w.lower(), *w.lower().split("_"))}
+        return tuple(sorted({w for w in words if w in self.defined} | {w for w in lower if w in self.stems}))
 
     def ranked(self, named: Sequence[str], idents: Sequence[str]) -> list[str]:
-        """Every file, best first: the named files, then by PageRank personalised towards the named files and
-        the files defining the mentioned symbols, then by plain PageRank, then by path."""
+        """Every file, best first: the named files, then by PageRank personalised towards the named files, the
+        files defining the mentioned symbols and the files mentioned by name, then by plain PageRank, then by path."""
         import networkx as nx
 
         weights: dict[str, float] = dict.fromkeys(named, 1.0)
-        for name in idents:
-            for rel in self.defined[name]:
-                weights[rel] = weights.get(rel, 0.0) + 0.5 / len(self.defined[name])
+        for term in idents:
+            for files, share in ((self.defined.get(term, ()), _SYMBOL_WEIGHT), (self.stems.get(term, ()), _STEM_WEIGHT)):
+                for rel in files:
+                    weights[rel] = weights.get(rel, 0.0) + share / len(files)
         task = nx.pagerank(self.graph, personalization=weights) if weights else self.hub
         rest = sorted((f for f in self.files if f not in named),
                       key=lambda f: (-round(task[f], 12), -round(self.hub[f], 12), f))
@@ -311,7 +321,7 @@ class RepoIndex:
 def repo_map(index: RepoIndex, task_texts: Sequence[str], *, recent_texts: Sequence[str] = (),
              count_tokens: CountTokens = approx_tokens) -> tuple[CodeContextItem, ...]:
     """The named files (in `task_texts`, then `recent_texts`) within their share, then the ranked map of
-    the rest within what is left of `max_tokens`; one file's outline takes at most an eighth of the map."""
+    the rest within what is left of `max_tokens`, each file's outline within `file_max_tokens`."""
     s = index.settings
     named = index.named_files([*task_texts, *recent_texts])
     items: list[CodeContextItem] = []
@@ -340,11 +350,11 @@ def repo_map(index: RepoIndex, task_texts: Sequence[str], *, recent_texts: Seque
             items.append(CodeContextItem(rel, count_tokens(full), full, "named"))
         else:
             fit(rel, "named", f"{rel} (named in the task; classes and functions only):", index.outline(rel), left)
-    map_room, given = s.max_tokens - used(), {i.path for i in items}
+    given = {i.path for i in items}
     for rank, rel in enumerate(index.ranked(named, index.mentioned(task_texts)), 1):
         left = s.max_tokens - used()
         if left < 8:
             break
         if rel not in given:
-            fit(rel, "map", f"{rel} (repo map #{rank}):", index.outline(rel), min(left, max(8, map_room // 8)))
+            fit(rel, "map", f"{rel} (repo map #{rank}):", index.outline(rel), min(left, s.file_max_tokens))
     return tuple(items)
