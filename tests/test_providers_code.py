@@ -69,12 +69,12 @@ def test_gitignored_files_are_not_in_the_map(tmp_path):
         ".gitignore": "build/\n*.gen.py\n", "app.py": "import lib\n", "lib.py": "def f(): pass\n",
         "build/out.py": "def built(): pass\n", "schema.gen.py": "def gen(): pass\n",
         "web/.gitignore": "dist\n", "web/dist/bundle.js": "function b() {}\n", "web/main.js": "function m() {}\n",
-        ".git/hooks/x.py": "def hook(): pass\n",
+        ".git/hooks/x.py": "def hook(): pass\n", ".github/ci.py": "def ci(): pass\n",
     })
     index = RepoIndex(root)
-    assert index.files == ("app.py", "lib.py", "web/main.js")
+    assert index.files == (".github/ci.py", "app.py", "lib.py", "web/main.js")
     items = repo_map(index, ["Fix build/out.py and schema.gen.py"], count_tokens=COUNT)
-    assert [i.path for i in items] == ["lib.py", "app.py", "web/main.js"]  # the ignored files are not named
+    assert [i.path for i in items] == ["lib.py", ".github/ci.py", "app.py", "web/main.js"]  # none ignored is named
 
 
 def test_symlink_leaving_the_root_is_skipped(tmp_path):

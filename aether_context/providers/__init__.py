@@ -10,6 +10,7 @@ Usage::
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable, Sequence, Union
@@ -19,6 +20,8 @@ from ..pipeline.collect import EvidenceItem, TaskSpec
 from ..tokens import TokenCounter, TokenCounting
 
 __all__ = ["EvidenceRequest", "EvidenceProvider", "CodeContextProvider"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,11 @@ class CodeContextProvider:
         self._cache: dict[tuple, list[EvidenceItem]] = {}
 
     def __call__(self, request: EvidenceRequest) -> list[EvidenceItem]:
-        index = self._index = self._index or RepoIndex(self.root, self.settings)
+        try:
+            index = self._index = self._index or RepoIndex(self.root, self.settings)
+        except OSError as e:
+            logger.warning("CodeContextProvider: cannot index %s (%s); no code evidence", self.root, e)
+            return []
         task = [t for t in (request.task.goal, request.task.step, request.user_request) if t]
         key = (index.named_files([*task, *request.recent_texts]), index.mentioned(task))
         if key not in self._cache:

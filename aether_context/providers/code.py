@@ -134,7 +134,8 @@ def discover(root: Path, max_files: int) -> list[str]:
                    for d, spec in specs if not d or rel.startswith(d + "/"))
 
     for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath).relative_to(root).as_posix().lstrip(".")
+        here = Path(dirpath).relative_to(root).as_posix()
+        here = "" if here == "." else here
         if ".gitignore" in filenames:
             lines = (Path(dirpath) / ".gitignore").read_text(errors="replace").splitlines()
             specs.append((here, pathspec.GitIgnoreSpec.from_lines(lines)))
@@ -211,8 +212,11 @@ class RepoIndex:
         self.symbols: dict[str, tuple[tuple[int, str, str], ...]] = {}
         self.imports: dict[str, tuple[str, ...]] = {}
         for rel in self.files:
-            source = self._bytes(rel)
-            parsed = _parse(parsers, _LANGUAGE_OF[posixpath.splitext(rel)[1]], source) if source else _Parsed((), ())
+            source, parsed = self._bytes(rel), _Parsed((), ())
+            try:
+                parsed = _parse(parsers, _LANGUAGE_OF[posixpath.splitext(rel)[1]], source) if source else parsed
+            except Exception:  # a tree shape the queries did not expect: the file is listed without symbols
+                logger.warning("repo map: cannot parse %s", rel, exc_info=True)
             self.symbols[rel] = parsed.symbols
             resolve = self._python_targets if rel.endswith((".py", ".pyi")) else self._js_targets
             self.imports[rel] = tuple(dict.fromkeys(t for t in resolve(rel, parsed.refs) if t != rel))
