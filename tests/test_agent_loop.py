@@ -169,23 +169,29 @@ async def test_a_failure_inside_an_offloaded_result_is_shown_with_its_cause_and_
 FIXTURE_REPO = __import__("pathlib").Path(__file__).parent / "fixtures" / "coderepo"
 
 
-async def test_code_context_provider_offers_imported_files_within_limits():
+async def test_the_repo_map_reaches_the_request_as_evidence(tmp_path):
     from aether_context import CodeContextProvider
     from aether_context.providers.code import CodeContextSettings
 
-    provider = CodeContextProvider(FIXTURE_REPO, CodeContextSettings(max_depth=1, max_files=3, max_tokens=2000))
+    (tmp_path / ".gitignore").write_text("vendor/\n")
+    for rel in ("shop/main.py", "shop/models.py", "web/src/api/client.ts", "vendor/lib.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text((FIXTURE_REPO / rel).read_text() if (FIXTURE_REPO / rel).exists() else "X = 1\n")
+    provider = CodeContextProvider(tmp_path, CodeContextSettings(max_tokens=1500))
     llm = ScriptedLlm(turns=["looked"])
     agent = LlmAgent(name="coder", model=llm, instruction="Code.")
     plugin = ContextPackPlugin(store="memory://code-ctx", window_tokens=32_000, evidence_providers=[provider])
     runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService())
     session = await runner.session_service.create_session(app_name="app", user_id="u")
     async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=types.Content(
-            role="user", parts=[types.Part(text="Why does shop/main.py crash on checkout?")])):
+            role="user", parts=[types.Part(text="Why does shop/main.py crash when getUser fails?")])):
         pass
     payload = request_from_llm(llm.requests[0]).messages[-1].text
-    assert "[code:shop/main.py] shop/main.py (seed" in payload
+    assert "[code:shop/main.py] shop/main.py (named in the task):" in payload
+    assert "web/src/api/client.ts (repo map #" in payload and "async function getUser(id: number)" in payload
+    assert "vendor/lib.py" not in payload
     code_items = [s for s in plugin.packer.recent[0].manifest.selected["evidence"] if s["id"].startswith("code:")]
-    assert 1 < len(code_items) <= 3  # the seed plus what it imports, within max_files
+    assert {i["id"] for i in code_items} == {"code:shop/main.py", "code:shop/models.py", "code:web/src/api/client.ts"}
     assert all(item["source"] == "code" for item in code_items)
 
 

@@ -1,159 +1,140 @@
-"""Code context: breadth-first import following inside a repository, within limits."""
+"""The repo map: discovery with .gitignore, tree-sitter imports and symbols, PageRank, the budget."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import fsspec
 import pytest
 
-from aether_context.providers.code import (
-    CodeContextSettings, approx_tokens, collect_code_context, find_seed_files, import_targets, summarize_source,
-)
+from aether_context.providers.code import CodeContextSettings, RepoIndex, approx_tokens, repo_map
 from aether_context.tokens import TokenCounter
 
 ROOT = Path(__file__).parent / "fixtures" / "coderepo"
+COUNT = TokenCounter().count_text
 
 
-def paths(items):
-    return [(i.path, i.depth) for i in items]
-
-
-def test_python_breadth_first_in_import_order():
-    items = collect_code_context(["shop/main.py"], ROOT)
-    assert paths(items) == [("shop/main.py", 0), ("shop/models.py", 1), ("shop/service.py", 1),
-                            ("shop/util/helpers.py", 1)]
-    assert items[0].reason == "seed" and items[1].reason == "imported by shop/main.py"
-    assert all(not i.summarized and i.tokens == approx_tokens(i.text) for i in items)
-    assert items[0].text == (ROOT / "shop/main.py").read_text()
-
-
-def test_cycle_is_visited_once():
-    items = collect_code_context(["shop/models.py"], ROOT, settings=CodeContextSettings(max_depth=10))
-    assert paths(items) == [("shop/models.py", 0), ("shop/service.py", 1)]
+def write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
 
 
 def test_python_import_forms():
-    source = (ROOT / "shop/main.py").read_text()
-    # `from shop import models` (submodule), `from .service import ...`, `from shop.util.helpers import ...`;
-    # json/os are stdlib and are skipped.
-    assert import_targets("shop/main.py", source, ROOT) == ["shop/models.py", "shop/service.py",
-                                                             "shop/util/helpers.py"]
-    assert import_targets("shop/util/__init__.py", "from .helpers import slugify\n", ROOT) == ["shop/util/helpers.py"]
-    assert import_targets("shop/main.py", "import shop.util\nfrom shop import *\n", ROOT) == [
-        "shop/util/__init__.py", "shop/__init__.py"]
-    assert import_targets("shop/service.py", "import requests\nfrom . import models\n", ROOT) == ["shop/models.py"]
+    index = RepoIndex(ROOT)
+    # `from shop import models` (a submodule), `from .service import ...`, `from shop.util.helpers import ...`;
+    # json and os are stdlib and skipped
+    assert index.imports["shop/main.py"] == ("shop/models.py", "shop/service.py", "shop/util/helpers.py")
+    assert index.imports["shop/util/__init__.py"] == ("shop/util/helpers.py",)
+    assert index.imports["shop/service.py"] == ("shop/models.py",)
 
 
-def test_broken_python_falls_back_to_regex():
-    broken = "from .service import run_service\nimport shop.models\ndef oops(:\n"
-    assert import_targets("shop/main.py", broken, ROOT) == ["shop/service.py", "shop/models.py"]
+def test_typescript_and_javascript_imports():
+    index = RepoIndex(ROOT)
+    # './ui' is a directory index, `import type`, './api/client.js' names client.ts, require('./legacy')
+    assert index.imports["web/src/index.ts"] == ("web/src/ui/index.tsx", "web/src/types.ts", "web/src/api/client.ts",
+                                                 "web/src/legacy.js")
+    # a commented-out import, a package and a path outside the root are no edges
+    assert index.imports["web/src/legacy.js"] == ()
 
 
-def test_typescript_resolution_and_order():
-    items = collect_code_context(["web/src/index.ts"], ROOT, settings=CodeContextSettings(max_depth=3))
-    assert paths(items) == [
-        ("web/src/index.ts", 0),
-        ("web/src/ui/index.tsx", 1),  # './ui' -> directory index
-        ("web/src/types.ts", 1),  # import type ... from "./types"
-        ("web/src/api/client.ts", 1),  # export * from './api/client.js' -> .ts
-        ("web/src/legacy.js", 1),  # require('./legacy')
-        ("web/src/ui/Button.jsx", 2),  # './Button' -> .jsx
-    ]
+def test_js_and_ts_symbols_with_signatures(tmp_path):
+    index = RepoIndex(write(tmp_path, {
+        "src/cart.ts": "export interface Line { sku: string }\nexport type Id = string;\n"
+                       "export abstract class Cart<T> extends Base {\n  add(line: Line): void { }\n"
+                       "  abstract total(): number;\n}\nexport const price = (line: Line): number => {\n"
+                       "  const inner = () => 1;\n  return inner();\n};\n",
+        "src/view.jsx": "export default class View extends Component {\n  render() { return <div/>; }\n}\n"
+                        "function helper(a, b = 2) { function local() {} }\n",
+    }))
+    assert index.outline("src/cart.ts") == ["interface Line", "type Id = string", "abstract class Cart<T> extends Base",
+                                            "  add(line: Line): void", "  abstract total(): number",
+                                            "price = (line: Line): number =>"]
+    assert index.outline("src/view.jsx") == ["class View extends Component", "  render()", "function helper(a, b = 2)"]
 
 
-def test_js_skips_packages_comments_and_paths_outside_root():
-    legacy = (ROOT / "web/src/legacy.js").read_text()
-    assert import_targets("web/src/legacy.js", legacy, ROOT) == []
-    assert import_targets("web/src/index.ts", "import React from 'react';\n// import x from './types'\n",
-                          ROOT) == []
+def test_python_symbols_and_a_broken_file(tmp_path):
+    index = RepoIndex(write(tmp_path, {
+        "pkg/mod.py": "class A(Base):\n    @property\n    async def f(self, x: int = 1) -> str:\n"
+                      "        def local(): pass\n\ndef g(\n    a,\n    b,\n):\n    pass\n",
+        "pkg/broken.py": "from .mod import A\ndef oops(:\n\ndef fine(x):\n    return x\n",
+    }))
+    assert index.outline("pkg/mod.py") == ["class A(Base)", "  async def f(self, x: int = 1) -> str", "def g( a, b, )"]
+    assert index.imports["pkg/broken.py"] == ("pkg/mod.py",)
+    assert "def fine(x)" in index.outline("pkg/broken.py")
 
 
-def test_depth_limit():
-    items = collect_code_context(["web/src/index.ts"], ROOT, settings=CodeContextSettings(max_depth=1))
-    assert "web/src/ui/Button.jsx" not in [i.path for i in items]
-    only = collect_code_context(["web/src/index.ts"], ROOT, settings=CodeContextSettings(max_depth=0))
-    assert paths(only) == [("web/src/index.ts", 0)]
+def test_gitignored_files_are_not_in_the_map(tmp_path):
+    root = write(tmp_path, {
+        ".gitignore": "build/\n*.gen.py\n", "app.py": "import lib\n", "lib.py": "def f(): pass\n",
+        "build/out.py": "def built(): pass\n", "schema.gen.py": "def gen(): pass\n",
+        "web/.gitignore": "dist\n", "web/dist/bundle.js": "function b() {}\n", "web/main.js": "function m() {}\n",
+        ".git/hooks/x.py": "def hook(): pass\n", ".github/ci.py": "def ci(): pass\n",
+    })
+    index = RepoIndex(root)
+    assert index.files == (".github/ci.py", "app.py", "lib.py", "web/main.js")
+    items = repo_map(index, ["Fix build/out.py and schema.gen.py"], count_tokens=COUNT)
+    assert [i.path for i in items] == ["lib.py", ".github/ci.py", "app.py", "web/main.js"]  # none ignored is named
 
 
-def test_file_limit():
-    items = collect_code_context(["web/src/index.ts"], ROOT, settings=CodeContextSettings(max_files=3))
-    assert paths(items) == [("web/src/index.ts", 0), ("web/src/ui/index.tsx", 1), ("web/src/types.ts", 1)]
-
-
-def test_token_limit_summarizes_then_skips():
-    counter = TokenCounter()
-    full = collect_code_context(["shop/main.py"], ROOT, count_tokens=counter.count_text)
-    service_summary = summarize_source("shop/service.py", (ROOT / "shop/service.py").read_text())
-    cap = full[0].tokens + full[1].tokens + counter.count_text(service_summary) + 1
-    items = collect_code_context(["shop/main.py"], ROOT, count_tokens=counter.count_text,
-                                 settings=CodeContextSettings(max_tokens=cap))
-    assert sum(i.tokens for i in items) <= cap
-    assert [i.path for i in items][:2] == ["shop/main.py", "shop/models.py"]
-    assert all(i.tokens == counter.count_text(i.text) for i in items)
-    assert [(i.path, i.summarized) for i in items] == [("shop/main.py", False), ("shop/models.py", False),
-                                                        ("shop/service.py", True)]  # helpers.py fits in no form
-    assert items[2].text == service_summary
-    strict = collect_code_context(["shop/main.py"], ROOT, count_tokens=counter.count_text,
-                                  settings=CodeContextSettings(max_tokens=cap, summarize=False))
-    assert not any(i.summarized for i in strict) and sum(i.tokens for i in strict) <= cap
-
-
-def test_priority_files_come_first():
-    items = collect_code_context(["shop/main.py"], ROOT, priority=["shop/util/helpers.py"])
-    assert paths(items)[:2] == [("shop/util/helpers.py", 0), ("shop/main.py", 0)]
-    assert items[0].reason == "priority"
-    assert [i.path for i in items].count("shop/util/helpers.py") == 1
-
-
-def test_missing_and_escaping_seeds_are_skipped(tmp_path):
-    root = tmp_path / "repo"
-    root.mkdir()
+def test_symlink_leaving_the_root_is_skipped(tmp_path):
     (tmp_path / "secret.py").write_text("TOKEN = 'x'\n")
-    (root / "a.py").write_text("from . import b\n")
+    root = write(tmp_path / "repo", {"a.py": "from . import b\n"})
     (root / "link.py").symlink_to(tmp_path / "secret.py")
-    items = collect_code_context(["missing.py", "../secret.py", str(tmp_path / "secret.py"), "link.py", "a.py"], root)
-    assert paths(items) == [("a.py", 0)]
+    assert RepoIndex(root).files == ("a.py",)
 
 
-def test_src_layout(tmp_path):
-    (tmp_path / "src/pkg").mkdir(parents=True)
-    (tmp_path / "src/pkg/__init__.py").write_text("")
-    (tmp_path / "src/pkg/core.py").write_text("X = 1\n")
-    (tmp_path / "app.py").write_text("import pkg.core\n")
-    assert paths(collect_code_context(["app.py"], tmp_path)) == [("app.py", 0), ("src/pkg/core.py", 1)]
+def test_the_named_file_comes_first_in_full():
+    items = repo_map(RepoIndex(ROOT), ["Why does /testbed/shop/service.py crash?"], count_tokens=COUNT)
+    assert items[0].path == "shop/service.py" and items[0].reason == "named" and not items[0].outline
+    assert items[0].text == "shop/service.py (named in the task):\n" + (ROOT / "shop/service.py").read_text()
+    assert all(i.reason == "map" and i.outline for i in items[1:])
+    assert items[1].path == "shop/models.py"  # what the named file imports ranks next
+    assert len({i.path for i in items}) == len(items) == 12
 
 
-def test_find_seed_files():
-    texts = ["Fix /testbed/shop/models.py: the Order class. See `web/src/types.ts`.",
-             "FAILED tests/test_x.py::test_a and ./shop/main.py:12; also shop/models.py again and nothere.py"]
-    assert find_seed_files(texts, ROOT) == ("shop/models.py", "web/src/types.ts", "shop/main.py")
+def test_budget_and_named_share(tmp_path):
+    big = "".join(f"def f{i}(a, b):\n    return a + b + {i}\n\n" for i in range(200))
+    root = write(tmp_path, {"big.py": big, **{f"m{i}.py": f"import big\ndef g{i}(x): pass\n" for i in range(40)}})
+    settings = CodeContextSettings(max_tokens=600, named_share=0.5)
+    items = repo_map(RepoIndex(root, settings), ["Speed up big.py"], count_tokens=COUNT)
+    assert items[0].path == "big.py" and items[0].outline and items[0].tokens <= 300  # too big in full
+    assert items[0].text.endswith("\n  …") and "def f0(a, b)" in items[0].text
+    assert sum(i.tokens for i in items) <= 600 and all(i.tokens == COUNT(i.text) for i in items)
+    assert 5 < len(items) < 41  # the map stops when the budget is spent
+    approx = repo_map(RepoIndex(root, settings), ["Speed up big.py"])
+    assert sum(i.tokens for i in approx) <= 600 and all(i.tokens == approx_tokens(i.text) for i in approx)
 
 
-def test_fsspec_memory_filesystem():
-    fs = fsspec.filesystem("memory")
-    fs.pipe({"/mem/repo/main.py": b"from lib import util\n", "/mem/repo/lib/__init__.py": b"",
-             "/mem/repo/lib/util.py": b"def f():\n    return 1\n"})
-    items = collect_code_context(["main.py"], "/mem/repo", fs=fs)
-    assert paths(items) == [("main.py", 0), ("lib/util.py", 1)]
-    assert items[1].text == "def f():\n    return 1\n"
-    assert find_seed_files(["edit /other/checkout/lib/util.py"], "/mem/repo", fs=fs) == ("lib/util.py",)
+def test_pagerank_ranks_the_hub_up_and_the_task_ranks_its_symbols_up(tmp_path):
+    root = write(tmp_path, {
+        "core.py": "def hub(): pass\n", "zz_leaf.py": "def leaf_only(): pass\n", "pastebin.py": "def paste(): pass\n",
+        **{f"a{i}.py": "from core import hub\n" for i in range(5)},
+    })
+    index = RepoIndex(root)
+    ranked = index.ranked([], index.mentioned(["Improve the docs"]))
+    assert ranked[0] == "core.py" and ranked.index("core.py") < ranked.index("zz_leaf.py")
+    asked = index.ranked([], index.mentioned(["leaf_only() returns None"]))
+    assert asked[0] == "zz_leaf.py"
+    assert index.ranked([], index.mentioned(["The --pastebin option fails"]))[0] == "pastebin.py"  # by its name
+    assert index.ranked(["a3.py"], ())[:2] == ["a3.py", "core.py"]
+
+
+def test_src_layout_and_named_files(tmp_path):
+    index = RepoIndex(write(tmp_path, {"src/pkg/__init__.py": "", "src/pkg/core.py": "X = 1\n", "app.py": "import pkg.core\n"}))
+    assert index.imports["app.py"] == ("src/pkg/core.py",)
+    texts = ["Fix /testbed/src/pkg/core.py, see `app.py`.", "FAILED app.py::test_a and ./src/pkg/core.py:12; nothere.py"]
+    assert index.named_files(texts) == ("src/pkg/core.py", "app.py")
 
 
 def test_deterministic():
-    a = collect_code_context(["web/src/index.ts", "shop/main.py"], ROOT)
-    b = collect_code_context(["web/src/index.ts", "shop/main.py"], ROOT)
-    assert a == b
-
-
-def test_summarize_source_keeps_signatures():
-    text = (ROOT / "shop/service.py").read_text()
-    summary = summarize_source("shop/service.py", text)
-    assert "class Service:" in summary and "def run_service(" in summary and "return" not in summary
+    a = repo_map(RepoIndex(ROOT), ["web/src/index.ts and shop/main.py: render Order"], count_tokens=COUNT)
+    b = repo_map(RepoIndex(ROOT), ["web/src/index.ts and shop/main.py: render Order"], count_tokens=COUNT)
+    assert a == b and [i.path for i in a][:2] == ["web/src/index.ts", "shop/main.py"]
 
 
 def test_settings_validate():
     with pytest.raises(ValueError):
-        CodeContextSettings(max_files=0)
+        CodeContextSettings(named_share=0)
     with pytest.raises(ValueError):
         CodeContextSettings(max_dept=2)

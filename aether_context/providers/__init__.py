@@ -10,15 +10,18 @@ Usage::
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable, Sequence, Union
 
-from .code import CodeContextSettings, collect_code_context, find_seed_files
+from .code import CodeContextSettings, RepoIndex, repo_map, require_code_extra
 from ..pipeline.collect import EvidenceItem, TaskSpec
 from ..tokens import TokenCounter, TokenCounting
 
 __all__ = ["EvidenceRequest", "EvidenceProvider", "CodeContextProvider"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -34,31 +37,33 @@ EvidenceProvider = Callable[[EvidenceRequest], Union[Sequence[EvidenceItem], Awa
 
 
 class CodeContextProvider:
-    """Files a coding agent is working on, and what they import (Python, JS/TS), breadth-first.
-
-    Seeds are the files named in the task, the user request or the recent turns; imports are
-    followed within the settings' depth, file-count and token limits. Results are memoised by
-    their seeds, so a long tool loop does not re-read the repository on every call.
+    """A ranked map of a repository for coding agents (`providers.code`): the files the task, the request or
+    the recent turns name come first, in full or as an outline, within the settings' `named_share`; then
+    the files and symbols PageRank over the import graph ranks best for the task. The index is built on the
+    first call and kept; results are memoised by the named files and the symbols the task mentions.
     """
 
     def __init__(self, root: "str | Path", settings: CodeContextSettings | None = None,
                  counter: TokenCounting | None = None):
+        require_code_extra()
         self.root = Path(root)
         self.settings = settings or CodeContextSettings()
         self.counter = counter or TokenCounter()
-        self._cache: dict[tuple[str, ...], list[EvidenceItem]] = {}
+        self._index: RepoIndex | None = None
+        self._cache: dict[tuple, list[EvidenceItem]] = {}
 
     def __call__(self, request: EvidenceRequest) -> list[EvidenceItem]:
-        texts = [request.task.goal, request.task.step, request.user_request, *request.recent_texts]
-        seeds = find_seed_files([t for t in texts if t], self.root)
-        if not seeds:
+        try:
+            index = self._index = self._index or RepoIndex(self.root, self.settings)
+        except OSError as e:
+            logger.warning("CodeContextProvider: cannot index %s (%s); no code evidence", self.root, e)
             return []
-        if seeds not in self._cache:
-            items = collect_code_context(seeds, self.root, settings=self.settings, count_tokens=self.counter.count_text)
-            self._cache[seeds] = [
-                EvidenceItem(id=f"code:{it.path}", summary=f"{it.path} ({it.reason}{', signatures only' if it.summarized else ''}):\n{it.text}",
-                             uri=(self.root / it.path).resolve().as_uri(), source="code")
-                for it in items]
+        task = [t for t in (request.task.goal, request.task.step, request.user_request) if t]
+        key = (index.named_files([*task, *request.recent_texts]), index.mentioned(task))
+        if key not in self._cache:
+            items = repo_map(index, task, recent_texts=request.recent_texts, count_tokens=self.counter.count_text)
+            self._cache[key] = [EvidenceItem(id=f"code:{it.path}", summary=it.text, source="code",
+                                             uri=(index.root / it.path).as_uri()) for it in items]
             if len(self._cache) > 64:
                 self._cache.pop(next(iter(self._cache)))
-        return self._cache[seeds]
+        return self._cache[key]

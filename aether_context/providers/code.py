@@ -1,43 +1,72 @@
-"""Code context for coding agents: the files a task names, and what they import, within a budget.
+"""Code context for coding agents: the files the task names, then a ranked map of the repository.
 
-Why: a coding agent that is about to edit `shop/main.py` does better when it also sees the modules that
-file imports, but a whole repository never fits. Starting from seed files (named in the task or recent
-turns) and priority files, imports are followed breadth-first — nearest first — inside the repository
-only, until a depth, file-count or token limit is reached. Files too large for what is left are given as
-a signatures-only summary. Same repository and inputs → same items in the same order.
+Why: an agent about to edit `shop/main.py` does better when it also sees what the repository holds around
+it, but a whole repository never fits. Files are discovered with every .gitignore honoured (pathspec),
+parsed with tree-sitter (Python, JavaScript, TypeScript) for their imports and symbols (classes and
+functions with their signatures), and ranked by PageRank over the import graph, personalised towards the
+files the task names and the symbols it mentions. The named files take the first share of the budget (in
+full, or as their outline); the map fills the rest, one outline per file, best first. Same tree and inputs
+→ same items in the same order (ties broken by path). Needs the `code` extra.
 
 Usage::
 
-    seeds = find_seed_files([task_text, *recent_texts], root)
-    items = collect_code_context(seeds, root, count_tokens=counter.count_text,
-                                 settings=CodeContextSettings(max_depth=2, max_files=8, max_tokens=6000))
+    index = RepoIndex("/path/to/repo")
+    items = repo_map(index, [task_text], count_tokens=counter.count_text)
 """
 
 from __future__ import annotations
 
-import ast
 import logging
+import os
 import posixpath
 import re
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = [
-    "CodeContextItem", "CodeContextSettings", "approx_tokens", "collect_code_context", "find_seed_files",
-    "import_targets", "summarize_source",
-]
+__all__ = ["CodeContextItem", "CodeContextSettings", "RepoIndex", "approx_tokens", "repo_map"]
 
 logger = logging.getLogger(__name__)
 
 CountTokens = Callable[[str], int]
-PY_EXTS = (".py", ".pyi")
 JS_EXTS = (".ts", ".tsx", ".js", ".jsx", ".mjs", ".cjs")
 _SEED = re.compile(r"(?:(?<=[\s'\"`(\[=:,])|^)((?:\.{0,2}/)?(?:[\w.@-]+/)*[\w@-][\w.@-]*"
                    r"\.(?:pyi?|tsx?|jsx?|mjs|cjs))\b", re.MULTILINE)
+_IDENT = re.compile(r"[A-Za-z_]\w{2,}")
+_JS_DEFS = """
+(class_declaration body: (_) @body) @def
+(function_declaration body: (_) @body) @def
+(generator_function_declaration body: (_) @body) @def
+(method_definition body: (_) @body) @def
+(variable_declarator value: [(arrow_function body: (_) @body) (function_expression body: (_) @body)]) @def
+"""
+_QUERIES = {  # language: (definitions, imports)
+    "python": ("(class_definition body: (_) @body) @def (function_definition body: (_) @body) @def",
+               "[(import_statement) (import_from_statement)] @imp"),
+    "javascript": (_JS_DEFS, """
+(import_statement source: (string (string_fragment) @spec))
+(export_statement source: (string (string_fragment) @spec))
+(call_expression function: (identifier) @fn arguments: (arguments . (string (string_fragment) @spec))
+ (#eq? @fn "require"))
+(call_expression function: (import) arguments: (arguments . (string (string_fragment) @spec)))
+"""),
+}
+_QUERIES["typescript"] = (_JS_DEFS + """
+(abstract_class_declaration body: (_) @body) @def
+(interface_declaration body: (_) @body) @def
+(enum_declaration body: (_) @body) @def
+(type_alias_declaration) @def
+(function_signature) @def
+(method_signature) @def
+(abstract_method_signature) @def
+""", _QUERIES["javascript"][1] + "(import_require_clause source: (string (string_fragment) @spec))")
+_QUERIES["tsx"] = _QUERIES["typescript"]
+_LANGUAGE_OF = {".py": "python", ".pyi": "python", ".ts": "typescript", ".tsx": "tsx",
+                **{e: "javascript" for e in (".js", ".jsx", ".mjs", ".cjs")}}
+_SYMBOL_WEIGHT, _STEM_WEIGHT = 0.5, 0.5  # a mentioned symbol's or file name's pull, against 1 for a named file
+_CONTAINERS = {"class_definition", "class_declaration", "abstract_class_declaration", "interface_declaration"}
 
 
 def approx_tokens(text: str) -> int:
@@ -47,295 +76,289 @@ def approx_tokens(text: str) -> int:
 
 @dataclass(frozen=True)
 class CodeContextItem:
-    """One file chosen for the context: full text, or a signatures-only summary when `summarized`."""
+    """One file for the context: its path, then its full text or (when `outline`) its symbols."""
 
     path: str  # POSIX path relative to the root
-    depth: int  # 0 for seeds and priority files, n for files n imports away
     tokens: int  # count_tokens(text)
-    text: str
-    reason: str  # "priority", "seed" or "imported by <path>"
-    summarized: bool = False
+    text: str  # a header line naming the path and why, then the body
+    reason: str  # "named" or "map"
+    outline: bool = False
 
 
 class CodeContextSettings(BaseModel):
-    """Limits for one code-context collection."""
+    """Limits for one repository map."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_depth: int = Field(2, ge=0, description="How many import hops from a seed to follow (0: seeds only).")
-    max_files: int = Field(12, ge=1, description="At most this many files, summaries included.")
-    max_tokens: int = Field(8000, ge=1, description="Total tokens over all items' text.")
+    max_tokens: int = Field(8000, ge=1, description="Total tokens over all items: the named files, then the map.")
+    named_share: float = Field(0.5, gt=0, le=1, description="The named files' share of max_tokens, given first.")
+    file_max_tokens: int = Field(256, ge=8, description="One map file's outline: more files, or more of each.")
+    max_files: int = Field(50_000, ge=1, description="Discovery stops after this many source files.")
     max_file_bytes: int = Field(512_000, ge=1, description="Larger files are not read at all (generated code, data).")
-    summarize: bool = Field(True, description="Give a signatures-only summary of files whose full text won't fit.")
 
 
-# --- reading files under a root -------------------------------------------------------------------------
+def require_code_extra() -> None:
+    """Fail with the fix when the `code` extra is not installed."""
+    try:
+        import networkx, pathspec, scipy, tree_sitter, tree_sitter_javascript, tree_sitter_python  # noqa: F401,E401
+        import tree_sitter_typescript  # noqa: F401
+    except ImportError as e:
+        raise ImportError(f"CodeContextProvider needs {e.name}: pip install 'aether-context-adk[code]'") from e
 
-class _Tree:
-    """Read-only access to files under `root`, from the local disk or an fsspec filesystem."""
 
-    def __init__(self, root: str | Path, fs: Any | None, max_bytes: int):
-        self._fs = fs
-        self._max_bytes = max_bytes
-        self._root: Any = Path(root).resolve() if fs is None else str(root).rstrip("/")
+def _parsers() -> dict[str, tuple[Any, Any, Any]]:
+    """language: (parser, definitions query, imports query)."""
+    import tree_sitter as ts
+    import tree_sitter_javascript as tsj
+    import tree_sitter_python as tsp
+    import tree_sitter_typescript as tst
 
-    def _full(self, rel: str) -> Any:
-        return self._root / rel if self._fs is None else f"{self._root}/{rel}"
+    out = {}
+    for name, raw in (("python", tsp.language()), ("javascript", tsj.language()),
+                      ("typescript", tst.language_typescript()), ("tsx", tst.language_tsx())):
+        lang = ts.Language(raw)
+        out[name] = (ts.Parser(lang), *(ts.QueryCursor(ts.Query(lang, q)) for q in _QUERIES[name]))
+    return out
 
-    def is_file(self, rel: str) -> bool:
-        if self._fs is not None:
-            return bool(self._fs.isfile(self._full(rel)))
-        path = self._full(rel)
-        # A symlink may point outside the root: follow it only if it stays inside.
-        return path.is_file() and path.resolve().is_relative_to(self._root)
 
-    def read(self, rel: str) -> str | None:
+def discover(root: Path, max_files: int) -> list[str]:
+    """Source files under `root` as sorted root-relative POSIX paths; every .gitignore is honoured for its
+    directory, `.git` is skipped, and so is a symlink that leaves the root."""
+    import pathspec
+
+    specs: list[tuple[str, Any]] = []  # (directory, its .gitignore)
+    found: list[str] = []
+
+    def ignored(rel: str, is_dir: bool) -> bool:
+        return any(spec.match_file(rel[len(d) + 1 if d else 0:] + ("/" if is_dir else ""))
+                   for d, spec in specs if not d or rel.startswith(d + "/"))
+
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath).relative_to(root).as_posix()
+        here = "" if here == "." else here
+        if ".gitignore" in filenames:
+            lines = (Path(dirpath) / ".gitignore").read_text(errors="replace").splitlines()
+            specs.append((here, pathspec.GitIgnoreSpec.from_lines(lines)))
+        join = lambda name: f"{here}/{name}" if here else name  # noqa: E731
+        dirnames[:] = sorted(d for d in dirnames if d != ".git" and not ignored(join(d), True))
+        for name in sorted(filenames):
+            rel = join(name)
+            if (posixpath.splitext(name)[1] in _LANGUAGE_OF and not ignored(rel, False)
+                    and (root / rel).resolve().is_relative_to(root)):
+                found.append(rel)
+        if len(found) >= max_files:
+            break
+    return sorted(found[:max_files])
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    symbols: tuple[tuple[int, str, str], ...]  # (nesting depth, signature, name) in source order
+    refs: tuple[Any, ...]  # Python: (level, module, names); JS/TS: import specifiers
+
+
+def _text(source: bytes, start: int, end: int) -> str:
+    return " ".join(source[start:end].decode("utf-8", "replace").split())
+
+
+def _parse(parsers: dict, lang: str, source: bytes) -> _Parsed:
+    parser, defs, imports = parsers[lang]
+    root = parser.parse(source).root_node
+    found = sorted(((m["def"][0], m.get("body", [None])[0]) for _, m in defs.matches(root)),
+                   key=lambda d: (d[0].start_byte, -d[0].end_byte))
+    symbols, stack = [], []  # stack: the definitions around this one, (end byte, type)
+    for node, body in found:
+        while stack and stack[-1][0] <= node.start_byte:
+            stack.pop()
+        if all(kind in _CONTAINERS for _, kind in stack):  # no local functions
+            line_end = source.find(b"\n", node.start_byte)
+            end = body.start_byte if body is not None else node.end_byte if line_end < 0 else min(node.end_byte, line_end)
+            name = node.child_by_field_name("name")
+            symbols.append((len(stack), _text(source, node.start_byte, end).rstrip(" :{;")[:200],
+                            _text(source, name.start_byte, name.end_byte) if name is not None else ""))
+        stack.append((node.end_byte, node.type))
+    if lang != "python":
+        specs = sorted(imports.captures(root).get("spec", []), key=lambda n: n.start_byte)
+        return _Parsed(tuple(symbols), tuple(_text(source, n.start_byte, n.end_byte) for n in specs))
+    refs = []
+    for node in sorted(imports.captures(root).get("imp", []), key=lambda n: n.start_byte):
+        names = [n.child_by_field_name("name") or n if n.type == "aliased_import" else n
+                 for n in node.children_by_field_name("name")]
+        names = [_text(source, n.start_byte, n.end_byte) for n in names]
+        if node.type == "import_statement":
+            refs += [(0, name, ()) for name in names]
+            continue
+        module = node.child_by_field_name("module_name")
+        level, dotted = 0, module
+        if module.type == "relative_import":
+            prefix = next((c for c in module.children if c.type == "import_prefix"), None)
+            level = prefix.end_byte - prefix.start_byte if prefix is not None else 0
+            dotted = next((c for c in module.children if c.type == "dotted_name"), None)
+        refs.append((level, _text(source, dotted.start_byte, dotted.end_byte) if dotted else "", tuple(names)))
+    return _Parsed(tuple(symbols), tuple(refs))
+
+
+class RepoIndex:
+    """The source files under a root, their symbols, and the import graph between them, built once."""
+
+    def __init__(self, root: str | Path, settings: CodeContextSettings | None = None):
+        import networkx as nx
+
+        self.root = Path(root).resolve()
+        self.settings = settings or CodeContextSettings()
+        self.files = tuple(discover(self.root, self.settings.max_files))
+        self._file_set = frozenset(self.files)
+        parsers = _parsers()
+        self.symbols: dict[str, tuple[tuple[int, str, str], ...]] = {}
+        self.imports: dict[str, tuple[str, ...]] = {}
+        for rel in self.files:
+            source, parsed = self._bytes(rel), _Parsed((), ())
+            try:
+                parsed = _parse(parsers, _LANGUAGE_OF[posixpath.splitext(rel)[1]], source) if source else parsed
+            except Exception:  # a tree shape the queries did not expect: the file is listed without symbols
+                logger.warning("repo map: cannot parse %s", rel, exc_info=True)
+            self.symbols[rel] = parsed.symbols
+            resolve = self._python_targets if rel.endswith((".py", ".pyi")) else self._js_targets
+            self.imports[rel] = tuple(dict.fromkeys(t for t in resolve(rel, parsed.refs) if t != rel))
+        self.defined: dict[str, list[str]] = {}  # symbol name: the files defining it
+        for rel in self.files:
+            for name in dict.fromkeys(s[2] for s in self.symbols[rel] if s[2]):
+                self.defined.setdefault(name, []).append(rel)
+        self.stems: dict[str, list[str]] = {}  # a file's name, lower case, without suffix (__init__: its package's)
+        for rel in self.files:
+            stem = posixpath.splitext(posixpath.basename(rel))[0]
+            stem = posixpath.basename(posixpath.dirname(rel)) if stem == "__init__" else stem
+            self.stems.setdefault(stem.lower().strip("_"), []).append(rel)
+        self.graph = nx.DiGraph()
+        self.graph.add_nodes_from(self.files)
+        self.graph.add_edges_from((rel, t) for rel in self.files for t in self.imports[rel])
+        self.hub = nx.pagerank(self.graph) if self.files else {}
+
+    def _bytes(self, rel: str) -> bytes | None:
         try:
-            if self._fs is not None:
-                if int(self._fs.size(self._full(rel)) or 0) > self._max_bytes:
-                    return None
-                data = self._fs.cat_file(self._full(rel))
-            else:
-                path = self._full(rel)
-                if path.stat().st_size > self._max_bytes:
-                    return None
-                data = path.read_bytes()
+            path = self.root / rel
+            if path.stat().st_size > self.settings.max_file_bytes:
+                return None
+            data = path.read_bytes()
         except OSError as e:
             logger.debug("cannot read %s: %s", rel, e)
             return None
-        if b"\x00" in data[:8192]:
-            return None  # binary
-        return data.decode("utf-8", errors="replace")
+        return None if b"\x00" in data[:8192] else data
 
-    def relative(self, path: str) -> str | None:
-        """`path` (relative, or absolute under the root) as a clean root-relative POSIX path."""
-        path = path.replace("\\", "/")
-        root = str(self._root).replace("\\", "/").rstrip("/")
-        if path.startswith(root + "/"):
-            path = path[len(root) + 1:]
-        return _clean(path)
+    def read(self, rel: str) -> str | None:
+        data = self._bytes(rel)
+        return None if data is None else data.decode("utf-8", "replace")
 
+    def _python_targets(self, rel: str, refs: Iterable[tuple[int, str, tuple[str, ...]]]) -> list[str]:
+        def first(prefixes: Iterable[str]) -> str | None:
+            return next((f for p in prefixes if p for f in (f"{p}.py", f"{p}/__init__.py", f"{p}.pyi")
+                         if f in self._file_set), None)
 
-def _clean(rel: str) -> str | None:
-    """A normalised root-relative path, or None when it is absolute or climbs out of the root."""
-    if not rel or rel.startswith("/"):
-        return None
-    norm = posixpath.normpath(rel)
-    if norm in (".", "..") or norm.startswith("../"):
-        return None
-    return norm
+        targets: list[str] = []
+        for level, module, names in refs:
+            mod_path = module.replace(".", "/")
+            if level == 0:
+                prefixes = [mod_path, "src/" + mod_path]
+            else:
+                package = posixpath.dirname(rel)
+                for _ in range(level - 1):
+                    package = posixpath.dirname(package)
+                prefixes = [posixpath.normpath(posixpath.join(package, mod_path)) if mod_path else package]
+            # `from pkg import mod` names a submodule when such a file exists
+            hits = [first(posixpath.join(p, name.replace(".", "/")) for p in prefixes) for name in names]
+            if not any(hits) and (mod_path or level):
+                hits.append(first(prefixes))
+            targets += [h for h in hits if h]
+        return targets
 
+    def _js_targets(self, rel: str, specs: Iterable[str]) -> list[str]:
+        targets: list[str] = []
+        for spec in specs:
+            if not spec.startswith((".", "/")):
+                continue  # a package, not a file of this repository
+            base = posixpath.normpath(posixpath.join(posixpath.dirname(rel), spec) if spec[0] == "." else spec[1:])
+            stem, ext = posixpath.splitext(base)
+            candidates = [base] if ext in JS_EXTS else []
+            if ext in (".js", ".jsx", ".mjs", ".cjs"):  # TypeScript ESM style: './x.js' names x.ts
+                candidates += [stem + ".ts", stem + ".tsx"]
+            candidates += [base + e for e in JS_EXTS] + [f"{base}/index{e}" for e in JS_EXTS]
+            targets += [c for c in candidates if c in self._file_set][:1]
+        return targets
 
-# --- finding seeds ------------------------------------------------------------------------------------
+    def named_files(self, texts: Iterable[str]) -> tuple[str, ...]:
+        """Files named in `texts`, in order of first mention. A path from another checkout
+        (`/testbed/pkg/mod.py`) names the file its longest existing suffix names."""
+        found: dict[str, None] = {}
+        for text in texts:
+            for m in _SEED.finditer(text or ""):
+                parts = [p for p in m.group(1).split("/") if p not in ("", ".")]
+                hit = next((s for i in range(len(parts)) if (s := "/".join(parts[i:])) in self._file_set), None)
+                if hit is not None:
+                    found.setdefault(hit)
+        return tuple(found)
 
-def find_seed_files(texts: Iterable[str], root: str | Path, *, fs: Any | None = None) -> tuple[str, ...]:
-    """Existing source files named in `texts`, in order of first mention, as root-relative paths.
+    def mentioned(self, texts: Iterable[str]) -> tuple[str, ...]:
+        """The symbol names and the file names (lower case, also a part of a snake_case word) `texts` mention."""
+        words = {w for t in texts for w in _IDENT.findall(t or "")}
+        lower = {p for w in words for p in (w.lower(), *w.lower().split("_"))}
+        return tuple(sorted({w for w in words if w in self.defined} | {w for w in lower if w in self.stems}))
 
-    Absolute paths from another checkout (`/testbed/pkg/mod.py`) are matched by their longest suffix that
-    exists under `root`.
-    """
-    tree = _Tree(root, fs, max_bytes=1)
-    found: list[str] = []
-    for text in texts:
-        for m in _SEED.finditer(text or ""):
-            rel = _existing_suffix(tree, m.group(1))
-            if rel is not None and rel not in found:
-                found.append(rel)
-    return tuple(found)
+    def ranked(self, named: Sequence[str], idents: Sequence[str]) -> list[str]:
+        """Every file, best first: the named files, then by PageRank personalised towards the named files, the
+        files defining the mentioned symbols and the files mentioned by name, then by plain PageRank, then by path."""
+        import networkx as nx
 
+        weights: dict[str, float] = dict.fromkeys(named, 1.0)
+        for term in idents:
+            for files, share in ((self.defined.get(term, ()), _SYMBOL_WEIGHT), (self.stems.get(term, ()), _STEM_WEIGHT)):
+                for rel in files:
+                    weights[rel] = weights.get(rel, 0.0) + share / len(files)
+        task = nx.pagerank(self.graph, personalization=weights) if weights else self.hub
+        rest = sorted((f for f in self.files if f not in named),
+                      key=lambda f: (-round(task[f], 12), -round(self.hub[f], 12), f))
+        return [*named, *rest]
 
-def _existing_suffix(tree: _Tree, mention: str) -> str | None:
-    direct = tree.relative(mention)
-    if direct is not None and tree.is_file(direct):
-        return direct
-    parts = [p for p in mention.split("/") if p not in ("", ".")]
-    for i in range(1, len(parts)):
-        rel = _clean("/".join(parts[i:]))
-        if rel is not None and tree.is_file(rel):
-            return rel
-    return None
-
-
-# --- import extraction --------------------------------------------------------------------------------
-
-def _python_refs(source: str) -> list[tuple[int, str, tuple[str, ...]]]:
-    """(level, module, names) per import statement, in source order; a regex fallback for broken files."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return _python_refs_regex(source)
-    nodes = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
-    nodes.sort(key=lambda n: (n.lineno, n.col_offset))
-    refs: list[tuple[int, str, tuple[str, ...]]] = []
-    for node in nodes:
-        if isinstance(node, ast.Import):
-            refs.extend((0, alias.name, ()) for alias in node.names)
-        else:
-            refs.append((node.level, node.module or "", tuple(a.name for a in node.names if a.name != "*")))
-    return refs
-
-
-_PY_IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w., \t]+)", re.MULTILINE)
-_PY_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+\(?([\w, \t\n]+)", re.MULTILINE)
-
-
-def _python_refs_regex(source: str) -> list[tuple[int, str, tuple[str, ...]]]:
-    found: list[tuple[int, int, str, tuple[str, ...]]] = []
-    for m in _PY_IMPORT.finditer(source):
-        for name in m.group(1).split(","):
-            if name.split():
-                found.append((m.start(), 0, name.split()[0], ()))
-    for m in _PY_FROM.finditer(source):
-        names = tuple(n.split()[0] for n in m.group(3).split(",") if n.split())
-        found.append((m.start(), len(m.group(1)), m.group(2), names))
-    return [(level, module, names) for _, level, module, names in sorted(found)]
+    def outline(self, rel: str) -> list[str]:
+        return ["  " * depth + sig for depth, sig, _ in self.symbols.get(rel, ())]
 
 
-def _python_targets(rel: str, source: str, tree: _Tree) -> list[str]:
-    bases = ["", "src/"]
-    targets: list[str] = []
-
-    def first_existing(candidates: Iterable[str]) -> str | None:
-        for candidate in candidates:
-            clean = _clean(candidate)
-            if clean is not None and tree.is_file(clean):
-                return clean
-        return None
-
-    def module_files(prefix: str) -> list[str]:
-        return [f"{prefix}.py", f"{prefix}/__init__.py", f"{prefix}.pyi"] if prefix else []
-
-    for level, module, names in _python_refs(source):
-        mod_path = module.replace(".", "/")
-        if level == 0:
-            prefixes = [base + mod_path for base in bases]
-        else:
-            package = posixpath.dirname(rel)
-            for _ in range(level - 1):
-                package = posixpath.dirname(package)
-            prefixes = [posixpath.join(package, mod_path) if mod_path else package]
-        hits: list[str | None] = []
-        for name in names:  # `from pkg import mod` names a submodule when such a file exists
-            hits.append(first_existing(f for p in prefixes for f in module_files(posixpath.join(p, name))))
-        if not any(hits):
-            hits.append(first_existing(f for p in prefixes for f in module_files(p)) if mod_path or level
-                        else None)
-        targets.extend(h for h in hits if h is not None)
-    return targets
-
-
-_JS_SPEC = re.compile(
-    r"""\bfrom\s*['"]([^'"\n]+)['"]"""  # import x from '...', export * from '...'
-    r"""|\bimport\s*['"]([^'"\n]+)['"]"""  # import './side-effect'
-    r"""|\b(?:require|import)\s*\(\s*['"]([^'"\n]+)['"]\s*\)"""  # require('...'), import('...')
-)
-_JS_COMMENT = re.compile(r"/\*.*?\*/|^[ \t]*//[^\n]*", re.DOTALL | re.MULTILINE)
-
-
-def _js_targets(rel: str, source: str, tree: _Tree) -> list[str]:
-    targets: list[str] = []
-    for m in _JS_SPEC.finditer(_JS_COMMENT.sub("", source)):
-        spec = m.group(1) or m.group(2) or m.group(3)
-        if not spec.startswith((".", "/")):
-            continue  # a package, not a file of this repository
-        base = _clean(posixpath.join(posixpath.dirname(rel), spec)) if spec.startswith(".") else _clean(spec[1:])
-        if base is None:
-            continue
-        stem, ext = posixpath.splitext(base)
-        candidates = [base] if ext in JS_EXTS else []
-        if ext in (".js", ".jsx", ".mjs", ".cjs"):  # TypeScript ESM style: './x.js' names x.ts
-            candidates += [stem + e for e in (".ts", ".tsx")]
-        candidates += [base + e for e in JS_EXTS] + [f"{base}/index{e}" for e in JS_EXTS]
-        hit = next((c for c in candidates if tree.is_file(c)), None)
-        if hit is not None:
-            targets.append(hit)
-    return targets
-
-
-def import_targets(rel: str, source: str, root: str | Path, *, fs: Any | None = None) -> list[str]:
-    """Root-relative files that `rel` imports, in source order; stdlib and packages are skipped."""
-    return _targets(rel, source, _Tree(root, fs, max_bytes=1))
-
-
-def _targets(rel: str, source: str, tree: _Tree) -> list[str]:
-    if rel.endswith(PY_EXTS):
-        found = _python_targets(rel, source, tree)
-    elif rel.endswith(JS_EXTS):
-        found = _js_targets(rel, source, tree)
-    else:
-        found = []
-    return list(dict.fromkeys(t for t in found if t != rel))
-
-
-# --- summaries ----------------------------------------------------------------------------------------
-
-_PY_SIG = re.compile(r"^\s*(?:async\s+def|def|class)\s+\w+|^[A-Z_][A-Z0-9_]*\s*[:=]")
-_JS_SIG = re.compile(r"^\s*(?:export\s+)?(?:default\s+)?(?:declare\s+)?(?:abstract\s+)?(?:async\s+)?"
-                     r"(?:function\b|class\b|interface\b|type\s+\w+\s*=|enum\b)|^(?:export\s+)?(?:const|let)\s+\w+")
-
-
-def summarize_source(path: str, text: str, max_line_chars: int = 160) -> str:
-    """Signature lines only (classes, functions, top-level constants), for files too big to include."""
-    pattern = _PY_SIG if path.endswith(PY_EXTS) else _JS_SIG
-    lines = text.splitlines()
-    kept = [ln.rstrip()[:max_line_chars] for ln in lines if pattern.match(ln)]
-    header = f"# {path}: signatures only ({len(lines)} lines in full)"
-    return "\n".join([header, *kept])
-
-
-# --- collection ---------------------------------------------------------------------------------------
-
-def collect_code_context(seeds: Sequence[str], root: str | Path, *, priority: Sequence[str] = (),
-                         settings: CodeContextSettings | None = None, count_tokens: CountTokens = approx_tokens,
-                         fs: Any | None = None) -> tuple[CodeContextItem, ...]:
-    """Breadth-first over imports from priority files, then seeds, within the settings' limits.
-
-    A file that fits neither in full nor as a summary is skipped and its imports are not followed;
-    smaller files later in the queue may still fit. Paths outside `root` are never read.
-    """
-    s = settings or CodeContextSettings()
-    tree = _Tree(root, fs, s.max_file_bytes)
-    queue: deque[tuple[str, int, str]] = deque()
-    queued: set[str] = set()
-    for reason, paths in (("priority", priority), ("seed", seeds)):
-        for path in paths:
-            rel = tree.relative(path)
-            if rel is None or rel in queued or not tree.is_file(rel):
-                logger.debug("code context: skipping %s %r (missing, duplicate or outside the root)", reason, path)
-                continue
-            queued.add(rel)
-            queue.append((rel, 0, reason))
-
+def repo_map(index: RepoIndex, task_texts: Sequence[str], *, recent_texts: Sequence[str] = (),
+             count_tokens: CountTokens = approx_tokens) -> tuple[CodeContextItem, ...]:
+    """The named files (in `task_texts`, then `recent_texts`) within their share, then the ranked map of
+    the rest within what is left of `max_tokens`, each file's outline within `file_max_tokens`."""
+    s = index.settings
+    named = index.named_files([*task_texts, *recent_texts])
     items: list[CodeContextItem] = []
-    used = 0
-    while queue and len(items) < s.max_files:
-        rel, depth, reason = queue.popleft()
-        source = tree.read(rel)
-        if source is None:
-            continue
-        item = _fit(rel, depth, reason, source, s.max_tokens - used, s.summarize, count_tokens)
-        if item is None:
-            logger.debug("code context: %s does not fit in %d tokens", rel, s.max_tokens - used)
-            continue
-        items.append(item)
-        used += item.tokens
-        if depth < s.max_depth:
-            for target in _targets(rel, source, tree):
-                if target not in queued:
-                    queued.add(target)
-                    queue.append((target, depth + 1, f"imported by {rel}"))
-    logger.debug("code context: %d files, %d tokens from %d seeds", len(items), used, len(seeds))
+
+    def fit(rel: str, reason: str, head: str, lines: list[str], room: int, outline: bool = True) -> None:
+        text = "\n".join([head, *lines])
+        if count_tokens(text) > room:  # the outline's first lines that fit
+            left, kept = room - count_tokens(f"{head}\n  …") - 1, []
+            for line in lines:
+                left -= count_tokens(line) + 1
+                if left < 0:
+                    break
+                kept.append(line)
+            text = "\n".join([head, *kept, "  …"])
+            while kept and count_tokens(text) > room:
+                kept.pop()
+                text = "\n".join([head, *kept, "  …"])
+        if count_tokens(text) <= room:
+            items.append(CodeContextItem(rel, count_tokens(text), text, reason, outline))
+
+    used = lambda: sum(i.tokens for i in items)  # noqa: E731
+    for rel in named:
+        left, source = int(s.max_tokens * s.named_share) - used(), index.read(rel)
+        full = f"{rel} (named in the task):\n{source}"
+        if source is not None and count_tokens(full) <= left:
+            items.append(CodeContextItem(rel, count_tokens(full), full, "named"))
+        else:
+            fit(rel, "named", f"{rel} (named in the task; classes and functions only):", index.outline(rel), left)
+    given = {i.path for i in items}
+    for rank, rel in enumerate(index.ranked(named, index.mentioned(task_texts)), 1):
+        left = s.max_tokens - used()
+        if left < 8:
+            break
+        if rel not in given:
+            fit(rel, "map", f"{rel} (repo map #{rank}):", index.outline(rel), min(left, s.file_max_tokens))
     return tuple(items)
-
-
-def _fit(rel: str, depth: int, reason: str, source: str, room: int, summarize: bool,
-         count_tokens: CountTokens) -> CodeContextItem | None:
-    tokens = count_tokens(source)
-    if tokens <= room:
-        return CodeContextItem(rel, depth, tokens, source, reason)
-    if summarize:
-        summary = summarize_source(rel, source)
-        tokens = count_tokens(summary)
-        if tokens <= room:
-            return CodeContextItem(rel, depth, tokens, summary, reason, summarized=True)
-    return None
