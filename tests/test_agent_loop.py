@@ -195,6 +195,41 @@ async def test_the_repo_map_reaches_the_request_as_evidence(tmp_path):
     assert all(item["source"] == "code" for item in code_items)
 
 
+async def test_a_sync_evidence_provider_never_runs_on_the_event_loop():
+    """A provider may index a repository on its first call (seconds): it runs on a worker thread, and one
+    past its deadline leaves this call without its items instead of holding the run."""
+    import threading
+    import time
+
+    from aether_context.adk.collect import _provided
+    from aether_context.pipeline.collect import EvidenceItem, TaskSpec
+    from aether_context.providers import EvidenceRequest
+
+    threads = []
+
+    def provider(request):
+        threads.append(threading.current_thread())
+        return [EvidenceItem(id="ev-1", summary="found", source="code")]
+
+    llm = ScriptedLlm(turns=["ok"])
+    plugin = ContextPackPlugin(store="memory://providers", window_tokens=32_000, evidence_providers=[provider])
+    runner = Runner(app=App(name="app", root_agent=LlmAgent(name="a", model=llm, instruction="Answer."),
+                            plugins=[plugin]), session_service=InMemorySessionService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=types.Content(
+            role="user", parts=[types.Part(text="What was found?")])):
+        pass
+    assert threads and threading.main_thread() not in threads
+    assert "found" in request_from_llm(llm.requests[0]).messages[-1].text
+
+    def slow(request):
+        time.sleep(1.0)
+        return []
+
+    ask = EvidenceRequest(task=TaskSpec(), user_request="q", recent_texts=())
+    assert await _provided(slow, ask, 0.05) is None
+
+
 async def test_compact_json_tool_results_are_faithful_and_shorter():
     from aether_context import load_profile
     from aether_context.compress.compact_json import expand_compact_json

@@ -260,6 +260,22 @@ def _instruction_indices(messages: Sequence[Message]) -> tuple[int, ...]:
     return extended("instruction_indices", tuple(messages), lambda: (0, ()), feed)[1]
 
 
+async def _provided(provider: EvidenceProvider, ask: EvidenceRequest, timeout: float) -> "Sequence[EvidenceItem] | None":
+    """What `provider` offers, asked on a worker thread (a provider may index a repository on its first call:
+    never on the loop); None past `timeout`."""
+    try:
+        found = await asyncio.wait_for(asyncio.to_thread(provider, ask), timeout)
+        return await asyncio.wait_for(found, timeout) if inspect.isawaitable(found) else found
+    except asyncio.TimeoutError:
+        logger.warning("aether-context: evidence provider %s took over %s s; this call goes without it",
+                       _name(provider), timeout)
+        return None
+
+
+def _name(provider: Any) -> str:
+    return getattr(provider, "__name__", type(provider).__name__)
+
+
 async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request: ModelRequest, *, keys: StateKeys, previous: PackState | None,
                          memory_limit: int, artifact_cache: dict, now: float, use_memory: bool = True,
                          use_artifacts: bool = True, summary_chars: int = 400,
@@ -267,13 +283,15 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request:
                          providers: "Sequence[EvidenceProvider]" = (),
                          uris: "dict[str, str] | None" = None, summary: "dict | None" = None,
                          failures: "dict | None" = None, rank_tools_above: int | None = None,
-                         keep_tools: int = 12) -> PackInputs:
+                         keep_tools: int = 12, provider_timeout: float = 10.0) -> PackInputs:
     """`request` is `llm_request` converted (`convert.request_from_llm`: the caller decides from its messages
     whether to declare the recall tool); `extra_tools` (the recall tool) are declared in the pack and kept
     whatever the step allows; the call's memo (the packer's) carries the per-message work of the last call.
     `uris`, `summary` (this agent's) and `failures` are the session's records (`session_state.StateRecords`).
     With more than `rank_tools_above` app tools and no step list, the best `keep_tools` are declared
-    (`_ranked_tools`); the others are named in `extra["tools_left_out"]` and stay callable."""
+    (`_ranked_tools`); the others are named in `extra["tools_left_out"]` and stay callable. Evidence
+    providers run off the event loop; one slower than `provider_timeout` seconds adds nothing to this call
+    (flag `provider_timeout`) and finishes in the background."""
     request = with_tools(request, extra_tools)
     index = find_request_index(request, ctx.user_content)
     state = ctx.state
@@ -293,10 +311,10 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request:
         recent = tuple(m.text for m in request.messages[-8:] if m.text)
         ask = EvidenceRequest(task=task, user_request=request.messages[index].text if index is not None else "", recent_texts=recent)
         for provider in providers:
-            found = provider(ask)
-            if inspect.isawaitable(found):
-                found = await found
-            evidence += list(found)
+            found = await _provided(provider, ask, provider_timeout)
+            if found is None:
+                edge_flags = (*edge_flags, f"provider_timeout: {_name(provider)}")
+            evidence += list(found or ())
     return PackInputs(
         request=request, request_index=index, task=task, evidence=tuple(evidence), memory=tuple(memory),
         instruction_indices=_instruction_indices(request.messages),

@@ -10,6 +10,8 @@ Usage::
 
 from __future__ import annotations
 
+import threading
+
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,8 +53,13 @@ class CodeContextProvider:
         self.counter = counter or TokenCounter()
         self._index: RepoIndex | None = None
         self._cache: dict[tuple, list[EvidenceItem]] = {}
+        self._lock = threading.Lock()  # the packer asks from worker threads: one index build, one cache
 
     def __call__(self, request: EvidenceRequest) -> list[EvidenceItem]:
+        with self._lock:
+            return self._items(request)
+
+    def _items(self, request: EvidenceRequest) -> list[EvidenceItem]:
         try:
             index = self._index = self._index or RepoIndex(self.root, self.settings)
         except OSError as e:
