@@ -34,7 +34,7 @@ __all__ = [
     "BudgetProfile", "Floors", "EvidenceWeights", "MemoryWeights", "ConversationWeights", "Weights",
     "TaskSettings", "CacheSettings", "ConversationSettings", "SelectionSettings", "OffloadSettings", "PruningSettings", "DecaySettings",
     "RecoverySettings", "FailureEvidenceSettings", "VariationSettings", "RedactionSettings", "ToolSettings",
-    "PressureSettings", "load_profile",
+    "PressureSettings", "AcceptanceSettings", "load_profile",
     "builtin_profiles", "MIN_REMAINDER", "MAX_SLACK",
 ]
 
@@ -226,6 +226,18 @@ class PressureSettings(_Strict):
         "manifest flags it (`context_pressure`); None (the default): never. 0.70 is the design's level."))
 
 
+class AcceptanceSettings(_Strict):
+    """Acceptance gating: the final answer checked against the open acceptance items; one repair pass."""
+
+    gate: bool = Field(False, description=(
+        "Check each final answer against the open acceptance items (model-free rules); if some are unmet, "
+        "ask the agent's model once more, naming them, and send that answer instead (once per invocation)."))
+    judge: bool = Field(False, description=(
+        "Ask the agent's model which items the answer misses; its verdict replaces the rules' (timeout or error: "
+        "the answer stands)."))
+    judge_timeout_seconds: float = Field(10.0, gt=0, description="Seconds the judge may take.")
+
+
 # Inside a pack, embeddings are computed a few at a time on the model call's path: short inputs
 # and one thread keep that fast and steady (the retrieval benchmark has the quality cost).
 PACK_RETRIEVAL_DEFAULTS: dict[str, Any] = {"embedding_max_seq_length": 128, "embedding_threads": 1}
@@ -255,6 +267,7 @@ class BudgetProfile(_Strict):
     redaction: RedactionSettings = RedactionSettings()
     tools: ToolSettings = ToolSettings()
     pressure: PressureSettings = PressureSettings()
+    acceptance: AcceptanceSettings = AcceptanceSettings()
 
     @field_validator("retrieval", mode="before")
     @classmethod

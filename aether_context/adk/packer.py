@@ -55,6 +55,7 @@ from ..redact import redact
 from ..store import DEFAULT_STORE_URL, PackStore
 from ..tokens import TokenCounter, TokenCounting
 from ..windows import context_window, window_flag
+from .acceptance import AcceptanceGate
 from .collect import collect_inputs
 from .recovery import ReportedLimits
 from .event_times import EventTimes, session_now
@@ -122,6 +123,7 @@ class ContextPacker:
         self.gateway = ArtifactGateway(self.store, originals=originals)
         self.recall_tool = make_recall_tool(self.gateway)
         self.limits = ReportedLimits()  # each model's reported input limit (`adk.recovery`)
+        self.gate = AcceptanceGate(self)  # acceptance.gate: the final answer checked, one repair pass
 
     @property
     def requested_window(self) -> int | None:
