@@ -221,9 +221,9 @@ class ToolSettings(_Strict):
 class PressureSettings(_Strict):
     """The context-pressure warning in STATUS."""
 
-    warn_share: float | None = Field(None, gt=0, le=1, description=(
+    warn_share: float | None = Field(0.70, gt=0, le=1, description=(
         "When a request reaches this share of the window, STATUS says so (save notes or wrap up) and the "
-        "manifest flags it (`context_pressure`); None (the default): never. 0.70 is the design's level."))
+        "manifest flags it (`context_pressure`); None: never."))
 
 
 class AcceptanceSettings(_Strict):
