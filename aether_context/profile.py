@@ -208,7 +208,10 @@ class ToolSettings(_Strict):
     rank_above: int | None = Field(24, ge=1, description=(
         "With more app tools than this and no step list (`aether:tools`), only the best `keep` are declared, "
         "plus ADK's own, the recall tool and every tool called in the invocation; None: declare all."))
-    keep: int = Field(12, ge=1, description="How many ranked tools are declared.")
+    keep: int = Field(12, ge=1, description="How many ranked tools are declared at least.")
+    share: float | None = Field(0.25, gt=0, le=1, description=(
+        "Beyond `keep`, more ranked tools are declared while the declared tools' JSON stays within this share "
+        "of all the tools' JSON; None: exactly `keep`."))
 
     @model_validator(mode="after")
     def _keep_below(self) -> "ToolSettings":

@@ -235,7 +235,8 @@ class ContextPacker:
             use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags + self._window_flags(llm_request),
             providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (),
             uris=uris, summary=summaries.get(callback_context.agent_name) or {}, failures=failures,
-            rank_tools_above=self.profile.tools.rank_above, keep_tools=self.profile.tools.keep)
+            rank_tools_above=self.profile.tools.rank_above, keep_tools=self.profile.tools.keep,
+            tools_share=self.profile.tools.share)
         inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
                          compact=bool(own_state(callback_context).get(COMPACT_STATE_KEY)), cite_originals=recall)
         inputs = await self._save_images(callback_context, inputs)
