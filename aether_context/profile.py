@@ -34,7 +34,7 @@ __all__ = [
     "BudgetProfile", "Floors", "EvidenceWeights", "MemoryWeights", "ConversationWeights", "Weights",
     "TaskSettings", "CacheSettings", "ConversationSettings", "SelectionSettings", "OffloadSettings", "PruningSettings", "DecaySettings",
     "RecoverySettings", "FailureEvidenceSettings", "VariationSettings", "RedactionSettings", "ToolSettings",
-    "PressureSettings", "load_profile",
+    "PressureSettings", "AcceptanceSettings", "load_profile",
     "builtin_profiles", "MIN_REMAINDER", "MAX_SLACK",
 ]
 
@@ -209,7 +209,10 @@ class ToolSettings(_Strict):
     rank_above: int | None = Field(24, ge=1, description=(
         "With more app tools than this and no step list (`aether:tools`), only the best `keep` are declared, "
         "plus ADK's own, the recall tool and every tool called in the invocation; None: declare all."))
-    keep: int = Field(12, ge=1, description="How many ranked tools are declared.")
+    keep: int = Field(12, ge=1, description="How many ranked tools are declared at least.")
+    share: float | None = Field(0.25, gt=0, le=1, description=(
+        "Beyond `keep`, more ranked tools are declared while the declared tools' JSON stays within this share "
+        "of all the tools' JSON; None: exactly `keep`."))
 
     @model_validator(mode="after")
     def _keep_below(self) -> "ToolSettings":
@@ -222,9 +225,21 @@ class ToolSettings(_Strict):
 class PressureSettings(_Strict):
     """The context-pressure warning in STATUS."""
 
-    warn_share: float | None = Field(None, gt=0, le=1, description=(
+    warn_share: float | None = Field(0.70, gt=0, le=1, description=(
         "When a request reaches this share of the window, STATUS says so (save notes or wrap up) and the "
-        "manifest flags it (`context_pressure`); None (the default): never. 0.70 is the design's level."))
+        "manifest flags it (`context_pressure`); None: never."))
+
+
+class AcceptanceSettings(_Strict):
+    """Acceptance gating: the final answer checked against the open acceptance items; one repair pass."""
+
+    gate: bool = Field(False, description=(
+        "Check each final answer against the open acceptance items (model-free rules); if some are unmet, "
+        "ask the agent's model once more, naming them, and send that answer instead (once per invocation)."))
+    judge: bool = Field(False, description=(
+        "Ask the agent's model which items the answer misses; its verdict replaces the rules' (timeout or error: "
+        "the answer stands)."))
+    judge_timeout_seconds: float = Field(10.0, gt=0, description="Seconds the judge may take.")
 
 
 # Inside a pack, embeddings are computed a few at a time on the model call's path: short inputs
@@ -256,6 +271,7 @@ class BudgetProfile(_Strict):
     redaction: RedactionSettings = RedactionSettings()
     tools: ToolSettings = ToolSettings()
     pressure: PressureSettings = PressureSettings()
+    acceptance: AcceptanceSettings = AcceptanceSettings()
 
     @field_validator("retrieval", mode="before")
     @classmethod

@@ -12,6 +12,7 @@ Usage::
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Any, AsyncGenerator, Callable, Literal, Union
 
 from google.adk.models.base_llm import BaseLlm
@@ -27,7 +28,7 @@ from .tokens import TokenCounter
 __all__ = ["ScriptedLlm", "call", "counted_tokens", "TokenLimitError", "Turn"]
 
 # A scripted turn: plain text, a function call Part, a list of Parts, or a callable that sees the
-# request and returns one of those (for models that must react to what they were sent).
+# request and returns one of those, or an awaitable of one (for models that must react to what they were sent).
 Turn = Union[str, types.Part, list, Callable[[LlmRequest], Any], Exception]
 
 
@@ -103,6 +104,8 @@ class ScriptedLlm(BaseLlm):
         if self.max_input_tokens is not None and prompt_tokens > self.max_input_tokens:
             raise TokenLimitError(prompt_tokens, self.max_input_tokens)
         turn = self._next_turn(llm_request)
+        if inspect.isawaitable(turn):  # an async callable turn (e.g. a slow model)
+            turn = await turn
         if isinstance(turn, Exception):
             raise copy.copy(turn)
         if isinstance(turn, str):

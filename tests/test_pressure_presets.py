@@ -7,6 +7,7 @@ import pytest
 from aether_context import ContextPackPlugin
 from aether_context.errors import ProfileError
 from aether_context.profile import builtin_profiles, load_profile
+from aether_context.testing import call
 
 from conftest import make_runner, new_session, run_turn, scripted_agent
 
@@ -52,6 +53,36 @@ async def test_no_pressure_warning_when_switched_off(memory_store_url):
         await run_turn(runner, sid, report(part))
     assert not any("CONTEXT PRESSURE" in sent_text(r) for r in llm.requests)
     assert not any(f.startswith("context_pressure") for r in plugin.packer.recent for f in r.manifest.flags)
+
+
+def read_log(part: int) -> dict:
+    """Read one part of the pump log."""
+    return {"text": " ".join(f"pump {part}-{i} reported {i * 3} bar." for i in range(90))}
+
+
+async def _tool_loops(url: str, profile) -> tuple[list, list]:
+    turns = [t for k in range(3) for t in [*(call("read_log", part=10 * k + i) for i in range(6)), f"summary {k}"]]
+    agent, llm = scripted_agent(turns, tools=[read_log])
+    plugin = ContextPackPlugin(store=url, window_tokens=6000, profile=profile)
+    runner = make_runner(agent, plugins=[plugin])
+    sid = await new_session(runner, state={"aether:goal": "Summarise the pump logs"})
+    for k in range(3):
+        await run_turn(runner, sid, f"Read the next parts of the log ({k})")
+    return [r.manifest for r in plugin.packer.recent], [sent_text(r) for r in llm.requests]
+
+
+@pytest.mark.asyncio
+async def test_the_warning_is_on_by_default_and_breaks_no_cache(memory_store_url):
+    # Three tool loops filling a 6K window: compactions break the cache, the warning adds none of its own.
+    assert load_profile().pressure.warn_share == 0.70
+    on, on_texts = await _tool_loops(memory_store_url, load_profile())
+    off, _ = await _tool_loops(memory_store_url + "-off", load_profile().override(pressure={"warn_share": None}))
+    assert sum(any(f.startswith("context_pressure") for f in m.flags) for m in on) >= 3
+    breaks = [[(m.cache_break or {}).get(k) for k in ("block", "cause")] for m in on]
+    assert breaks == [[(m.cache_break or {}).get(k) for k in ("block", "cause")] for m in off]
+    assert [m.prefix_tokens for m in on] == [m.prefix_tokens for m in off]
+    assert sum(m.tokens_after for m in on) <= 1.01 * sum(m.tokens_after for m in off)
+    assert max(t.count("CONTEXT PRESSURE") for t in on_texts) == 1  # appended once, never piled up
 
 
 def test_the_presets_load_and_change_what_they_say():

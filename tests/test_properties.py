@@ -197,14 +197,15 @@ def check_task(text: str | None, task: TaskSpec) -> None:
 
 def check_no_goal(pack, inputs, text: str | None) -> None:
     """Without a goal the pack invents none: no GOAL or STEP section, and a status only when there is
-    something real to recite (the opening request once history was compacted, or new failures)."""
+    something real to recite (the opening request once history was compacted, new failures, or pressure)."""
     own = (text or "").split("USER REQUEST (VERBATIM; answer it):")[0]
     assert not any(line.startswith(NO_GOAL_LABELS) for line in own.splitlines()), own
     if not pack.manifest.recited:
         return
     status = "\n".join(status_texts(pack))
     first_line = next((ln.strip() for ln in inputs.task.opening_request.splitlines() if ln.strip()), "")
-    assert (first_line and pack.state.compacted_through > 0) or inputs.failures, status
+    pressed = any(f.startswith("context_pressure") for f in pack.manifest.flags)
+    assert (first_line and pack.state.compacted_through > 0) or inputs.failures or pressed, status
     if not first_line:
         assert "not set" in status, status
 

@@ -99,3 +99,14 @@ def test_a_reranker_reorders_the_head_and_keeps_the_rest():
     assert [i.document.id for i in out[3:]] == [i.document.id for i in items[3:]] and [i.rank for i in out] == list(range(5))
     with pytest.raises(ValueError, match="one per text"):
         rerank(items, "q", lambda q, texts: [1.0])
+
+
+def test_a_toolset_s_siblings_follow_its_best_tool_and_the_share_adds_more():
+    specs = [ToolSpec(t.name, t._get_declaration().model_dump(mode="json", exclude_none=True)) for t in catalogue()]
+    think = ToolSpec("think", {"name": "think", "description": "Write down a thought before acting."})
+    assert "think" in rank_tools(specs[:2] + [think] + specs[2:], "refund payment PAY-88", keep=4).kept
+    assert "think" not in rank_tools(specs + [think], "refund payment PAY-88", keep=4).kept  # declared far away
+    wide = rank_tools(specs, "refund payment PAY-88", keep=4, share=0.25)
+    size = {t.name: len(t.declaration_json) for t in specs}
+    assert len(wide.kept) > 4 and sum(size[n] for n in wide.kept) <= 0.25 * sum(size.values())
+    assert set(rank_tools(specs, "refund payment PAY-88", keep=4).kept) < set(wide.kept)

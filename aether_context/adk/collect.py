@@ -283,7 +283,8 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request:
                          providers: "Sequence[EvidenceProvider]" = (),
                          uris: "dict[str, str] | None" = None, summary: "dict | None" = None,
                          failures: "dict | None" = None, rank_tools_above: int | None = None,
-                         keep_tools: int = 12, provider_timeout: float = 10.0) -> PackInputs:
+                         keep_tools: int = 12, tools_share: float | None = None,
+                         provider_timeout: float = 10.0) -> PackInputs:
     """`request` is `llm_request` converted (`convert.request_from_llm`: the caller decides from its messages
     whether to declare the recall tool); `extra_tools` (the recall tool) are declared in the pack and kept
     whatever the step allows; the call's memo (the packer's) carries the per-message work of the last call.
@@ -304,7 +305,8 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request:
     left_out: dict[str, str] = {}
     if task.tools is None and rank_tools_above is not None and len(request.tools) > rank_tools_above:
         task, left_out = _ranked_tools(request, index, task, previous, ctx.invocation_id,
-                                       [t.name for t in extra_tools] + framework_tools(llm_request), keep_tools)
+                                       [t.name for t in extra_tools] + framework_tools(llm_request), keep_tools,
+                                       tools_share)
     memory = notes_from_state(state, keys) + (await _memory_hits(ctx, query, memory_limit) if use_memory else [])
     evidence = evidence_from_state(state, keys) + (await _artifact_evidence(ctx, artifact_cache, summary_chars) if use_artifacts else [])
     if providers:
@@ -329,7 +331,8 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request:
 
 
 def _ranked_tools(request: ModelRequest, index: int | None, task: Any, previous: PackState | None,
-                  invocation_id: str, always: "list[str]", keep: int) -> "tuple[Any, dict[str, str]]":
+                  invocation_id: str, always: "list[str]", keep: int, share: float | None = None
+                  ) -> "tuple[Any, dict[str, str]]":
     """`task` scoped to the tools ranked best for the request, goal, step and recent turns, with the agent's
     instruction as a domain prior, plus `always` and every tool the request shows called; and the tools
     left out with why. A later call of the invocation keeps the last call's set (the cached prefix holds); a
@@ -341,5 +344,5 @@ def _ranked_tools(request: ModelRequest, index: int | None, task: Any, previous:
     prev = previous.tool_names if previous is not None and previous.tool_names else None
     ranking = rank_tools(request.tools, step, keep=keep, always=always + called, previous=prev,
                          hold=previous is not None and previous.invocation_id == invocation_id,
-                         context=request.system_instruction)
+                         context=request.system_instruction, share=share)
     return replace(task, tools=ranking.kept), ranking.left_out

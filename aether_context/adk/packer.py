@@ -55,6 +55,7 @@ from ..redact import redact
 from ..store import DEFAULT_STORE_URL, PackStore
 from ..tokens import TokenCounter, TokenCounting
 from ..windows import context_window, window_flag
+from .acceptance import AcceptanceGate
 from .collect import collect_inputs
 from .recovery import ReportedLimits
 from .event_times import EventTimes, session_now
@@ -121,6 +122,7 @@ class ContextPacker:
         self.gateway = ArtifactGateway(self.store, originals=originals)
         self.recall_tool = make_recall_tool(self.gateway)
         self.limits = ReportedLimits()  # each model's reported input limit (`adk.recovery`)
+        self.gate = AcceptanceGate(self)  # acceptance.gate: the final answer checked, one repair pass
 
     @property
     def requested_window(self) -> int | None:
@@ -236,7 +238,7 @@ class ContextPacker:
             providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (),
             uris=uris, summary=summaries.get(callback_context.agent_name) or {}, failures=failures,
             rank_tools_above=self.profile.tools.rank_above, keep_tools=self.profile.tools.keep,
-            provider_timeout=self.pack_timeout)
+            tools_share=self.profile.tools.share, provider_timeout=self.pack_timeout)
         inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
                          compact=bool(own_state(callback_context).get(COMPACT_STATE_KEY)), cite_originals=recall)
         inputs = await self._save_images(callback_context, inputs)

@@ -74,6 +74,7 @@ class _Shown:
         with pack_span() as span:
             record = await self._packer.pack(ctx, llm_request)
             self._packed(ctx, record, (span, outer))
+        self._packer.gate.remember(ctx, llm_request)
 
     def _packed(self, ctx: CallbackContext, record: CallRecord, spans: tuple) -> None:
         try:
@@ -115,11 +116,12 @@ class ContextPackPlugin(BasePlugin):
         return None
 
     async def after_model_callback(self, *, callback_context: CallbackContext, llm_response: LlmResponse) -> Optional[LlmResponse]:
-        self._shown.answered(callback_context, llm_response)
+        repaired = await self.packer.gate.check(callback_context, llm_response)  # acceptance.gate: a repair pass
+        self._shown.answered(callback_context, repaired or llm_response)
         await self.packer.after_model(callback_context, llm_response)
         if self.durable and self.packer.store.stats()["pending"]:
             await asyncio.to_thread(self.packer.store.flush, DURABLE_WAIT)  # a timeout is logged by flush
-        return None
+        return repaired
 
     async def after_tool_callback(self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext,
                                   result: dict) -> Optional[dict]:
@@ -166,9 +168,10 @@ def context_pack_callback(*, packer: ContextPacker | None = None, **settings: An
         return await engine.after_tool(tool, args, tool_context, tool_response)
 
     async def after_model(*, callback_context: CallbackContext, llm_response: LlmResponse) -> Optional[LlmResponse]:
-        shown.answered(callback_context, llm_response)
+        repaired = await engine.gate.check(callback_context, llm_response)
+        shown.answered(callback_context, repaired or llm_response)
         await engine.after_model(callback_context, llm_response)
-        return None
+        return repaired
 
     async def on_model_error(*, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception) -> Optional[LlmResponse]:
         if history_on_server(callback_context, llm_request):

@@ -22,7 +22,8 @@ __all__ = ["manifest_view", "format_request", "list_table", "timeline_view", "re
 LEGEND = ("sent: tokens in the request the model got · without plugin: what ADK would have sent (offloaded tool "
           "results at full size) · vs ADK: the difference (negative: fewer) · prefix: leading tokens equal to the "
           "previous call (cacheable) · reported, cached: prompt tokens the model reported, and served from its cache · "
-          "calib: model tokens per token of ours · cache break: first block that changed, tokens re-processed")
+          "calib: model tokens per token of ours · cache break: first block that changed, tokens re-processed · "
+          "gate: acceptance items met by the answer, and whether a repair pass ran (`acceptance.gate`)")
 
 
 def _n(value: Any) -> str:
@@ -135,6 +136,13 @@ _WIDE_ONLY = ("pack", "sys", "task", "tools", "reported", "cache break")
 WIDE = 200
 
 
+def _gate(m: Manifest) -> str:
+    """The acceptance check of the call's answer, short: "1 of 2 met (rules), repaired"."""
+    head = next((f.split(": ", 1)[1].split(";")[0] for f in m.flags if f.startswith("acceptance: ")), "")
+    repaired = any(f.startswith("acceptance_repair: 1 pass") for f in m.flags)
+    return head + (", repaired" if repaired else "")
+
+
 def timeline_view(calls: list[Call], savings: CacheSavings, width: int = 1000) -> Group:
     """Per call: tokens against what ADK would have sent, by layer, cache and failures; then the totals."""
     wide = width >= WIDE
@@ -142,9 +150,10 @@ def timeline_view(calls: list[Call], savings: CacheSavings, width: int = 1000) -
     table = Table(caption=LEGEND if wide else NARROW_LEGEND, caption_justify="left",
                   box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD, pad_edge=wide)
     cols = ["#", "session", "agent", "pack", "sent", "without plugin", "vs ADK", "sys", "task", "tools", "evid", "mem",
-            "conv", "calib", "trunc", "compaction", "prefix", "reported", "cached", "fail", "cache break"]
-    keep = [wide or not (col in _WIDE_ONLY or (col == "session" and not sessions) or (col == "agent" and not agents))
-            for col in cols]
+            "conv", "calib", "trunc", "compaction", "prefix", "reported", "cached", "fail", "cache break", "gate"]
+    gated = any(_gate(c.manifest) for c in calls)
+    keep = [(col != "gate" or gated) and (wide or not (col in _WIDE_ONLY or (col == "session" and not sessions)
+                                                       or (col == "agent" and not agents))) for col in cols]
     for col, kept in zip(cols, keep):
         if kept:
             table.add_column(col if wide else _SHORT.get(col, col), no_wrap=True,
@@ -160,6 +169,7 @@ def timeline_view(calls: list[Call], savings: CacheSavings, width: int = 1000) -
             f"{m.calibration:.2f}", _n(len(m.truncation_events)), compaction[:30] if wide else ("yes" if compaction else ""),
             _n(m.prefix_tokens), _n(c.reported) if c.usage else "–", _n(c.cached) if c.usage else "–", _n(m.failures),
             (f"{brk.get('block')} {brk.get('tokens', 0):,}" if brk else "") + (f" ERROR {m.error}" if m.error else ""),
+            _gate(m),
         ]
         table.add_row(*(v for v, kept in zip(row, keep) if kept), style="red" if m.error else None)
     sent, without = sum(c.sent for c in calls), sum(c.without for c in calls)
