@@ -10,7 +10,7 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
-from aether_context import ContextPackPlugin
+from aether_context import ContextPackPlugin, load_profile
 from aether_context.adk import request_from_llm
 from aether_context.adk.collect import memory_queries
 from aether_context.pipeline.retrieve import Retriever
@@ -89,7 +89,9 @@ async def test_a_runner_packs_both_facets_of_a_compound_question():
     await memory.add_session_to_memory(old)
     llm = ScriptedLlm(turns=["Adoption agencies; four years ago."])
     agent = LlmAgent(name="assistant", model=llm, instruction="Answer from memory.")
-    runner = Runner(app=App(name="app", root_agent=agent, plugins=[ContextPackPlugin(store="memory://facets-runner")]),
+    profile = load_profile("default").model_copy(update={"retrieval": RetrievalSettings(facets=True)})
+    plugin = ContextPackPlugin(store="memory://facets-runner", profile=profile)
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]),
                     session_service=InMemorySessionService(), memory_service=memory)
     session = await runner.session_service.create_session(app_name="app", user_id="u")
     async for _ in runner.run_async(user_id="u", session_id=session.id,

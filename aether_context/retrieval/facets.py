@@ -20,7 +20,8 @@ __all__ = ["facets", "fuse", "word_forms", "content_words"]
 
 MAX_CHARS = 2_000  # of a request read for facets: a pasted log is no better a query past its start
 MAX_FACETS = 4
-_CLAUSE = re.compile(r"[.?!;\n]+\s*|,?\s+(?:and|but|also|then)\s+(?=(?:what|when|where|who|which|why|how|did|does|do|"
+MAX_WORDS = 60  # a longer request is a text, not a question: its clauses and entities are not facets
+_CLAUSE = re.compile(r"[.?!;]+\s*|,?\s+(?:and|but|also|then)\s+(?=(?:what|when|where|who|which|why|how|did|does|do|"
                      r"is|are|was|were|has|have|had|can|could|would|will)\b)", re.IGNORECASE)
 _QUOTED = re.compile(r"\"([^\"\n]{3,200})\"|“([^”\n]{3,200})”|(?<!\w)'([^'\n]{3,80})'(?!\w)")
 # a capitalised word after a clause's first word; an id (letters then a digit, 3+ digits, camelCase, snake_case)
@@ -42,10 +43,13 @@ def content_words(text: str, limit: int) -> list[str]:
 
 def facets(request: str, items: Sequence[str] = ()) -> list[str]:
     """The parts of a query searched on their own: each clause of a compound request, each quoted phrase,
-    the request once per entity when it names several (the other entities left out), then each task item
-    (goal, step, acceptance) when there is a request too. Distinct, at most `MAX_FACETS`, none the whole query."""
+    the request once per entity when it names several (the other entities left out), all only for a request
+    of at most `MAX_WORDS` words; then each task item (goal, step, acceptance) when there is a request too.
+    Distinct, at most `MAX_FACETS`, none the whole query."""
     text = request[:MAX_CHARS]
     found: list[str] = []
+    if len(text.split(maxsplit=MAX_WORDS)) > MAX_WORDS:
+        text = ""
     clauses = [c.strip(" ,") for c in _CLAUSE.split(text) if content_words(c, 2)]
     if len(clauses) > 1:
         found += clauses
@@ -55,7 +59,7 @@ def facets(request: str, items: Sequence[str] = ()) -> list[str]:
         for entity in entities:
             others = re.compile(r"\b(?:%s)\b" % "|".join(re.escape(e) for e in entities if e != entity))
             found.append(" ".join(others.sub(" ", text).split()))
-    if text.strip():
+    if request.strip():
         found += [i[:MAX_CHARS] for i in items if i and i.strip()]
     whole = " ".join(x for x in (request, *items) if x)
     out = [f for f in dict.fromkeys(found) if f != whole and content_words(f, 1)]

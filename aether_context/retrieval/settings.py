@@ -83,9 +83,11 @@ class RetrievalSettings(BaseModel):
     the median over the index's documents are not selected: a greeting or a goodbye falls by its content, whatever
     words the query shares with it. 0 keeps every candidate; Evidence is ranked with 0 (never filtered)."""
 
-    facets: bool = True
-    """Also search each facet of a request (its clauses, quoted phrases, entities, task items) and fuse the
-    rankings by reciprocal rank (`facets.py`), so one facet's items do not crowd out another's."""
+    facets: bool = False
+    """Also search each facet of a request (its clauses, quoted phrases, entities, task items) and interleave
+    the rankings (`facets.py`), so one facet's items do not crowd out another's. Off by default: it did not
+    lift SciFact or LoCoMo at the ranking stage (docs/benchmarks.md, query facets); the memory service is
+    asked per facet whatever this says."""
 
     hit_threshold: float = Field(0.35, ge=-1.0, le=1.0)
     """Dense cosine to the query at or above which a selected item counts as a hit in the
