@@ -76,7 +76,7 @@ def test_memory_queries_are_bounded_and_inflected():
     assert not any("anas" in q.split() for q in queries)  # names are not inflected
     huge = " ".join(f"word{i} Name{i} and when did thing{i} happen?" for i in range(20_000))
     many = memory_queries(huge, ["goal " * 10_000])
-    assert len(many) <= 1 + 1 + MAX_FACETS + 12 + 10 and all(len(q) <= MAX_CHARS * 2 for q in many)
+    assert len(many) <= 1 + 1 + MAX_FACETS + 8 + 6 and all(len(q) <= MAX_CHARS * 2 for q in many)
 
 
 async def test_a_runner_packs_both_facets_of_a_compound_question():

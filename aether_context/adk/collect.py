@@ -117,8 +117,8 @@ def _timestamp(value: Any) -> float | None:
         return None
 
 
-MAX_MEMORY_WORDS = 12  # content words of the request asked for one by one
-MAX_PAIRS = 10  # pairs of its first content words asked for together
+MAX_MEMORY_WORDS = 8  # content words of the request asked for one by one
+MAX_PAIRS = 6  # pairs of its first content words asked for together
 _NAME = re.compile(r"\b[A-Z][A-Za-z]*\b")
 
 
