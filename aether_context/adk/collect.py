@@ -23,6 +23,7 @@ from ..pipeline.collect import EvidenceItem, MemoryItem, PackInputs, PackState
 from ..pipeline.incremental import extended
 from ..pipeline.tools_rank import rank_tools
 from ..providers import EvidenceProvider, EvidenceRequest
+from ..retrieval.facets import MAX_CHARS, content_words, facets, word_forms
 from .task import StateKeys, evidence_from_state, notes_from_state, task_from_state
 
 logger = logging.getLogger(__name__)
@@ -116,38 +117,38 @@ def _timestamp(value: Any) -> float | None:
         return None
 
 
-MAX_MEMORY_QUERIES = 12  # one per content word of the request, besides the whole request
-MAX_MEMORY_QUERY_CHARS = 2_000  # of the request sent whole: a pasted log is no better a query past its start
+MAX_MEMORY_WORDS = 8  # content words of the request asked for one by one
+MAX_PAIRS = 6  # pairs of its first content words asked for together
+_NAME = re.compile(r"\b[A-Z][A-Za-z]*\b")
 
 
-def memory_queries(query: str) -> list[str]:
-    """The start of the query, then each distinct content word of it (at most `MAX_MEMORY_QUERIES`).
+def memory_queries(request: str, items: "Sequence[str]" = ()) -> list[str]:
+    """What the memory service is asked: the request; its content words, and each facet's (`facets`), together;
+    each content word alone; pairs of the first ones. Words go with their inflections (`word_forms`).
 
-    A memory service answers with its own top few (ADK's in-memory one: 10); asking word by word
-    gathers the pool the pack then ranks itself, so the service's cut-off does not decide. The words
-    are read in order until enough are found: the cost is bounded whatever the message's size.
-    """
-    from ..retrieval import STOP_WORDS
-
-    words: dict[str, None] = {}
-    for match in _WORD.finditer(query):
-        word = match.group().lower()
-        if len(word) > 2 and word not in STOP_WORDS:
-            words.setdefault(word)
-            if len(words) >= MAX_MEMORY_QUERIES:
-                break
-    return [query[:MAX_MEMORY_QUERY_CHARS]] + list(words)
-
-
-_WORD = re.compile(r"\w+")
+    A memory service answers with its own top few (ADK's in-memory one: the 10 sharing most words); asking
+    per facet, word and pair gathers the pool the pack then ranks itself, so the service's cut-off does not
+    decide. At most 1 + 1 + `MAX_FACETS` + `MAX_MEMORY_WORDS` + `MAX_PAIRS` queries, each read from the start
+    of a text cut at `MAX_CHARS`: the cost is bounded whatever the message's size."""
+    words = content_words(request, MAX_MEMORY_WORDS)
+    if not words:
+        return [request[:MAX_CHARS]] if request.strip() else []
+    names = set(content_words(" ".join(_NAME.findall(request[:MAX_CHARS])), MAX_CHARS))  # never inflected
+    forms = {w: w if w in names else " ".join(word_forms(w)) for w in words}
+    together = [" ".join(forms.get(w) or " ".join(word_forms(w)) for w in content_words(f, MAX_MEMORY_WORDS))
+                for f in (request, *facets(request, items))]
+    first = words[:5]
+    pairs = [f"{forms[a]} {forms[b]}" for i, a in enumerate(first) for b in first[i + 1:]][:MAX_PAIRS]
+    return list(dict.fromkeys([request[:MAX_CHARS], *together, *forms.values(), *pairs]))
 
 
-async def _memory_hits(ctx: CallbackContext, query: str, limit: int) -> list[MemoryItem]:
-    """The memory service's answers to the request and to each of its words, de-duplicated."""
-    if not query.strip():
+async def _memory_hits(ctx: CallbackContext, request: str, items: "Sequence[str]", limit: int) -> list[MemoryItem]:
+    """The memory service's answers to the request, its facets, words and pairs (`memory_queries`), de-duplicated."""
+    queries = memory_queries(request, items)
+    if not queries:
         return []
     try:
-        responses = await asyncio.gather(*(ctx.search_memory(q) for q in memory_queries(query)))
+        responses = await asyncio.gather(*(ctx.search_memory(q) for q in queries))
     except ValueError:  # no memory service on the runner
         return []
     items: list[MemoryItem] = []
@@ -301,13 +302,14 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request:
     if task.tools is not None:
         always = [t.name for t in extra_tools] + framework_tools(llm_request)
         task = replace(task, tools=task.tools + tuple(dict.fromkeys(n for n in always if n not in task.tools)))
-    query = " ".join(x for x in (request.messages[index].text if index is not None else "", task.step, task.goal) if x)
+    asked = (request.messages[index].text if index is not None else "") or " ".join(x for x in (task.step, task.goal) if x)
     left_out: dict[str, str] = {}
     if task.tools is None and rank_tools_above is not None and len(request.tools) > rank_tools_above:
         task, left_out = _ranked_tools(request, index, task, previous, ctx.invocation_id,
                                        [t.name for t in extra_tools] + framework_tools(llm_request), keep_tools,
                                        tools_share)
-    memory = notes_from_state(state, keys) + (await _memory_hits(ctx, query, memory_limit) if use_memory else [])
+    memory = notes_from_state(state, keys) + (await _memory_hits(ctx, asked, (task.step, task.goal, *task.acceptance), memory_limit)
+                                             if use_memory else [])
     evidence = evidence_from_state(state, keys) + (await _artifact_evidence(ctx, artifact_cache, summary_chars) if use_artifacts else [])
     if providers:
         recent = tuple(m.text for m in request.messages[-8:] if m.text)

@@ -23,11 +23,12 @@ from typing import Callable, Iterable, Sequence
 from ..retrieval import Document, EmbeddingCache, HybridIndex, RetrievalResult, RetrievalSettings
 from ..retrieval.analyzer import STOP_WORDS, Analyzer
 from ..retrieval.embeddings import Embedder, SentenceTransformerEmbedder
+from ..retrieval.facets import facets as query_facets, fuse
 from ..retrieval.threads import bounded_threads
 from .collect import TaskSpec
 
-__all__ = ["Retriever", "default_retriever", "use_default_embedder", "retrieval_query", "session_namespace",
-           "agent_namespace"]
+__all__ = ["Retriever", "default_retriever", "use_default_embedder", "retrieval_query", "retrieval_facets",
+           "session_namespace", "agent_namespace"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,11 @@ def retrieval_query(request: str, task: TaskSpec) -> str:
     """What a call ranks Evidence and Memory for: its user request's text, the goal, the step and the acceptance
     checklist (`select.query_text`)."""
     return "\n".join(x for x in (request, task.goal, task.step, *task.acceptance) if x)
+
+
+def retrieval_facets(request: str, task: TaskSpec) -> list[str]:
+    """The parts of `retrieval_query` also searched alone (`facets.facets`)."""
+    return query_facets(request, (task.goal, task.step, *task.acceptance))
 
 
 def _same_objects(old: "Sequence[Document]", new: "Sequence[Document]") -> int:
@@ -172,7 +178,8 @@ class Retriever:
 
     def rank(self, namespace: str, layer: str, query: str, documents: Sequence[Document], *, k: int,
              count_tokens: Callable[[str], int] | None, now: float | None, exclude: Iterable[str] = (),
-             dense: bool | None = None, pool: int | None = None) -> RetrievalResult:
+             dense: bool | None = None, pool: int | None = None, facets: Sequence[str] = (),
+             floor: float = 0.0) -> RetrievalResult:
         """The best `k` of `documents` for `query`, in pick order, with their scores and signals.
 
         A repeated id in `documents` counts once (its last version). `dense`: None ranks densely
@@ -180,7 +187,8 @@ class Retriever:
         model; False ranks lexically. `now` should be the session's own latest time, never the
         wall clock (packs must replay). `count_tokens` None: items carry no token count (the pack counts
         the lines it renders from them instead). `pool`: how many of each retriever's best join fusion in this
-        search (default: the settings' `candidate_pool`).
+        search (default: the settings' `candidate_pool`). `facets`: parts of the query also searched alone, the
+        rankings fused (`facets.fuse`). `floor`: the settings' `information_floor` for this search (0: none).
         """
         if dense is None:
             dense = self.ready()
@@ -203,10 +211,11 @@ class Retriever:
                     return RetrievalResult(query, (), {"retrieval_hit_rate": 0.0, "similarity": 0.0,
                                                        "freshness": 0.0, "selected": 0.0, "dense_off": float(not dense),
                                                        "empty_query": 0.0, "timestamps_ignored": 0.0})
-                settings = self.settings.model_copy(update={"candidate_pool": pool}) if pool else None
-                result = index.search(query, k=k, count_tokens=count_tokens, now=now, exclude=exclude, dense=dense,
-                                      settings=settings)
-                return result
+                settings = self.settings.model_copy(update={"information_floor": floor,
+                                                            **({"candidate_pool": pool} if pool else {})})
+                results = [index.search(q, k=k, count_tokens=count_tokens, now=now, exclude=exclude, dense=dense,
+                                        settings=settings) for q in (query, *facets)]
+                return fuse(results, k)
 
 _DEFAULT: dict[str, Retriever] = {}
 _DEFAULT_EMBEDDER: list[Embedder] = []

@@ -16,7 +16,7 @@ from ..profile import BudgetProfile
 from ..retrieval import Document, RetrievalResult
 from ..retrieval.items import ScoredItem
 from ..retrieval.turns import TURNS_AFTER, TURNS_BEFORE, neighbours, turn_context
-from .retrieve import Retriever, agent_namespace, retrieval_query
+from .retrieve import Retriever, agent_namespace, retrieval_facets, retrieval_query
 from ..tokens import TokenCounting
 from .allocate import LAYER_OVERHEAD, Signals
 from .collect import MemoryItem, PackInputs, TaskSpec, Turn, turn_start
@@ -31,8 +31,16 @@ __all__ = ["Line", "Conversation", "Candidates", "select", "frame_candidates", "
 
 def query_text(inputs: PackInputs) -> str:
     """The retrieval query: the user request, the goal, the step and the acceptance checklist."""
-    req = inputs.request.messages[inputs.request_index].text if inputs.request_index is not None else ""
-    return retrieval_query(req, inputs.task)
+    return retrieval_query(_request_text(inputs), inputs.task)
+
+
+def _request_text(inputs: PackInputs) -> str:
+    return inputs.request.messages[inputs.request_index].text if inputs.request_index is not None else ""
+
+
+def _facets(inputs: PackInputs, profile: BudgetProfile) -> "list[str]":
+    """The query's facets searched alone too (none when the profile's `retrieval.facets` is off)."""
+    return retrieval_facets(_request_text(inputs), inputs.task) if profile.retrieval.facets else []
 
 
 def _clip(text: str, limit: int) -> str:
@@ -188,7 +196,8 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     verbatim = _verbatim(conversation, kept) if ev_docs or mem_docs else []
     # Evidence is what the app chose to show: ranked, never filtered by relevance.
     ev_result = retriever.rank(namespace, "evidence", query, ev_docs, k=_k(profile.evidence.top_k, ev_docs),
-                               count_tokens=None, now=now, exclude=verbatim)  # `_lines` counts what is shown
+                               count_tokens=None, now=now, exclude=verbatim,  # `_lines` counts what is shown
+                               facets=_facets(inputs, profile))
     if ev_docs and ev_result.signals.get("empty_query"):  # nothing to rank by: the app's order
         ev_result = _in_given_order(ev_docs, query)
     evidence = _lines(ev_result, RENDERS["evidence"], counter)
@@ -245,7 +254,8 @@ def _rank_memory(inputs: PackInputs, profile: BudgetProfile, retriever: Retrieve
     """Memory ranked for the request, above the relevance floor; nothing that is verbatim or Evidence."""
     result = retriever.rank(_namespace(inputs), "memory", query_text(inputs), mem_docs,
                             k=_k(profile.memory.top_k, mem_docs), count_tokens=None,
-                            now=now, exclude=verbatim + [e.summary for e in inputs.evidence], pool=pool)
+                            now=now, exclude=verbatim + [e.summary for e in inputs.evidence], pool=pool,
+                            facets=_facets(inputs, profile), floor=profile.retrieval.information_floor)
     return _relevant(result, profile.retrieval.hit_threshold)
 
 

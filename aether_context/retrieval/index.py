@@ -86,6 +86,8 @@ class HybridIndex:
         self._last: dict[tuple, RetrievalResult] = {}  # the last searches' results by their inputs (a few)
         self._pools: dict[tuple, tuple] = {}  # the last searches' fusion pools and scores, without the clock (a few)
         self._exclude_keys: dict[str, str] = {}  # the last search's excluded texts -> their content keys
+        self._text_terms: dict[int, np.ndarray] = {}  # row -> its text's distinct term ids (`_information`)
+        self._median: tuple[tuple, float] = ((), 0.0)  # (version, epsilon) -> the live rows' median information
         self._lock = threading.RLock()
 
     def __len__(self) -> int:
@@ -186,6 +188,7 @@ class HybridIndex:
         doc = self._docs[row]
         self._lexical.remove(row)
         del self._row_of[doc.id]
+        self._text_terms.pop(row, None)
         for h in (self._keys[row], text_hash(doc.text)):
             self._unlink(h, row)
 
@@ -342,7 +345,10 @@ class HybridIndex:
         ignored = ignored_timestamps(stamps, now) if now is not None else 0
         flags = {**flags, "timestamps_ignored": float(ignored)}
         score = relevance * (1.0 - s.freshness_weight + s.freshness_weight * decay)
-        keep = np.flatnonzero(relevance >= s.min_score)
+        keep = relevance >= s.min_score
+        if s.information_floor > 0 and len(pool) > 1:
+            keep &= self._information(pool, s.bm25_epsilon) >= s.information_floor * self._median_information(s.bm25_epsilon)
+        keep = np.flatnonzero(keep)
         order = keep[np.lexsort((id_order[keep], -score[keep]))]
         ranked = pool[order].tolist()
         vectors = self._vectors(pool[order])
@@ -362,6 +368,25 @@ class HybridIndex:
                  for rank, (i, value) in enumerate(picks, start=1)]
         logger.debug("search %r: %d candidates, %d groups, %d picked", query[:60], len(pool), len(groups), len(items))
         return RetrievalResult.of(query, items, len(pool), n_excluded, len(order) - len(groups), s.hit_threshold, flags)
+
+    def _information(self, rows: np.ndarray, epsilon: float) -> np.ndarray:
+        """Each row's information: the idf of its text's distinct words summed (its context not counted)."""
+        idf = self._lexical._idf(epsilon)
+        vocab, out = self._lexical._vocab, np.zeros(len(rows), dtype=np.float64)
+        for n, row in enumerate(rows.tolist()):
+            terms = self._text_terms.get(row)
+            if terms is None:
+                ids = sorted({vocab.get(t) for t in self.analyzer(self._docs[row].text)} - {None})
+                terms = self._text_terms[row] = np.array(ids, dtype=np.int64)
+            out[n] = float(idf[terms].sum()) if len(terms) else 0.0
+        return out
+
+    def _median_information(self, epsilon: float) -> float:
+        """The median information of the live documents (once per version of the index)."""
+        key = (self._version, epsilon)
+        if self._median[0] != key:
+            self._median = (key, float(np.median(self._information(np.flatnonzero(self._lexical.alive_mask()), epsilon))))
+        return self._median[1]
 
     @staticmethod
     def _item(rank: int, members: list[Document], scores: list[float], mmr: float, tokens: int | None) -> ScoredItem:

@@ -78,6 +78,18 @@ class RetrievalSettings(BaseModel):
     """Floor on an item's relevance (fused score min-max scaled over the candidates, 1 = the best
     candidate) for it to be selected at all; 0 keeps every candidate."""
 
+    information_floor: float = Field(0.0, ge=0.0, le=1.0)
+    """Candidates whose information (the idf summed over their text's distinct words) is below this share of
+    the median over the index's documents are not selected: a greeting or a goodbye falls by its content, whatever
+    words the query shares with it. Evidence is ranked with 0 (never filtered). Off (0) by default: 0.3 was
+    neutral on LoCoMo and drops short notes with the greetings (a sum favours long texts)."""
+
+    facets: bool = False
+    """Also search each facet of a request (its clauses, quoted phrases, entities, task items) and interleave
+    the rankings (`facets.py`), so one facet's items do not crowd out another's. Off by default: it did not
+    lift SciFact or LoCoMo at the ranking stage (docs/benchmarks.md, query facets); the memory service is
+    asked per facet whatever this says."""
+
     hit_threshold: float = Field(0.35, ge=-1.0, le=1.0)
     """Dense cosine to the query at or above which a selected item counts as a hit in the
     `retrieval_hit_rate` signal. 0.35 is a moderate MiniLM cosine; retune it for other embedders."""
