@@ -99,3 +99,48 @@ async def test_a_runner_packs_both_facets_of_a_compound_question():
         pass
     payload = [m.text for m in request_from_llm(llm.requests[-1]).messages if m.text.startswith("CONTEXT PACK")][-1]
     assert BEN in payload and any(a in payload for a in ANA)
+
+
+async def test_hyde_asks_the_model_once_per_invocation_and_searches_with_its_passage():
+    """`retrieval.hyde`: the agent's model writes a passage for the request once per invocation; every call of
+    the invocation searches with that passage (kept as a session record), and a timeout fails open."""
+    import asyncio
+
+    from aether_context.testing import call
+
+    passage = "Ana took up pottery at the Lisbon studio in May."
+
+    def lookup(key: str) -> dict:
+        """Look a key up."""
+        return {"key": key, "value": "none"}
+
+    llm = ScriptedLlm(turns=[passage, call("lookup", key="ana"), "Pottery."])
+    agent = LlmAgent(name="assistant", model=llm, instruction="Answer.", tools=[lookup])
+    profile = load_profile("default").model_copy(update={"retrieval": RetrievalSettings(hyde=True)})
+    plugin = ContextPackPlugin(store="memory://hyde-runner", profile=profile)
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]), session_service=InMemorySessionService())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=types.Content(
+            role="user", parts=[types.Part(text="What hobby did Ana pick up?")])):
+        pass
+    assert len(llm.requests) == 3  # one HyDE call, then the two calls of the loop
+    assert llm.requests[0].config.system_instruction.startswith("Write a short passage")
+    stored = await runner.session_service.get_session(app_name="app", user_id="u", session_id=session.id)
+    kept = await plugin.packer.records.get(stored.state, "aether:hyde:assistant")
+    assert kept["passage"] == passage and kept["invocation"] == stored.events[-1].invocation_id
+    assert len(plugin.packer.recent) == 2 and not any(r.manifest.error for r in plugin.packer.recent)
+
+    async def slow_passage(request):
+        await asyncio.sleep(2)
+        return "too late"
+
+    slow = load_profile("default").model_copy(update={"retrieval": RetrievalSettings(hyde=True, hyde_timeout_seconds=0.05)})
+    plugin2 = ContextPackPlugin(store="memory://hyde-slow", profile=slow)
+    agent2 = LlmAgent(name="assistant", model=ScriptedLlm(turns=[slow_passage, "ok"]), instruction="Answer.")
+    runner2 = Runner(app=App(name="app", root_agent=agent2, plugins=[plugin2]), session_service=InMemorySessionService())
+    session2 = await runner2.session_service.create_session(app_name="app", user_id="u")
+    async for _ in runner2.run_async(user_id="u", session_id=session2.id, new_message=types.Content(
+            role="user", parts=[types.Part(text="What hobby did Ana pick up?")])):
+        pass
+    flags = [f for r in plugin2.packer.recent for f in r.manifest.flags]
+    assert any(f.startswith("hyde_timeout") for f in flags) and not plugin2.packer.recent[0].manifest.error

@@ -31,6 +31,7 @@ from typing import Any, Sequence
 
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.models.llm_request import LlmRequest
+from google.genai import types
 from google.adk.models.llm_response import LlmResponse
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
@@ -63,7 +64,7 @@ from .convert import apply_request, request_from_llm
 from .fail_open import fails_open
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, run_inline, make_recall_tool, offload_tool_result
 from .recovery import is_token_limit_error, recovery_pack
-from .session_state import (CALIBRATION_STATE_KEY, COMPACT_STATE_KEY, FAILURES_STATE_KEY, SAVED_STATE_KEY,
+from .session_state import (CALIBRATION_STATE_KEY, HYDE_STATE_PREFIX, COMPACT_STATE_KEY, FAILURES_STATE_KEY, SAVED_STATE_KEY,
                             SUMMARY_STATE_KEY, URIS_STATE_KEY, StateRecords, StoredPack, carried_state, flag_next_call,
                             own_state, read_calibration, read_pack, write_calibration, write_pack, write_summary)
 from .slots import MAX_SESSIONS, SessionSlot, SessionSlots, slot_key
@@ -243,7 +244,34 @@ class ContextPacker:
                          compact=bool(own_state(callback_context).get(COMPACT_STATE_KEY)), cite_originals=recall)
         inputs = await self._save_images(callback_context, inputs)
         inputs = replace(inputs, calibration=read_calibration(own_state(callback_context), inputs.request.model))
-        return inputs
+        return await self._with_hyde(callback_context, inputs) if self.profile.retrieval.hyde else inputs
+
+    async def _with_hyde(self, ctx: CallbackContext, inputs: PackInputs) -> PackInputs:
+        """HyDE (`retrieval.hyde`): a short passage the agent's model writes as if answering the request, searched
+        like a facet. Asked once per invocation and kept as a session record, so every call of the invocation, on
+        any replica and in a replay, searches with the same text. A timeout or an error leaves it out (a flag)."""
+        question = inputs.request.messages[inputs.request_index].text if inputs.request_index is not None else ""
+        if not question.strip():
+            return inputs
+        key, flags = HYDE_STATE_PREFIX + ctx.agent_name, []
+        kept = await self.records.get_or_empty(own_state(ctx), key, {}, "HyDE passage")
+        if kept.get("invocation") != ctx.invocation_id:
+            settings = self.profile.retrieval
+            try:
+                passage = await asyncio.wait_for(_hypothetical_answer(ctx, question), settings.hyde_timeout_seconds)
+            except asyncio.TimeoutError:
+                passage, flags = "", [f"hyde_timeout: no answer within {settings.hyde_timeout_seconds}s"]
+            except Exception as e:  # fail open: the pack searches without the passage
+                logger.warning("aether-context: the HyDE call failed; searching without it", exc_info=True)
+                passage, flags = "", [f"hyde_failed: {type(e).__name__}"]
+            await self.records.set(ctx.state, key, {"invocation": ctx.invocation_id, "passage": passage})
+            kept = await self.records.get_or_empty(own_state(ctx), key, {}, "HyDE passage")  # as stored: masked
+        extra = dict(inputs.extra)
+        if kept.get("passage"):
+            extra["hyde"] = kept["passage"]
+        if flags:
+            extra["edge_flags"] = [*extra.get("edge_flags", ()), *flags]
+        return replace(inputs, extra=extra)
 
     def _store_flags(self) -> tuple[str, ...]:
         """Store writes that failed since the last call looked (they run in the background): the next manifest
@@ -549,6 +577,22 @@ def _small(value: object, budget: int = SMALL_RESULT_CHARS) -> bool:
         if budget < 0:
             return False
     return True
+
+
+HYDE_PROMPT = ("Write a short passage (at most 80 words) that would answer the question below, as a document holding "
+               "the answer would. Name likely people, places, dates and identifiers. No preamble.")
+
+
+async def _hypothetical_answer(ctx: CallbackContext, question: str) -> str:
+    """The agent's own model, asked directly (no plugins), for a HyDE passage."""
+    model = ctx.get_invocation_context().agent.canonical_model
+    request = LlmRequest(model=model.model, contents=[types.Content(role="user", parts=[types.Part(text=question[:2000])])],
+                         config=types.GenerateContentConfig(system_instruction=HYDE_PROMPT, max_output_tokens=200))
+    text = ""
+    async for response in model.generate_content_async(request, stream=False):
+        if response.content and response.content.parts:
+            text = "".join(p.text or "" for p in response.content.parts if not p.thought)
+    return text.strip()[:2000]
 
 
 def _cites_original(message: Message) -> bool:

@@ -39,8 +39,11 @@ def _request_text(inputs: PackInputs) -> str:
 
 
 def _facets(inputs: PackInputs, profile: BudgetProfile) -> "list[str]":
-    """The query's facets searched alone too (none when the profile's `retrieval.facets` is off)."""
-    return retrieval_facets(_request_text(inputs), inputs.task) if profile.retrieval.facets else []
+    """The query's facets searched alone too (none when the profile's `retrieval.facets` is off), and the
+    HyDE passage the edge asked the model for (`retrieval.hyde`)."""
+    found = retrieval_facets(_request_text(inputs), inputs.task) if profile.retrieval.facets else []
+    hyde = inputs.extra.get("hyde")
+    return [*found, hyde] if isinstance(hyde, str) and hyde else found
 
 
 def _clip(text: str, limit: int) -> str:

@@ -90,6 +90,13 @@ class RetrievalSettings(BaseModel):
     lift SciFact or LoCoMo at the ranking stage (docs/benchmarks.md, query facets); the memory service is
     asked per facet whatever this says."""
 
+    hyde: bool = False
+    """HyDE: before a pack, ask the agent's model for a short passage that would answer the request, and search
+    Memory and Evidence with it too (fused like a facet). One extra model call per user request; off by default."""
+
+    hyde_timeout_seconds: float = Field(5.0, gt=0, le=120)
+    """Past this the pack goes on without the passage (flag `hyde_timeout`)."""
+
     hit_threshold: float = Field(0.35, ge=-1.0, le=1.0)
     """Dense cosine to the query at or above which a selected item counts as a hit in the
     `retrieval_hit_rate` signal. 0.35 is a moderate MiniLM cosine; retune it for other embedders."""
