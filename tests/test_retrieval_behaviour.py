@@ -298,3 +298,25 @@ def test_a_repeated_search_is_the_same_result_and_a_change_to_the_documents_sear
     assert again is not first and "c" in again.ids
     index.remove(["c"])
     assert index.search("window seat", k=5).ids == first.ids
+
+
+def test_an_evidence_item_whose_uri_changed_is_shown_with_its_new_uri():
+    """Found by test_later_calls_of_an_invocation in a full run: a pool equal to the last one (same ids and
+    texts) whose document carried another URI kept the old version, so the model saw a URI the session never
+    saved. The sync compares the pools by identity, and an equal document with new metadata replaces the old."""
+    from aether_context.pipeline.retrieve import Retriever
+    from aether_context.retrieval import Document, RetrievalSettings
+
+    retriever = Retriever(RetrievalSettings())
+
+    def uris(docs):
+        found = retriever.rank("s1", "evidence", "alpha report", docs, k=5, count_tokens=None, now=100.0)
+        return [i.document.metadata.get("uri", "") for i in found.items]
+
+    old = Document("ev-2", "alpha report text", "state", metadata={"uri": "artifact://app/u/s1/doc2.txt"})
+    new = Document("ev-2", "alpha report text", "state")
+    other = Document("ev-1", "something else", "state")
+    assert uris((old,)) == ["artifact://app/u/s1/doc2.txt"]
+    assert uris((new,)) == [""]
+    assert uris((other, old)) == ["artifact://app/u/s1/doc2.txt"]
+    assert uris((other, new)) == [""]

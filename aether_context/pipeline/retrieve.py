@@ -135,11 +135,13 @@ class Retriever:
         ids are unique and new to the leading documents. Otherwise every id is checked. The last pool is held
         with its record, so its documents are compared with the new pool's by identity, in one C-level pass."""
         known = held is not None and held[0] is index
-        if known and len(held[1]) <= len(documents) and documents[:len(held[1])] == held[1]:
-            fresh = documents[len(held[1]):]  # the last pool, grown (one C-level pass, identity first)
+        same = _same_objects(held[1], documents) if known else 0
+        if known and same == len(held[1]):
+            # the last pool's very objects, grown: an equal document may carry another URI, so equality is not enough
+            fresh = documents[same:]
             ids = {d.id for d in fresh}
             return fresh, held[2] and len(ids) == len(fresh) and not any(i in index for i in ids)
-        same = _same_objects(held[1], documents) if known and held[2] else 0
+        same = same if known and held[2] else 0
         if known and held[2]:
             old, fresh = held[1], documents[same:]
             gone, ids = {d.id for d in old[same:]}, {d.id for d in fresh}
