@@ -50,6 +50,12 @@ def _same_objects(old: "Sequence[Document]", new: "Sequence[Document]") -> int:
     return next(compress(count(), map(is_not, old, new)), min(len(old), len(new)))
 
 
+def _same_metadata(old: "Sequence[Document]", new: "Sequence[Document]") -> bool:
+    """Equal documents (`==` ignores metadata) that also carry the same metadata: an evidence item whose URI
+    changed under the same id and text must replace the indexed one."""
+    return all(a is b or a.metadata == b.metadata for a, b in zip(old, new))
+
+
 def agent_namespace(app: str, user: str, session: str, agent: str) -> str:
     """The namespace of one agent's indexes in one session: the session's prefix, then the agent's name."""
     return session_namespace(app, user, session) + agent
@@ -135,13 +141,12 @@ class Retriever:
         ids are unique and new to the leading documents. Otherwise every id is checked. The last pool is held
         with its record, so its documents are compared with the new pool's by identity, in one C-level pass."""
         known = held is not None and held[0] is index
-        same = _same_objects(held[1], documents) if known else 0
-        if known and same == len(held[1]):
-            # the last pool's very objects, grown: an equal document may carry another URI, so equality is not enough
-            fresh = documents[same:]
+        n = len(held[1]) if known else 0
+        if known and n <= len(documents) and documents[:n] == held[1] and _same_metadata(held[1], documents):
+            fresh = documents[n:]  # the last pool, grown (one C-level pass, identity first)
             ids = {d.id for d in fresh}
             return fresh, held[2] and len(ids) == len(fresh) and not any(i in index for i in ids)
-        same = same if known and held[2] else 0
+        same = _same_objects(held[1], documents) if known and held[2] else 0
         if known and held[2]:
             old, fresh = held[1], documents[same:]
             gone, ids = {d.id for d in old[same:]}, {d.id for d in fresh}
