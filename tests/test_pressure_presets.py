@@ -102,3 +102,26 @@ def test_bad_tool_and_pressure_keys_are_refused_with_the_fix():
         load_profile().override(pressure={"warn_share": 1.5})
     with pytest.raises(ProfileError, match="unknown key 'tools.kep'"):
         load_profile().override(tools={"kep": 3})
+
+
+def test_the_warning_never_piles_notes_on_a_frozen_tool_loop():
+    """Found by test_later_calls_of_an_invocation: in a tool loop whose payload is frozen, a request past the
+    pressure share recited STATUS at every call; the notes kept as sent grew past the room no one reserved
+    for them and were all dropped, rewriting what the previous call sent. Under a frozen payload the warning
+    now waits for a status due anyway: each call extends the one before, as with the warning off."""
+    from aether_context import TokenCounter
+    from aether_context.pipeline.build import build_pack
+    from conftest import call_msg, filler, history_turns, make_inputs, resp_msg
+
+    counter, history = TokenCounter(), history_turns(4)
+    loop = [call_msg("search", q="a"), resp_msg("search", result=filler(1490, 1))]
+    pack = build_pack(make_inputs(history, "what does this chart show?", loop), load_profile(), counter=counter,
+                      window=3647)
+    for i in range(2):
+        loop += [call_msg("search", q=f"m{i}"), resp_msg("search", result=filler(150, i + 5))]
+        nxt = build_pack(make_inputs(history, "what does this chart show?", loop, previous=pack.state),
+                         load_profile(), counter=counter, window=3647)
+        assert nxt.manifest.reused_payload and not nxt.manifest.compaction
+        assert any(f.startswith("context_pressure") for f in nxt.manifest.flags)
+        assert nxt.request.messages[:len(pack.request.messages)] == pack.request.messages
+        pack = nxt

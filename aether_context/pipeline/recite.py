@@ -65,7 +65,8 @@ def recite(inputs: PackInputs, profile: BudgetProfile, request: ModelRequest, fi
     warnings = new_warnings(failures, tuple(m.text for m in request.messages) + tuple(r[2] for r in carried))
     status, call_index, last_recited = recitation_message(
         inputs, profile, fit.history + fit.loop, request_tokens(request, counter), counter,
-        failures_stale=logged > shown, compacted=fit.zone.through > 0, warnings=warnings, window=window)
+        failures_stale=logged > shown, compacted=fit.zone.through > 0, warnings=warnings, window=window,
+        frozen=reused)
     placed = place_status(request, status, profile, carried=carried,
                           rebuilt_at=rebuilt_at, fits=lambda r: request_tokens(r, counter) <= limit)
     if status is not None and not placed.recited:  # not here, or no room left: a later call recites

@@ -104,7 +104,8 @@ def recitation_reserve(profile: BudgetProfile) -> int:
 
 def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tuple[Turn, ...]", context_tokens: int,
                        counter: TokenCounting, *, failures_stale: bool = False, compacted: bool = False,
-                       warnings: "tuple[str, ...]" = (), window: int = 0) -> tuple[Message | None, int, int]:
+                       warnings: "tuple[str, ...]" = (), window: int = 0,
+                       frozen: bool = False) -> tuple[Message | None, int, int]:
     """The closing note, if one is due (`place_status` puts it); with the new call index and last recital.
 
     The note is the status block when a recital is due, and `warnings` (`new_warnings`: a repeat or
@@ -113,7 +114,10 @@ def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tupl
     compacted (`compacted`): before that the model still reads it verbatim, and a status would only
     cost tokens. `failures_stale`: the payload this call sends is frozen and its FAILURES SO FAR
     predates the latest failures; a status then lists more recent errors.
-    Once `context_tokens` reach `pressure.warn_share` of `window`, the block is due and ends with a warning.
+    Once `context_tokens` reach `pressure.warn_share` of `window`, a due block ends with a warning, and the
+    warning makes the block due when this call builds the payload anew. Under a `frozen` payload (a tool loop)
+    it waits for a block due anyway: a block every call would pile up kept notes the room does not reserve,
+    until they no longer fit and go (a cache break).
     """
     prev = inputs.previous
     call_index = prev.call_index + 1 if prev is not None else 0
@@ -126,12 +130,14 @@ def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tupl
         # No goal was set: the opening request stands in, once the user's message is no longer the last word.
         goal = _first_line(task.opening_request)
     pressure = _pressure_line(pressure_share(context_tokens, window, profile))
-    if pressure and not goal:
+    if pressure and frozen and not settings.enabled:
+        pressure = ""
+    if pressure and not goal and not frozen:
         goal = _first_line(task.opening_request) or "not set"  # the pressure still needs its block
     if not (settings.enabled or pressure):
         return None, call_index, last_out
     note = _warnings_note(warnings, settings.max_tokens, counter)
-    due = bool(pressure)
+    due = bool(pressure) and not frozen
     if goal and not due:
         recent_texts = [m.text or " ".join(c.name for c in m.calls) for t in recent[-4:] for m in t.messages]
         due = should_recite(call_index, last, drift_score(goal, recent_texts), context_tokens, settings)
