@@ -14,7 +14,6 @@ unmet items and the repair are flags of the checked call's manifest and its even
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -26,6 +25,7 @@ from google.genai import types
 
 from ..loop.acceptance import judge_prompt, read_judge, repair_note, unmet_items
 from ..pipeline.record import CallRecord
+from .convert import answer_text, final_response
 from .task import task_from_state
 
 if TYPE_CHECKING:
@@ -35,23 +35,8 @@ logger = logging.getLogger("aether_context")
 
 __all__ = ["AcceptanceGate"]
 
-MAX_KEPT = 4096
-
-
-def _text(response: LlmResponse | None) -> str | None:
-    """The answer's text when `response` is a final answer (text, no function call), else None."""
-    parts = (response.content.parts or []) if response is not None and response.content else []
-    if any(p.function_call for p in parts):
-        return None
-    text = "".join(p.text for p in parts if p.text and not p.thought)
-    return text or None
-
-
-async def _ask(ctx: CallbackContext, request: LlmRequest) -> LlmResponse | None:
-    final = None
-    async for response in ctx.get_invocation_context().agent.canonical_model.generate_content_async(request):
-        final = response
-    return final
+def _model(ctx: CallbackContext):
+    return ctx.get_invocation_context().agent.canonical_model
 
 
 class AcceptanceGate:
@@ -59,19 +44,11 @@ class AcceptanceGate:
 
     def __init__(self, packer: "ContextPacker"):
         self._packer = packer
-        self._requests: dict[tuple, LlmRequest] = {}  # slot key -> the request of its call in flight
-        self._repaired: collections.deque = collections.deque(maxlen=MAX_KEPT)  # (slot key, invocation) repaired
 
     def remember(self, ctx: CallbackContext, llm_request: LlmRequest) -> None:
+        """Keep the packed request of the call in flight in the caller's session slot (with the gate on)."""
         if self._packer.profile.acceptance.gate:
-            self._requests.pop(self._key(ctx), None)
-            self._requests[self._key(ctx)] = llm_request
-            if len(self._requests) > MAX_KEPT:  # calls whose model failed never come back for theirs
-                self._requests.pop(next(iter(self._requests)))
-
-    def _key(self, ctx: CallbackContext) -> tuple:
-        s = ctx.session
-        return (s.app_name, s.user_id, s.id, ctx.agent_name)
+            self._packer.slot(ctx).request = llm_request
 
     async def check(self, ctx: CallbackContext, response: LlmResponse) -> LlmResponse | None:
         """The repair pass's answer to send instead of `response`, or None. Never raises."""
@@ -85,9 +62,9 @@ class AcceptanceGate:
 
     async def _check(self, ctx: CallbackContext, response: LlmResponse) -> LlmResponse | None:
         settings = self._packer.profile.acceptance
-        key = (*self._key(ctx), ctx.invocation_id)
-        request = self._requests.pop(key[:4], None)
-        text = _text(response)
+        slot = self._packer.slot(ctx)
+        request, slot.request = slot.request, None
+        text = answer_text(response)
         task = task_from_state(ctx.state, self._packer.keys)
         items = [a for a in task.acceptance if a not in task.done]
         if request is None or text is None or not items:
@@ -105,10 +82,10 @@ class AcceptanceGate:
                      f"acceptance: {len(items) - len(unmet)} of {len(items)} met ({by})"
                      + (f"; unmet: {' | '.join(unmet)}" if unmet else ""))
         repaired = None
-        if unmet and key in self._repaired:
+        if unmet and slot.repaired == ctx.invocation_id:
             flags.append("acceptance_repair: none (one per invocation, already used)")
         elif unmet:
-            self._repaired.append(key)
+            slot.repaired = ctx.invocation_id
             repaired = await self._repair(ctx, request, response, unmet, flags)
             record["repair"] = repaired is not None
         self._record(ctx, record, flags)
@@ -117,18 +94,18 @@ class AcceptanceGate:
     async def _judge(self, ctx: CallbackContext, request: LlmRequest, text: str, items: list[str]) -> list[str]:
         ask = LlmRequest(model=request.model, contents=[types.Content(role="user", parts=[types.Part(
             text=judge_prompt(text, items))])])
-        return read_judge(_text(await _ask(ctx, ask)) or "", items)
+        return read_judge(answer_text(await final_response(_model(ctx), ask)) or "", items)
 
     async def _repair(self, ctx: CallbackContext, request: LlmRequest, response: LlmResponse, unmet: list[str],
                       flags: list[str]) -> LlmResponse | None:
         note = types.Content(role="user", parts=[types.Part(text=repair_note(unmet))])
         again = request.model_copy(update={"contents": [*request.contents, response.content, note]})
         try:
-            final = await _ask(ctx, again)
+            final = await final_response(_model(ctx), again)
         except Exception as e:  # fail open: the first answer stands
             flags.append(f"acceptance_repair_failed: {type(e).__name__}: {e}"[:300])
             return None
-        after = _text(final)
+        after = answer_text(final)
         left = unmet_items(after, unmet) if after is not None else None
         flags.append("acceptance_repair: 1 pass; " + ("it called tools" if left is None else
                                                      f"{len(unmet) - len(left)} of {len(unmet)} now met"))

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 
 from ..pipeline.cache import current_memo, memo_scope
 from ..pipeline.incremental import extended, note_prefix
 from ..content import _split_extra, Blob, FunctionCall, FunctionResponse, Message, ModelRequest, OpaquePart, Part, TextPart, ToolSpec
 
-__all__ = ["to_message", "to_content", "request_from_llm", "apply_request", "llm_request_from"]
+__all__ = ["to_message", "to_content", "request_from_llm", "apply_request", "llm_request_from", "final_response",
+           "answer_text"]
 
 
 _INNER = {"function_call": ("name", "args", "id"), "function_response": ("name", "response", "id")}
@@ -340,3 +343,20 @@ def llm_request_from(request: ModelRequest) -> LlmRequest:
     """A fresh `LlmRequest` carrying `request` (for replaying a recorded call against a model)."""
     config = types.GenerateContentConfig(system_instruction=request.system_instruction, tools=_tools_config(request))
     return LlmRequest(model=request.model, contents=[to_content(m) for m in request.messages], config=config)
+
+
+async def final_response(model: BaseLlm, request: LlmRequest) -> LlmResponse | None:
+    """The last response of a direct call to `model` (no plugins, no streaming): the plugin's own calls (LLM
+    summary, acceptance judge and repair, HyDE) go straight to the model, as ADK's own summarizer does."""
+    final = None
+    async for response in model.generate_content_async(request, stream=False):
+        final = response
+    return final
+
+
+def answer_text(response: LlmResponse | None) -> str | None:
+    """The text of a final answer (no function call; thoughts left out), None for anything else."""
+    parts = (response.content.parts or []) if response is not None and response.content else []
+    if any(p.function_call for p in parts):
+        return None
+    return "".join(p.text for p in parts if p.text and not p.thought) or None

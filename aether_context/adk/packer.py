@@ -60,7 +60,7 @@ from .acceptance import AcceptanceGate
 from .collect import collect_inputs
 from .recovery import ReportedLimits
 from .event_times import EventTimes, session_now
-from .convert import apply_request, request_from_llm
+from .convert import answer_text, apply_request, final_response, request_from_llm
 from .fail_open import fails_open
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, run_inline, make_recall_tool, offload_tool_result
 from .recovery import is_token_limit_error, recovery_pack
@@ -588,11 +588,7 @@ async def _hypothetical_answer(ctx: CallbackContext, question: str) -> str:
     model = ctx.get_invocation_context().agent.canonical_model
     request = LlmRequest(model=model.model, contents=[types.Content(role="user", parts=[types.Part(text=question[:2000])])],
                          config=types.GenerateContentConfig(system_instruction=HYDE_PROMPT, max_output_tokens=200))
-    text = ""
-    async for response in model.generate_content_async(request, stream=False):
-        if response.content and response.content.parts:
-            text = "".join(p.text or "" for p in response.content.parts if not p.thought)
-    return text.strip()[:2000]
+    return (answer_text(await final_response(model, request)) or "").strip()[:2000]
 
 
 def _cites_original(message: Message) -> bool:

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Callable
 from .event_times import EventTimes
 
 if TYPE_CHECKING:
+    from google.adk.models.llm_request import LlmRequest
+
     from ..pipeline.build import ContextPack
 
 __all__ = ["MAX_SESSIONS", "SessionSlot", "SessionSlots", "SlotKey", "slot_key"]
@@ -36,6 +38,8 @@ class SessionSlot:
     artifacts: dict = field(default_factory=dict)  # artifact descriptions by (session, file), with their version
     shown: dict | None = None  # the last pack's metadata, shown on the model's response (plugin.py)
     locks: dict = field(default_factory=dict)  # event loop -> the asyncio.Lock serialising this slot's packs
+    request: "LlmRequest | None" = None  # acceptance.gate: the packed request of the call in flight
+    repaired: str = ""  # acceptance.gate: the invocation that had its one repair pass
 
     def lock(self) -> asyncio.Lock:
         """This slot's lock on the running loop (an asyncio.Lock belongs to one loop)."""

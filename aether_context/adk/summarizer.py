@@ -17,6 +17,7 @@ from google.genai import types
 
 from ..compress import HANDOFF_PROMPT, build_handoff_request
 from ..compress.jsonparse import parse_json_loose
+from .convert import answer_text, final_response
 
 __all__ = ["LlmSummarizer"]
 
@@ -33,11 +34,7 @@ class LlmSummarizer:
             contents=[types.Content(role="user", parts=[types.Part(text=build_handoff_request(previous_summary, list(new_items), goal, max_tokens))])],
             config=types.GenerateContentConfig(system_instruction=HANDOFF_PROMPT, max_output_tokens=max_tokens * 2),
         )
-        text = ""
-        async for response in self.model.generate_content_async(request, stream=False):
-            if response.content and response.content.parts:
-                text = "".join(p.text or "" for p in response.content.parts if not p.thought)
-        return _unwrap(text)
+        return _unwrap(answer_text(await final_response(self.model, request)) or "")
 
 
 def _unwrap(text: str) -> str:
