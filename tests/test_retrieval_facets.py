@@ -144,3 +144,40 @@ async def test_hyde_asks_the_model_once_per_invocation_and_searches_with_its_pas
         pass
     flags = [f for r in plugin2.packer.recent for f in r.manifest.flags]
     assert any(f.startswith("hyde_timeout") for f in flags) and not plugin2.packer.recent[0].manifest.error
+
+
+async def test_the_memory_service_is_searched_once_per_invocation_not_per_model_call():
+    """A tool loop asks the same questions at every model call; a remote memory service would get twenty
+    searches per call. The answer is kept in the session slot for the calls of one invocation."""
+    from aether_context.testing import call
+
+    class CountingMemory(InMemoryMemoryService):
+        searches = 0
+
+        async def search_memory(self, **kwargs):
+            CountingMemory.searches += 1
+            return await super().search_memory(**kwargs)
+
+    def lookup(key: str) -> dict:
+        """Look a key up."""
+        return {"key": key}
+
+    llm = ScriptedLlm(turns=[call("lookup", key="a"), call("lookup", key="b"), "done", "again"])
+    agent = LlmAgent(name="assistant", model=llm, instruction="Answer.", tools=[lookup])
+    plugin = ContextPackPlugin(store="memory://memory-once")
+    runner = Runner(app=App(name="app", root_agent=agent, plugins=[plugin]),
+                    session_service=InMemorySessionService(), memory_service=CountingMemory())
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+
+    async def turn(text):
+        async for _ in runner.run_async(user_id="u", session_id=session.id,
+                                        new_message=types.Content(role="user", parts=[types.Part(text=text)])):
+            pass
+
+    question = "Where did Ana move after the adoption fair?"
+    await turn(question)
+    first = CountingMemory.searches
+    assert len(llm.requests) == 3  # three model calls...
+    assert first == len(memory_queries(question, ("", ""))) > 1  # ...and one round of searches
+    await turn("And when did Ben start pottery?")
+    assert CountingMemory.searches > first  # a new invocation asks again

@@ -142,8 +142,21 @@ def memory_queries(request: str, items: "Sequence[str]" = ()) -> list[str]:
     return list(dict.fromkeys([request[:MAX_CHARS], *together, *forms.values(), *pairs]))
 
 
-async def _memory_hits(ctx: CallbackContext, request: str, items: "Sequence[str]", limit: int) -> list[MemoryItem]:
-    """The memory service's answers to the request, its facets, words and pairs (`memory_queries`), de-duplicated."""
+async def _memory_hits(ctx: CallbackContext, request: str, items: "Sequence[str]", limit: int,
+                       cache: dict | None = None) -> list[MemoryItem]:
+    """The memory service's answers to the request, its facets, words and pairs (`memory_queries`), de-duplicated.
+    `cache` (the session slot's) keeps the last answer: the calls of one invocation ask the same questions, and a
+    tool loop must not send a remote memory service twenty searches per model call."""
+    key = (ctx.invocation_id, request, tuple(items), limit)
+    if cache is not None and cache.get("key") == key:
+        return list(cache["hits"])
+    hits = await _search_memory(ctx, request, items, limit)
+    if cache is not None:
+        cache.update(key=key, hits=tuple(hits))
+    return hits
+
+
+async def _search_memory(ctx: CallbackContext, request: str, items: "Sequence[str]", limit: int) -> list[MemoryItem]:
     queries = memory_queries(request, items)
     if not queries:
         return []
@@ -285,7 +298,7 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request:
                          uris: "dict[str, str] | None" = None, summary: "dict | None" = None,
                          failures: "dict | None" = None, rank_tools_above: int | None = None,
                          keep_tools: int = 12, tools_share: float | None = None,
-                         provider_timeout: float = 10.0) -> PackInputs:
+                         provider_timeout: float = 10.0, memory_cache: dict | None = None) -> PackInputs:
     """`request` is `llm_request` converted (`convert.request_from_llm`: the caller decides from its messages
     whether to declare the recall tool); `extra_tools` (the recall tool) are declared in the pack and kept
     whatever the step allows; the call's memo (the packer's) carries the per-message work of the last call.
@@ -308,7 +321,8 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request:
         task, left_out = _ranked_tools(request, index, task, previous, ctx.invocation_id,
                                        [t.name for t in extra_tools] + framework_tools(llm_request), keep_tools,
                                        tools_share)
-    memory = notes_from_state(state, keys) + (await _memory_hits(ctx, asked, (task.step, task.goal, *task.acceptance), memory_limit)
+    memory = notes_from_state(state, keys) + (await _memory_hits(ctx, asked, (task.step, task.goal, *task.acceptance), memory_limit,
+                                                                    memory_cache)
                                              if use_memory else [])
     evidence = evidence_from_state(state, keys) + (await _artifact_evidence(ctx, artifact_cache, summary_chars) if use_artifacts else [])
     if providers:

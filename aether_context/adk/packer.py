@@ -239,7 +239,7 @@ class ContextPacker:
             providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (),
             uris=uris, summary=summaries.get(callback_context.agent_name) or {}, failures=failures,
             rank_tools_above=self.profile.tools.rank_above, keep_tools=self.profile.tools.keep,
-            tools_share=self.profile.tools.share, provider_timeout=self.pack_timeout)
+            tools_share=self.profile.tools.share, provider_timeout=self.pack_timeout, memory_cache=slot.memory)
         inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
                          compact=bool(own_state(callback_context).get(COMPACT_STATE_KEY)), cite_originals=recall)
         inputs = await self._save_images(callback_context, inputs)

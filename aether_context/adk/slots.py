@@ -36,6 +36,7 @@ class SessionSlot:
     last: "ContextPack | None" = None  # this call's pack, until the model answers (usage, summary refresh)
     times: EventTimes | None = None  # memo of event digests (derived from the session)
     artifacts: dict = field(default_factory=dict)  # artifact descriptions by (session, file), with their version
+    memory: dict = field(default_factory=dict)  # the memory service's last answer, for the calls of one invocation
     shown: dict | None = None  # the last pack's metadata, shown on the model's response (plugin.py)
     locks: dict = field(default_factory=dict)  # event loop -> the asyncio.Lock serialising this slot's packs
     request: "LlmRequest | None" = None  # acceptance.gate: the packed request of the call in flight
