@@ -88,6 +88,8 @@ def repack(uri: str, profile: "str | BudgetProfile", *, store: PackStore | None 
         "checksum_changed": new.checksum != manifest.checksum,
         "tokens_after": [manifest.tokens_after, new.tokens_after],
         "truncation_events": [len(manifest.truncation_events), len(new.truncation_events)],
+        "tools": {"added": sorted(set(new.tools) - set(manifest.tools)),
+                  "removed": sorted(set(manifest.tools) - set(new.tools))},
         "layers": {
             k: {"budget": [manifest.layer_budgets[k].budget, v.budget], "used": [manifest.layer_budgets[k].used, v.used]}
             for k, v in new.layer_budgets.items() if k in manifest.layer_budgets

@@ -189,7 +189,7 @@ async def _run(trajectory, profile, counter) -> dict[str, Any]:
 
 
 def _ranking_only(trajectory, profile, counter) -> dict[str, Any]:
-    """The declared sets of `_run` without a Runner: `rank_tools` called as `adk.collect._ranked_tools` calls it."""
+    """The declared sets of `_run` without a Runner: `rank_tools` called as `pipeline.select._ranked_tools` calls it."""
     specs = [ToolSpec(d.name, {"name": d.name, "description": d.description, "parameters": d.parameters})
              for d in trajectory.tools]
     size = {s.name: counter.count_text(s.declaration_json) for s in specs}

@@ -110,3 +110,27 @@ def test_a_toolset_s_siblings_follow_its_best_tool_and_the_share_adds_more():
     size = {t.name: len(t.declaration_json) for t in specs}
     assert len(wide.kept) > 4 and sum(size[n] for n in wide.kept) <= 0.25 * sum(size.values())
     assert set(rank_tools(specs, "refund payment PAY-88", keep=4).kept) < set(wide.kept)
+
+
+@pytest.mark.asyncio
+async def test_a_repack_under_another_profile_ranks_the_tools_again(memory_store_url):
+    from aether_context import load_profile, repack
+
+    agent, llm = scripted_agent(["done"], tools=catalogue())
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=32_000)
+    runner = make_runner(agent, plugins=[plugin])
+    await run_turn(runner, await new_session(runner), "Please refund payment PAY-88 on order 5512")
+    recorded = plugin.packer.recent[0]
+    plugin.packer.store.flush()
+    before = declared(llm.requests[0])
+    wide = load_profile("default").override(tools={"keep": 24, "share": None})
+    result = repack(recorded.uri, wide, store=plugin.packer.store)
+    after = [t.name for t in result.pack.request.tools]
+    assert set(before) < set(after) and "refund_payment" in after
+    assert result.diff["tools"]["added"] == sorted(set(after) - set(before)) and not result.diff["tools"]["removed"]
+    assert len(result.pack.manifest.tools_left_out) == 48 - len(after)
+    off = load_profile("default").override(tools={"rank_above": None})  # off: every tool declared
+    every = repack(recorded.uri, off, store=plugin.packer.store)
+    assert len(every.pack.request.tools) == 48 and not every.pack.manifest.tools_left_out
+    # the recorded profile gives the recorded request back
+    assert repack(recorded.uri, "default", store=plugin.packer.store).pack.request.checksum == recorded.manifest.checksum

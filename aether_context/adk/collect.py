@@ -21,7 +21,6 @@ from ..pipeline.cache import current_memo
 from ..content import Message, ModelRequest, ToolSpec, sha256_hex
 from ..pipeline.collect import EvidenceItem, MemoryItem, PackInputs, PackState
 from ..pipeline.incremental import extended
-from ..pipeline.tools_rank import rank_tools
 from ..providers import EvidenceProvider, EvidenceRequest
 from ..retrieval.facets import MAX_CHARS, content_words, facets, word_forms
 from .task import StateKeys, evidence_from_state, notes_from_state, task_from_state
@@ -296,15 +295,13 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request:
                          extra_tools: "tuple[BaseTool, ...]" = (), edge_flags: "tuple[str, ...]" = (),
                          providers: "Sequence[EvidenceProvider]" = (),
                          uris: "dict[str, str] | None" = None, summary: "dict | None" = None,
-                         failures: "dict | None" = None, rank_tools_above: int | None = None,
-                         keep_tools: int = 12, tools_share: float | None = None,
-                         provider_timeout: float = 10.0, memory_cache: dict | None = None) -> PackInputs:
+                         failures: "dict | None" = None, provider_timeout: float = 10.0,
+                         memory_cache: dict | None = None) -> PackInputs:
     """`request` is `llm_request` converted (`convert.request_from_llm`: the caller decides from its messages
     whether to declare the recall tool); `extra_tools` (the recall tool) are declared in the pack and kept
     whatever the step allows; the call's memo (the packer's) carries the per-message work of the last call.
     `uris`, `summary` (this agent's) and `failures` are the session's records (`session_state.StateRecords`).
-    With more than `rank_tools_above` app tools and no step list, the best `keep_tools` are declared
-    (`_ranked_tools`); the others are named in `extra["tools_left_out"]` and stay callable. Evidence
+    `extra["always_tools"]` names the tools a ranking of many tools must keep (ADK's own, the recall tool). Evidence
     providers run off the event loop; one slower than `provider_timeout` seconds adds nothing to this call
     (flag `provider_timeout`) and finishes in the background."""
     request = with_tools(request, extra_tools)
@@ -316,11 +313,7 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request:
         always = [t.name for t in extra_tools] + framework_tools(llm_request)
         task = replace(task, tools=task.tools + tuple(dict.fromkeys(n for n in always if n not in task.tools)))
     asked = (request.messages[index].text if index is not None else "") or " ".join(x for x in (task.step, task.goal) if x)
-    left_out: dict[str, str] = {}
-    if task.tools is None and rank_tools_above is not None and len(request.tools) > rank_tools_above:
-        task, left_out = _ranked_tools(request, index, task, previous, ctx.invocation_id,
-                                       [t.name for t in extra_tools] + framework_tools(llm_request), keep_tools,
-                                       tools_share)
+    always = [t.name for t in extra_tools] + framework_tools(llm_request) if task.tools is None else []
     memory = notes_from_state(state, keys) + (await _memory_hits(ctx, asked, (task.step, task.goal, *task.acceptance), memory_limit,
                                                                     memory_cache)
                                              if use_memory else [])
@@ -342,23 +335,6 @@ async def collect_inputs(ctx: CallbackContext, llm_request: LlmRequest, request:
         summary=dict(summary or {}),
         failures={**failures, "current_turn": len(session.events)} if failures else {},
         extra={**({"edge_flags": list(edge_flags)} if edge_flags else {}),
-               **({"tools_left_out": left_out} if left_out else {})},
+               **({"always_tools": always} if always else {})},
     )
 
-
-def _ranked_tools(request: ModelRequest, index: int | None, task: Any, previous: PackState | None,
-                  invocation_id: str, always: "list[str]", keep: int, share: float | None = None
-                  ) -> "tuple[Any, dict[str, str]]":
-    """`task` scoped to the tools ranked best for the request, goal, step and recent turns, with the agent's
-    instruction as a domain prior, plus `always` and every tool the request shows called; and the tools
-    left out with why. A later call of the invocation keeps the last call's set (the cached prefix holds); a
-    called tool that was left out joins it."""
-    called = list(dict.fromkeys(c.name for m in request.messages for c in m.calls))
-    recent = [m.text for m in request.messages[-4:] if m.text]
-    step = "\n".join(x for x in (request.messages[index].text if index is not None else "", task.goal, task.step,
-                                  *task.acceptance, *recent) if x)
-    prev = previous.tool_names if previous is not None and previous.tool_names else None
-    ranking = rank_tools(request.tools, step, keep=keep, always=always + called, previous=prev,
-                         hold=previous is not None and previous.invocation_id == invocation_id,
-                         context=request.system_instruction, share=share)
-    return replace(task, tools=ranking.kept), ranking.left_out

@@ -175,7 +175,7 @@ class ContextPacker:
                                                      if saved else 0)
             pack = replace(pack, manifest=pack.manifest.model_copy(update={"tokens_without_plugin": without}))
             with timings.stage("apply"):
-                apply_request(llm_request, pack.request, declared=_declared(inputs),
+                apply_request(llm_request, pack.request, declared=_declared(inputs, pack),
                               added={RECALL_TOOL_NAME: self.recall_tool} if recall else {}, original=inputs.request,
                               scope=scope)
         except Exception as e:  # fail open: the agent keeps working with the request ADK built
@@ -238,8 +238,7 @@ class ContextPacker:
             use_memory=self.use_memory, use_artifacts=self.use_artifacts, edge_flags=flags + self._window_flags(llm_request),
             providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (),
             uris=uris, summary=summaries.get(callback_context.agent_name) or {}, failures=failures,
-            rank_tools_above=self.profile.tools.rank_above, keep_tools=self.profile.tools.keep,
-            tools_share=self.profile.tools.share, provider_timeout=self.pack_timeout, memory_cache=slot.memory)
+            provider_timeout=self.pack_timeout, memory_cache=slot.memory)
         inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
                          compact=bool(own_state(callback_context).get(COMPACT_STATE_KEY)), cite_originals=recall)
         inputs = await self._save_images(callback_context, inputs)
@@ -431,7 +430,7 @@ class ContextPacker:
                 recall = inputs.cite_originals
                 window = context_window(inputs.request.model, self.requested_window)
             pack = await self._off_loop(recovery_pack, inputs, self.profile, window, error, counter=self.counter)
-            apply_request(llm_request, pack.request, declared=_declared(inputs),
+            apply_request(llm_request, pack.request, declared=_declared(inputs, pack),
                           added={RECALL_TOOL_NAME: self.recall_tool} if recall else {})
         except Exception:
             logger.error("aether-context: recovery repack failed; the model's error stands", exc_info=True)
@@ -639,6 +638,6 @@ def _log_pack(pack: ContextPack) -> None:
     )
 
 
-def _declared(inputs: PackInputs) -> "set[str]":
+def _declared(inputs: PackInputs, pack: ContextPack) -> "set[str]":
     """The declared tools a pack may drop from `tools_dict`: not those ranking left out (they stay callable)."""
-    return {t.name for t in inputs.request.tools} - set(inputs.extra.get("tools_left_out", ()))
+    return {t.name for t in inputs.request.tools} - set(pack.manifest.tools_left_out)

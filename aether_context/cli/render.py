@@ -199,6 +199,7 @@ def repack_view(old: Manifest, new: Manifest) -> Table:
                   f"{new.tokens_after - old.tokens_after:+,}", style="bold")
     table.add_row("truncations", "", "", _n(len(old.truncation_events)), _n(len(new.truncation_events)),
                   f"{len(new.truncation_events) - len(old.truncation_events):+,}")
+    table.add_row("tools declared", "", "", _n(len(old.tools)), _n(len(new.tools)), f"{len(new.tools) - len(old.tools):+,}")
     return table
 
 

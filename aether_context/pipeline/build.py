@@ -163,7 +163,7 @@ def _plan(call: Call, sent: Prepared, plain: Prepared, zone: Verbatim, stage) ->
         if clock not in ranked:
             ranked[clock] = _select(call, prepared, zone, clock)
         return ranked[clock]
-    cands = frame_candidates(inputs, prepared.conversation) if frozen is not None else ranked_here(now)
+    cands = frame_candidates(inputs, profile, prepared.conversation) if frozen is not None else ranked_here(now)
     space = room(inputs, profile, call.window, cands, zone, frozen, call.failures, counter)
     trigger = compaction_trigger(profile, counter, asked=inputs.compact, sent=sent, plain=plain, zone=zone,
                                  conversation_cap=space.conversation_cap)

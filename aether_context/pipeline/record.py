@@ -306,7 +306,7 @@ def _manifest(inputs: PackInputs, profile: BudgetProfile, d: Decisions, state: P
         previous_tokens=prev.sent_tokens if prev else 0,
         previous_pack_id=prev.pack_id if prev else "",
         reused_payload=d.reused, tools=[t.name for t in request.tools], checksum=request.checksum,
-        tools_left_out=dict(inputs.extra.get("tools_left_out", {})),
+        tools_left_out=dict(d.cands.tools_left_out),
         redacted_in_pack=masked_count(fit.zone.block, fit.payload_text,
                                       d.recital.status.text if d.recital.status is not None else "",
                                       verbatim=conv.request.text if fit.payload_text and conv.request is not None else ""),

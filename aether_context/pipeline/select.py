@@ -16,6 +16,7 @@ from ..profile import BudgetProfile
 from ..retrieval import Document, RetrievalResult
 from ..retrieval.items import ScoredItem
 from ..retrieval.turns import TURNS_AFTER, TURNS_BEFORE, neighbours, turn_context
+from .tools_rank import rank_tools
 from .retrieve import Retriever, agent_namespace, retrieval_facets, retrieval_query
 from ..tokens import TokenCounting
 from .allocate import LAYER_OVERHEAD, Signals
@@ -189,7 +190,7 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     Ranking keeps order only: the budget, not a count, decides how many items go in. `now`: the
     session clock freshness is measured at (None: `inputs.now`).
     """
-    tools, flags = _step_tools(inputs)
+    tools, flags, left_out = _step_tools(inputs, profile)
     query = query_text(inputs)
     namespace = _namespace(inputs)
     now = (now if now is not None else inputs.now) or None
@@ -215,15 +216,15 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
         "memory": _unselected_memory(inputs, mem_docs, shown_mem),
     }
     return Candidates(tools=tools, evidence=evidence, memory=memory, conversation=conversation, signals=signals,
-                      flags=tuple(flags), unselected=unselected)
+                      flags=tuple(flags), unselected=unselected, tools_left_out=left_out)
 
 
-def frame_candidates(inputs: PackInputs, conversation: Conversation) -> Candidates:
+def frame_candidates(inputs: PackInputs, profile: BudgetProfile, conversation: Conversation) -> Candidates:
     """The candidates before any ranking: the step's tools and the conversation, no Evidence or Memory.
     What the room of a frozen payload reads (its lines are inside the payload)."""
-    tools, flags = _step_tools(inputs)
+    tools, flags, left_out = _step_tools(inputs, profile)
     return Candidates(tools=tools, evidence=(), memory=(), conversation=conversation, signals=Signals(),
-                      flags=tuple(flags))
+                      flags=tuple(flags), tools_left_out=left_out)
 
 
 def _namespace(inputs: PackInputs) -> str:
@@ -295,21 +296,45 @@ def _unselected_memory(inputs: PackInputs, mem_docs: "tuple[Document, ...]", sho
     return tuple(d.id for d in mem_docs[:len(inputs.memory)] if d.source != "history" and d.id not in shown)
 
 
-def _step_tools(inputs: PackInputs) -> "tuple[tuple[ToolSpec, ...], list[str]]":
-    """The tools this step may call (sorted; a step's scope restricts the app's own tools) and the
-    task's flags for the manifest (no goal, no acceptance, a step tool that does not exist...)."""
+def _step_tools(inputs: PackInputs, profile: BudgetProfile
+                ) -> "tuple[tuple[ToolSpec, ...], list[str], dict[str, str]]":
+    """The tools this step may call (sorted; a step's scope restricts the app's own tools), the task's flags
+    for the manifest (no goal, no acceptance, a step tool that does not exist...), and the tools a ranking of
+    many tools left out, with why (`_ranked_tools`)."""
     task = inputs.task
     no_step = not task.step and not any(not done for _, done in task.plan)  # nothing says what to do next
     flags = [f for f, missing in (("task_missing_goal", not task.goal), ("task_missing_acceptance", not task.acceptance),
                                   ("task_missing_step", no_step),
                                   ("user_request_not_found", inputs.request_index is None)) if missing]
     flags.extend(inputs.extra.get("edge_flags", ()))  # e.g. a failed LLM summary after the previous call
+    wanted, left_out = task.tools, {}
+    above = profile.tools.rank_above
+    if wanted is None and above is not None and len(inputs.request.tools) > above:
+        wanted, left_out = _ranked_tools(inputs, profile)
     tools = tuple(sorted(inputs.request.tools, key=lambda t: t.name))
-    if task.tools is not None:
-        wanted = set(task.tools)
-        flags.extend(f"unknown_step_tool:{n}" for n in sorted(wanted - {t.name for t in tools}))
-        tools = tuple(t for t in tools if t.name in wanted)
-    return tools, flags
+    if wanted is not None:
+        flags.extend(f"unknown_step_tool:{n}" for n in sorted(set(wanted) - {t.name for t in tools}))
+        tools = tuple(t for t in tools if t.name in set(wanted))
+    return tools, flags, left_out
+
+
+def _ranked_tools(inputs: PackInputs, profile: BudgetProfile) -> "tuple[tuple[str, ...], dict[str, str]]":
+    """The tools ranked best for the request, goal, step, acceptance and recent turns (`tools_rank`), with the
+    agent's instruction as a domain prior, plus ADK's own, the recall tool and every tool already called; and
+    the ones left out with why. A later call of the invocation keeps the last call's set (the cached prefix
+    holds), a called tool that was left out joins it. In the pipeline, so a re-pack under another profile
+    ranks again."""
+    request, task, prev = inputs.request, inputs.task, inputs.previous
+    called = list(dict.fromkeys(c.name for m in request.messages for c in m.calls))
+    recent = [m.text for m in request.messages[-4:] if m.text]
+    asked = request.messages[inputs.request_index].text if inputs.request_index is not None else ""
+    step = "\n".join(x for x in (asked, task.goal, task.step, *task.acceptance, *recent) if x)
+    ranking = rank_tools(request.tools, step, keep=profile.tools.keep,
+                         always=[*inputs.extra.get("always_tools", ()), *called],
+                         previous=prev.tool_names if prev is not None and prev.tool_names else None,
+                         hold=prev is not None and prev.invocation_id == inputs.invocation_id,
+                         context=request.system_instruction, share=profile.tools.share)
+    return ranking.kept, ranking.left_out
 
 
 def _signals(task: TaskSpec, conv: Conversation, mem_result: RetrievalResult, has_memory: bool) -> Signals:

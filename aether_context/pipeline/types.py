@@ -87,6 +87,7 @@ class Candidates:
     signals: Signals
     flags: tuple[str, ...]
     unselected: dict[str, tuple[str, ...]] = field(default_factory=dict)  # layer -> candidate ids retrieval left out
+    tools_left_out: dict[str, str] = field(default_factory=dict)  # tool -> why ranking did not declare it
 
 
 @dataclass(frozen=True)
