@@ -202,7 +202,7 @@ async def test_a_sync_evidence_provider_never_runs_on_the_event_loop():
     import time
 
     from aether_context.adk.collect import _provided
-    from aether_context.pipeline.collect import EvidenceItem, TaskSpec
+    from aether_context.pipeline.inputs import EvidenceItem, TaskSpec
     from aether_context.providers import EvidenceRequest
 
     threads = []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aether_context.pipeline.collect import EvidenceItem, PackState
+from aether_context.pipeline.inputs import EvidenceItem, PackState
 from aether_context.pipeline.evidence_change import change_cause, changed_evidence, evidence_marks
 
 

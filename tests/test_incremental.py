@@ -15,7 +15,7 @@ from aether_context.adk.convert import request_from_llm, to_message
 from aether_context.content import FunctionCall, FunctionResponse, Message, ModelRequest, TextPart
 from aether_context.pipeline.cache import PackCache
 from aether_context.pipeline.build import request_tokens
-from aether_context.pipeline.collect import Turn, group_turns
+from aether_context.pipeline.inputs import Turn, group_turns
 from aether_context.pipeline.fit import bounded_turns, cut_turn
 from aether_context.pipeline.incremental import grouped_turns, turn_tokens
 

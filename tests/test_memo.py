@@ -7,7 +7,7 @@ import pytest
 from aether_context import ContextPackPlugin
 from aether_context.adk import request_from_llm
 from aether_context.pipeline.cache import KINDS, PackCache, current_memo, memo_scope
-from aether_context.pipeline.collect import group_turns
+from aether_context.pipeline.inputs import group_turns
 from aether_context.pipeline.incremental import grouped_turns
 from aether_context.retrieval import HashingEmbedder
 from aether_context.testing import call

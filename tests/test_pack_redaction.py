@@ -14,7 +14,7 @@ import pytest
 
 from aether_context import ContextPackPlugin
 from aether_context.pipeline import TaskSpec, build_pack
-from aether_context.pipeline.collect import EvidenceItem, MemoryItem
+from aether_context.pipeline.inputs import EvidenceItem, MemoryItem
 from aether_context.profile import load_profile
 from aether_context.store import PackStore
 from aether_context.testing import call

@@ -214,7 +214,7 @@ async def test_old_images_become_a_description_with_their_uri():
 
 
 def test_pruning_clears_old_outputs_only_when_it_reclaims_the_minimum():
-    from aether_context.pipeline.collect import group_turns
+    from aether_context.pipeline.inputs import group_turns
     from aether_context.pipeline.decay import prune_tool_outputs
 
     inputs = _tool_session(12, size=300)

@@ -176,7 +176,7 @@ async def test_state_holds_pointers_and_the_delta_stays_small(tmp_path):
 
 async def test_a_written_pack_reads_back_as_the_state_the_next_call_sees():
     from aether_context.adk.session_state import carried_state, write_pack
-    from aether_context.pipeline.collect import PackState
+    from aether_context.pipeline.inputs import PackState
 
     full = PackState(invocation_id="e-1", agent="a", payload_text="TASK\nGOAL: x", summary={"text": "s"},
                      message_digests=("a" * 64, "b" * 64), head_tokens=3, sent_tokens=15,

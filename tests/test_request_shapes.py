@@ -8,7 +8,7 @@ from google.genai import types
 from aether_context import ContextPackPlugin
 from aether_context.adk.convert import _from_part, _to_part, request_from_llm
 from aether_context.content import FunctionCall, FunctionResponse, Message, TextPart
-from aether_context.pipeline.collect import group_turns
+from aether_context.pipeline.inputs import group_turns
 from aether_context.testing import ScriptedLlm
 
 from conftest import lookup, make_runner, new_session, run_turn, strip_continue

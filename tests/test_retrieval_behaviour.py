@@ -241,7 +241,7 @@ def test_a_compacted_json_result_shows_its_deep_identifiers_in_memory(counter):
     import json as _json
 
     from aether_context.content import FunctionCall, FunctionResponse, Message
-    from aether_context.pipeline.collect import Turn
+    from aether_context.pipeline.inputs import Turn
     from aether_context.pipeline.select import history_documents
 
     record = {"name": {"first_name": "Omar", "last_name": "Davis"}, "address": {"address1": "281 Spruce Street"},

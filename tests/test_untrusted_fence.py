@@ -14,7 +14,7 @@ from dataclasses import replace
 from aether_context import ContextPackPlugin
 from aether_context.adk.task import add_note
 from aether_context.pipeline import TaskSpec, build_pack
-from aether_context.pipeline.collect import EvidenceItem, MemoryItem
+from aether_context.pipeline.inputs import EvidenceItem, MemoryItem
 from aether_context.profile import load_profile
 
 from conftest import call_msg, history_turns, make_inputs, make_runner, new_session, resp_msg, run_turn, \

@@ -19,7 +19,7 @@ from google.adk.tools.base_tool import BaseTool
 
 from ..pipeline.cache import current_memo
 from ..content import Message, ModelRequest, ToolSpec, sha256_hex
-from ..pipeline.collect import EvidenceItem, MemoryItem, PackInputs, PackState
+from ..pipeline.inputs import EvidenceItem, MemoryItem, PackInputs, PackState
 from ..pipeline.incremental import extended
 from ..providers import EvidenceProvider, EvidenceRequest
 from ..retrieval.facets import MAX_CHARS, content_words, facets, word_forms

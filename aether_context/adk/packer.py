@@ -44,7 +44,7 @@ from ..loop.failures import FailureLog, FailureRecord, error_text, is_error_resu
 from ..pipeline.build import ContextPack, StageTimes, build_pack, request_tokens
 from ..pipeline.cache import PackCache, memo_scope
 from ..pipeline.incremental import extended
-from ..pipeline.collect import PackInputs, PackState
+from ..pipeline.inputs import PackInputs, PackState
 from ..pipeline.decay import RunningSummary, blob_key
 from ..pipeline.record import CallRecord, Manifest
 from ..pipeline.render import masked_count

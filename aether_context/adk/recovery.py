@@ -12,7 +12,7 @@ from dataclasses import replace
 from ..content import Message, TextPart
 from ..pipeline.build import ContextPack, build_pack
 from ..compress.middle_out import middle_out
-from ..pipeline.collect import PackInputs
+from ..pipeline.inputs import PackInputs
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from ..windows import context_window

@@ -25,7 +25,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, MutableMapping
 
-from ..pipeline.collect import PackState
+from ..pipeline.inputs import PackState
 from ..redact import RedactionSettings, redact, redact_value
 from ..store import PackStore
 from ..store.io import Lru

@@ -16,7 +16,7 @@ from typing import Any, Iterable, MutableMapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..pipeline.collect import EvidenceItem, MemoryItem, TaskSpec
+from ..pipeline.inputs import EvidenceItem, MemoryItem, TaskSpec
 from ..redact import redact
 
 __all__ = ["StateKeys", "set_task", "add_evidence", "add_note", "task_from_state", "evidence_from_state", "notes_from_state"]

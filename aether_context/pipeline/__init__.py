@@ -2,7 +2,7 @@
 
 from .allocate import Allocation, Signals, allocate, distribute
 from .build import ContextPack, build_pack, request_tokens
-from .collect import EvidenceItem, MemoryItem, PackInputs, PackState, TaskSpec, Turn, group_turns
+from .inputs import EvidenceItem, MemoryItem, PackInputs, PackState, TaskSpec, Turn, group_turns
 from .fit import TruncationEvent
 from .record import SCHEMA_VERSION, LayerUsage, Manifest
 from .timing import StageTimes

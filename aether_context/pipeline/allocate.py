@@ -23,7 +23,7 @@ from .status import recitation_reserve
 from .types import Candidates, Prepared, Signals, Verbatim
 
 if TYPE_CHECKING:
-    from .collect import PackInputs, PackState
+    from .inputs import PackInputs, PackState
 
 __all__ = ["Signals", "Allocation", "allocate", "allocate_around_conversation", "distribute", "FIXED_LAYERS",
            "FLEX_LAYERS", "LAYERS", "flex_weights", "Room", "room", "allocate_pack", "conversation_tokens",

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..content import Message, ModelRequest, TextPart
 from .cache import current_memo
-from .collect import PackInputs, Turn, turn_start
+from .inputs import PackInputs, Turn, turn_start
 from .render import payload_message
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from ..tokens import TokenCounting
 from ..windows import context_window
 from .cache import PackCache, current_memo, memo_scope
 from .allocate import Room, allocate_pack, conversation_tokens, lines_demand, room
-from .collect import PackInputs, PackState
+from .inputs import PackInputs, PackState
 from .compaction import Compaction, compact, compaction_events, compaction_trigger, verbatim_zone
 from .types import Verbatim
 from .evidence_change import change_cause, changed_evidence

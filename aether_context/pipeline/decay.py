@@ -17,7 +17,7 @@ from ..compress import ExtractiveSummarizer, fold_message, fold_tool_pair
 from ..content import Blob, FunctionCall, FunctionResponse, Message, TextPart, sha256_hex
 from ..tokens import TokenCounting
 from .cache import counter_key, current_memo
-from .collect import Turn, turn_start
+from .inputs import Turn, turn_start
 from .incremental import extended, mapped, running_totals, shared_prefix, turn_key
 
 __all__ = ["RunningSummary", "fold_turn", "decay_zones", "Zones", "decay_images", "blob_key", "prune_tool_outputs",

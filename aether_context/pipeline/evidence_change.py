@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..content import sha256_hex
-from .collect import EvidenceItem, PackState
+from .inputs import EvidenceItem, PackState
 
 __all__ = ["evidence_marks", "changed_evidence", "change_cause"]
 

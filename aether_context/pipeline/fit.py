@@ -19,7 +19,7 @@ from ..content import FunctionResponse, Message, ModelRequest, TextPart, canonic
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .allocate import LAYER_OVERHEAD, Allocation
-from .collect import PackInputs, PackState, Turn
+from .inputs import PackInputs, PackState, Turn
 from .cache import counter_key, current_memo
 from .incremental import mapped, turn_key, turn_tokens
 from .render import block_follows, render_pack, render_payload, request_tokens

@@ -17,7 +17,7 @@ from typing import Any, Callable, Hashable, Sequence
 from ..content import Message, ModelRequest, canonical_json
 from ..tokens import TokenCounting
 from .cache import current_memo
-from .collect import PackInputs, Turn, group_turns
+from .inputs import PackInputs, Turn, group_turns
 
 __all__ = ["grouped_turns", "turn_tokens", "turns_tokens", "turn_key", "mapped", "running_totals", "shared_prefix",
            "note_prefix", "extended", "request_checksum", "inputs_digest"]

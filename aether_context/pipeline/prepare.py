@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
-from .collect import PackInputs, Turn
+from .inputs import PackInputs, Turn
 from .decay import decay_images, prune_tool_outputs
 from .fit import TruncationEvent, bounded_turns, repair_orphans
 from .select import split_conversation

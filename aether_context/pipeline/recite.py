@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..content import Message, ModelRequest, canonical_json
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
-from .collect import PackInputs, Turn
+from .inputs import PackInputs, Turn
 from .fit import Fit
 from .render import request_tokens
 from .status import FailureView, Rider, failure_count, new_warnings, place_status, recitation_message

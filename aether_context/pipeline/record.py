@@ -18,7 +18,7 @@ from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from .allocate import lines_demand
 from .as_sent import sent_requests
-from .collect import PackInputs, PackState
+from .inputs import PackInputs, PackState
 from .incremental import turns_tokens
 from .evidence_change import evidence_marks
 from .render import head_digest, head_tokens, masked_count, request_tokens

@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from ..content import FunctionCall, FunctionResponse, Message, ModelRequest, TextPart, ToolSpec, canonical_json, sha256_hex
 from ..redact import MASK, RedactionSettings, redact, redact_value
 from ..tokens import TokenCounting
-from .collect import TaskSpec, Turn
+from .inputs import TaskSpec, Turn
 from .cache import counter_key, current_memo
 from .incremental import running_totals, turn_key
 from .types import Candidates, Fit, Line, Verbatim
 
 if TYPE_CHECKING:
-    from .collect import PackInputs
+    from .inputs import PackInputs
 
 __all__ = ["PAYLOAD_HEADER", "PayloadSections", "render_payload", "payload_message", "render_request", "quote",
            "masking", "masking_now", "masked_count", "turn_masker", "request_tokens", "head_tokens", "head_digest",

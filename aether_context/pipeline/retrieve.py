@@ -25,7 +25,7 @@ from ..retrieval.analyzer import STOP_WORDS, Analyzer
 from ..retrieval.embeddings import Embedder, SentenceTransformerEmbedder
 from ..retrieval.facets import facets as query_facets, fuse
 from ..retrieval.threads import bounded_threads
-from .collect import TaskSpec
+from .inputs import TaskSpec
 
 __all__ = ["Retriever", "default_retriever", "use_default_embedder", "retrieval_query", "retrieval_facets",
            "session_namespace", "agent_namespace"]

@@ -20,7 +20,7 @@ from .tools_rank import rank_tools
 from .retrieve import Retriever, agent_namespace, retrieval_facets, retrieval_query
 from ..tokens import TokenCounting
 from .allocate import LAYER_OVERHEAD, Signals
-from .collect import MemoryItem, PackInputs, TaskSpec, Turn, turn_start
+from .inputs import MemoryItem, PackInputs, TaskSpec, Turn, turn_start
 from .cache import counter_key, current_memo
 from .incremental import grouped_turns, shared_prefix, turn_key
 from .lines import RENDERS, date_label, line_of

@@ -19,7 +19,7 @@ from ..profile import BudgetProfile
 from ..loop.recitation import build_recitation, drift_score, should_recite
 from ..tokens import MESSAGE_OVERHEAD, TokenCounting
 from ..loop.variation import StructuralVariation
-from .collect import PackInputs, Turn
+from .inputs import PackInputs, Turn
 
 __all__ = ["failure_count", "FailureView", "failure_view", "recitation_reserve", "recitation_message", "PlacedStatus",
            "place_status", "new_warnings", "pressure_share"]

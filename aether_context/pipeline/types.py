@@ -1,6 +1,6 @@
 """The pipeline's types: what one stage hands the next, in one module that imports no stage.
 
-`PackInputs`, `PackState` and `Turn` (what a call starts from and leaves) are in `collect`; the
+`PackInputs`, `PackState` and `Turn` (what a call starts from and leaves) are in `inputs`; the
 types here are what the stages decide on the way: the turns prepared (`Prepared`), the candidates
 selected (`Candidates`, `Line`, `Signals`), the verbatim zone (`Verbatim`), the layout fitted (`Fit`)
 and what each stage cut (`TruncationEvent`).
@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any, Iterator, Literal
 
 from ..content import Message, ToolSpec
-from .collect import PackInputs, Turn, turn_start
+from .inputs import PackInputs, Turn, turn_start
 
 __all__ = ["Action", "TruncationEvent", "Signals", "Line", "Conversation", "Candidates", "Verbatim", "TurnsByStart",
            "Prepared", "Fit"]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Awaitable, Callable, Sequence, Union
 
 from .code import CodeContextSettings, RepoIndex, repo_map, require_code_extra
-from ..pipeline.collect import EvidenceItem, TaskSpec
+from ..pipeline.inputs import EvidenceItem, TaskSpec
 from ..tokens import TokenCounter, TokenCounting
 
 __all__ = ["EvidenceRequest", "EvidenceProvider", "CodeContextProvider"]

@@ -44,7 +44,7 @@ import fsspec
 from ..content import Message, ModelRequest, canonical_json, sha256_hex
 from ..errors import ManifestError, StoreError
 from ..pipeline.build import ContextPack
-from ..pipeline.collect import PackInputs
+from ..pipeline.inputs import PackInputs
 from ..pipeline.record import Manifest
 from ..redact import RedactionSettings, redact_value
 from .format import HMAC_ENV, loads_json, manifest_integrity, open_manifest, pack_blob, seal_manifest, unpack_blob

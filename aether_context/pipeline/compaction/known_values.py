@@ -15,7 +15,7 @@ from ...compress.values import ValueSet, extract_values, render_values
 from ...content import canonical_json
 from ...tokens import TokenCounting
 from ..cache import current_memo
-from ..collect import Turn
+from ..inputs import Turn
 from ..incremental import turn_key
 
 __all__ = ["known_values", "known_values_of", "turn_text", "visible_words"]

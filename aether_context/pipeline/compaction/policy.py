@@ -22,7 +22,7 @@ from ...content import Message
 from ...profile import BudgetProfile
 from ...tokens import TokenCounting, lines_count
 from ..allocate import conversation_tokens
-from ..collect import PackInputs, PackState, Turn, turn_start
+from ..inputs import PackInputs, PackState, Turn, turn_start
 from ..decay import RunningSummary, decay_zones
 from ..fit import TruncationEvent
 from ..cache import counter_key, current_memo
