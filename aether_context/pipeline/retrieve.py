@@ -91,7 +91,8 @@ class Retriever:
         return True if check is None else bool(check())
 
     def ready(self) -> bool:
-        """Non-blocking: True when dense ranking can run now without waiting for a model load.
+        """Non-blocking: True when dense ranking can run now without waiting for a model load or for
+        the documents indexed before it to be embedded.
 
         Starts the background warm-up the first time it finds the model missing.
         """
@@ -99,14 +100,15 @@ class Retriever:
         if check is None:
             return True
         if check():
-            return True
+            return self._warming is None or not self._warming.is_alive()
         if self.available():
             self.warm_up()
         return False
 
     def warm_up(self) -> None:
         """Load the embedding model on a background thread, so the first pack does not wait for
-        the import (seconds); a no-op for embedders without a model to load or not installed."""
+        the import (seconds), then embed the documents indexed lexically meanwhile (`_embed_backlog`);
+        a no-op for embedders without a model to load or not installed."""
         warm = getattr(self.cache.embedder, "warm_up", None)
         if warm is None or self._warming is not None or not self.available():
             return
@@ -114,6 +116,7 @@ class Retriever:
         def run() -> None:
             try:
                 warm()
+                self._embed_backlog()
             except Exception:  # the first real embedding will raise it where it can be handled
                 logger.debug("aether-context: embedding model warm-up failed", exc_info=True)
 
@@ -121,6 +124,17 @@ class Retriever:
             if self._warming is None:
                 self._warming = threading.Thread(target=run, name="aether-embedder-warm-up", daemon=True)
                 self._warming.start()
+
+    def _embed_backlog(self) -> None:
+        """Embed, on the warm-up thread, the documents every index took in before the model was loaded. Without
+        it the first dense search of a long session embeds its whole history inside a pack (about 1 s at
+        10,000 events). Vectors are kept by content, so the search that follows finds them; a pack ranks by
+        BM25 until this is done (`ready`)."""
+        for index in list(self._indexes.values()):  # a snapshot: the pack thread may add indexes
+            texts = index.waiting_texts()
+            for start in range(0, len(texts), self.cache.batch_size):
+                with bounded_threads(self.settings.embedding_threads):
+                    self.cache.rows(texts[start:start + self.cache.batch_size])
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until the model is loaded (or `timeout` seconds pass); returns `ready()`."""

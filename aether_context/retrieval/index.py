@@ -192,6 +192,12 @@ class HybridIndex:
         for h in (self._keys[row], text_hash(doc.text)):
             self._unlink(h, row)
 
+    def waiting_texts(self) -> list[str]:
+        """The texts of the documents still waiting for a vector (what `prefetch` would embed)."""
+        with self._lock:
+            alive = self._lexical.alive_mask()
+            return [self._docs[r].search_text for r in self._pending if alive[r]]
+
     def prefetch(self) -> int:
         """Embed every document still waiting for a vector, in batches; returns how many."""
         with self._lock:
