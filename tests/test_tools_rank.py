@@ -134,3 +134,24 @@ async def test_a_repack_under_another_profile_ranks_the_tools_again(memory_store
     assert len(every.pack.request.tools) == 48 and not every.pack.manifest.tools_left_out
     # the recorded profile gives the recorded request back
     assert repack(recorded.uri, "default", store=plugin.packer.store).pack.request.checksum == recorded.manifest.checksum
+
+
+@pytest.mark.asyncio
+async def test_a_recovery_repack_declares_the_tools_of_the_call_that_failed(memory_store_url):
+    from aether_context import load_profile
+    from aether_context.adk.recovery import recovery_pack
+    from aether_context.tokens import TokenCounter
+
+    agent, llm = scripted_agent([call("refund_payment", ident="PAY-88"), call("get_warehouse", ident="W1"), "done"],
+                                tools=catalogue())
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=32_000)
+    runner = make_runner(agent, plugins=[plugin])
+    await run_turn(runner, await new_session(runner), "Please refund payment PAY-88 on order 5512")
+    plugin.packer.store.flush()
+    for record in plugin.packer.recent:  # each call of the tool loop, as if the model had rejected it as too long
+        store = plugin.packer.store
+        inputs = store.get_inputs(store.load_manifest(record.uri).inputs_ref)
+        error = RuntimeError("400 The input token count (40000) exceeds the maximum number of tokens allowed (9000).")
+        pack = recovery_pack(inputs, load_profile("default"), 32_000, error, counter=TokenCounter())
+        assert [t.name for t in pack.request.tools] == record.manifest.tools
+        assert pack.manifest.tools_left_out.keys() == record.manifest.tools_left_out.keys()

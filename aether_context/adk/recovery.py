@@ -13,6 +13,7 @@ from ..content import Message, TextPart
 from ..pipeline.build import ContextPack, build_pack
 from ..compress.middle_out import middle_out
 from ..pipeline.inputs import PackInputs
+from ..pipeline.select import declared_tools
 from ..profile import BudgetProfile
 from ..tokens import TokenCounting
 from ..windows import context_window
@@ -68,7 +69,9 @@ def recovery_pack(inputs: PackInputs, profile: BudgetProfile, window: int, error
         conversation={"max_turn_tokens": settings.max_result_tokens, "max_verbatim_turns": settings.keep_tool_results,
                       "tail_turns": min(profile.conversation.tail_turns, settings.keep_tool_results)},
     )
-    inputs = _cut_request(replace(inputs, previous=None), max(64, target // 4), counter)
+    # the failed call's tools stay declared: ranked on its own inputs, before the previous call is let go
+    held = {"held_tools": list(declared_tools(inputs, profile))}
+    inputs = _cut_request(replace(inputs, previous=None, extra={**inputs.extra, **held}), max(64, target // 4), counter)
     return build_pack(inputs, aggressive, counter=counter, window=min(window, target))
 
 

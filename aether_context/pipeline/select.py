@@ -26,8 +26,8 @@ from .incremental import grouped_turns, shared_prefix, turn_key
 from .lines import RENDERS, date_label, line_of
 from .types import Candidates, Conversation, Line
 
-__all__ = ["Line", "Conversation", "Candidates", "select", "frame_candidates", "widen_memory", "query_text",
-           "split_conversation", "history_documents", "history_document"]
+__all__ = ["Line", "Conversation", "Candidates", "select", "frame_candidates", "declared_tools", "widen_memory",
+           "query_text", "split_conversation", "history_documents", "history_document"]
 
 
 def query_text(inputs: PackInputs) -> str:
@@ -307,7 +307,7 @@ def _step_tools(inputs: PackInputs, profile: BudgetProfile
                                   ("task_missing_step", no_step),
                                   ("user_request_not_found", inputs.request_index is None)) if missing]
     flags.extend(inputs.extra.get("edge_flags", ()))  # e.g. a failed LLM summary after the previous call
-    wanted, left_out = task.tools, {}
+    wanted, left_out = task.tools, dict(inputs.extra.get("tools_left_out", {}))  # packs recorded before 5b7bfa9
     above = profile.tools.rank_above
     if wanted is None and above is not None and len(inputs.request.tools) > above:
         wanted, left_out = _ranked_tools(inputs, profile)
@@ -322,19 +322,25 @@ def _ranked_tools(inputs: PackInputs, profile: BudgetProfile) -> "tuple[tuple[st
     """The tools ranked best for the request, goal, step, acceptance and recent turns (`tools_rank`), with the
     agent's instruction as a domain prior, plus ADK's own, the recall tool and every tool already called; and
     the ones left out with why. A later call of the invocation keeps the last call's set (the cached prefix
-    holds), a called tool that was left out joins it. In the pipeline, so a re-pack under another profile
-    ranks again."""
+    holds), a called tool that was left out joins it; so does a recovery re-pack (`extra["held_tools"]`, the
+    failed call's set). In the pipeline, so a re-pack under another profile ranks again."""
     request, task, prev = inputs.request, inputs.task, inputs.previous
     called = list(dict.fromkeys(c.name for m in request.messages for c in m.calls))
     recent = [m.text for m in request.messages[-4:] if m.text]
     asked = request.messages[inputs.request_index].text if inputs.request_index is not None else ""
     step = "\n".join(x for x in (asked, task.goal, task.step, *task.acceptance, *recent) if x)
+    held = inputs.extra.get("held_tools")
+    previous = tuple(held) if held is not None else prev.tool_names if prev is not None and prev.tool_names else None
     ranking = rank_tools(request.tools, step, keep=profile.tools.keep,
-                         always=[*inputs.extra.get("always_tools", ()), *called],
-                         previous=prev.tool_names if prev is not None and prev.tool_names else None,
-                         hold=prev is not None and prev.invocation_id == inputs.invocation_id,
+                         always=[*inputs.extra.get("always_tools", ()), *called], previous=previous,
+                         hold=held is not None or (prev is not None and prev.invocation_id == inputs.invocation_id),
                          context=request.system_instruction, share=profile.tools.share)
     return ranking.kept, ranking.left_out
+
+
+def declared_tools(inputs: PackInputs, profile: BudgetProfile) -> "tuple[str, ...]":
+    """The names of the tools a pack of `inputs` declares (the step's, or the ranked ones)."""
+    return tuple(t.name for t in _step_tools(inputs, profile)[0])
 
 
 def _signals(task: TaskSpec, conv: Conversation, mem_result: RetrievalResult, has_memory: bool) -> Signals:
@@ -360,7 +366,7 @@ def _retrieval_flags(*results: RetrievalResult) -> list[str]:
     sig = {k: max(float(r.signals.get(k, 0.0)) for r in results) for k in ("dense_off", "empty_query", "timestamps_ignored")}
     flags = []
     if sig["dense_off"]:
-        flags.append("dense_ranking_off: lexical only (the embedding model is loading or not installed)")
+        flags.append("dense_ranking_off: lexical only (the embedding model is loading, its backlog embedding, or not installed)")
     if sig["empty_query"]:
         flags.append("empty_query: the request has no content word; nothing was retrieved")
     if sig["timestamps_ignored"]:
