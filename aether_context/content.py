@@ -18,8 +18,69 @@ Role = Literal["user", "model"]
 
 
 def canonical_json(value: Any) -> str:
-    """Deterministic JSON: sorted keys, no whitespace, UTF-8 kept as is."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    """Deterministic JSON: sorted keys, no whitespace, UTF-8 kept as is (large values in slices: `json_text`)."""
+    return json_text(value, sort_keys=True)
+
+
+def json_text(value: Any, *, sort_keys: bool = False, indent: int | None = None) -> str:
+    """`json.dumps(value, sort_keys=..., indent=..., ensure_ascii=False, default=str)`, compact when `indent` is
+    None. A value holding more than `JSON_CHUNK` characters is encoded a piece at a time, each piece at most that
+    long, to the same text: one `json.dumps` of a 50 MB tool result holds the interpreter lock for about a
+    second, and the event loop with it."""
+    if _within(value, JSON_CHUNK):
+        return _dumps(value, sort_keys, indent)
+    return "".join(_pieces(value, sort_keys, indent, 0))
+
+
+JSON_CHUNK = 1 << 20  # characters one encoding step may take
+
+
+def _dumps(value: Any, sort_keys: bool, indent: int | None) -> str:
+    return json.dumps(value, sort_keys=sort_keys, indent=indent, separators=(",", ":") if indent is None else None,
+                      ensure_ascii=False, default=str)
+
+
+def _within(value: Any, budget: int) -> bool:
+    """Whether `value` holds at most `budget` characters, counting each item as 8 (stops once over)."""
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        budget -= len(v) if isinstance(v, str) else 8
+        if budget < 0:
+            return False
+        if isinstance(v, dict):
+            todo.extend(v.keys())
+            todo.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            todo.extend(v)
+    return True
+
+
+def _pieces(value: Any, sort_keys: bool, indent: int | None, level: int) -> Any:
+    """`_dumps(value)` at nesting `level` as pieces: containers opened by hand, small parts and string slices
+    encoded whole (a part's own line breaks indented to its level: JSON strings hold none)."""
+    splittable = (isinstance(value, (str, list, tuple))
+                  or isinstance(value, dict) and all(isinstance(k, str) for k in value))
+    if not splittable or not value or _within(value, JSON_CHUNK):
+        text = _dumps(value, sort_keys, indent)  # other keys or objects: json's own conversion, whole
+        yield text.replace("\n", "\n" + " " * (indent * level)) if indent and level else text
+        return
+    if isinstance(value, str):  # escaping is per character: the slices' bodies join to the whole's
+        yield '"'
+        for start in range(0, len(value), JSON_CHUNK):
+            yield _dumps(value[start:start + JSON_CHUNK], False, None)[1:-1]
+        yield '"'
+        return
+    inner = "" if indent is None else "\n" + " " * (indent * (level + 1))
+    close = "" if indent is None else "\n" + " " * (indent * level)
+    items = ([(k, value[k]) for k in (sorted(value) if sort_keys else value)] if isinstance(value, dict)
+             else [(None, v) for v in value])
+    yield "{" if isinstance(value, dict) else "["
+    for i, (key, item) in enumerate(items):
+        label = "" if key is None else _dumps(key, False, None) + (":" if indent is None else ": ")
+        yield ("," if i else "") + inner + label
+        yield from _pieces(item, sort_keys, indent, level + 1)
+    yield close + ("}" if isinstance(value, dict) else "]")
 
 
 def sha256_hex(text: str | bytes) -> str:

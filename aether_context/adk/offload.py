@@ -32,7 +32,7 @@ from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 
 from ..compress import compress_tool_output, render_payload
-from ..content import response_digest, sha256_hex
+from ..content import json_text, response_digest, sha256_hex
 from ..errors import AetherContextError, StoreError
 from ..profile import OffloadSettings
 from ..redact import RedactionSettings, redact
@@ -183,7 +183,7 @@ def _original(tool_name: str, result: Any, counter: TokenCounting, save_min_toke
     is_json = not isinstance(result, str)
     # JSON is saved indented, so the recall tool's line ranges and search mean something; it reads
     # back exactly this text.
-    data = (json.dumps(result, indent=1, ensure_ascii=False, default=str) if is_json else text).encode("utf-8", "replace")
+    data = (json_text(result, indent=1) if is_json else text).encode("utf-8", "replace")
     mime_type = "application/json" if is_json else "text/plain"
     filename = f"{OFFLOAD_PREFIX}{tool_name}-{sha256_hex(data)[:16]}.{'json' if is_json else 'txt'}"
     return _Original(tokens, gateway.masked(data, mime_type), filename, mime_type, response_digest(result))

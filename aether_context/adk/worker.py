@@ -59,11 +59,15 @@ async def summarize(summarizer: "Summarizer | SummarizeFn", previous: str | None
     return await result if inspect.isawaitable(result) else result
 
 
+SCAN_CHUNK = 1 << 20  # characters one surrogate search may take
+
+
 def repair_unicode(value: object) -> tuple[object, int]:
     """`value` with lone surrogates (invalid Unicode, unencodable as UTF-8) replaced by U+FFFD and
     surrogate pairs joined, and how many characters were replaced; unchanged (same object) if none."""
     if isinstance(value, str):
-        if not _SURROGATE.search(value):
+        # a slice at a time: one search over a 50 MB result would hold the interpreter lock for a second
+        if not any(_SURROGATE.search(value, start, start + SCAN_CHUNK) for start in range(0, len(value), SCAN_CHUNK)):
             return value, 0
         fixed = value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
         return fixed, fixed.count("\ufffd") - value.count("\ufffd")
