@@ -32,14 +32,20 @@ def declared(llm_request) -> list[str]:
     return [f.name for t in llm_request.config.tools or [] for f in (getattr(t, "function_declarations", None) or [])]
 
 
-@pytest.mark.asyncio
-async def test_many_tools_declare_the_step_s_and_a_left_out_call_still_runs(memory_store_url):
+async def refund_loop(store_url: str):
+    """One invocation over the 48-tool catalogue: refund a payment, call a tool ranking left out, answer."""
     agent, llm = scripted_agent([call("refund_payment", ident="PAY-88"), call("get_warehouse", ident="W1"), "done"],
                                 tools=catalogue())
-    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=32_000)
+    plugin = ContextPackPlugin(store=store_url, window_tokens=32_000)
     runner = make_runner(agent, plugins=[plugin])
-    sid = await new_session(runner)
-    events = await run_turn(runner, sid, "Please refund payment PAY-88 on order 5512")
+    events = await run_turn(runner, await new_session(runner), "Please refund payment PAY-88 on order 5512")
+    plugin.packer.store.flush()
+    return plugin, llm, events
+
+
+@pytest.mark.asyncio
+async def test_many_tools_declare_the_step_s_and_a_left_out_call_still_runs(memory_store_url):
+    plugin, llm, events = await refund_loop(memory_store_url)
     first = declared(llm.requests[0])
     assert "refund_payment" in first and "refund_order" in first
     assert len(first) <= 12 + 2 and len(first) < 48
@@ -142,12 +148,7 @@ async def test_a_recovery_repack_declares_the_tools_of_the_call_that_failed(memo
     from aether_context.adk.recovery import recovery_pack
     from aether_context.tokens import TokenCounter
 
-    agent, llm = scripted_agent([call("refund_payment", ident="PAY-88"), call("get_warehouse", ident="W1"), "done"],
-                                tools=catalogue())
-    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=32_000)
-    runner = make_runner(agent, plugins=[plugin])
-    await run_turn(runner, await new_session(runner), "Please refund payment PAY-88 on order 5512")
-    plugin.packer.store.flush()
+    plugin, _, _ = await refund_loop(memory_store_url)
     for record in plugin.packer.recent:  # each call of the tool loop, as if the model had rejected it as too long
         store = plugin.packer.store
         inputs = store.get_inputs(store.load_manifest(record.uri).inputs_ref)
