@@ -114,8 +114,8 @@ def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tupl
     compacted (`compacted`): before that the model still reads it verbatim, and a status would only
     cost tokens. `failures_stale`: the payload this call sends is frozen and its FAILURES SO FAR
     predates the latest failures; a status then lists more recent errors.
-    Once `context_tokens` reach `pressure.warn_share` of `window`, a due block ends with a warning, and the
-    warning makes the block due when this call builds the payload anew. Under a `frozen` payload (a tool loop)
+    Once `context_tokens` reach `pressure.warn_share` of `window` and there is a goal, a due block ends with a
+    warning, and the warning makes the block due when this call builds the payload anew. Under a `frozen` payload (a tool loop)
     it waits for a block due anyway: a block every call would pile up kept notes the room does not reserve,
     until they no longer fit and go (a cache break).
     """
@@ -130,10 +130,10 @@ def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tupl
         # No goal was set: the opening request stands in, once the user's message is no longer the last word.
         goal = _first_line(task.opening_request)
     pressure = _pressure_line(pressure_share(context_tokens, window, profile))
-    if pressure and frozen and not settings.enabled:
+    if pressure and (not goal or frozen and not settings.enabled):
+        # Only a task has notes to save or work to wrap up: a goal, or the opening request standing in once history
+        # was compacted. A chat that fits would pay a block at every question past the share for nothing.
         pressure = ""
-    if pressure and not goal and not frozen:
-        goal = _first_line(task.opening_request) or "not set"  # the pressure still needs its block
     if not (settings.enabled or pressure):
         return None, call_index, last_out
     note = _warnings_note(warnings, settings.max_tokens, counter)
