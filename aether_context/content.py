@@ -24,15 +24,15 @@ def canonical_json(value: Any) -> str:
 
 def json_text(value: Any, *, sort_keys: bool = False, indent: int | None = None) -> str:
     """`json.dumps(value, sort_keys=..., indent=..., ensure_ascii=False, default=str)`, compact when `indent` is
-    None. A value holding more than `JSON_CHUNK` characters is encoded a piece at a time, each piece at most that
+    None. A value holding more than `SLICE_CHARS` characters is encoded a piece at a time, each piece at most that
     long, to the same text: one `json.dumps` of a 50 MB tool result holds the interpreter lock for about a
     second, and the event loop with it."""
-    if _within(value, JSON_CHUNK):
+    if within_chars(value, SLICE_CHARS):
         return _dumps(value, sort_keys, indent)
     return "".join(_pieces(value, sort_keys, indent, 0))
 
 
-JSON_CHUNK = 1 << 20  # characters one encoding step may take
+SLICE_CHARS = 1 << 20  # characters one C call over a huge text may take (the interpreter lock is held meanwhile)
 
 
 def _dumps(value: Any, sort_keys: bool, indent: int | None) -> str:
@@ -40,8 +40,9 @@ def _dumps(value: Any, sort_keys: bool, indent: int | None) -> str:
                       ensure_ascii=False, default=str)
 
 
-def _within(value: Any, budget: int) -> bool:
-    """Whether `value` holds at most `budget` characters, counting each item as 8 (stops once over)."""
+def within_chars(value: Any, budget: int) -> bool:
+    """Whether `value` holds at most `budget` characters, counting each item as 8 (stops once over): a walk whose
+    cost is bounded by `budget`, not by the value."""
     todo = [value]
     while todo:
         v = todo.pop()
@@ -61,14 +62,14 @@ def _pieces(value: Any, sort_keys: bool, indent: int | None, level: int) -> Any:
     encoded whole (a part's own line breaks indented to its level: JSON strings hold none)."""
     splittable = (isinstance(value, (str, list, tuple))
                   or isinstance(value, dict) and all(isinstance(k, str) for k in value))
-    if not splittable or not value or _within(value, JSON_CHUNK):
+    if not splittable or not value or within_chars(value, SLICE_CHARS):
         text = _dumps(value, sort_keys, indent)  # other keys or objects: json's own conversion, whole
         yield text.replace("\n", "\n" + " " * (indent * level)) if indent and level else text
         return
     if isinstance(value, str):  # escaping is per character: the slices' bodies join to the whole's
         yield '"'
-        for start in range(0, len(value), JSON_CHUNK):
-            yield _dumps(value[start:start + JSON_CHUNK], False, None)[1:-1]
+        for start in range(0, len(value), SLICE_CHARS):
+            yield _dumps(value[start:start + SLICE_CHARS], False, None)[1:-1]
         yield '"'
         return
     inner = "" if indent is None else "\n" + " " * (indent * (level + 1))

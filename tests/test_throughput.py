@@ -8,7 +8,8 @@ import random
 import pytest
 
 import aether_context.redact as redaction
-from aether_context.adk.packer import SMALL_RESULT_CHARS, _small
+from aether_context.adk.packer import SMALL_RESULT_CHARS
+from aether_context.content import within_chars
 
 from test_secrets import ORDINARY, SECRET_SHAPES
 
@@ -30,7 +31,10 @@ def test_the_short_text_skip_masks_what_a_full_scan_masks(text, monkeypatch):
 
 
 def test_a_result_is_small_up_to_its_bound():
-    assert _small({"key": "K1", "detail": "x" * 1000})
-    assert not _small({"detail": "x" * (SMALL_RESULT_CHARS + 1)})
-    assert not _small([0] * SMALL_RESULT_CHARS)  # many items count too
-    assert not _small({"rows": [{"a": "y" * 100} for _ in range(100)]})
+    def small(value):
+        return within_chars(value, SMALL_RESULT_CHARS)
+
+    assert small({"key": "K1", "detail": "x" * 1000})
+    assert not small({"detail": "x" * (SMALL_RESULT_CHARS + 1)})
+    assert not small([0] * SMALL_RESULT_CHARS)  # many items count too
+    assert not small({"rows": [{"a": "y" * 100} for _ in range(100)]})

@@ -25,7 +25,7 @@ from google.genai import types
 
 from ..loop.acceptance import judge_prompt, read_judge, repair_note, unmet_items
 from ..pipeline.record import CallRecord
-from .convert import answer_text, final_response
+from .convert import agent_model, answer_text, final_response
 from .task import task_from_state
 
 if TYPE_CHECKING:
@@ -34,10 +34,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("aether_context")
 
 __all__ = ["AcceptanceGate"]
-
-def _model(ctx: CallbackContext):
-    return ctx.get_invocation_context().agent.canonical_model
-
 
 class AcceptanceGate:
     """Remembers each call's packed request (only with the gate on) and checks its final answer."""
@@ -94,14 +90,14 @@ class AcceptanceGate:
     async def _judge(self, ctx: CallbackContext, request: LlmRequest, text: str, items: list[str]) -> list[str]:
         ask = LlmRequest(model=request.model, contents=[types.Content(role="user", parts=[types.Part(
             text=judge_prompt(text, items))])])
-        return read_judge(answer_text(await final_response(_model(ctx), ask)) or "", items)
+        return read_judge(answer_text(await final_response(agent_model(ctx), ask)) or "", items)
 
     async def _repair(self, ctx: CallbackContext, request: LlmRequest, response: LlmResponse, unmet: list[str],
                       flags: list[str]) -> LlmResponse | None:
         note = types.Content(role="user", parts=[types.Part(text=repair_note(unmet))])
         again = request.model_copy(update={"contents": [*request.contents, response.content, note]})
         try:
-            final = await final_response(_model(ctx), again)
+            final = await final_response(agent_model(ctx), again)
         except Exception as e:  # fail open: the first answer stands
             flags.append(f"acceptance_repair_failed: {type(e).__name__}: {e}"[:300])
             return None

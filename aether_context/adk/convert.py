@@ -18,8 +18,8 @@ from ..pipeline.cache import current_memo, memo_scope
 from ..pipeline.incremental import extended, note_prefix
 from ..content import _split_extra, Blob, FunctionCall, FunctionResponse, Message, ModelRequest, OpaquePart, Part, TextPart, ToolSpec
 
-__all__ = ["to_message", "to_content", "request_from_llm", "apply_request", "llm_request_from", "final_response",
-           "answer_text"]
+__all__ = ["to_message", "to_content", "request_from_llm", "apply_request", "llm_request_from", "agent_model",
+           "final_response", "answer_text"]
 
 
 _INNER = {"function_call": ("name", "args", "id"), "function_response": ("name", "response", "id")}
@@ -343,6 +343,11 @@ def llm_request_from(request: ModelRequest) -> LlmRequest:
     """A fresh `LlmRequest` carrying `request` (for replaying a recorded call against a model)."""
     config = types.GenerateContentConfig(system_instruction=request.system_instruction, tools=_tools_config(request))
     return LlmRequest(model=request.model, contents=[to_content(m) for m in request.messages], config=config)
+
+
+def agent_model(ctx: Any) -> BaseLlm:
+    """The model of the agent whose callback `ctx` is (a callback or tool context)."""
+    return ctx.get_invocation_context().agent.canonical_model
 
 
 async def final_response(model: BaseLlm, request: LlmRequest) -> LlmResponse | None:

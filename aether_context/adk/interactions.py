@@ -15,6 +15,8 @@ from google.adk.agents.context import Context
 from google.adk.models.google_llm import Gemini
 from google.adk.models.llm_request import LlmRequest
 
+from .convert import agent_model
+
 logger = logging.getLogger("aether_context")
 
 __all__ = ["history_on_server"]
@@ -24,7 +26,7 @@ _WARNED: set[str] = set()
 
 def _uses_interactions_api(context: Context) -> bool:
     try:
-        model = context.get_invocation_context().agent.canonical_model
+        model = agent_model(context)
     except (AttributeError, ValueError):  # not an LlmAgent, or no model it can resolve: ADK reports that itself
         return False
     return isinstance(model, Gemini) and model.use_interactions_api

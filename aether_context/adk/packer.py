@@ -39,7 +39,7 @@ from google.adk.tools.tool_context import ToolContext
 from ..compress import SummarizeFn, Summarizer, render_payload, validate_summary
 from ..compress.compact_json import compact_json
 from ..errors import PackTimeout
-from ..content import Message, response_digest, sha256_hex
+from ..content import Message, response_digest, sha256_hex, within_chars
 from ..loop.failures import FailureLog, FailureRecord, error_text, is_error_result
 from ..pipeline.build import ContextPack, StageTimes, build_pack, request_tokens
 from ..pipeline.cache import PackCache, memo_scope
@@ -60,7 +60,7 @@ from .acceptance import AcceptanceGate
 from .collect import collect_inputs
 from .recovery import ReportedLimits
 from .event_times import EventTimes, session_now
-from .convert import answer_text, apply_request, final_response, request_from_llm
+from .convert import agent_model, answer_text, apply_request, final_response, request_from_llm
 from .fail_open import fails_open
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, run_inline, make_recall_tool, offload_tool_result
 from .recovery import is_token_limit_error, recovery_pack
@@ -382,7 +382,7 @@ class ContextPacker:
             return
         previous = RunningSummary.from_json(last.inputs.summary)
         extractive = RunningSummary.from_json(last.state.summary)
-        summarizer = self.summarizer or LlmSummarizer(callback_context.get_invocation_context().agent.canonical_model)
+        summarizer = self.summarizer or LlmSummarizer(agent_model(callback_context))
         timeout = self.profile.decay.summary_timeout_seconds
         try:
             text = await asyncio.wait_for(summarize(summarizer, previous.text or None, last.state.merged_lines,
@@ -442,11 +442,8 @@ class ContextPacker:
         slot.shown = pack_metadata(manifest, uri)  # the retried request's pack is what its response shows
         logger.warning("aether-context: model rejected the request as too long (%s); retrying once with %d tokens (%s)",
                        str(error)[:200], manifest.tokens_after, uri)
-        model = callback_context.get_invocation_context().agent.canonical_model
         try:
-            final = None
-            async for response in model.generate_content_async(llm_request, stream=False):
-                final = response
+            final = await final_response(agent_model(callback_context), llm_request)
         except Exception:
             logger.error("aether-context: the retry after recovery failed too; the original error surfaces", exc_info=True)
             return None
@@ -490,7 +487,7 @@ class ContextPacker:
         surrogate) is repaired first and the repaired one replaces it. Never raises."""
         own = tool.name == RECALL_TOOL_NAME
         # a small result's CPU work costs the loop less than a trip to the pack thread and back
-        run = run_inline if _small(result) else self._off_loop
+        run = run_inline if within_chars(result, SMALL_RESULT_CHARS) else self._off_loop
         result, repaired = await run(repair_unicode, result)
         if repaired:
             flag_next_call(tool_context.state, tool_context.agent_name, f"unicode_repaired: {tool.name}: {repaired}",
@@ -562,29 +559,13 @@ class ContextPacker:
 SMALL_RESULT_CHARS = 8192  # a tool result this small is examined on the loop (well under 1 ms of work)
 
 
-def _small(value: object, budget: int = SMALL_RESULT_CHARS) -> bool:
-    """Whether `value` holds at most `budget` characters, counting each item as 8 (stops once over)."""
-    todo = [value]
-    while todo:
-        v = todo.pop()
-        budget -= len(v) if isinstance(v, str) else 8
-        if isinstance(v, dict):
-            todo.extend(v.keys())
-            todo.extend(v.values())
-        elif isinstance(v, (list, tuple)):
-            todo.extend(v)
-        if budget < 0:
-            return False
-    return True
-
-
 HYDE_PROMPT = ("Write a short passage (at most 80 words) that would answer the question below, as a document holding "
                "the answer would. Name likely people, places, dates and identifiers. No preamble.")
 
 
 async def _hypothetical_answer(ctx: CallbackContext, question: str) -> str:
     """The agent's own model, asked directly (no plugins), for a HyDE passage."""
-    model = ctx.get_invocation_context().agent.canonical_model
+    model = agent_model(ctx)
     request = LlmRequest(model=model.model, contents=[types.Content(role="user", parts=[types.Part(text=question[:2000])])],
                          config=types.GenerateContentConfig(system_instruction=HYDE_PROMPT, max_output_tokens=200))
     return (answer_text(await final_response(model, request)) or "").strip()[:2000]

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from ..compress import SummarizeFn, Summarizer
+from ..content import SLICE_CHARS
 
 __all__ = ["off_loop", "pack_worker", "summarize", "repair_unicode"]
 
@@ -59,15 +60,12 @@ async def summarize(summarizer: "Summarizer | SummarizeFn", previous: str | None
     return await result if inspect.isawaitable(result) else result
 
 
-SCAN_CHUNK = 1 << 20  # characters one surrogate search may take
-
-
 def repair_unicode(value: object) -> tuple[object, int]:
     """`value` with lone surrogates (invalid Unicode, unencodable as UTF-8) replaced by U+FFFD and
     surrogate pairs joined, and how many characters were replaced; unchanged (same object) if none."""
     if isinstance(value, str):
         # a slice at a time: one search over a 50 MB result would hold the interpreter lock for a second
-        if not any(_SURROGATE.search(value, start, start + SCAN_CHUNK) for start in range(0, len(value), SCAN_CHUNK)):
+        if not any(_SURROGATE.search(value, i, i + SLICE_CHARS) for i in range(0, len(value), SLICE_CHARS)):
             return value, 0
         fixed = value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
         return fixed, fixed.count("\ufffd") - value.count("\ufffd")

@@ -307,7 +307,7 @@ def _step_tools(inputs: PackInputs, profile: BudgetProfile
                                   ("task_missing_step", no_step),
                                   ("user_request_not_found", inputs.request_index is None)) if missing]
     flags.extend(inputs.extra.get("edge_flags", ()))  # e.g. a failed LLM summary after the previous call
-    wanted, left_out = task.tools, dict(inputs.extra.get("tools_left_out", {}))  # packs recorded before 5b7bfa9
+    wanted, left_out = task.tools, dict(inputs.extra.get("tools_left_out", {}))  # inputs recorded before 82cfb0e
     above = profile.tools.rank_above
     if wanted is None and above is not None and len(inputs.request.tools) > above:
         wanted, left_out = _ranked_tools(inputs, profile)

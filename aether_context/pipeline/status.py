@@ -115,8 +115,8 @@ def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tupl
     cost tokens. `failures_stale`: the payload this call sends is frozen and its FAILURES SO FAR
     predates the latest failures; a status then lists more recent errors.
     Once `context_tokens` reach `pressure.warn_share` of `window` and there is a goal, a due block ends with a
-    warning, and the warning makes the block due when this call builds the payload anew. Under a `frozen` payload (a tool loop)
-    it waits for a block due anyway: a block every call would pile up kept notes the room does not reserve,
+    warning, and the warning makes the block due when this call builds the payload anew. Under a `frozen`
+    payload (a tool loop) it waits for a block due anyway: a block every call would pile up kept notes the room does not reserve,
     until they no longer fit and go (a cache break).
     """
     prev = inputs.previous
