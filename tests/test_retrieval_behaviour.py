@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from aether_context.pipeline.retrieve import Retriever, default_retriever, use_default_embedder
+from aether_context.pipeline import retrieve as retriever_module
 from aether_context.profile import load_profile
 from aether_context.retrieval import (
     Document, EmbeddingCache, HashingEmbedder, HybridIndex, RecordingEmbedder, RetrievalSettings,
@@ -322,3 +323,28 @@ def test_an_evidence_item_whose_uri_changed_is_shown_with_its_new_uri():
     assert uris((new,)) == [""]
     assert uris((other, old)) == ["artifact://app/u/s1/doc2.txt"]
     assert uris((other, new)) == [""]
+
+
+def test_a_long_session_met_with_the_model_loaded_is_embedded_in_the_background():
+    """A process whose model is loaded meets a session with a long history (a restart, another replica): its pack
+    ranks by BM25 at once instead of embedding the history on the pack thread, and a background thread embeds it."""
+    model = SlowModel()
+    model.release.set()
+    retriever = Retriever(RetrievalSettings(), embedder=model)
+    assert retriever.wait_ready()
+    history = [Document(f"h{i}", f"turn {i}: the user talked about topic number {i}", "history")
+               for i in range(3 * retriever_module.EMBED_IN_PACK)]
+    pack_thread = threading.get_ident()
+    embedded_on: list[int] = []
+    inner_embed = model.inner.embed
+    model.inner.embed = lambda texts: (embedded_on.append(threading.get_ident()), inner_embed(texts))[1]
+    first = retriever.rank("long", "memory", "topic number 7", history, k=3, count_tokens=COUNT, now=None)
+    assert first.signals["dense_off"] == 1.0 and first.ids[0] == "h7"
+    assert retriever.wait_ready()  # the catch-up thread ends once the history is embedded
+    assert pack_thread not in embedded_on and len(model.inner.texts) == len(history)
+    second = retriever.rank("long", "memory", "topic number 7", history, k=3, count_tokens=COUNT, now=None)
+    assert second.signals["dense_off"] == 0.0 and second.ids[0] == "h7"
+    # a session short enough is embedded by its own pack, as before
+    short = [Document(f"s{i}", f"note {i} about the garden", "history") for i in range(5)]
+    third = retriever.rank("short", "memory", "garden note 3", short, k=2, count_tokens=COUNT, now=None)
+    assert third.signals["dense_off"] == 0.0 and embedded_on[-1] == pack_thread

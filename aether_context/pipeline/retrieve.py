@@ -6,13 +6,14 @@ embedded once, when they first appear; each search runs over exactly the current
 keeps a pack a function of its inputs and of whether dense ranking was on (signal `dense_off`).
 
 Dense ranking never blocks a pack: until the embedding model is loaded (`warm_up` loads it on a
-background thread) or when sentence-transformers is not installed (the light install), `rank`
-ranks by BM25 alone and says so in its signals. Replay passes `dense=` explicitly to rank as the
-recorded pack did.
+background thread), while a long session met for the first time has more than `EMBED_IN_PACK`
+documents without vectors (a background thread embeds them), or when sentence-transformers is not
+installed (the light install), `rank` ranks by BM25 alone and says so in its signals (`dense_off`).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 from collections import OrderedDict
@@ -31,6 +32,22 @@ __all__ = ["Retriever", "default_retriever", "use_default_embedder", "retrieval_
            "session_namespace", "agent_namespace"]
 
 logger = logging.getLogger(__name__)
+
+EMBED_IN_PACK = 64  # texts a pack may embed itself (a compaction embeds about 10); beyond, a background thread does
+BACKLOG_BATCH = 16  # texts the background thread embeds under the cache's lock at a time
+_EXITING = threading.Event()  # set at interpreter exit: a backlog stops between batches
+
+
+def _stop_backlogs() -> None:
+    """At exit, stop the backlog threads between two batches: a daemon thread still inside torch when the
+    interpreter finalizes aborts the process ("terminate called without an active exception")."""
+    _EXITING.set()
+    for thread in threading.enumerate():
+        if thread.name in ("aether-embedder-warm-up", "aether-embedder-catch-up"):
+            thread.join(timeout=5)
+
+
+atexit.register(_stop_backlogs)
 
 
 def retrieval_query(request: str, task: TaskSpec) -> str:
@@ -78,6 +95,7 @@ class Retriever:
         # one analyzer for every index (as each would build it): its per-word memo is shared
         self.analyzer = Analyzer(stop_words=STOP_WORDS if s.stop_words else frozenset(), stem=s.stem)
         self._warming: threading.Thread | None = None
+        self._catching_up: threading.Thread | None = None
         self._warm_lock = threading.Lock()
         self._indexes: OrderedDict[tuple[str, str], HybridIndex] = OrderedDict()
         self._max = max_indexes
@@ -127,34 +145,60 @@ class Retriever:
                 self._warming.start()
 
     def _embed_backlog(self, passes: int = 3) -> None:
-        """Embed, on the warm-up thread, the documents the indexes took in before the model was loaded. Without
-        it the first dense search of a long session embeds its whole history inside a pack, one text at a time
-        (minutes at 10,000 events), while every other pack waits. Vectors are kept by content, so the search that
-        follows finds them; packs rank by BM25 until this is done (`ready`). Indexes are taken most recently
-        used first; a later pass takes the sessions indexed meanwhile. An index that fails is logged and left
-        to its next search."""
+        """Embed, on a background thread, the documents the indexes took in without vectors: before the model was
+        loaded (the warm-up thread), or a long session met for the first time (`_catch_up`). Without it the
+        first dense search of a long session embeds its whole history inside a pack, one text at a time
+        (a minute at 1,000 events), while every other pack waits. Vectors are kept by content, so the search
+        that follows finds them; packs rank by BM25 until this is done (`ready`, `_too_many_to_embed`). Indexes
+        are taken most recently used first; a later pass takes the sessions indexed meanwhile. An index that
+        fails is logged and left to its next search."""
         for _ in range(passes):
             found = False
             for index in reversed(list(self._indexes.values())):  # a snapshot: the pack thread may add indexes
                 try:
                     texts = [t for t in dict.fromkeys(index.waiting_texts()) if t not in self.cache]
                     found = found or bool(texts)
-                    for start in range(0, len(texts), self.cache.batch_size):
+                    # small batches: a pack embedding its new turns waits for one batch at most, not the backlog
+                    for start in range(0, len(texts), BACKLOG_BATCH):
+                        if _EXITING.is_set():
+                            return
                         with bounded_threads(self.settings.embedding_threads):
-                            self.cache.rows(texts[start:start + self.cache.batch_size])
+                            self.cache.rows(texts[start:start + BACKLOG_BATCH])
                 except Exception:
                     logger.warning("aether-context: embedding an index's waiting documents failed; its next "
                                    "search embeds them", exc_info=True)
             if not found:
                 return
 
+    def _too_many_to_embed(self, index: HybridIndex, fresh: "Sequence[Document]") -> bool:
+        """Whether a pack would embed more than `EMBED_IN_PACK` texts (a long session met for the first time by a
+        process whose model is loaded), for an embedder with a model to load: one text costs it 10–30 ms of CPU."""
+        if getattr(self.cache.embedder, "warm_up", None) is None or \
+                len(fresh) + len(index._pending) <= EMBED_IN_PACK:
+            return False
+        waiting = dict.fromkeys([*index.waiting_texts(), *(d.search_text for d in fresh)])
+        missing = 0
+        for text in waiting:
+            missing += text not in self.cache
+            if missing > EMBED_IN_PACK:
+                return True
+        return False
+
+    def _catch_up(self) -> None:
+        """Embed the waiting documents on a background thread (`_embed_backlog`), one run at a time."""
+        with self._warm_lock:
+            if self._catching_up is None or not self._catching_up.is_alive():
+                self._catching_up = threading.Thread(target=self._embed_backlog, name="aether-embedder-catch-up",
+                                                     daemon=True)
+                self._catching_up.start()
+
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until the model is loaded and the waiting documents embedded (or `timeout` seconds pass);
         returns `ready()`."""
-        if self.ready():
-            return True
-        if self._warming is not None:
+        if not self.ready() and self._warming is not None:
             self._warming.join(timeout)
+        if self._catching_up is not None:
+            self._catching_up.join(timeout)
         return self.ready()
 
     def _sync(self, index: HybridIndex, documents: "tuple[Document, ...]", held: "tuple | None"
@@ -224,6 +268,7 @@ class Retriever:
         search (default: the settings' `candidate_pool`). `facets`: parts of the query also searched alone, the
         rankings fused (`facets.fuse`). `floor`: the settings' `information_floor` for this search (0: none).
         """
+        chosen = dense is None
         if dense is None:
             dense = self.ready()
         elif dense and not self.available():
@@ -239,6 +284,9 @@ class Retriever:
                 # known pool, and the next call syncs it whole (`index.ids()`), not from a tail
                 held = self._pools.pop(slot, None)
                 fresh, unique = self._sync(index, documents, held)
+                if chosen and dense and self._too_many_to_embed(index, fresh):
+                    dense = False  # this call ranks by BM25 and says so; the next ones densely, once embedded
+                    self._catch_up()
                 index.add(fresh, embed=dense)
                 self._pools[slot] = (index, documents, unique)
                 if not documents or k < 1:
