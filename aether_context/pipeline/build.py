@@ -32,6 +32,7 @@ from .as_sent import restore_sent
 from .prepare import Prepared, prepare
 from .recite import failures_to_show, recite
 from .record import Decisions, Manifest, record
+from ..retrieval.threads import bounded_threads
 from .render import failures_section, masking, request_tokens
 from .retrieve import Retriever, default_retriever
 from .select import Candidates, frame_candidates, select, widen_memory
@@ -88,7 +89,9 @@ def build_pack(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCoun
     seconds per stage; it never enters the request or the manifest. Secrets in the text the pack
     quotes are masked per `profile.redaction` (see `render.masking`).
     """
-    with masking(profile.redaction), memo_scope(current_memo() or PackCache()):
+    # one thread bound for the whole pack: each search would otherwise set and restore BLAS's threads itself
+    with masking(profile.redaction), memo_scope(current_memo() or PackCache()), \
+            bounded_threads(profile.retrieval.embedding_threads):
         return _build_pack(inputs, profile, counter=counter, window=window, retriever=retriever,
                            timings=timings)
 

@@ -97,6 +97,7 @@ class PackStore:
                                     leaf=self._tree.encode_inline)
         # string -> (masked string, count): recorded inputs repeat call after call; at most ~8M characters
         self._scanned = Lru(16384, max_weight=8_000_000, weigh=lambda k, v: len(k) + len(v[0]))
+        self._folders = Lru(4096)  # local folders known to exist (`write_atomic`)
         self._lists = Lru(16)  # (kind, app, user, session, agent) -> the last message digests and stored list
         self._marked = False
         self._local = threading.local()  # bytes written by the job running on this thread
@@ -137,7 +138,7 @@ class PackStore:
 
     # ---------------------------------------------------------------- low-level IO
     def _write(self, rel: str, data: bytes) -> None:
-        write_atomic(self.fs, self._path(rel), data)
+        write_atomic(self.fs, self._path(rel), data, self._folders)
         self._stats.add("files")
         self._stats.add("bytes", len(data))
         self._local.bytes = getattr(self._local, "bytes", 0) + len(data)
@@ -151,6 +152,7 @@ class PackStore:
             logger.warning("aether-context: the pack store %s was removed; writing blobs again", self.url)
             self._stats.add("store_recreated")
         self._known.clear()
+        self._folders.clear()
         self._tree.clear()
         self._lists.clear()
         self._records.clear()
@@ -172,9 +174,8 @@ class PackStore:
         digest = digest or sha256_hex(data)
         if self._known.get(digest) is not None:
             return digest
-        rel = f"blobs/{digest[:2]}/{digest}"
-        if not self.fs.exists(self._path(rel)):
-            self._write(rel, pack_blob(data))
+        # written without looking first: the same content under the same name, and one request fewer for a new blob
+        self._write(f"blobs/{digest[:2]}/{digest}", pack_blob(data))
         self._known.put(digest, True)
         return digest
 

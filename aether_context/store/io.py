@@ -61,17 +61,26 @@ def makedirs_private(fs, path: str) -> None:
 OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss"})
 
 
-def write_atomic(fs, path: str, data: bytes) -> None:
-    """Write `data` to `path` through a temp file in the same folder and a rename (on an object store, one put)."""
+def write_atomic(fs, path: str, data: bytes, folders: "Lru | None" = None) -> None:
+    """Write `data` to `path` through a temp file in the same folder and a rename (on an object store, one put).
+    `folders` holds folders known to exist (a local write then skips looking for its parents; a folder
+    removed since is made again)."""
     protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
     if OBJECT_STORES.intersection(protocols):
         fs.pipe_file(path, data)
         return
     parent = path.rsplit("/", 1)[0]
-    makedirs_private(fs, parent)
+    if folders is None or folders.get(parent) is None:
+        makedirs_private(fs, parent)
     tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"
     if isinstance(fs, LocalFileSystem):
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        except FileNotFoundError:  # the folder was removed since it was made
+            makedirs_private(fs, parent)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        if folders is not None:
+            folders.put(parent, True)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
