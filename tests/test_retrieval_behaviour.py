@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from aether_context.pipeline.retrieve import Retriever, default_retriever, use_default_embedder
-from aether_context.pipeline import retrieve as retriever_module
 from aether_context.profile import load_profile
 from aether_context.retrieval import (
     Document, EmbeddingCache, HashingEmbedder, HybridIndex, RecordingEmbedder, RetrievalSettings,
@@ -333,7 +332,7 @@ def test_a_long_session_met_with_the_model_loaded_is_embedded_in_the_background(
     retriever = Retriever(RetrievalSettings(), embedder=model)
     assert retriever.wait_ready()
     history = [Document(f"h{i}", f"turn {i}: the user talked about topic number {i}", "history")
-               for i in range(3 * retriever_module.EMBED_IN_PACK)]
+               for i in range(3 * RetrievalSettings().embed_in_pack)]
     pack_thread = threading.get_ident()
     embedded_on: list[int] = []
     inner_embed = model.inner.embed
@@ -348,3 +347,9 @@ def test_a_long_session_met_with_the_model_loaded_is_embedded_in_the_background(
     short = [Document(f"s{i}", f"note {i} about the garden", "history") for i in range(5)]
     third = retriever.rank("short", "memory", "garden note 3", short, k=2, count_tokens=COUNT, now=None)
     assert third.signals["dense_off"] == 0.0 and embedded_on[-1] == pack_thread
+
+    # unbounded: the pack embeds whatever it needs itself, so it depends on its inputs alone
+    unbounded = Retriever(RetrievalSettings(embed_in_pack=None), embedder=model)
+    more = [Document(f"u{i}", f"entry {i}: a log line about service number {i}", "history") for i in range(200)]
+    assert unbounded.rank("u", "memory", "service number 9", more, k=2, count_tokens=COUNT,
+                          now=None).signals["dense_off"] == 0.0

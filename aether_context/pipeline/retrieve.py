@@ -6,8 +6,8 @@ embedded once, when they first appear; each search runs over exactly the current
 keeps a pack a function of its inputs and of whether dense ranking was on (signal `dense_off`).
 
 Dense ranking never blocks a pack: until the embedding model is loaded (`warm_up` loads it on a
-background thread), while a long session met for the first time has more than `EMBED_IN_PACK`
-documents without vectors (a background thread embeds them), or when sentence-transformers is not
+background thread), while a session met for the first time has more documents without vectors than
+the settings' `embed_in_pack` (a background thread embeds them), or when sentence-transformers is not
 installed (the light install), `rank` ranks by BM25 alone and says so in its signals (`dense_off`).
 """
 
@@ -33,18 +33,18 @@ __all__ = ["Retriever", "default_retriever", "use_default_embedder", "retrieval_
 
 logger = logging.getLogger(__name__)
 
-EMBED_IN_PACK = 64  # texts a pack may embed itself (a compaction embeds about 10); beyond, a background thread does
 BACKLOG_BATCH = 16  # texts the background thread embeds under the cache's lock at a time
 _EXITING = threading.Event()  # set at interpreter exit: a backlog stops between batches
+_EMBEDDING: "set[threading.Thread]" = set()  # threads embedding a backlog now (`_embed_backlog`)
 
 
 def _stop_backlogs() -> None:
-    """At exit, stop the backlog threads between two batches: a daemon thread still inside torch when the
-    interpreter finalizes aborts the process ("terminate called without an active exception")."""
+    """At exit, stop the backlogs between two batches: a daemon thread still inside torch when the interpreter
+    finalizes aborts the process ("terminate called without an active exception"). A warm-up still loading
+    the model is left alone (joining it would finish torch's import during shutdown)."""
     _EXITING.set()
-    for thread in threading.enumerate():
-        if thread.name in ("aether-embedder-warm-up", "aether-embedder-catch-up"):
-            thread.join(timeout=5)
+    for thread in list(_EMBEDDING):
+        thread.join(timeout=5)
 
 
 atexit.register(_stop_backlogs)
@@ -152,35 +152,41 @@ class Retriever:
         that follows finds them; packs rank by BM25 until this is done (`ready`, `_too_many_to_embed`). Indexes
         are taken most recently used first; a later pass takes the sessions indexed meanwhile. An index that
         fails is logged and left to its next search."""
-        for _ in range(passes):
-            found = False
-            for index in reversed(list(self._indexes.values())):  # a snapshot: the pack thread may add indexes
-                try:
-                    texts = [t for t in dict.fromkeys(index.waiting_texts()) if t not in self.cache]
-                    found = found or bool(texts)
-                    # small batches: a pack embedding its new turns waits for one batch at most, not the backlog
-                    for start in range(0, len(texts), BACKLOG_BATCH):
-                        if _EXITING.is_set():
-                            return
-                        with bounded_threads(self.settings.embedding_threads):
-                            self.cache.rows(texts[start:start + BACKLOG_BATCH])
-                except Exception:
-                    logger.warning("aether-context: embedding an index's waiting documents failed; its next "
-                                   "search embeds them", exc_info=True)
-            if not found:
-                return
+        _EMBEDDING.add(threading.current_thread())
+        try:
+            for _ in range(passes):
+                found = False
+                for index in reversed(list(self._indexes.values())):  # a snapshot: the pack thread may add indexes
+                    try:
+                        texts = [t for t in dict.fromkeys(index.waiting_texts()) if t not in self.cache]
+                        found = found or bool(texts)
+                        # small batches: a pack embedding its new turns waits for one batch at most
+                        for start in range(0, len(texts), BACKLOG_BATCH):
+                            if _EXITING.is_set():
+                                return
+                            with bounded_threads(self.settings.embedding_threads):
+                                self.cache.rows(texts[start:start + BACKLOG_BATCH])
+                    except Exception:
+                        logger.warning("aether-context: embedding an index's waiting documents failed; its next "
+                                       "search embeds them", exc_info=True)
+                if not found:
+                    return
+        finally:
+            _EMBEDDING.discard(threading.current_thread())
 
     def _too_many_to_embed(self, index: HybridIndex, fresh: "Sequence[Document]") -> bool:
-        """Whether a pack would embed more than `EMBED_IN_PACK` texts (a long session met for the first time by a
-        process whose model is loaded), for an embedder with a model to load: one text costs it 10–30 ms of CPU."""
-        if getattr(self.cache.embedder, "warm_up", None) is None or \
-                len(fresh) + len(index._pending) <= EMBED_IN_PACK:
+        """Whether a pack would embed more than the settings' `embed_in_pack` texts (a long session met for the
+        first time by a process whose model is loaded), for an embedder with a model to load: one text costs it
+        10–30 ms of CPU."""
+        bound = self.settings.embed_in_pack
+        if bound is None or getattr(self.cache.embedder, "warm_up", None) is None or \
+                len(fresh) + len(index._pending) <= bound:
             return False
         waiting = dict.fromkeys([*index.waiting_texts(), *(d.search_text for d in fresh)])
         missing = 0
         for text in waiting:
             missing += text not in self.cache
-            if missing > EMBED_IN_PACK:
+            if missing > bound:
                 return True
         return False
 

@@ -146,6 +146,13 @@ class RetrievalSettings(BaseModel):
     """Embed items in batch as they are added, so a search never waits on a backlog; False defers
     embedding to the first search that needs it."""
 
+    embed_in_pack: int | None = Field(64, ge=1)
+    """Texts one pack may embed itself. A pack with more new to it (a long session met after a restart or on
+    another replica, a first compaction of a long chat) ranks by BM25 for that call, says so (`dense_off`), and
+    a background thread embeds them. None: no bound, so a pack depends on its inputs alone, whatever this
+    process embedded before, but such a pack embeds its history on the pack thread (about 10-30 ms a text)
+    while other sessions' packs wait."""
+
     @model_validator(mode="before")
     @classmethod
     def _removed_keys(cls, data: Any) -> Any:

@@ -43,11 +43,21 @@ def clip_words(text: str, max_tokens: int, count_tokens: Callable[[str], int], *
     with `keep_end`: the part of a previous turn nearest to the turn that follows it)."""
     if max_tokens <= 0 or not text:
         return ""
-    if count_tokens(text) <= max_tokens:
-        return text
     words = text.split()
-    low, high = 0, len(words)  # the largest n with count(n words) <= max_tokens
-    while low < high:
+    # The answer is found between two word counts, doubling from a few: a long neighbour (a tool's output)
+    # is never counted whole, only parts about the size of the answer (the counts grow with the words).
+    low, high = 0, min(len(words), 8)
+    while True:
+        if high == len(words) and count_tokens(text) <= max_tokens:
+            return text
+        if count_tokens(" ".join(words[-high:] if keep_end else words[:high])) > max_tokens:
+            high -= 1
+            break
+        low = high
+        if high == len(words):
+            break
+        high = min(len(words), 2 * high)
+    while low < high:  # the largest n in [low, high] with count(n words) <= max_tokens
         mid = (low + high + 1) // 2
         part = " ".join(words[-mid:] if keep_end else words[:mid])
         if count_tokens(part) <= max_tokens:

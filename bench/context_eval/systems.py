@@ -23,6 +23,7 @@ from google.genai import types
 
 from aether_context import ContextPacker, ContextPackPlugin, TokenCounter
 from aether_context.adk import request_from_llm
+from aether_context.profile import load_profile
 from measure import RequestShape, string_leaves
 
 __all__ = ["System", "Setup", "SYSTEMS", "SlidingWindowPlugin", "ExtractiveEventsSummarizer", "by_key",
@@ -178,8 +179,12 @@ def _aether(profile: str, window: Optional[int], packers: dict) -> Setup:
     packer = packers.get((profile, window))
     if packer is None:
         store = f"memory://aether-bench/{profile}-{window}"  # the same URL in every pass: URIs in requests match
-        # what reaches the model must not depend on the machine's load: no pack may fail open on its deadline
-        packer = packers[(profile, window)] = ContextPacker(profile=profile, window_tokens=window, store=store,
+        # What reaches the model must not depend on the machine's load or on what the process embedded before:
+        # no pack fails open on its deadline, and every pack embeds what it ranks (no `embed_in_pack` bound: the
+        # steady state, as `_wait_for_dense` waits for the model).
+        steady = (load_profile(profile) if isinstance(profile, str) else profile).override(
+            retrieval={"embed_in_pack": None})
+        packer = packers[(profile, window)] = ContextPacker(profile=steady, window_tokens=window, store=store,
                                                             pack_timeout=600)
         _wait_for_dense(packer)
     packer.recent.clear()
