@@ -44,26 +44,33 @@ def clip_words(text: str, max_tokens: int, count_tokens: Callable[[str], int], *
     if max_tokens <= 0 or not text:
         return ""
     words = text.split()
-    # The answer is found between two word counts, doubling from a few: a long neighbour (a tool's output)
-    # is never counted whole, only parts about the size of the answer (the counts grow with the words).
-    low, high = 0, min(len(words), 8)
+    # The largest n with count(n words) <= max_tokens, without counting a long neighbour (a tool's output) whole:
+    # a first guess of max_tokens words, doubled while it fits, then a search between the last count that fits
+    # and the first that does not, each probe placed where the two counts say the bound lies (token counts
+    # grow about linearly with words, so two or three probes).
+    def count(n: int) -> int:
+        return count_tokens(" ".join(words[-n:] if keep_end else words[:n])) if n else 0
+
+    low, low_count = 0, 0
+    high = min(len(words), max(8, max_tokens))
     while True:
         if high == len(words) and count_tokens(text) <= max_tokens:
             return text
-        if count_tokens(" ".join(words[-high:] if keep_end else words[:high])) > max_tokens:
-            high -= 1
+        high_count = count(high)
+        if high_count > max_tokens:
             break
-        low = high
+        low, low_count = high, high_count
         if high == len(words):
             break
         high = min(len(words), 2 * high)
-    while low < high:  # the largest n in [low, high] with count(n words) <= max_tokens
-        mid = (low + high + 1) // 2
-        part = " ".join(words[-mid:] if keep_end else words[:mid])
-        if count_tokens(part) <= max_tokens:
-            low = mid
+    while high - low > 1 and high_count > max_tokens:
+        step = (max_tokens - low_count) * (high - low) // max(1, high_count - low_count)
+        mid = low + min(high - low - 1, max(1, step))
+        mid_count = count(mid)
+        if mid_count <= max_tokens:
+            low, low_count = mid, mid_count
         else:
-            high = mid - 1
+            high, high_count = mid, mid_count
     if low == 0:
         return ""
     return " ".join(words[-low:] if keep_end else words[:low])
