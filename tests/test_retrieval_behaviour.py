@@ -347,6 +347,18 @@ def test_a_long_session_met_with_the_model_loaded_is_embedded_in_the_background(
     short = [Document(f"s{i}", f"note {i} about the garden", "history") for i in range(5)]
     third = retriever.rank("short", "memory", "garden note 3", short, k=2, count_tokens=COUNT, now=None)
     assert third.signals["dense_off"] == 0.0 and embedded_on[-1] == pack_thread
+    # a session already known embeds its new texts itself, however many: it never stays lexical
+    grown = history + [Document(f"n{i}", f"new turn {i} about subject {i}", "history") for i in range(len(history))]
+    fourth = retriever.rank("long", "memory", "subject 5", grown, k=2, count_tokens=COUNT, now=None)
+    assert fourth.signals["dense_off"] == 0.0 and embedded_on[-1] == pack_thread
+    # two long sessions met one after the other: the catch-up serves both, even if asked while it runs
+    for name in ("a", "b"):
+        docs = [Document(f"{name}{i}", f"{name} line {i} of a long session", "history") for i in range(200)]
+        assert retriever.rank(name, "memory", "line 3", docs, k=2, count_tokens=COUNT,
+                              now=None).signals["dense_off"] == 1.0
+    assert retriever.wait_ready(timeout=30)
+    assert all(not index.waiting_texts() or all(t in retriever.cache for t in index.waiting_texts())
+               for index in retriever._indexes.values())
 
     # unbounded: the pack embeds whatever it needs itself, so it depends on its inputs alone
     unbounded = Retriever(RetrievalSettings(embed_in_pack=None), embedder=model)

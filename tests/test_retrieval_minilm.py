@@ -86,13 +86,3 @@ def test_a_vector_depends_on_its_text_not_on_its_batch():
     cache.embed([*longer, text, *shorter])
     assert cache.embed([text])[0].tobytes() == alone
 
-
-def test_the_objects_of_the_model_load_leave_the_garbage_collectors_walks():
-    """Loading torch and the model leaves ~450,000 long-lived objects; a full collection walking them held the
-    interpreter lock ~0.25 s each time. After the first load they sit in the permanent generation."""
-    import gc
-
-    from aether_context.retrieval.embeddings import default_model_path, load_sentence_transformer
-
-    load_sentence_transformer(default_model_path())
-    assert gc.get_freeze_count() > 100_000

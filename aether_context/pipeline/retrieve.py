@@ -16,10 +16,13 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+import time
 from collections import OrderedDict
 from itertools import compress, count
 from operator import is_not
 from typing import Callable, Iterable, Sequence
+
+import numpy as np
 
 from ..retrieval import Document, EmbeddingCache, HybridIndex, RetrievalResult, RetrievalSettings
 from ..retrieval.analyzer import STOP_WORDS, Analyzer
@@ -95,7 +98,8 @@ class Retriever:
         # one analyzer for every index (as each would build it): its per-word memo is shared
         self.analyzer = Analyzer(stop_words=STOP_WORDS if s.stop_words else frozenset(), stem=s.stem)
         self._warming: threading.Thread | None = None
-        self._catching_up: threading.Thread | None = None
+        self._catching_up: threading.Thread | None = None  # while one runs (`_catch_up`)
+        self._catch_up_wanted = False
         self._warm_lock = threading.Lock()
         self._indexes: OrderedDict[tuple[str, str], HybridIndex] = OrderedDict()
         self._max = max_indexes
@@ -160,12 +164,18 @@ class Retriever:
                     try:
                         texts = [t for t in dict.fromkeys(index.waiting_texts()) if t not in self.cache]
                         found = found or bool(texts)
-                        # small batches: a pack embedding its new turns waits for one batch at most
-                        for start in range(0, len(texts), BACKLOG_BATCH):
-                            if _EXITING.is_set():
-                                return
-                            with bounded_threads(self.settings.embedding_threads):
-                                self.cache.rows(texts[start:start + BACKLOG_BATCH])
+                        # Small batches outside the cache's lock (a pack embedding its own turns waits for one
+                        # encode at most); kept in the cache, and written under `embedding_cache_url`, a few
+                        # hundred at a time.
+                        for start in range(0, len(texts), self.cache.batch_size):
+                            part = texts[start:start + self.cache.batch_size]
+                            vectors = []
+                            for at in range(0, len(part), BACKLOG_BATCH):
+                                if _EXITING.is_set():
+                                    return
+                                with bounded_threads(self.settings.embedding_threads):
+                                    vectors.append(self.cache.embedder.embed(part[at:at + BACKLOG_BATCH]))
+                            self.cache.put(part, np.concatenate(vectors))
                     except Exception:
                         logger.warning("aether-context: embedding an index's waiting documents failed; its next "
                                        "search embeds them", exc_info=True)
@@ -174,13 +184,14 @@ class Retriever:
         finally:
             _EMBEDDING.discard(threading.current_thread())
 
-    def _too_many_to_embed(self, index: HybridIndex, fresh: "Sequence[Document]") -> bool:
-        """Whether a pack would embed more than the settings' `embed_in_pack` texts (a long session met for the
-        first time by a process whose model is loaded), for an embedder with a model to load: one text costs it
-        10–30 ms of CPU."""
+    def _too_many_to_embed(self, index: HybridIndex, fresh: "Sequence[Document]", *, joined: bool) -> bool:
+        """Whether this pack should rank by BM25 and leave its texts to the catch-up thread: a session this process
+        meets for the first time (`joined`), or one whose earlier catch-up is not done, with more than the
+        settings' `embed_in_pack` texts to embed, for an embedder with a model to load (10–30 ms of CPU a text).
+        A session already known embeds its new texts itself, however many: it never stays lexical."""
         bound = self.settings.embed_in_pack
         if bound is None or getattr(self.cache.embedder, "warm_up", None) is None or \
-                len(fresh) + len(index._pending) <= bound:
+                len(fresh) + len(index._pending) <= bound or not (joined or index._pending):
             return False
         waiting = dict.fromkeys([*index.waiting_texts(), *(d.search_text for d in fresh)])
         missing = 0
@@ -191,21 +202,36 @@ class Retriever:
         return False
 
     def _catch_up(self) -> None:
-        """Embed the waiting documents on a background thread (`_embed_backlog`), one run at a time."""
+        """Embed the waiting documents on a background thread (`_embed_backlog`), one thread at a time. A request
+        made while a thread runs is served by it: the thread leaves only when no request came since its last
+        round, decided under the same lock."""
         with self._warm_lock:
-            if self._catching_up is None or not self._catching_up.is_alive():
-                self._catching_up = threading.Thread(target=self._embed_backlog, name="aether-embedder-catch-up",
-                                                     daemon=True)
-                self._catching_up.start()
+            self._catch_up_wanted = True
+            if self._catching_up is not None:
+                return
+
+            def run() -> None:
+                while True:
+                    with self._warm_lock:
+                        if not self._catch_up_wanted or _EXITING.is_set():
+                            self._catching_up = None
+                            return
+                        self._catch_up_wanted = False
+                    self._embed_backlog()
+
+            self._catching_up = threading.Thread(target=run, name="aether-embedder-catch-up", daemon=True)
+            self._catching_up.start()
 
     def wait_ready(self, timeout: float | None = None) -> bool:
-        """Block until the model is loaded and the waiting documents embedded (or `timeout` seconds pass);
-        returns `ready()`."""
-        if not self.ready() and self._warming is not None:
-            self._warming.join(timeout)
-        if self._catching_up is not None:
-            self._catching_up.join(timeout)
-        return self.ready()
+        """Block until the model is loaded and the waiting documents embedded (or `timeout` seconds pass, for
+        both together); True when dense ranking is ready and no catch-up is running."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self.ready()  # starts the warm-up if it has not started
+        for thread in (self._warming, self._catching_up):
+            if thread is not None:
+                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        catching_up = self._catching_up
+        return self.ready() and (catching_up is None or not catching_up.is_alive())
 
     def _sync(self, index: HybridIndex, documents: "tuple[Document, ...]", held: "tuple | None"
               ) -> "tuple[tuple[Document, ...], bool]":
@@ -290,7 +316,7 @@ class Retriever:
                 # known pool, and the next call syncs it whole (`index.ids()`), not from a tail
                 held = self._pools.pop(slot, None)
                 fresh, unique = self._sync(index, documents, held)
-                if chosen and dense and self._too_many_to_embed(index, fresh):
+                if chosen and dense and self._too_many_to_embed(index, fresh, joined=held is None):
                     dense = False  # this call ranks by BM25 and says so; the next ones densely, once embedded
                     self._catch_up()
                 index.add(fresh, embed=dense)

@@ -12,7 +12,6 @@ Usage: `EmbeddingCache(SentenceTransformerEmbedder(), url=...).embed(["a text", 
 from __future__ import annotations
 
 import contextlib
-import gc
 import hashlib
 import importlib.util
 import io
@@ -101,7 +100,6 @@ _MODELS_LOCK = threading.Lock()
 # and a retriever's warm-up thread (its backlog) may encode with the same model
 _ENCODE_LOCKS: dict[int, threading.Lock] = {}
 _AVAILABLE: dict[str, bool] = {}
-_FROZEN: list[bool] = []  # `_freeze_once` ran
 
 
 def dense_available(model: str | None = None) -> bool:
@@ -170,21 +168,7 @@ def load_sentence_transformer(model: str, *, max_seq_length: int | None = None, 
             if max_seq_length is not None:
                 loaded.max_seq_length = max_seq_length
         _MODELS[key] = loaded
-        _freeze_once()
         return loaded
-
-
-def _freeze_once() -> None:
-    """Move the objects alive after the first model load to the collector's permanent generation (`gc.freeze`).
-
-    Importing torch, transformers and sentence-transformers leaves about 450,000 long-lived objects, and every
-    full collection of Python's cyclic garbage collector walks them all: about 0.25 s holding the interpreter
-    lock, several times a minute in a busy server (64 concurrent sessions: 25 -> 16 ms of CPU per model call).
-    Frozen objects are still freed when their last reference goes; only a reference cycle among them would
-    outlive the process's need. Once per process; O(1)."""
-    if not _FROZEN:
-        _FROZEN.append(True)
-        gc.freeze()
 
 
 MAX_EMBED_CHARS = 16_384  # characters of a text given to the model (see `SentenceTransformerEmbedder.embed`)

@@ -47,7 +47,7 @@ def clip_words(text: str, max_tokens: int, count_tokens: Callable[[str], int], *
     # The largest n with count(n words) <= max_tokens, without counting a long neighbour (a tool's output) whole:
     # a first guess of max_tokens words, doubled while it fits, then a search between the last count that fits
     # and the first that does not, each probe placed where the two counts say the bound lies (token counts
-    # grow about linearly with words, so two or three probes).
+    # grow about linearly with words, so two or three probes), the middle after two that did not halve it.
     def count(n: int) -> int:
         return count_tokens(" ".join(words[-n:] if keep_end else words[:n])) if n else 0
 
@@ -63,10 +63,13 @@ def clip_words(text: str, max_tokens: int, count_tokens: Callable[[str], int], *
         if high == len(words):
             break
         high = min(len(words), 2 * high)
+    slow = 0  # probes in a row that did not halve the gap (one huge word): after two, the next is the middle
     while high - low > 1 and high_count > max_tokens:
-        step = (max_tokens - low_count) * (high - low) // max(1, high_count - low_count)
-        mid = low + min(high - low - 1, max(1, step))
+        gap = high - low
+        step = gap // 2 if slow >= 2 else (max_tokens - low_count) * gap // max(1, high_count - low_count)
+        mid = low + min(gap - 1, max(1, step))
         mid_count = count(mid)
+        slow = 0 if slow >= 2 or 2 * (mid - low if mid_count > max_tokens else high - mid) <= gap else slow + 1
         if mid_count <= max_tokens:
             low, low_count = mid, mid_count
         else:

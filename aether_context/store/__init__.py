@@ -174,8 +174,9 @@ class PackStore:
         digest = digest or sha256_hex(data)
         if self._known.get(digest) is not None:
             return digest
-        # written without looking first: the same content under the same name, and one request fewer for a new blob
-        self._write(f"blobs/{digest[:2]}/{digest}", pack_blob(data))
+        rel = f"blobs/{digest[:2]}/{digest}"
+        if not self.fs.exists(self._path(rel)):  # written by another process, or before a restart: kept as it is
+            self._write(rel, pack_blob(data))
         self._known.put(digest, True)
         return digest
 
