@@ -217,7 +217,10 @@ class Retriever:
                             self._catching_up = None
                             return
                         self._catch_up_wanted = False
-                    self._embed_backlog()
+                    try:
+                        self._embed_backlog()
+                    except Exception:  # the thread must reach the check above, or no catch-up would start again
+                        logger.warning("aether-context: the embedding catch-up failed", exc_info=True)
 
             self._catching_up = threading.Thread(target=run, name="aether-embedder-catch-up", daemon=True)
             self._catching_up.start()
