@@ -347,8 +347,9 @@ def test_a_long_session_met_with_the_model_loaded_is_embedded_in_the_background(
     short = [Document(f"s{i}", f"note {i} about the garden", "history") for i in range(5)]
     third = retriever.rank("short", "memory", "garden note 3", short, k=2, count_tokens=COUNT, now=None)
     assert third.signals["dense_off"] == 0.0 and embedded_on[-1] == pack_thread
-    # a session already known embeds its new texts itself, however many: it never stays lexical
-    grown = history + [Document(f"n{i}", f"new turn {i} about subject {i}", "history") for i in range(len(history))]
+    # a pool mostly embedded takes its new texts inline, however many over the bound: it never stays lexical
+    grown = history + [Document(f"n{i}", f"new turn {i} about subject {i}", "history")
+                       for i in range(len(history) // 2)]
     fourth = retriever.rank("long", "memory", "subject 5", grown, k=2, count_tokens=COUNT, now=None)
     assert fourth.signals["dense_off"] == 0.0 and embedded_on[-1] == pack_thread
     # two long sessions met one after the other: the catch-up serves both, even if asked while it runs

@@ -184,20 +184,20 @@ class Retriever:
         finally:
             _EMBEDDING.discard(threading.current_thread())
 
-    def _too_many_to_embed(self, index: HybridIndex, fresh: "Sequence[Document]", *, joined: bool) -> bool:
-        """Whether this pack should rank by BM25 and leave its texts to the catch-up thread: a session this process
-        meets for the first time (`joined`), or one whose earlier catch-up is not done, with more than the
-        settings' `embed_in_pack` texts to embed, for an embedder with a model to load (10–30 ms of CPU a text).
-        A session already known embeds its new texts itself, however many: it never stays lexical."""
+    def _too_many_to_embed(self, index: HybridIndex, fresh: "Sequence[Document]") -> bool:
+        """Whether this pack should rank by BM25 and leave its texts to the catch-up thread: more than the
+        settings' `embed_in_pack` texts to embed, and most of the pool without vectors (a session this process
+        meets late, or the first compaction of a long chat), for an embedder with a model to load (10–30 ms of
+        CPU a text). A pool mostly embedded takes its new texts inline, however many: it never stays lexical."""
         bound = self.settings.embed_in_pack
         if bound is None or getattr(self.cache.embedder, "warm_up", None) is None or \
-                len(fresh) + len(index._pending) <= bound or not (joined or index._pending):
+                len(fresh) + len(index._pending) <= bound:
             return False
-        waiting = dict.fromkeys([*index.waiting_texts(), *(d.search_text for d in fresh)])
+        enough = max(bound, (len(index) + len(fresh)) // 2)
         missing = 0
-        for text in waiting:
+        for text in dict.fromkeys([*index.waiting_texts(), *(d.search_text for d in fresh)]):
             missing += text not in self.cache
-            if missing > bound:
+            if missing > enough:
                 return True
         return False
 
@@ -319,7 +319,7 @@ class Retriever:
                 # known pool, and the next call syncs it whole (`index.ids()`), not from a tail
                 held = self._pools.pop(slot, None)
                 fresh, unique = self._sync(index, documents, held)
-                if chosen and dense and self._too_many_to_embed(index, fresh, joined=held is None):
+                if chosen and dense and self._too_many_to_embed(index, fresh):
                     dense = False  # this call ranks by BM25 and says so; the next ones densely, once embedded
                     self._catch_up()
                 index.add(fresh, embed=dense)
