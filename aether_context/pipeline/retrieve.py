@@ -185,21 +185,27 @@ class Retriever:
             _EMBEDDING.discard(threading.current_thread())
 
     def _too_many_to_embed(self, index: HybridIndex, fresh: "Sequence[Document]") -> bool:
-        """Whether this pack should rank by BM25 and leave its texts to the catch-up thread: more than the
-        settings' `embed_in_pack` texts to embed, and most of the pool without vectors (a session this process
-        meets late, or the first compaction of a long chat), for an embedder with a model to load (10–30 ms of
-        CPU a text). A pool mostly embedded takes its new texts inline, however many: it never stays lexical."""
+        """Whether this pack should rank by BM25 and leave its texts to the catch-up thread, for an embedder with a
+        model to load (10–30 ms of CPU a text): while more than the settings' `embed_in_pack` texts the index
+        took in earlier still wait for vectors (a catch-up under way), or when this call brings more than that
+        many texts to embed in more new documents than the index holds (a session met late, the first compaction
+        of a long chat). New documents joining a larger pool go in inline, however many: no session stays
+        lexical."""
         bound = self.settings.embed_in_pack
-        if bound is None or getattr(self.cache.embedder, "warm_up", None) is None or \
-                len(fresh) + len(index._pending) <= bound:
+        if bound is None or getattr(self.cache.embedder, "warm_up", None) is None:
             return False
-        enough = max(bound, (len(index) + len(fresh)) // 2)
-        missing = 0
-        for text in dict.fromkeys([*index.waiting_texts(), *(d.search_text for d in fresh)]):
-            missing += text not in self.cache
-            if missing > enough:
-                return True
-        return False
+
+        def more_missing(texts: "Iterable[str]", than: int) -> bool:
+            missing = 0
+            for text in dict.fromkeys(texts):
+                missing += text not in self.cache
+                if missing > than:
+                    return True
+            return False
+
+        if len(index._pending) > bound and more_missing(index.waiting_texts(), bound):
+            return True
+        return len(fresh) > max(bound, len(index)) and more_missing((d.search_text for d in fresh), bound)
 
     def _catch_up(self) -> None:
         """Embed the waiting documents on a background thread (`_embed_backlog`), one thread at a time. A request
