@@ -147,11 +147,12 @@ class RetrievalSettings(BaseModel):
     embedding to the first search that needs it."""
 
     embed_in_pack: int | None = Field(64, ge=1)
-    """Texts one pack may embed itself when they are most of its pool (a long session met after a restart or on
-    another replica, a first compaction of a long chat). Beyond, the pack ranks by BM25 for that call, says so
-    (`dense_off`), and a background thread embeds them. A pool mostly embedded takes its new texts inline. None:
-    no bound, so a pack depends on its inputs alone, whatever this process embedded before, but such a pack
-    embeds a whole history on the pack thread (about 10-30 ms a text) while other sessions' packs wait."""
+    """Texts one pack may embed itself when it brings more new documents than the index holds (a long session
+    met after a restart or on another replica, a first compaction of a long chat). Beyond, the pack ranks by
+    BM25 for that call, says so (`dense_off`), and a background thread embeds them; later packs rank by BM25
+    until at most this many wait. New documents joining a larger pool go in inline. None: no bound, so a pack
+    depends on its inputs alone, whatever this process embedded before, but such a pack embeds a whole history
+    on the pack thread (about 10-30 ms a text) while other sessions' packs wait."""
 
     @model_validator(mode="before")
     @classmethod
