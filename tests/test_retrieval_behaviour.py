@@ -350,16 +350,26 @@ def test_a_long_session_met_with_the_model_loaded_is_embedded_in_the_background(
     # a pool mostly embedded takes its new texts inline, however many over the bound: it never stays lexical
     grown = history + [Document(f"n{i}", f"new turn {i} about subject {i}", "history")
                        for i in range(len(history) // 2)]
+    before = len(embedded_on)
     fourth = retriever.rank("long", "memory", "subject 5", grown, k=2, count_tokens=COUNT, now=None)
-    assert fourth.signals["dense_off"] == 0.0 and embedded_on[-1] == pack_thread
+    assert fourth.signals["dense_off"] == 0.0
+    assert embedded_on[before:] and set(embedded_on[before:]) == {pack_thread}
+    # a pack ranks Memory twice, a few documents before its compaction and the folded history after: the history
+    # still goes to the thread (keyed on an index's first sync, it was embedded inline), repeated texts and all
+    # (keyed on "most texts missing", a tool loop's repeated history was embedded inline)
+    folded = [Document(f"c{i}", f"folded turn {i % 80} on topic {i % 80}", "history") for i in range(200)]
+    assert retriever.rank("c", "memory", "topic 2", folded[:3], k=2, count_tokens=COUNT,
+                          now=None).signals["dense_off"] == 0.0
+    assert retriever.rank("c", "memory", "topic 2", folded, k=2, count_tokens=COUNT,
+                          now=None).signals["dense_off"] == 1.0
     # two long sessions met one after the other: the catch-up serves both, even if asked while it runs
     for name in ("a", "b"):
         docs = [Document(f"{name}{i}", f"{name} line {i} of a long session", "history") for i in range(200)]
         assert retriever.rank(name, "memory", "line 3", docs, k=2, count_tokens=COUNT,
                               now=None).signals["dense_off"] == 1.0
     assert retriever.wait_ready(timeout=30)
-    assert all(not index.waiting_texts() or all(t in retriever.cache for t in index.waiting_texts())
-               for index in retriever._indexes.values())
+    assert all(t in retriever.cache for index in retriever._indexes.values() for t in index.waiting_texts())
+    assert len(model.inner.texts) == len(set(model.inner.texts))  # every text embedded once
 
     # unbounded: the pack embeds whatever it needs itself, so it depends on its inputs alone
     unbounded = Retriever(RetrievalSettings(embed_in_pack=None), embedder=model)

@@ -85,4 +85,3 @@ def test_a_vector_depends_on_its_text_not_on_its_batch():
     cache = EmbeddingCache(embedder)
     cache.embed([*longer, text, *shorter])
     assert cache.embed([text])[0].tobytes() == alone
-

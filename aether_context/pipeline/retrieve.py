@@ -6,9 +6,9 @@ embedded once, when they first appear; each search runs over exactly the current
 keeps a pack a function of its inputs and of whether dense ranking was on (signal `dense_off`).
 
 Dense ranking never blocks a pack: until the embedding model is loaded (`warm_up` loads it on a
-background thread), while a session met for the first time has more documents without vectors than
-the settings' `embed_in_pack` (a background thread embeds them), or when sentence-transformers is not
-installed (the light install), `rank` ranks by BM25 alone and says so in its signals (`dense_off`).
+background thread), while a session met late waits for more vectors than the settings' `embed_in_pack`
+(a background thread embeds them: `_too_many_to_embed`), or when sentence-transformers is not installed
+(the light install), `rank` ranks by BM25 alone and says so in its signals (`dense_off`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ __all__ = ["Retriever", "default_retriever", "use_default_embedder", "retrieval_
 
 logger = logging.getLogger(__name__)
 
-BACKLOG_BATCH = 16  # texts the background thread embeds under the cache's lock at a time
+BACKLOG_BATCH = 16  # texts the background thread gives the model at a time (a pack's own encode waits for one)
 _EXITING = threading.Event()  # set at interpreter exit: a backlog stops between batches
 _EMBEDDING: "set[threading.Thread]" = set()  # threads embedding a backlog now (`_embed_backlog`)
 
