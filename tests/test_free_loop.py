@@ -151,3 +151,60 @@ async def test_a_blocking_sync_summarizer_does_not_hang_the_turn(memory_store_ur
         release.set()
     flags = [f for r in plugin.packer.recent for f in r.manifest.flags]
     assert any(f.startswith("summary_timeout") for f in flags)
+
+
+async def test_a_store_slower_than_the_calls_holds_the_calls_not_the_loop(memory_store_url):
+    """A full write queue (a slow bucket) makes the saving call wait, while the loop serves everyone else:
+    the writer is held until the loop probe has ticked 20 times while a save waits for room, which it could
+    not do if the save waited on the loop's thread (as it did: up to `put_timeout`, then the write on the loop)."""
+    from aether_context.store import PackStore
+
+    async def held_and_full(store: PackStore, gate: threading.Event) -> None:
+        store._writer.submit("held", lambda: gate.wait(60))  # the writer is busy until the gate opens
+        while store._writer.pending() and store._writer._queue.qsize():  # the writer has taken it
+            await asyncio.sleep(0.001)
+        store._writer.submit("queued", lambda: None)  # and the queue (size 1) is full
+
+    gate, waiting, ticks = threading.Event(), [], []
+    store = PackStore(memory_store_url, max_queue=1, put_timeout=30)
+    await held_and_full(store, gate)
+    room = store._writer.room
+
+    async def watched_room() -> None:
+        waiting.append(store._writer._queue.full())
+        await room()
+
+    store._writer.room = watched_room
+    plugin = ContextPackPlugin(store=store, window_tokens=16_000)
+    runner = make_runner(scripted_agent(["noted"] * 4, tools=())[0], plugins=[plugin])
+    sid = await new_session(runner)
+
+    async def probe() -> None:
+        while not gate.is_set():
+            if waiting and waiting[0]:
+                ticks.append(1)
+                if len(ticks) >= 20:
+                    gate.set()
+            await asyncio.sleep(0.001)
+
+    ticking = asyncio.create_task(probe())
+    try:
+        await asyncio.wait_for(run_turn(runner, sid, "remember that the deploy script lives in ops/deploy.sh"), 20)
+    finally:
+        gate.set()
+        await ticking
+    assert waiting[0] and len(ticks) >= 20 and store.flush(timeout=10)
+    assert not store.stats().get("inline") and not store.stats().get("failed")
+    assert [r.manifest.error for r in plugin.packer.recent] == [None]
+
+    # Past `put_timeout` the oldest queued write runs on a worker thread, so the call goes on; the loop never waits.
+    slow, held = PackStore(memory_store_url + "-slow", max_queue=1, put_timeout=0.05), threading.Event()
+    await held_and_full(slow, held)
+    plugin = ContextPackPlugin(store=slow, window_tokens=16_000)
+    runner = make_runner(scripted_agent(["noted"] * 4, tools=())[0], plugins=[plugin])
+    try:
+        await asyncio.wait_for(run_turn(runner, await new_session(runner), "and the runbook is in ops/RUNBOOK.md"), 20)
+        assert slow.stats()["inline"] >= 1 and [r.manifest.error for r in plugin.packer.recent] == [None]
+    finally:
+        held.set()
+    assert slow.flush(timeout=10) and not slow.stats().get("failed")

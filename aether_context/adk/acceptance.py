@@ -84,7 +84,7 @@ class AcceptanceGate:
             slot.repaired = ctx.invocation_id
             repaired = await self._repair(ctx, request, response, unmet, flags)
             record["repair"] = repaired is not None
-        self._record(ctx, record, flags)
+        await self._record(ctx, record, flags)
         return repaired
 
     async def _judge(self, ctx: CallbackContext, request: LlmRequest, text: str, items: list[str]) -> list[str]:
@@ -107,7 +107,7 @@ class AcceptanceGate:
                                                      f"{len(unmet) - len(left)} of {len(unmet)} now met"))
         return final
 
-    def _record(self, ctx: CallbackContext, record: dict, flags: list[str]) -> None:
+    async def _record(self, ctx: CallbackContext, record: dict, flags: list[str]) -> None:
         """The flags on this call's manifest (saved again), the record on its response event."""
         slot = self._packer.slot(ctx)
         if slot.shown is not None:
@@ -116,6 +116,7 @@ class AcceptanceGate:
         if pack is None:
             return
         manifest = pack.manifest.model_copy(update={"flags": [*pack.manifest.flags, *flags]})
+        await self._packer.store.room()
         uri = self._packer.store.save(replace(pack, manifest=manifest))
         recent = self._packer.recent
         for i in range(len(recent) - 1, -1, -1):

@@ -181,7 +181,7 @@ class ContextPacker:
         except Exception as e:  # fail open: the agent keeps working with the request ADK built
             logger.error("aether-context: packing failed for agent %s; sending the original request",
                          callback_context.agent_name, exc_info=True)
-            return self._record_pack_failure(callback_context, llm_request, e)
+            return await self._record_pack_failure(callback_context, llm_request, e)
         logger.debug("aether-context: pack stages for agent %s: %s", callback_context.agent_name, timings)
         slot.last = pack
         uri = ""
@@ -194,6 +194,7 @@ class ContextPacker:
             conv = pack.manifest.layer_budgets["conversation"]
             await write_pack(self.records, callback_context.state, callback_context.agent_name,
                              carried_state(pack.state), max(0, conv.budget - conv.used))
+            await self.store.room()  # a full write queue holds this call, not the loop
             uri = self.store.save(pack)
             _log_pack(pack)
         except Exception:
@@ -320,7 +321,7 @@ class ContextPacker:
         await self.records.set(ctx.state, URIS_STATE_KEY, uris, n=len(uris))
         return replace(inputs, uris=uris)
 
-    def _record_pack_failure(self, ctx: CallbackContext, llm_request: LlmRequest, error: Exception) -> CallRecord:
+    async def _record_pack_failure(self, ctx: CallbackContext, llm_request: LlmRequest, error: Exception) -> CallRecord:
         session = ctx.session
         try:
             original = request_from_llm(llm_request)
@@ -338,6 +339,7 @@ class ContextPacker:
         )
         uri = ""
         try:
+            await self.store.room()
             uri = self.store.save_manifest(manifest)
         except Exception:  # the store itself is down; the log line above is the record
             logger.error("aether-context: could not record the failure", exc_info=True)
@@ -355,10 +357,10 @@ class ContextPacker:
         slot = self.slot(callback_context)
         last, slot.last = slot.last, None  # one model response per pack: a second one is not this pack's
         if last is not None and llm_response is not None and llm_response.usage_metadata is not None:
-            self._record_usage(callback_context, last, llm_response.usage_metadata)
+            await self._record_usage(callback_context, last, llm_response.usage_metadata)
         await self._refresh_summary(callback_context, slot, last)
 
-    def _record_usage(self, ctx: CallbackContext, pack: ContextPack, usage) -> None:
+    async def _record_usage(self, ctx: CallbackContext, pack: ContextPack, usage) -> None:
         """Calibrate token estimates per model (bounded, smoothed; kept in session state, so every
         replica packs the session's next call for the same window) and keep the call's usage."""
         reported = usage.prompt_token_count
@@ -374,6 +376,7 @@ class ContextPacker:
         record = {"pack_id": pack.manifest.pack_id, "model": model, "estimate": estimate, "reported": reported,
                   "cached": usage.cached_content_token_count or 0, "calibration": calibration}
         self.usage.append(record)
+        await self.store.room()
         self.store.save_usage(pack.manifest, record)
 
     async def _refresh_summary(self, callback_context: CallbackContext, slot: SessionSlot, last: ContextPack | None) -> None:
@@ -437,6 +440,7 @@ class ContextPacker:
             return None
         manifest = pack.manifest.model_copy(update={"flags": [*pack.manifest.flags, f"recovery_after: {error}"[:300]]})
         pack = replace(pack, manifest=manifest)
+        await self.store.room()
         uri = self.store.save(pack)
         self.recent.append(CallRecord(manifest, uri))
         slot.shown = pack_metadata(manifest, uri)  # the retried request's pack is what its response shows

@@ -411,6 +411,11 @@ class PackStore:
         return sorted(uris, key=created)
 
     # ---------------------------------------------------------------- writer
+    async def room(self) -> None:
+        """Await before `save`, `save_manifest` or `save_usage` on an event loop: when the write queue is full,
+        the task waits for room, not the loop (`BackgroundWriter.room`)."""
+        await self._writer.room()
+
     def flush(self, timeout: float | None = None) -> bool:
         """Wait for queued writes (at most `timeout` s); True when all are done. Never raises:
         failures are in `stats()`."""

@@ -6,7 +6,8 @@
   Object stores (s3, gcs, memory) have no POSIX modes: their access control is the bucket's.
 - The background queue is bounded. A full queue makes the caller wait up to `put_timeout`, then
   the job runs in the caller's thread (`on_full="inline"`, the default) or is dropped and counted
-  (`on_full="drop"`). Nothing is lost silently.
+  (`on_full="drop"`). Nothing is lost silently. On an event loop the wait is `await room()`: the
+  calling task waits, never the loop; past `put_timeout` the oldest queued job runs on a worker thread.
 - A failed job is logged (the first with its traceback) and recorded in `stats()`/`failures`;
   it is never raised into the caller, not from `flush()` or `close()` either.
 - Pending jobs are flushed at interpreter exit (atexit), bounded by `exit_timeout`.
@@ -14,6 +15,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import collections
 import logging
@@ -143,6 +145,15 @@ def _flush_all_at_exit() -> None:
 atexit.register(_flush_all_at_exit)
 
 
+def _on_event_loop() -> bool:
+    """Whether this thread is running an asyncio event loop (where no call may block)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 class BackgroundWriter:
     """Runs write jobs in order on one daemon thread, through a bounded queue (see the module doc)."""
 
@@ -167,8 +178,8 @@ class BackgroundWriter:
             self._run_one(what, job)
             return
         self._ensure_worker()
-        try:
-            self._queue.put((what, job), timeout=self.put_timeout)
+        try:  # an event loop's thread never waits here: it awaited `room()` first
+            self._queue.put((what, job), block=not _on_event_loop(), timeout=self.put_timeout)
             return
         except queue.Full:
             pass
@@ -178,6 +189,35 @@ class BackgroundWriter:
             return
         self.stats.add("inline")
         self._run_one(what, job)
+
+    async def room(self) -> None:
+        """Return once the queue has room, without blocking the event loop: the calling task waits up to
+        `put_timeout`; then (`on_full="inline"`) the oldest queued jobs run on a worker thread until there
+        is room, so a store slower than the calls slows the calls, never the loop."""
+        if self._queue is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline, pause = loop.time() + self.put_timeout, 0.001
+        while self._queue.full():
+            if loop.time() < deadline:
+                await asyncio.sleep(pause)
+                pause = min(0.05, 2 * pause)
+            elif self.on_full == "inline":
+                await asyncio.to_thread(self._run_oldest)
+            else:
+                return  # `submit` drops the job and counts it
+
+    def _run_oldest(self) -> None:
+        assert self._queue is not None
+        try:
+            what, job = self._queue.get_nowait()
+        except queue.Empty:
+            return
+        self.stats.add("inline")
+        try:
+            self._run_one(what, job)
+        finally:
+            self._queue.task_done()
 
     def _ensure_worker(self) -> None:
         with self._start_lock:
