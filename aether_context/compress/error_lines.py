@@ -34,7 +34,7 @@ __all__ = [
     "strip_ansi", "EXCEPTION_LINE", "FRAME_FILE", "FRAME_LINE", "is_exception_line", "traceback_ends",
     "is_error_line", "opens_with_error", "mentions_error", "exception_mentions", "error_phrases", "noise_indices",
     "failure_line_indices", "failure_lines", "RunCounts", "run_counts", "counts_line_index", "decisive_exception",
-    "last_failure_line", "decisive_index", "decisive_span", "decisive_lines", "MAX_DETAILS",
+    "last_failure_line", "failure_line_of", "decisive_index", "decisive_span", "decisive_lines", "MAX_DETAILS",
 ]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -70,6 +70,10 @@ _ERROR_ANYCASE = re.compile(
     r"|\bcommand not found\b|\bno such file or directory\b|\bpermission denied\b",
     re.I,
 )
+# Whole-text forms, to skip a per-line search that cannot match: a line's match is one of the text's
+# (`^` at each line start; `\s` may reach across lines, so the text can match where no line does).
+_ANY_EXCEPTION_LINE = re.compile(EXCEPTION_LINE.pattern, re.M)
+_ANY_ERROR_LINE = (re.compile(_ERROR_CASED.pattern, re.M), re.compile(_ERROR_ANYCASE.pattern, re.M | re.I))
 
 # An output's first line that says it failed: `error: ...`, `npm ERR!`, `bash: x: command not found`, `404 ...`.
 _ERROR_OPENING = re.compile(
@@ -175,14 +179,14 @@ def error_phrases(line: str) -> list[tuple[int, str]]:
     return [(m.start(), m.group(1).strip()) for m in _ERROR_PHRASE.finditer(line)]
 
 
-def noise_indices(lines: list[str]) -> set[int]:
+def noise_indices(lines: list[str], finals: "set[int] | None" = None) -> set[int]:
     """Lines that are never failures: printed warnings, test-session banners, environment notes.
 
     A pytest header runs from `test session starts` to `collected N items`; a `warnings summary`
     section to the next `===` heading. Lines that end a traceback are not noise even when they name
-    a warning (a warning raised as an error is a failure).
+    a warning (a warning raised as an error is a failure). `finals`: `traceback_ends(lines)[0]`, if known.
     """
-    finals, _ = traceback_ends(lines)
+    finals = traceback_ends(lines)[0] if finals is None else finals
     noise: set[int] = set()
     in_banner = in_section = False
     banner_start = 0
@@ -209,9 +213,10 @@ def noise_indices(lines: list[str]) -> set[int]:
     return noise
 
 
-def failure_line_indices(lines: list[str]) -> list[int]:
-    """Indices (ascending) of the failure lines among `lines` (ANSI codes already removed)."""
-    finals, _ = traceback_ends(lines)
+def failure_line_indices(lines: list[str], finals: "set[int] | None" = None) -> list[int]:
+    """Indices (ascending) of the failure lines among `lines` (ANSI codes already removed); `finals`:
+    `traceback_ends(lines)[0]`, if known."""
+    finals = traceback_ends(lines)[0] if finals is None else finals
     found = []
     for i, raw in enumerate(lines):
         line = raw.strip()
@@ -261,8 +266,7 @@ def counts_line_index(lines: list[str]) -> int | None:
         line = lines[i].strip()
         if _PYTEST_COUNTS.match(line) and re.search(r"\d+ \w|no tests ran", line):
             return i
-        ran = any(ln.startswith("Ran ") for ln in lines[max(0, i - 3):i])
-        if _UNITTEST_COUNTS.match(line) and ("=" in line or ran):
+        if _UNITTEST_COUNTS.match(line) and ("=" in line or any(ln.startswith("Ran ") for ln in lines[max(0, i - 3):i])):
             return i  # `FAILED (errors=6)` says it alone; a bare `OK` needs unittest's `Ran N tests` above it
     return None
 
@@ -285,18 +289,34 @@ def last_failure_line(text: str) -> str | None:
     """The most telling failure line: a traceback's exception line, else the last failure line naming an
     exception, else the last exception line, else the last failure line, else the last error-looking
     line; never a warning or banner line."""
-    lines = strip_ansi(text).splitlines()
-    finals, _ = traceback_ends(lines)
+    return failure_line_of(strip_ansi(text).splitlines())
+
+
+def failure_line_of(lines: list[str], finals: "set[int] | None" = None) -> str | None:
+    """`last_failure_line` of `lines` (ANSI codes already removed); `finals`: `traceback_ends(lines)[0]`, if known."""
+    finals = traceback_ends(lines)[0] if finals is None else finals
     if finals:
         return lines[max(finals)].strip()
-    noise = noise_indices(lines)
-    failures = failure_line_indices(lines)
-    for pool in ([i for i in failures if EXCEPTION_LINE.match(lines[i])],
-                 [i for i in range(len(lines)) if i not in noise and EXCEPTION_LINE.match(lines[i])],
-                 failures,
-                 [i for i in range(len(lines)) if i not in noise and lines[i].strip() and is_error_line(lines[i])]):
-        if pool:
-            return lines[pool[-1]].strip()
+    failures = failure_line_indices(lines, finals)
+    found = next((i for i in reversed(failures) if EXCEPTION_LINE.match(lines[i])), None)
+    if found is not None:
+        return lines[found].strip()
+    text = "\n".join(lines)
+    noise: "set[int] | None" = None
+    if _ANY_EXCEPTION_LINE.search(text):  # else no line is one
+        noise = noise_indices(lines, finals)
+        found = next((i for i in range(len(lines) - 1, -1, -1) if i not in noise and EXCEPTION_LINE.match(lines[i])),
+                     None)
+        if found is not None:
+            return lines[found].strip()
+    if failures:
+        return lines[failures[-1]].strip()
+    if any(p.search(text) for p in _ANY_ERROR_LINE):  # else no line is error-looking
+        noise = noise_indices(lines, finals) if noise is None else noise
+        found = next((i for i in range(len(lines) - 1, -1, -1)
+                      if i not in noise and lines[i].strip() and is_error_line(lines[i])), None)
+        if found is not None:
+            return lines[found].strip()
     return None
 
 

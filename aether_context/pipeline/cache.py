@@ -73,6 +73,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          _ONE_PER, "Memory documents of unchanged compacted turns are not rebuilt"),
     Kind("history_document", "digests of the turns it reads, its time and counter", "pipeline.select", _LRU,
          "a compacted turn's Memory document is built once"),
+    Kind("turn_text", "turn digest and counter", "pipeline.select", _LRU,
+         "a compacted turn's brief is read by its own Memory document and by its neighbours'"),
     Kind("fact_document", "the fact's content", "pipeline.select", _LRU, "a memory fact's document is built once"),
     Kind("line", "the document's render, id, text, time, URI and counter", "pipeline.lines", _LRU,
          "a ranked document's line is rendered and counted once"),

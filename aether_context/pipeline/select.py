@@ -136,23 +136,33 @@ def history_document(turns: "tuple[Turn, ...]", i: int, times: "tuple[float | No
     built once per content of the turns it reads and its time."""
     cache = current_memo()
     lo, hi = max(0, i - TURNS_BEFORE), min(len(turns), i + 1 + TURNS_AFTER)
-    build = lambda: _history_documents(turns[lo:hi], times, count_tokens)[i - lo]  # noqa: E731
     if cache is None:
-        return build()
-    key = (tuple(turn_key(t) for t in turns[lo:hi]), i - lo, _turn_time(turns[i], times), counter_key(count_tokens))
+        return _history_document([_turn_text(t, count_tokens) for t in turns[lo:hi]], turns[i], i - lo, times,
+                                 count_tokens)
+    counted_by = counter_key(count_tokens)
+
+    def build() -> Document:
+        texts = [cache.get("turn_text", (turn_key(t), counted_by), lambda t=t: _turn_text(t, count_tokens))
+                 for t in turns[lo:hi]]
+        return _history_document(texts, turns[i], i - lo, times, count_tokens)
+
+    key = (tuple(turn_key(t) for t in turns[lo:hi]), i - lo, _turn_time(turns[i], times), counted_by)
     return cache.get("history_document", key, build)
 
 
 def _history_documents(compacted: "tuple[Turn, ...]", times: "tuple[float | None, ...]",
                        count_tokens: Callable[[str], int]) -> list[Document]:
     texts = [_turn_text(t, count_tokens) for t in compacted]
-    docs = []
-    for i, turn in enumerate(compacted):
-        ts = _turn_time(turn, times)
-        previous, following = neighbours(texts, i)
-        context = turn_context(date=date_label(ts), previous=previous, next=following, count_tokens=count_tokens)
-        docs.append(Document(f"turn-{turn.start}", texts[i], "history", ts, context=context))
-    return docs
+    return [_history_document(texts, turn, i, times, count_tokens) for i, turn in enumerate(compacted)]
+
+
+def _history_document(texts: "list[str]", turn: Turn, i: int, times: "tuple[float | None, ...]",
+                      count_tokens: Callable[[str], int]) -> Document:
+    """The document of the turn whose brief is `texts[i]`, its context from the texts around it."""
+    ts = _turn_time(turn, times)
+    previous, following = neighbours(texts, i)
+    context = turn_context(date=date_label(ts), previous=previous, next=following, count_tokens=count_tokens)
+    return Document(f"turn-{turn.start}", texts[i], "history", ts, context=context)
 
 
 def _lines(result: RetrievalResult, render: Callable[[Document], str], counter: TokenCounting) -> tuple[Line, ...]:

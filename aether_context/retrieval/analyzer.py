@@ -183,15 +183,17 @@ class Analyzer:
             text = fold(text)
         memo: dict[str, tuple[str, ...]] = self._memo  # type: ignore[attr-defined]
         out: list[str] = []
-        for word in itertools.islice(_WORD.finditer(text), MAX_WORDS):
-            word = word.group()
+        # words are separated by a character at least: a text under 2 x MAX_WORDS characters has no more
+        words = (_WORD.findall(text) if len(text) < 2 * MAX_WORDS
+                 else (m.group() for m in itertools.islice(_WORD.finditer(text), MAX_WORDS)))
+        for word in words:
             terms = memo.get(word)
             if terms is None:
                 terms = self._terms(word)
                 if len(memo) >= _MEMO_MAX:
                     memo.clear()
                 memo[word] = terms
-            out.extend(terms)
+            out += terms
         return out
 
     def _terms(self, word: str) -> tuple[str, ...]:
