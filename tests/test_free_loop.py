@@ -171,7 +171,7 @@ async def test_a_store_slower_than_the_calls_holds_the_calls_not_the_loop(memory
     room = store._writer.room
 
     async def watched_room() -> None:
-        waiting.append(store._writer._queue.full())
+        waiting.append(store._writer.full())
         await room()
 
     store._writer.room = watched_room

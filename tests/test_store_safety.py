@@ -206,6 +206,25 @@ def test_a_full_queue_makes_the_caller_write_or_drop(counter, memory_store_url):
     assert store.flush(timeout=5) and dropping.flush(timeout=5)
 
 
+async def test_a_save_on_the_event_loop_never_writes_there(memory_store_url):
+    """The queue filled by another thread between `room()` and the save: the job is queued past the bound."""
+    import asyncio
+    import threading
+    gate, ran_on = threading.Event(), []
+    store = PackStore(memory_store_url, max_queue=1, put_timeout=5)
+    store._writer.submit("held", lambda: gate.wait(10))
+    while store._writer._queue.qsize():  # the writer has taken it
+        await asyncio.sleep(0.001)
+    await store.room()
+    other = threading.Thread(target=store._writer.submit, args=("other thread", lambda: None))
+    other.start()
+    other.join()
+    store._writer.submit("mine", lambda: ran_on.append(threading.current_thread().name))
+    assert store._writer.full() and not ran_on  # queued, not written on the loop
+    gate.set()
+    assert store.flush(timeout=5) and ran_on == ["aether-context-store"] and not store.stats().get("inline")
+
+
 def test_flush_is_bounded(memory_store_url):
     import threading
     gate = threading.Event()

@@ -140,7 +140,7 @@ class ContextPackPlugin(BasePlugin):
         return await self.packer.recover(callback_context, llm_request, error)
 
     async def close(self) -> None:
-        self.packer.store.flush()
+        await asyncio.to_thread(self.packer.store.flush, DURABLE_WAIT)  # off the loop, bounded; a timeout is logged
 
 
 def context_pack_callback(*, packer: ContextPacker | None = None, **settings: Any

@@ -8,6 +8,7 @@
   the job runs in the caller's thread (`on_full="inline"`, the default) or is dropped and counted
   (`on_full="drop"`). Nothing is lost silently. On an event loop the wait is `await room()`: the
   calling task waits, never the loop; past `put_timeout` the oldest queued job runs on a worker thread.
+  A job submitted on a loop's thread is queued, past the bound if another thread filled it meanwhile.
 - A failed job is logged (the first with its traceback) and recorded in `stats()`/`failures`;
   it is never raised into the caller, not from `flush()` or `close()` either.
 - Pending jobs are flushed at interpreter exit (atexit), bounded by `exit_timeout`.
@@ -163,29 +164,43 @@ class BackgroundWriter:
             raise ValueError(f"on_full={on_full!r}: use 'inline' (write in the caller) or 'drop' (count and skip)")
         self.stats = stats
         self.background = background
+        self.max_queue = max(1, max_queue)
         self.put_timeout = put_timeout
         self.on_full = on_full
         self.exit_timeout = exit_timeout
-        self._queue: queue.Queue | None = queue.Queue(maxsize=max(1, max_queue)) if background else None
+        # Unbounded underneath: the bound is kept by the callers' wait (`submit`, `room`), so a job from an
+        # event loop's thread can always be queued without waiting.
+        self._queue: queue.Queue | None = queue.Queue() if background else None
         self._worker: threading.Thread | None = None
         self._start_lock = threading.Lock()
         if background:
             _LIVE.add(self)
 
+    def full(self) -> bool:
+        """Whether `max_queue` jobs wait."""
+        return self._queue is not None and self._queue.qsize() >= self.max_queue
+
     def submit(self, what: str, job: Callable[[], None]) -> None:
-        """Run `job` now (background=False) or on the writer thread; never raises."""
+        """Run `job` now (background=False) or on the writer thread; never raises. A full queue makes a thread wait
+        up to `put_timeout`, then run the job itself or drop it (`on_full`). On an event loop's thread it never
+        waits or writes: the caller awaited `room()`, and a job that still finds the queue full (another thread
+        filled it meanwhile) is queued past the bound, or dropped (`on_full="drop"`)."""
         if self._queue is None:
             self._run_one(what, job)
             return
         self._ensure_worker()
-        try:  # an event loop's thread never waits here: it awaited `room()` first
-            self._queue.put((what, job), block=not _on_event_loop(), timeout=self.put_timeout)
+        on_loop = _on_event_loop()
+        if not on_loop:
+            deadline, pause = time.monotonic() + self.put_timeout, 0.001
+            while self.full() and time.monotonic() < deadline:
+                time.sleep(pause)
+                pause = min(0.05, 2 * pause)
+        if not self.full() or (on_loop and self.on_full == "inline"):
+            self._queue.put((what, job))
             return
-        except queue.Full:
-            pass
         if self.on_full == "drop":
             self.stats.add("dropped")
-            self.stats.failed(what, RuntimeError(f"write queue full for {self.put_timeout} s: dropped"))
+            self.stats.failed(what, RuntimeError(f"write queue full (waited up to {self.put_timeout} s): dropped"))
             return
         self.stats.add("inline")
         self._run_one(what, job)
@@ -198,7 +213,7 @@ class BackgroundWriter:
             return
         loop = asyncio.get_running_loop()
         deadline, pause = loop.time() + self.put_timeout, 0.001
-        while self._queue.full():
+        while self.full():
             if loop.time() < deadline:
                 await asyncio.sleep(pause)
                 pause = min(0.05, 2 * pause)
