@@ -34,7 +34,7 @@ __all__ = [
     "strip_ansi", "EXCEPTION_LINE", "FRAME_FILE", "FRAME_LINE", "is_exception_line", "traceback_ends",
     "is_error_line", "opens_with_error", "mentions_error", "exception_mentions", "error_phrases", "noise_indices",
     "failure_line_indices", "failure_lines", "RunCounts", "run_counts", "counts_line_index", "decisive_exception",
-    "last_failure_line", "failure_line_of", "decisive_index", "decisive_span", "decisive_lines", "MAX_DETAILS",
+    "last_failure_line", "decisive_index", "decisive_span", "decisive_lines", "MAX_DETAILS",
 ]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -289,12 +289,8 @@ def last_failure_line(text: str) -> str | None:
     """The most telling failure line: a traceback's exception line, else the last failure line naming an
     exception, else the last exception line, else the last failure line, else the last error-looking
     line; never a warning or banner line."""
-    return failure_line_of(strip_ansi(text).splitlines())
-
-
-def failure_line_of(lines: list[str], finals: "set[int] | None" = None) -> str | None:
-    """`last_failure_line` of `lines` (ANSI codes already removed); `finals`: `traceback_ends(lines)[0]`, if known."""
-    finals = traceback_ends(lines)[0] if finals is None else finals
+    lines = strip_ansi(text).splitlines()
+    finals, _ = traceback_ends(lines)
     if finals:
         return lines[max(finals)].strip()
     failures = failure_line_indices(lines, finals)

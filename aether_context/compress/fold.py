@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 from ..content import Blob, FunctionCall, FunctionResponse, Message, canonical_json
 from . import _shapes as shapes
 from .error_lines import (
-    failure_line_indices, failure_line_of, last_failure_line, noise_indices, run_counts, strip_ansi, traceback_ends,
+    failure_line_indices, last_failure_line, noise_indices, run_counts, strip_ansi, traceback_ends,
 )
 from ._fit import ELLIPSIS, TokenCounterLike, as_count, clip_text, safe_end
 from .tool_results import brief_value, classify_tool_output
@@ -178,11 +178,10 @@ def _text_outcome(code: int | None, text: str, n: int) -> str:
         return f"{status}, no output"
     lines = text.splitlines()
     counts = run_counts(text)
+    error = last_failure_line(text)
     finals = traceback_ends(lines)[0]
-    failures = failure_line_indices(lines, finals)
-    # the failure line of the text without colour codes (the same lines when it has none)
-    error = failure_line_of(lines, finals) if "\x1b" not in text else last_failure_line(text)
-    failed = code not in (0, None) or bool(failures) or bool(finals) or (counts is not None and counts.failed)
+    failed = (code not in (0, None) or bool(finals) or bool(failure_line_indices(lines, finals))
+              or (counts is not None and counts.failed))
     size = f"{n} line{'s' if n != 1 else ''}"
     if failed or (code is None and error):
         said = [error or _meaningful_line(text, lines) or "no output"]

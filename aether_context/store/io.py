@@ -156,7 +156,8 @@ def _on_event_loop() -> bool:
 
 
 class BackgroundWriter:
-    """Runs write jobs in order on one daemon thread, through a bounded queue (see the module doc)."""
+    """Runs write jobs in order on one daemon thread, through a queue its callers keep bounded (see the module
+    doc); a job run by a caller instead (a full queue) runs out of order, which content-addressed writes allow."""
 
     def __init__(self, stats: WriteStats, *, max_queue: int = 256, put_timeout: float = 2.0,
                  on_full: str = "inline", exit_timeout: float = 30.0, background: bool = True):
