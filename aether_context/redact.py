@@ -19,8 +19,9 @@ What finds secrets:
 
 Cost: linear in the text. detect-secrets' patterns are line patterns, some of them quadratic on a long
 line, so each runs only on a bounded window around a literal its match must hold (`_Detector.anchors`),
-and a text holding none of a rule's literals is not searched by it. One regex call searches at most
-64 KB, so the interpreter lock is never held long. 1 MB of logs or JSON masks in about 0.1-0.5 s,
+and a text holding none of a rule's literals is not searched by it. A text over 256 KB finds where its
+literals are in one Aho-Corasick pass (pyahocorasick) instead of a pass per literal. One regex call searches
+at most 64 KB, so the interpreter lock is never held long. 1 MB of logs or JSON masks in about 0.1-0.5 s,
 source code dense with `key`/`token` names in up to 2 s on a shared machine (tests/test_secrets.py).
 
 Usage::
@@ -34,6 +35,7 @@ Masking is idempotent: masked text has nothing left to mask, so records can be r
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import re
 from dataclasses import dataclass
@@ -160,6 +162,7 @@ def _kind_of(secret_type: str) -> str:
 _WINDOW = 400  # characters searched on each side of an anchor
 _LONGEST = 200  # an anchor this close to the end of the last window is given a window of its own
 _KEYWORDS = ("pass", "pwd", "secret", "token", "key", "contrase")
+_FREE_TEXT_ANCHORS = ("pass", "pwd", "secret", "token", "key")
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,8 @@ def _entropy() -> Any:
 _Span = tuple[int, int, str]
 _CHUNK = 65536  # one regex call searches at most this much: `re` holds the interpreter lock for a whole call
 _KEYWORD_BUDGET = 65536  # characters of keyword windows given to detect-secrets' keyword plugins per text
+_INDEXED = 4 * _CHUNK  # a longer text finds its anchors in one pass (`_chunks_holding`)
+_DENSE = 256  # anchor occurrences in a chunk past which the pass stops listing them: the chunk is searched whole
 _ASSIGNED = re.compile(r"[\w.\-]{0,40}[\]'\"`\\]{0,6}\s{0,8}(?:[:=(!]|\.assign)")
 
 
@@ -251,16 +256,45 @@ def _values_at(plugin: Any, text: str, a: int, b: int) -> Iterator[tuple[int, in
             at = piece.find(value, at + len(value))
 
 
-def _find(text: str, lit: str, start: int) -> int:
-    """`text.find(lit, start)`, searched `_CHUNK` characters at a time: one `find` over a huge text holds
-    the interpreter lock (and so the event loop) for its whole length."""
-    n = len(text)
-    while start < n:
-        at = text.find(lit, start, min(n, start + _CHUNK + len(lit) - 1))
-        if at >= 0:
-            return at
-        start += _CHUNK
-    return -1
+@lru_cache(maxsize=1)
+def _anchor_words() -> frozenset[str]:
+    """Every anchor literal the built-in shapes search for (lower case)."""
+    words = {n.lower() for r in _RULES for n in r.needs} | {a for d in _detectors() for a in d.anchors}
+    return frozenset({*words, *_FIELD_ANCHORS, *_SECRET_SUFFIXES, *_KEYWORDS, *_FREE_TEXT_ANCHORS})
+
+
+@lru_cache(maxsize=1)
+def _automaton() -> Any:
+    """An Aho-Corasick automaton (pyahocorasick) of `_anchor_words`."""
+    import ahocorasick
+
+    automaton = ahocorasick.Automaton()
+    for word in _anchor_words():
+        automaton.add_word(word, word)
+    automaton.make_automaton()
+    return automaton
+
+
+def _chunks_holding(low: str) -> dict[str, set[int]]:
+    """Per anchor literal, the `_CHUNK`-aligned chunks of `low` where one of its occurrences starts, in one pass of
+    the automaton (instead of one pass of the text per literal). A chunk with more than `_DENSE` occurrences is
+    listed under "" instead: every literal is looked for there."""
+    automaton = _automaton()
+    longest = max(map(len, _anchor_words()))
+    found: dict[str, set[int]] = {"": set()}
+    n = len(low)
+    for chunk, lo in enumerate(range(0, n, _CHUNK)):
+        hi = min(n, lo + _CHUNK)
+        hits = 0
+        for end, word in automaton.iter(low[lo:hi + longest - 1]):  # a slice: `iter` reads its whole argument
+            if end - len(word) + 1 >= _CHUNK:
+                continue  # starts in the next chunk, which finds it itself
+            found.setdefault(word, set()).add(chunk)
+            hits += 1
+            if hits > _DENSE:
+                found[""].add(chunk)
+                break
+    return found
 
 
 class _Text:
@@ -271,6 +305,44 @@ class _Text:
         low = text.lower()
         self.low = low if len(low) == len(text) else "".join(ch if len(ch.lower()) != 1 else ch.lower() for ch in text)
         self._windows: dict[tuple[str, ...], list[tuple[int, int]]] = {}
+        # a long text: where each literal can be, from one pass (a search per literal costs a pass each)
+        self._holding = _chunks_holding(self.low) if len(self.low) > _INDEXED else None
+        self._sorted: dict[str, tuple[list[int], set[int]] | None] = {}
+
+    def find(self, lit: str, start: int) -> int:
+        """`self.low.find(lit, start)`, searched `_CHUNK` characters at a time (one `find` over a huge text holds
+        the interpreter lock, and so the event loop, for its whole length), skipping chunks without `lit`."""
+        low, n = self.low, len(self.low)
+        listed = self._listed(lit)
+        if listed is None:
+            while start < n:
+                at = low.find(lit, start, min(n, start + _CHUNK + len(lit) - 1))
+                if at >= 0:
+                    return at
+                start += _CHUNK
+            return -1
+        chunks, members = listed
+        chunk = start // _CHUNK
+        if chunk in members:  # the usual case in a text dense with `lit`: the next one is close
+            at = low.find(lit, start, min(n, (chunk + 1) * _CHUNK + len(lit) - 1))
+            if at >= 0:
+                return at
+        for chunk in itertools.islice(chunks, bisect.bisect_right(chunks, chunk), None):
+            at = low.find(lit, chunk * _CHUNK, min(n, (chunk + 1) * _CHUNK + len(lit) - 1))
+            if at >= 0:
+                return at
+        return -1
+
+    def _listed(self, lit: str) -> tuple[list[int], set[int]] | None:
+        """The chunks that may hold `lit` (sorted, and as a set); None when it is searched everywhere (not indexed,
+        or in most chunks)."""
+        if self._holding is None:
+            return None
+        if lit not in self._sorted:
+            chunks = self._holding.get(lit, set()) | self._holding[""] if lit in _anchor_words() else None
+            sparse = chunks is not None and 2 * len(chunks) <= len(self.low) // _CHUNK  # else: plain search is faster
+            self._sorted[lit] = (sorted(chunks), chunks) if sparse else None
+        return self._sorted[lit]
 
     def windows(self, anchors: tuple[str, ...], assignment: bool = False, before: int = _WINDOW,
                 after: int = _WINDOW) -> list[tuple[int, int]]:
@@ -286,14 +358,14 @@ class _Text:
         low, n = self.low, len(self.low)
         ranges: list[tuple[int, int]] = []
         for lit in anchors:
-            at = _find(low, lit, 0)
+            at = self.find(lit, 0)
             while at >= 0:
                 if assignment and _ASSIGNED.match(low, at + len(lit)) is None:
-                    at = _find(low, lit, at + 1)
+                    at = self.find(lit, at + 1)
                     continue
                 lo, hi = max(0, at - before), min(n, at + len(lit) + after + max(after // 2, 64))
                 ranges.append((lo, hi))
-                at = _find(low, lit, max(at + 1, hi - after - len(lit)))
+                at = self.find(lit, max(at + 1, hi - after - len(lit)))
         ranges.sort()
         merged: list[tuple[int, int]] = []
         for lo, hi in ranges:
@@ -409,7 +481,7 @@ def _suffix_spans(t: _Text) -> Iterator[_Span]:
 
 def _free_text_spans(t: _Text) -> Iterator[_Span]:
     text = t.text
-    for lo, hi in _chunks(t.windows(("pass", "pwd", "secret", "token", "key"), False, 8, 240)):
+    for lo, hi in _chunks(t.windows(_FREE_TEXT_ANCHORS, False, 8, 240)):
         for m in _FREE_TEXT.finditer(text, lo, hi):
             value = m.group(2).rstrip(".,;:!?)")
             word = m.group(1).lower()

@@ -341,3 +341,25 @@ def test_a_secret_at_any_chunk_boundary_of_a_huge_text_is_masked():
         text = text[:at] + " " + secret + " " + text[at + len(secret) + 2:]
         masked, n = redact(text)
         assert n >= 1 and "Hunter2Hunter2" not in masked, at
+
+
+def test_a_long_text_indexed_in_one_pass_masks_as_one_search_per_anchor(monkeypatch):
+    """A text over `_INDEXED` finds where each anchor can be in one pass (Aho-Corasick): it masks exactly what a
+    search of the whole text per anchor masks, anchors across chunk ends and keyword-dense chunks included."""
+    import aether_context.redact as redact_module
+
+    chunk = redact_module._CHUNK
+    secrets = [" password=Hunter2Hunter2 ", " ghp_" + "a1B2" * 9 + " ", " sk-proj-" + "Q7w" * 9 + " "]
+    texts = []
+    for filler in ("row ok 200 bytes\n", "key token pass "):  # no anchor; an anchor in every chunk
+        body = list(filler * (40 * chunk // len(filler)))
+        for i, offset in enumerate((-6, -4, -3, -2, -1, 0, 1)):
+            secret = secrets[i % len(secrets)]
+            at = (3 + 5 * i) * chunk + offset - 1  # its first anchor starts in a chunk's last characters
+            body[at:at + len(secret)] = list(secret)
+        texts.append("".join(body))
+    indexed = [redact_module.redact(t) for t in texts]
+    for masked, n in indexed:
+        assert n >= 7 and not any(secret.strip()[-8:] in masked for secret in secrets)
+    monkeypatch.setattr(redact_module, "_INDEXED", 10 ** 12)  # every anchor searched over the whole text
+    assert indexed == [redact_module.redact(t) for t in texts]
