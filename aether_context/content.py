@@ -12,7 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, Union
+from typing import Any, Iterator, Literal, Union
 
 Role = Literal["user", "model"]
 
@@ -43,18 +43,23 @@ def _dumps(value: Any, sort_keys: bool, indent: int | None) -> str:
 def within_chars(value: Any, budget: int) -> bool:
     """Whether `value` holds at most `budget` characters, counting each item as 8 (stops once over): a walk whose
     cost is bounded by `budget`, not by the value."""
+    return _room_after(value, budget) >= 0
+
+
+def _room_after(value: Any, budget: int) -> int:
+    """`budget` less the characters `value` holds (as `within_chars` counts them); negative once over."""
     todo = [value]
     while todo:
         v = todo.pop()
         budget -= len(v) if isinstance(v, str) else 8
         if budget < 0:
-            return False
+            return budget
         if isinstance(v, dict):
             todo.extend(v.keys())
             todo.extend(v.values())
         elif isinstance(v, (list, tuple)):
             todo.extend(v)
-    return True
+    return budget
 
 
 def _pieces(value: Any, sort_keys: bool, indent: int | None, level: int) -> Any:
@@ -74,14 +79,39 @@ def _pieces(value: Any, sort_keys: bool, indent: int | None, level: int) -> Any:
         return
     inner = "" if indent is None else "\n" + " " * (indent * (level + 1))
     close = "" if indent is None else "\n" + " " * (indent * level)
-    items = ([(k, value[k]) for k in (sorted(value) if sort_keys else value)] if isinstance(value, dict)
-             else [(None, v) for v in value])
-    yield "{" if isinstance(value, dict) else "["
-    for i, (key, item) in enumerate(items):
+    is_dict = isinstance(value, dict)
+    items = [(k, value[k]) for k in (sorted(value) if sort_keys else value)] if is_dict else [(None, v) for v in value]
+    yield "{" if is_dict else "["
+    run: list[tuple[Any, Any]] = []  # consecutive small items, encoded together (one call for many rows)
+    room, done = SLICE_CHARS, 0
+    for key, item in items:
+        left = _room_after(item, room)
+        if left < 0 and run:
+            yield from _run_text(run, done, is_dict, sort_keys, indent, level)
+            done, run, room = done + len(run), [], SLICE_CHARS
+            left = _room_after(item, room)
+        if left >= 0:
+            run.append((key, item))
+            room = left
+            continue
         label = "" if key is None else _dumps(key, False, None) + (":" if indent is None else ": ")
-        yield ("," if i else "") + inner + label
+        yield ("," if done else "") + inner + label
         yield from _pieces(item, sort_keys, indent, level + 1)
-    yield close + ("}" if isinstance(value, dict) else "]")
+        done += 1
+    if run:
+        yield from _run_text(run, done, is_dict, sort_keys, indent, level)
+    yield close + ("}" if is_dict else "]")
+
+
+def _run_text(run: list[tuple[Any, Any]], done: int, is_dict: bool, sort_keys: bool, indent: int | None,
+              level: int) -> Iterator[str]:
+    """Consecutive items of a container at `level`, as its own encoding writes them: one `_dumps` of just
+    these items, without its brackets (after `done` items, with the comma before)."""
+    text = _dumps(dict(run) if is_dict else [v for _, v in run], sort_keys, indent)
+    if indent and level:
+        text = text.replace("\n", "\n" + " " * (indent * level))
+    tail = 1 if indent is None else 2 + indent * level  # the closing bracket, after its line break and indent
+    yield ("," if done else "") + text[1:-tail]
 
 
 def sha256_hex(text: str | bytes) -> str:

@@ -97,14 +97,16 @@ class ArtifactGateway:
         in_memory = type(artifacts).__name__.startswith("InMemory")
         return in_memory and not type(sessions).__name__.startswith("InMemory")
 
-    def masked(self, data: bytes, mime_type: str) -> bytes:
-        """`data` as it is saved: a text original with its secrets masked (when redaction is on)."""
+    def masked(self, data: bytes, mime_type: str, text: str | None = None) -> bytes:
+        """`data` as it is saved: a text original with its secrets masked (when redaction is on). `text`, when
+        the caller has it, is `data` decoded (a huge original is not decoded again)."""
         if not self.store.redaction.enabled or not self.store.redaction.originals or not mime_type.startswith(_TEXT_MIME):
             return data
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            return data
+        if text is None:
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                return data
         masked, n = redact(text, self.store.redaction)
         return masked.encode("utf-8") if n else data
 
@@ -183,10 +185,16 @@ def _original(tool_name: str, result: Any, counter: TokenCounting, save_min_toke
     is_json = not isinstance(result, str)
     # JSON is saved indented, so the recall tool's line ranges and search mean something; it reads
     # back exactly this text.
-    data = (json_text(result, indent=1) if is_json else text).encode("utf-8", "replace")
+    saved = json_text(result, indent=1) if is_json else text
+    try:
+        data, decoded = saved.encode("utf-8"), saved
+    except UnicodeEncodeError:  # a lone surrogate: saved as "?", and masked as it reads back
+        data, decoded = saved.encode("utf-8", "replace"), None
     mime_type = "application/json" if is_json else "text/plain"
     filename = f"{OFFLOAD_PREFIX}{tool_name}-{sha256_hex(data)[:16]}.{'json' if is_json else 'txt'}"
-    return _Original(tokens, gateway.masked(data, mime_type), filename, mime_type, response_digest(result))
+    # a dict's digest is that of its canonical JSON, which `text` already is
+    digest = sha256_hex(text)[:20] if isinstance(result, dict) else response_digest(result)
+    return _Original(tokens, gateway.masked(data, mime_type, decoded), filename, mime_type, digest)
 
 
 def _compact_form(tool_name: str, result: Any, args: dict, uri: str, tokens: int, settings: OffloadSettings,

@@ -64,6 +64,8 @@ def repair_unicode(value: object) -> tuple[object, int]:
     """`value` with lone surrogates (invalid Unicode, unencodable as UTF-8) replaced by U+FFFD and
     surrogate pairs joined, and how many characters were replaced; unchanged (same object) if none."""
     if isinstance(value, str):
+        if value.isascii():  # read off the string's header, without a pass over it
+            return value, 0
         # a slice at a time: one search over a 50 MB result would hold the interpreter lock for a second
         if not any(_SURROGATE.search(value, i, i + SLICE_CHARS) for i in range(0, len(value), SLICE_CHARS)):
             return value, 0
