@@ -19,8 +19,8 @@ What finds secrets:
 
 Cost: linear in the text. detect-secrets' patterns are line patterns, some of them quadratic on a long
 line, so each runs only on a bounded window around a literal its match must hold (`_Detector.anchors`),
-and a text holding none of a rule's literals is not searched by it. A text over 256 KB finds where its
-literals are in one Aho-Corasick pass (pyahocorasick) instead of a pass per literal. One regex call searches
+and a text holding none of a rule's literals is not searched by it. A text over 2 KB finds where its literals
+are in one Aho-Corasick pass (pyahocorasick) instead of a pass per literal. One regex call searches
 at most 64 KB, so the interpreter lock is never held long. 1 MB of logs or JSON masks in about 0.1-0.5 s,
 source code dense with `key`/`token` names in up to 2 s on a shared machine (tests/test_secrets.py).
 
@@ -230,7 +230,7 @@ def _entropy() -> Any:
 _Span = tuple[int, int, str]
 _CHUNK = 65536  # one regex call searches at most this much: `re` holds the interpreter lock for a whole call
 _KEYWORD_BUDGET = 65536  # characters of keyword windows given to detect-secrets' keyword plugins per text
-_INDEXED = 4 * _CHUNK  # a longer text finds its anchors in one pass (`_chunks_holding`)
+_INDEXED = 2048  # a text this long finds its anchors in one pass (`_chunks_holding`); a shorter one, each alone
 _DENSE = 256  # anchor occurrences in a chunk past which the pass stops listing them: the chunk is searched whole
 _ASSIGNED = re.compile(r"[\w.\-]{0,40}[\]'\"`\\]{0,6}\s{0,8}(?:[:=(!]|\.assign)")
 
@@ -305,8 +305,8 @@ class _Text:
         low = text.lower()
         self.low = low if len(low) == len(text) else "".join(ch if len(ch.lower()) != 1 else ch.lower() for ch in text)
         self._windows: dict[tuple[str, ...], list[tuple[int, int]]] = {}
-        # a long text: where each literal can be, from one pass (a search per literal costs a pass each)
-        self._holding = _chunks_holding(self.low) if len(self.low) > _INDEXED else None
+        # where each literal can be, from one pass on the first search (a search per literal costs a pass each)
+        self._holding: dict[str, set[int]] | None = None
         self._sorted: dict[str, tuple[list[int], set[int]] | None] = {}
 
     def find(self, lit: str, start: int) -> int:
@@ -336,11 +336,14 @@ class _Text:
     def _listed(self, lit: str) -> tuple[list[int], set[int]] | None:
         """The chunks that may hold `lit` (sorted, and as a set); None when it is searched everywhere (not indexed,
         or in most chunks)."""
-        if self._holding is None:
-            return None
         if lit not in self._sorted:
+            if len(self.low) < _INDEXED:
+                return None
+            if self._holding is None:
+                self._holding = _chunks_holding(self.low)
             chunks = self._holding.get(lit, set()) | self._holding[""] if lit in _anchor_words() else None
-            sparse = chunks is not None and 2 * len(chunks) <= len(self.low) // _CHUNK  # else: plain search is faster
+            # absent, or in at most half the chunks; else a plain search is faster
+            sparse = chunks is not None and (not chunks or 2 * len(chunks) <= len(self.low) // _CHUNK)
             self._sorted[lit] = (sorted(chunks), chunks) if sparse else None
         return self._sorted[lit]
 
