@@ -433,6 +433,8 @@ def _entropy_spans(t: _Text) -> Iterator[_Span]:
         return
     plugin, quoted = _entropy()
     for lo, hi in _chunks([(0, len(text))]):
+        if text.find('"', lo, hi) < 0 and text.find("'", lo, hi) < 0:
+            continue  # a match opens with a quote (a scan for one byte is far cheaper than the pattern's)
         for m in quoted.finditer(text, lo, hi):
             value = m.group(2)
             if any(ch.isdigit() for ch in value) and plugin.calculate_shannon_entropy(value) > plugin.entropy_limit:
