@@ -208,3 +208,54 @@ async def test_a_store_slower_than_the_calls_holds_the_calls_not_the_loop(memory
     finally:
         held.set()
     assert slow.flush(timeout=10) and not slow.stats().get("failed")
+
+
+class ResultGate(TokenCounter):
+    """Counting the large result waits, on whatever thread works on it, until another session's turn is over
+    (its pack needs the pack thread: had the result's work taken that thread, the wait would run out)."""
+
+    def __init__(self, patience: float = 20.0):
+        super().__init__()
+        self.other_done = threading.Event()
+        self.threads: list[str] = []
+        self.blocked = False
+        self.patience = patience
+
+    def count_text(self, text: str) -> int:
+        if "LARGE-RESULT" in text[:200] and not self.threads:
+            self.threads.append(threading.current_thread().name)
+            self.blocked = not self.other_done.wait(self.patience)
+        return super().count_text(text)
+
+
+def large_export() -> dict:
+    """Export every row."""
+    return {"log": "LARGE-RESULT " + "row ok status=200\n" * 2000}
+
+
+async def test_a_large_tool_result_is_worked_on_beside_the_packs(memory_store_url):
+    from aether_context.testing import call
+
+    def decide(request):
+        last = request.contents[-1]
+        if any(p.function_response for p in last.parts or ()):
+            return "exported"
+        text = "".join(p.text or "" for p in last.parts or ())
+        return call("large_export") if text.startswith("export") else "ok"
+
+    counter = ResultGate()
+    agent, llm = scripted_agent([decide] * 10, tools=[large_export])
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=16_000, counter=counter)
+    runner = make_runner(agent, plugins=[plugin])
+    first, second = await new_session(runner, user_id="a"), await new_session(runner, user_id="b")
+
+    async def other_session() -> None:
+        while not counter.threads:  # the large result is being worked on
+            await asyncio.sleep(0.001)
+        await run_turn(runner, second, "hello", user_id="b")
+        counter.other_done.set()
+
+    await asyncio.wait_for(asyncio.gather(run_turn(runner, first, "export it", user_id="a"), other_session()), 60)
+    assert counter.threads and not counter.threads[0].startswith("aether-pack"), counter.threads
+    assert not counter.blocked
+    assert all(r.manifest.error is None for r in plugin.packer.recent)

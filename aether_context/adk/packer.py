@@ -71,7 +71,7 @@ from .slots import MAX_SESSIONS, SessionSlot, SessionSlots, slot_key
 from .summarizer import LlmSummarizer
 from .task import StateKeys
 from .telemetry import pack_metadata
-from .worker import off_loop, repair_unicode, summarize
+from .worker import beside_packs, off_loop, repair_unicode, summarize
 
 logger = logging.getLogger("aether_context")
 
@@ -490,8 +490,8 @@ class ContextPacker:
         results as failures, citing the saved original. A result with invalid Unicode (a lone
         surrogate) is repaired first and the repaired one replaces it. Never raises."""
         own = tool.name == RECALL_TOOL_NAME
-        # a small result's CPU work costs the loop less than a trip to the pack thread and back
-        run = run_inline if within_chars(result, SMALL_RESULT_CHARS) else self._off_loop
+        # a small result's CPU work costs the loop less than a trip to a thread and back
+        run = run_inline if within_chars(result, SMALL_RESULT_CHARS) else beside_packs
         result, repaired = await run(repair_unicode, result)
         if repaired:
             flag_next_call(tool_context.state, tool_context.agent_name, f"unicode_repaired: {tool.name}: {repaired}",

@@ -1,9 +1,10 @@
 """The pack thread, and the edge work that must neither stall nor hang the event loop.
 
-ADK runs every callback on its event loop. The pure build of a pack, embedding, and the CPU work
-on tool results run on the process's one pack thread (`off_loop`): packers share retrievers and
-embedding caches (one per retrieval settings), so builds run there one at a time, on a thread that
-lives as long as the process. An LLM summary runs under a timeout (`summarize`), a sync
+ADK runs every callback on its event loop. The pure build of a pack and embedding run on the
+process's one pack thread (`off_loop`): packers share retrievers and embedding caches (one per
+retrieval settings), so builds run there one at a time, on a thread that lives as long as the
+process. The CPU work on a large tool result runs beside them (`beside_packs`), so one session's
+50 MB result does not hold every other session's pack. An LLM summary runs under a timeout (`summarize`), a sync
 summarizer on a thread of its own so the timeout can leave it behind. Invalid Unicode from a tool
 is repaired before anything hashes or stores it (`repair_unicode`).
 """
@@ -22,7 +23,7 @@ from typing import Any, Callable, Sequence
 from ..compress import SummarizeFn, Summarizer
 from ..content import SLICE_CHARS
 
-__all__ = ["off_loop", "pack_worker", "summarize", "repair_unicode"]
+__all__ = ["off_loop", "beside_packs", "pack_worker", "summarize", "repair_unicode"]
 
 
 _THREADS: dict[str, ThreadPoolExecutor] = {}
@@ -48,6 +49,14 @@ async def off_loop(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     (the call's memo: `pipeline.cache.memo_scope`)."""
     run = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
     return await asyncio.get_running_loop().run_in_executor(pack_worker(), run)
+
+
+async def beside_packs(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` on a thread of the loop's default executor, in a copy of the caller's context: CPU work
+    on one large tool result (masking, JSON, compacting) needs no retriever, and on the pack thread every other
+    session's pack would wait behind it."""
+    run = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(None, run)
 
 
 async def summarize(summarizer: "Summarizer | SummarizeFn", previous: str | None, items: "Sequence[str]", *,
