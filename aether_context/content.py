@@ -41,8 +41,8 @@ def _dumps(value: Any, sort_keys: bool, indent: int | None) -> str:
 
 
 def within_chars(value: Any, budget: int) -> bool:
-    """Whether `value` holds at most `budget` characters, counting each item as 8 (stops once over): a walk whose
-    cost is bounded by `budget`, not by the value."""
+    """Whether `value` holds at most `budget` characters, counting a string by its length, a number by its longest
+    form and anything else as 8 (stops once over): a walk whose cost is bounded by `budget`, not by the value."""
     return _room_after(value, budget) >= 0
 
 
@@ -51,7 +51,14 @@ def _room_after(value: Any, budget: int) -> int:
     todo = [value]
     while todo:
         v = todo.pop()
-        budget -= len(v) if isinstance(v, str) else 8
+        if isinstance(v, str):
+            budget -= len(v)
+        elif isinstance(v, float):
+            budget -= 24  # the longest repr of a float
+        elif isinstance(v, int):
+            budget -= 8 + v.bit_length() // 3  # about its digits, without writing them
+        else:
+            budget -= 8
         if budget < 0:
             return budget
         if isinstance(v, dict):
@@ -110,7 +117,7 @@ def _run_text(run: list[tuple[Any, Any]], done: int, is_dict: bool, sort_keys: b
     text = _dumps(dict(run) if is_dict else [v for _, v in run], sort_keys, indent)
     if indent and level:
         text = text.replace("\n", "\n" + " " * (indent * level))
-    tail = 1 if indent is None else 2 + indent * level  # the closing bracket, after its line break and indent
+    tail = 1 if indent is None else 2 + len(" " * (indent * level))  # the bracket, after its line break and indent
     yield ("," if done else "") + text[1:-tail]
 
 

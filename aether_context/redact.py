@@ -35,6 +35,7 @@ Masking is idempotent: masked text has nothing left to mask, so records can be r
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import logging
 import re
@@ -297,6 +298,33 @@ def _chunks_holding(low: str) -> dict[str, set[int]]:
     return found
 
 
+def _find(low: str, lit: str, start: int) -> int:
+    """`low.find(lit, start)`, searched `_CHUNK` characters at a time: one `find` over a huge text holds the
+    interpreter lock (and so the event loop) for its whole length."""
+    n = len(low)
+    while start < n:
+        at = low.find(lit, start, min(n, start + _CHUNK + len(lit) - 1))
+        if at >= 0:
+            return at
+        start += _CHUNK
+    return -1
+
+
+def _find_in(low: str, lit: str, chunks: list[int], members: set[int], start: int) -> int:
+    """`low.find(lit, start)`, searched only in `chunks` (sorted; `members` the same as a set)."""
+    n = len(low)
+    chunk = start // _CHUNK
+    if chunk in members:  # the usual case in a text dense with `lit`: the next one is close
+        at = low.find(lit, start, min(n, (chunk + 1) * _CHUNK + len(lit) - 1))
+        if at >= 0:
+            return at
+    for chunk in itertools.islice(chunks, bisect.bisect_right(chunks, chunk), None):
+        at = low.find(lit, chunk * _CHUNK, min(n, (chunk + 1) * _CHUNK + len(lit) - 1))
+        if at >= 0:
+            return at
+    return -1
+
+
 class _Text:
     """A text and, per anchor literal, the windows around its occurrences (found in the lower-case text)."""
 
@@ -308,30 +336,6 @@ class _Text:
         # where each literal can be, from one pass on the first search (a search per literal costs a pass each)
         self._holding: dict[str, set[int]] | None = None
         self._sorted: dict[str, tuple[list[int], set[int]] | None] = {}
-
-    def find(self, lit: str, start: int) -> int:
-        """`self.low.find(lit, start)`, searched `_CHUNK` characters at a time (one `find` over a huge text holds
-        the interpreter lock, and so the event loop, for its whole length), skipping chunks without `lit`."""
-        low, n = self.low, len(self.low)
-        listed = self._listed(lit)
-        if listed is None:
-            while start < n:
-                at = low.find(lit, start, min(n, start + _CHUNK + len(lit) - 1))
-                if at >= 0:
-                    return at
-                start += _CHUNK
-            return -1
-        chunks, members = listed
-        chunk = start // _CHUNK
-        if chunk in members:  # the usual case in a text dense with `lit`: the next one is close
-            at = low.find(lit, start, min(n, (chunk + 1) * _CHUNK + len(lit) - 1))
-            if at >= 0:
-                return at
-        for chunk in itertools.islice(chunks, bisect.bisect_right(chunks, chunk), None):
-            at = low.find(lit, chunk * _CHUNK, min(n, (chunk + 1) * _CHUNK + len(lit) - 1))
-            if at >= 0:
-                return at
-        return -1
 
     def _listed(self, lit: str) -> tuple[list[int], set[int]] | None:
         """The chunks that may hold `lit` (sorted, and as a set); None when it is searched everywhere (not indexed,
@@ -361,14 +365,17 @@ class _Text:
         low, n = self.low, len(self.low)
         ranges: list[tuple[int, int]] = []
         for lit in anchors:
-            at = self.find(lit, 0)
+            listed = self._listed(lit)  # None: searched everywhere
+            find = (functools.partial(_find, low, lit) if listed is None
+                    else functools.partial(_find_in, low, lit, *listed))
+            at = find(0)
             while at >= 0:
                 if assignment and _ASSIGNED.match(low, at + len(lit)) is None:
-                    at = self.find(lit, at + 1)
+                    at = find(at + 1)
                     continue
                 lo, hi = max(0, at - before), min(n, at + len(lit) + after + max(after // 2, 64))
                 ranges.append((lo, hi))
-                at = self.find(lit, max(at + 1, hi - after - len(lit)))
+                at = find(max(at + 1, hi - after - len(lit)))
         ranges.sort()
         merged: list[tuple[int, int]] = []
         for lo, hi in ranges:

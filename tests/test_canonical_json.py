@@ -27,7 +27,7 @@ def test_pieces_join_to_the_whole_encoding(value):
     content.SLICE_CHARS = 7  # small: every string of 8+ characters is sliced, every container opened by hand
     try:
         assert canonical_json(value) == whole(value)
-        for indent in (0, 1, 2):
+        for indent in (-1, 0, 1, 2):
             assert json_text(value, indent=indent) == json.dumps(value, indent=indent, ensure_ascii=False, default=str)
     finally:
         content.SLICE_CHARS = old
