@@ -325,13 +325,26 @@ def _find_in(low: str, lit: str, chunks: list[int], members: set[int], start: in
     return -1
 
 
+def _lower(text: str) -> str:
+    """`text` in lower case, position for position: a character whose lower case is longer ('İ') stays as it is.
+    Such a text is lowered a chunk at a time, character by character only in the chunks that hold one."""
+    low = text.lower()
+    if len(low) == len(text):
+        return low
+    out = []
+    for lo in range(0, len(text), _CHUNK):
+        piece = text[lo:lo + _CHUNK]
+        low = piece.lower()
+        out.append(low if len(low) == len(piece) else "".join(ch if len(ch.lower()) != 1 else ch.lower() for ch in piece))
+    return "".join(out)
+
+
 class _Text:
     """A text and, per anchor literal, the windows around its occurrences (found in the lower-case text)."""
 
     def __init__(self, text: str):
         self.text = text
-        low = text.lower()
-        self.low = low if len(low) == len(text) else "".join(ch if len(ch.lower()) != 1 else ch.lower() for ch in text)
+        self.low = _lower(text)
         self._windows: dict[tuple[str, ...], list[tuple[int, int]]] = {}
         # where each literal can be, from one pass on the first search (a search per literal costs a pass each)
         self._holding: dict[str, set[int]] | None = None

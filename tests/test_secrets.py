@@ -363,3 +363,11 @@ def test_a_long_text_indexed_in_one_pass_masks_as_one_search_per_anchor(monkeypa
         assert n >= 7 and not any(secret.strip()[-8:] in masked for secret in secrets)
     monkeypatch.setattr(redact_module._Text, "_listed", lambda self, lit: None)  # every anchor searched everywhere
     assert indexed == [redact_module.redact(t) for t in texts]
+
+
+def test_a_character_whose_lower_case_is_longer_keeps_the_masks_in_place():
+    """'İ' lowers to two characters: the search text keeps it, so positions found there are the text's own."""
+    text = "x " * 40_000 + "İ password=Hunter2Hunter2 " + "y" * 70_000 + " İ DB_TOKEN=abcdef1234567890 end"
+    masked, n = redact(text)
+    assert n == 2 and "Hunter2Hunter2" not in masked and "abcdef1234567890" not in masked
+    assert masked.startswith("x " * 40_000 + "İ password=[REDACTED:") and masked.endswith("] end")
