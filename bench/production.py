@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 APP = "prod"
 STORE_DIR_ENV = "AETHER_BENCH_STORE_DIR"
+VERBATIM = "USER REQUEST (VERBATIM; answer it):"
 SESSION: contextvars.ContextVar[int] = contextvars.ContextVar("session", default=-1)
 
 
@@ -80,6 +81,7 @@ def _agent(model_delay: float = 0.0):
         done = sum(1 for p in last.parts or () if p.function_response)
         user = [p.text for c in request.contents if c.role == "user" for p in c.parts or () if p.text]
         text = user[-1] if user else ""
+        text = text.rsplit(VERBATIM, 1)[-1]  # the pack quotes the request after its Memory, which holds older ones
         calls = 2 if "twice" in text else (1 if "lookup" in text else 0)
         results = 0
         for c in reversed(request.contents):
