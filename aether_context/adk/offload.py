@@ -221,8 +221,8 @@ async def offload_tool_result(*, tool_name: str, args: dict, result: Any, ctx: T
 
     The compact form is the pack's own rendering of the result: its secrets are masked per
     `redaction` (the profile's; default: the store's settings), like everything the pack quotes.
-    `run(fn, *args)` runs the CPU work (counting, masking, compacting) -- the packer passes its
-    worker thread, so the event loop only waits for the save."""
+    `run(fn, *args)` runs the CPU work (counting, masking, compacting) -- for a large result the packer
+    passes a worker thread beside the packs (`worker.beside_packs`), so the event loop only waits for the save."""
     original = await run(_original, tool_name, result, counter, settings.save_min_tokens, gateway)
     if original is None:
         return None

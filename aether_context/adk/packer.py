@@ -13,7 +13,8 @@ session packs the same request, and an empty slot gives the same result.
 The event loop stays free: the pure build (selection, embedding, fitting) runs on the process's
 one pack thread, so builds of concurrent sessions (and of several packers, which share retrievers)
 run one at a time in call order and share the retriever's indexes and caches without races; each
-slot's calls are serialised by its own lock. An LLM summary has `decay.summary_timeout_seconds`:
+slot's calls are serialised by its own lock. A large tool result's CPU work runs beside the packs,
+on a worker thread (`worker.beside_packs`). An LLM summary has `decay.summary_timeout_seconds`:
 past it the extractive summary stays.
 """
 
@@ -528,7 +529,7 @@ class ContextPacker:
 
     def _classify(self, tool_name: str, result: object, own: bool) -> tuple[bool, dict | None]:
         """Whether `result` is an error (a failure to record) and its compact JSON form when shorter
-        (CPU work: run on the worker thread). Never raises."""
+        (CPU work: inline for a small result, else beside the packs). Never raises."""
         failed = False
         if not own and self.profile.failures.enabled and isinstance(result, (dict, str)):
             try:
