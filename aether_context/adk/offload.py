@@ -186,15 +186,12 @@ def _original(tool_name: str, result: Any, counter: TokenCounting, save_min_toke
     # JSON is saved indented, so the recall tool's line ranges and search mean something; it reads
     # back exactly this text.
     saved = json_text(result, indent=1) if is_json else text
-    try:
-        data, decoded = saved.encode("utf-8"), saved
-    except UnicodeEncodeError:  # a lone surrogate: saved as "?", and masked as it reads back
-        data, decoded = saved.encode("utf-8", "replace"), None
+    data = saved.encode("utf-8")  # the packer repaired lone surrogates first (`repair_unicode`)
     mime_type = "application/json" if is_json else "text/plain"
     filename = f"{OFFLOAD_PREFIX}{tool_name}-{sha256_hex(data)[:16]}.{'json' if is_json else 'txt'}"
     # a dict's digest is that of its canonical JSON, which `text` already is
     digest = sha256_hex(text)[:20] if isinstance(result, dict) else response_digest(result)
-    return _Original(tokens, gateway.masked(data, mime_type, decoded), filename, mime_type, digest)
+    return _Original(tokens, gateway.masked(data, mime_type, saved), filename, mime_type, digest)
 
 
 def _compact_form(tool_name: str, result: Any, args: dict, uri: str, tokens: int, settings: OffloadSettings,
