@@ -10,6 +10,11 @@ Scenarios, each in fresh child processes (real Runner, scripted model, loopback 
 - `cold`: a fresh process: the first model call's time before the model, and the CPU the plugin adds.
 - `hostile`: see bench/hostile.py (loop stalls for huge inputs).
 
+With `--bucket` the load scenario's store is a fresh bucket on an S3-compatible server instead (the one
+AETHER_TEST_S3_ENDPOINT names, else moto's server started here on 127.0.0.1), reached through s3fs as a
+server's bucket would be; `--bucket-latency S` adds S seconds before each of its requests, as a bucket in
+another building would (moto answers on loopback in about a millisecond).
+
 Each run's store is a fresh folder under `--store-dir` (default `.aether/bench` in the checkout), on the disk a
 server would write to, not /tmp: on the 2-core benchmark machine one thread makes a file in /tmp in 0.52 ms and on
 the project's disk in 0.056 ms.
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import contextvars
 import json
 import os
@@ -38,6 +44,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 APP = "prod"
 STORE_DIR_ENV = "AETHER_BENCH_STORE_DIR"
+S3_ENV = "AETHER_TEST_S3_ENDPOINT"
+BUCKET_ENV = "AETHER_BENCH_BUCKET"  # set for the children: their stores go to a fresh bucket there
+LATENCY_ENV = "AETHER_BENCH_BUCKET_LATENCY"  # seconds added before each request to the bucket
 VERBATIM = "USER REQUEST (VERBATIM; answer it):"
 SESSION: contextvars.ContextVar[int] = contextvars.ContextVar("session", default=-1)
 
@@ -309,6 +318,54 @@ def _child(scenario: str, mode: str, params: str, timeout: float) -> dict:
 SCENARIOS = {"state": state, "load": load, "cold": cold}
 
 
+@contextlib.contextmanager
+def _s3_endpoint():
+    """The S3-compatible server AETHER_TEST_S3_ENDPOINT names, else moto's server started for the run."""
+    if os.environ.get(S3_ENV):
+        yield os.environ[S3_ENV]
+        return
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def _bucket_store(endpoint: str) -> str:
+    """A fresh bucket for one child run, reached through fsspec's environment configuration (read at import:
+    the parent sets it for its children)."""
+    import uuid
+
+    import s3fs
+
+    latency = float(os.environ.get(LATENCY_ENV) or 0)
+    if latency:
+        call = s3fs.S3FileSystem._call_s3
+
+        async def _call_s3(self, *args, **kwargs):  # on s3fs's own loop: a request in flight holds no thread
+            await asyncio.sleep(latency)
+            return await call(self, *args, **kwargs)
+
+        s3fs.S3FileSystem._call_s3 = _call_s3
+    bucket = f"load-{uuid.uuid4().hex[:12]}"
+    s3fs.S3FileSystem(endpoint_url=endpoint, key="bench", secret="bench").mkdir(bucket)
+    return f"s3://{bucket}/store"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenarios", default="state,load,cold")
@@ -319,11 +376,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="load: where packs are built: the one pack thread, or the loop's default executor")
     parser.add_argument("--store-dir", default=str(ROOT / ".aether" / "bench"),
                         help="where each run's store folder is made: a server's disk, not /tmp (see the module doc)")
+    parser.add_argument("--bucket", action="store_true",
+                        help="load: the store on an S3 bucket (moto's server, or AETHER_TEST_S3_ENDPOINT), not a folder")
+    parser.add_argument("--bucket-latency", type=float, default=0.0,
+                        help="load with --bucket: seconds added before each request to the bucket")
     parser.add_argument("--timeout", type=float, default=1800.0)
     args = parser.parse_args(argv)
     os.environ[STORE_DIR_ENV] = args.store_dir
-    for name in args.scenarios.split(","):
-        print(f"\n### {name}\n\n{SCENARIOS[name](args)}")
+    os.environ[LATENCY_ENV] = str(args.bucket_latency)
+    with _s3_endpoint() if args.bucket else contextlib.nullcontext() as endpoint:
+        if endpoint:
+            os.environ.update({BUCKET_ENV: endpoint, "FSSPEC_S3_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "bench",
+                               "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"})
+        for name in args.scenarios.split(","):
+            print(f"\n### {name}\n\n{SCENARIOS[name](args)}")
     return 0
 
 
@@ -336,7 +402,7 @@ if __name__ == "__main__":
         if where:
             os.makedirs(where, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=where) as folder:
-            store = f"file://{folder}/packs"
+            store = _bucket_store(os.environ[BUCKET_ENV]) if os.environ.get(BUCKET_ENV) else f"file://{folder}/packs"
             print(json.dumps(asyncio.run(RUNS[sys.argv[2]](sys.argv[3] == "with", store=store, **params))))
     else:
         sys.exit(main())

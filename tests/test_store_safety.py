@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import stat
+import threading
 from dataclasses import replace
 
+import fsspec
 import pytest
+from fsspec.implementations.memory import MemoryFileSystem
 
 from aether_context.content import Message, TextPart
 from aether_context.errors import ManifestError
@@ -187,6 +191,65 @@ def test_a_deleted_store_still_gives_replayable_manifests(counter, tmp_path):
         assert replay(uri).checksum == store.load_manifest(uri).checksum
     with pytest.raises(ManifestError, match="not found"):
         replay(first)
+
+
+class _Bucket(MemoryFileSystem):
+    """An in-memory file system that says it is an object store, and counts what would be requests."""
+
+    protocol = ("bucket-test", "s3")
+    store: dict = {}  # its own objects, not memory://'s
+    pseudo_dirs = [""]
+    requests: collections.Counter = collections.Counter()
+
+    def info(self, path, **kwargs):
+        _Bucket.requests["head"] += 1
+        return super().info(path, **kwargs)
+
+    def pipe_file(self, path, value, **kwargs):
+        _Bucket.requests["put"] += 1
+        return super().pipe_file(path, value, **kwargs)
+
+
+def test_a_bucket_store_puts_blobs_without_asking_first(counter, monkeypatch):
+    """On a bucket an existence check is a HEAD (and a listing when absent), a small put one request: blobs
+    are put without a check (they are content-addressed), the marker is looked at once a second at most."""
+    fsspec.register_implementation("bucket-test", _Bucket, clobber=True)
+    store = PackStore("bucket-test://packs", background=False)
+    assert store.object_store
+    history = history_turns(6)
+    first = store.save(_pack(counter, history=history))
+    _Bucket.requests.clear()
+    uris = [store.save(_pack(counter, history=history, request=f"again {i}")) for i in range(5)]
+    assert _Bucket.requests["head"] <= 1, _Bucket.requests  # the marker, once within the second
+    assert _Bucket.requests["put"] >= 5
+    for uri in (first, *uris):
+        assert replay(uri).checksum == store.load_manifest(uri).checksum
+    clock = [1000.0]
+    monkeypatch.setattr("aether_context.store.time.monotonic", lambda: clock[0])
+    store._marker_seen = clock[0]
+    store.fs.rm(store._path(".aether-store"))  # the bucket's folder emptied: noticed at the next look
+    for path in store.fs.find(store.root):
+        store.fs.rm(path)
+    clock[0] += 2
+    later = store.save(_pack(counter, history=history, request="after the wipe"))
+    assert store.stats()["store_recreated"] == 1
+    assert replay(later).checksum == store.load_manifest(later).checksum
+    bucket, local = PackStore(str(store.url)), PackStore("memory://packs-local")
+    assert bucket.object_store and not local.object_store
+    assert (bucket._writer.workers, local._writer.workers) == (8, 1)  # a bucket's writes wait on the network
+
+
+def test_several_writer_threads_run_jobs_at_once():
+    """Four jobs that each wait for the other three pass only when four threads run them together."""
+    from aether_context.store.io import BackgroundWriter, WriteStats
+
+    stats = WriteStats()
+    writer = BackgroundWriter(stats, workers=4)
+    barrier = threading.Barrier(4, timeout=30)
+    for i in range(4):
+        writer.submit(f"job {i}", barrier.wait)
+    assert writer.flush(timeout=60)
+    assert not stats.snapshot().get("failed"), stats.snapshot()["recent_failures"]
 
 
 def test_a_full_queue_makes_the_caller_write_or_drop(counter, memory_store_url):

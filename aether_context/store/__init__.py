@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 import fsspec
@@ -48,7 +49,7 @@ from ..pipeline.inputs import PackInputs
 from ..pipeline.record import Manifest
 from ..redact import RedactionSettings, redact_value
 from .format import HMAC_ENV, loads_json, manifest_integrity, open_manifest, pack_blob, seal_manifest, unpack_blob
-from .io import BackgroundWriter, Lru, WriteStats, write_atomic
+from .io import OBJECT_STORES, BackgroundWriter, Lru, WriteStats, write_atomic
 from .paths import encode_segment
 from .delta import RecordChain
 from .tree import TreeCodec
@@ -62,6 +63,8 @@ MARKER = ".aether-store"
 LAYOUT = 3  # 3: records as chains of patches (`store.delta`); 2 (whole records) still reads
 _SKIP = frozenset({"inline_data"})  # binary parts are never scanned for secrets
 # kept in the manifest file itself (listing and finding a call read them); the rest is a record chain node
+BUCKET_WRITERS = 8  # writer threads for an object store (`writers=`); a local disk has one
+MARKER_RECHECK_SECONDS = 1.0  # an object store's marker is looked at most this often (each look is a request)
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024  # a manifest file is a few KB; a bigger one is not read
 MANIFEST_INLINE = ("schema_version", "pack_id", "created_at", "app_name", "user_id", "session_id", "invocation_id",
                    "agent")
@@ -73,7 +76,7 @@ class PackStore:
     def __init__(self, url: str = DEFAULT_STORE_URL, *, background: bool = True,
                  redaction: RedactionSettings | None = None, hmac_key: "str | bytes | None" = None,
                  max_queue: int = 256, put_timeout: float = 2.0, on_full: str = "inline", cache_size: int = 65536,
-                 storage_options: dict[str, Any] | None = None):
+                 storage_options: dict[str, Any] | None = None, writers: int | None = None):
         self.url = url.rstrip("/")
         # no listings cache: a folder listed before another replica wrote into it would hide the new files
         options = {"use_listings_cache": False, **(storage_options or {})}
@@ -85,12 +88,17 @@ class PackStore:
             raise StoreError(f"cannot open the pack store {url!r}: {e} (use a folder, file://, memory://, s3:// "
                              f"with s3fs installed, gs:// with gcsfs, ...)") from e
         self.root = self.root.rstrip("/")
+        protocols = self.fs.protocol if isinstance(self.fs.protocol, (tuple, list)) else (self.fs.protocol,)
+        # a bucket: each existence check is a request or two, a put of a small blob one (and idempotent)
+        self.object_store = bool(OBJECT_STORES.intersection(protocols))
         self.redaction = redaction or RedactionSettings()
         key = os.environ.get(HMAC_ENV, "") if hmac_key is None else hmac_key
         self.hmac_key: bytes | None = (key.encode("utf-8") if isinstance(key, str) else key) or None
         self._stats = WriteStats()
+        # a bucket's writes wait on the network, not the interpreter: several run at once
+        writers = writers or (BUCKET_WRITERS if self.object_store else 1)
         self._writer = BackgroundWriter(self._stats, max_queue=max_queue, put_timeout=put_timeout,
-                                        on_full=on_full, background=background)
+                                        on_full=on_full, background=background, workers=writers)
         self._known = Lru(cache_size)  # message digest -> (stored digest, secrets masked); blob digests -> True
         self._tree = TreeCodec(self._put_piece, self._get_piece, memo_size=4096)
         self._records = RecordChain(self._put_piece, self._get_piece, self._tree.encode, self._tree.decode,
@@ -100,6 +108,7 @@ class PackStore:
         self._folders = Lru(4096)  # local folders known to exist (`write_atomic`)
         self._lists = Lru(16)  # (kind, app, user, session, agent) -> the last message digests and stored list
         self._marked = False
+        self._marker_seen = float("-inf")  # time.monotonic() of the last look at the marker
         self._local = threading.local()  # bytes written by the job running on this thread
 
     def configure_redaction(self, settings: RedactionSettings) -> None:
@@ -146,6 +155,9 @@ class PackStore:
     def _ensure_marker(self) -> None:
         """Notice a deleted store: forget what we believe is written, so it is written again."""
         path = self._path(MARKER)
+        if self._marked and self.object_store and time.monotonic() - self._marker_seen < MARKER_RECHECK_SECONDS:
+            return
+        self._marker_seen = time.monotonic()
         if self._marked and self.fs.exists(path):
             return
         if self._marked:
@@ -175,7 +187,9 @@ class PackStore:
         if self._known.get(digest) is not None:
             return digest
         rel = f"blobs/{digest[:2]}/{digest}"
-        if not self.fs.exists(self._path(rel)):  # written by another process, or before a restart: kept as it is
+        # on a local disk a blob written by another process (or before a restart) is kept as it is; a bucket
+        # gets it again (one request, where checking first costs two: a HEAD, then a listing when absent)
+        if self.object_store or not self.fs.exists(self._path(rel)):
             self._write(rel, pack_blob(data))
         self._known.put(digest, True)
         return digest

@@ -156,11 +156,12 @@ def _on_event_loop() -> bool:
 
 
 class BackgroundWriter:
-    """Runs write jobs in order on one daemon thread, through a queue its callers keep bounded (see the module
-    doc); a job run by a caller instead (a full queue) runs out of order, which content-addressed writes allow."""
+    """Runs write jobs on `workers` daemon threads (one: in order), through a queue its callers keep bounded (see
+    the module doc). Jobs may finish out of order (several workers, or a caller running one when the queue is
+    full), which content-addressed writes allow: a record node is written before anything names it."""
 
     def __init__(self, stats: WriteStats, *, max_queue: int = 256, put_timeout: float = 2.0,
-                 on_full: str = "inline", exit_timeout: float = 30.0, background: bool = True):
+                 on_full: str = "inline", exit_timeout: float = 30.0, background: bool = True, workers: int = 1):
         if on_full not in ("inline", "drop"):
             raise ValueError(f"on_full={on_full!r}: use 'inline' (write in the caller) or 'drop' (count and skip)")
         self.stats = stats
@@ -172,7 +173,8 @@ class BackgroundWriter:
         # Unbounded underneath: the bound is kept by the callers' wait (`submit`, `room`), so a job from an
         # event loop's thread can always be queued without waiting.
         self._queue: queue.Queue | None = queue.Queue() if background else None
-        self._worker: threading.Thread | None = None
+        self.workers = max(1, workers)
+        self._threads: list[threading.Thread] = []
         self._start_lock = threading.Lock()
         if background:
             _LIVE.add(self)
@@ -237,9 +239,11 @@ class BackgroundWriter:
 
     def _ensure_worker(self) -> None:
         with self._start_lock:
-            if self._worker is None or not self._worker.is_alive():
-                self._worker = threading.Thread(target=self._loop, name="aether-context-store", daemon=True)
-                self._worker.start()
+            self._threads = [t for t in self._threads if t.is_alive()]  # none after a fork
+            while len(self._threads) < self.workers:
+                thread = threading.Thread(target=self._loop, name="aether-context-store", daemon=True)
+                thread.start()
+                self._threads.append(thread)
 
     def _run_one(self, what: str, job: Callable[[], None]) -> None:
         try:
