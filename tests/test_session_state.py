@@ -56,3 +56,61 @@ async def test_a_lone_surrogate_in_a_tool_output_packs(memory_store_url):
     stored = [p.function_response.response for e in session.events for p in (e.content.parts if e.content else ())
               if p.function_response is not None]
     assert "broken emoji \ufffd here" in stored[0]["text"]  # the session holds the repaired result
+
+
+async def test_a_packs_record_writes_run_while_the_model_works(memory_store_url):
+    """The records a pack points at are written while the model answers (here each write waits until the model
+    has the request), and are in the store by the time ADK records the pointers: a replica reads them."""
+    import time
+
+    from aether_context.adk.session_state import pack_state_key
+    from aether_context.store import PackStore
+
+    agent, llm = scripted_agent(["first answer", "second answer"], tools=())
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=16_000)
+    store = plugin.packer.store
+    written, model_first = [], []
+    put_pieces = store.put_pieces
+
+    def waiting_put_pieces(pieces):  # on a worker thread
+        deadline = time.monotonic() + 10
+        while len(llm.requests) <= len(written) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        model_first.append(len(llm.requests) > len(written))
+        put_pieces(pieces)
+        written.append(len(pieces))
+
+    store.put_pieces = waiting_put_pieces
+    runner = make_runner(agent, plugins=[plugin])
+    sid = await new_session(runner)
+    for text in ("what is the capital of France?", "and of Spain?"):
+        await run_turn(runner, sid, text)
+        assert not plugin.packer.slots[next(iter(plugin.packer.slots))].writes  # awaited before the answer
+    assert len(model_first) == 2 and all(model_first)
+    session = await runner.session_service.get_session(app_name=runner.app_name, user_id="u", session_id=sid)
+    pointer = session.state[pack_state_key(agent.name)]
+    assert PackStore(memory_store_url).get_record(pointer["ref"])["pack_id"]  # what another replica reads
+
+
+async def test_a_failed_record_write_is_reported_and_the_run_goes_on(memory_store_url, caplog):
+    """A record the store could not write: the call's answer goes on, the log and the next manifest say so."""
+    agent, llm = scripted_agent(["first answer", "second answer"], tools=())
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=16_000)
+    store = plugin.packer.store
+    put_pieces, failures = store.put_pieces, [1]
+
+    def failing_put_pieces(pieces):
+        if failures:  # the first pack's records: a piece the store cannot write
+            failures.pop()
+            pieces = [(pieces[0][0], None)]
+        put_pieces(pieces)
+
+    store.put_pieces = failing_put_pieces
+    runner = make_runner(agent, plugins=[plugin])
+    sid = await new_session(runner)
+    await run_turn(runner, sid, "what is the capital of France?")
+    await run_turn(runner, sid, "and of Spain?")
+    first, second = (r.manifest for r in plugin.packer.recent)
+    assert first.error is None and second.error is None
+    assert any(f.startswith("store_write_failed: 1 write(s), last a session record: TypeError") for f in second.flags)
+    assert "1 record write(s) failed: TypeError" in caplog.text
