@@ -162,7 +162,6 @@ class ContextPacker:
                 return await self._pack(callback_context, llm_request, slot)
 
     async def _pack(self, callback_context: CallbackContext, llm_request: LlmRequest, slot: SessionSlot) -> CallRecord:
-        await self._finish_writes(slot)  # a call the model never answered may have left some
         slot.last = None  # only this call's pack may be recovered or calibrated
         timings = StageTimes()  # beside the record, never in the request or the manifest
         try:
@@ -190,13 +189,12 @@ class ContextPacker:
         try:  # the request is rewritten; what follows is bookkeeping, and must not end the agent's run
             if inputs.compact:
                 callback_context.state[COMPACT_STATE_KEY] = False
-            # the records' blobs are written while the model works; `after_model` waits for them
             if pack.state.merged_lines:  # this pack advanced the running summary
                 await write_summary(self.records, callback_context.state, callback_context.agent_name, inputs.summary,
-                                    pack.state.summary, self.profile.redaction, slot.writes)
+                                    pack.state.summary, self.profile.redaction)
             conv = pack.manifest.layer_budgets["conversation"]
             await write_pack(self.records, callback_context.state, callback_context.agent_name,
-                             carried_state(pack.state), max(0, conv.budget - conv.used), slot.writes)
+                             carried_state(pack.state), max(0, conv.budget - conv.used))
             await self.store.room()  # a full write queue holds this call, not the loop
             uri = self.store.save(pack)
             _log_pack(pack)
@@ -358,18 +356,10 @@ class ContextPacker:
         if llm_response is not None and getattr(llm_response, "partial", False):
             return  # a streamed chunk: the usage and the summary are the final response's business
         slot = self.slot(callback_context)
-        await self._finish_writes(slot)  # before ADK records the pointers with this answer
         last, slot.last = slot.last, None  # one model response per pack: a second one is not this pack's
         if last is not None and llm_response is not None and llm_response.usage_metadata is not None:
             await self._record_usage(callback_context, last, llm_response.usage_metadata)
         await self._refresh_summary(callback_context, slot, last)
-
-    async def _finish_writes(self, slot: SessionSlot) -> None:
-        """Wait for the last pack's record writes (at most `pack_timeout`); a failure was counted by the store and
-        the next manifest says so, and the call after it packs without the record (flagged)."""
-        problem = await slot.finish_writes(self.pack_timeout)
-        if problem:
-            logger.warning("aether-context: %s", problem)
 
     async def _record_usage(self, ctx: CallbackContext, pack: ContextPack, usage) -> None:
         """Calibrate token estimates per model (bounded, smoothed; kept in session state, so every
@@ -430,7 +420,6 @@ class ContextPacker:
         Returns the model's response, or None to let the original error surface.
         """
         slot = self.slot(callback_context)
-        await self._finish_writes(slot)  # ADK may record an error event with the pack's pointers
         if not self.profile.recovery.enabled or not is_token_limit_error(error):
             return None
         last, slot.last = slot.last, None

@@ -98,8 +98,7 @@ class StateRecords:
     A reference names its content, so decoded records are kept by reference (`size` of them) and
     shared by every session of the process: a record is read from the store once per process. Store
     I/O runs on a worker thread (`asyncio.to_thread`): a bucket's latency never stalls the event loop.
-    A record is content-addressed and masked; it is in the store before ADK records its pointer (a pack's own
-    records are written while the model works: `put(writes=...)`, awaited in `after_model`).
+    A record is written, content-addressed and masked, before its pointer enters session state.
     """
 
     def __init__(self, store: PackStore, *, size: int = 1024):
@@ -120,24 +119,16 @@ class StateRecords:
             self._values.put(ref, value)
         return value
 
-    async def put(self, value: Any, writes: "list[asyncio.Future] | None" = None) -> str:
+    async def put(self, value: Any) -> str:
         """Store `value` (JSON, masked by the store); returns its reference. What is kept here is what the
-        store holds, so this process reads what a replica reads. With `writes`, the blobs are written by a
-        future added there, which the caller awaits before the pointer is recorded (`SessionSlot.finish_writes`)."""
-        if writes is None:
-            ref, stored = await asyncio.to_thread(self.store.put_record, value)
-        else:
-            ref, stored, pieces = await asyncio.to_thread(self.store.encode_record, value)
-            if pieces:
-                writes.append(asyncio.ensure_future(asyncio.to_thread(self.store.put_pieces, pieces)))
+        store holds, so this process reads what a replica reads."""
+        ref, stored = await asyncio.to_thread(self.store.put_record, value)
         self._values.put(ref, stored)
         return ref
 
-    async def set(self, state: MutableMapping[str, Any], key: str, value: Any,
-                  writes: "list[asyncio.Future] | None" = None, **small: Any) -> None:
-        """Point `state[key]` at `value` (with `small` counters beside the reference), if it changed; `writes`:
-        see `put`."""
-        pointer = {"v": STATE_SCHEMA, "ref": await self.put(value, writes), **small}
+    async def set(self, state: MutableMapping[str, Any], key: str, value: Any, **small: Any) -> None:
+        """Point `state[key]` at `value` (with `small` counters beside the reference), if it changed."""
+        pointer = {"v": STATE_SCHEMA, "ref": await self.put(value), **small}
         if state.get(key) != pointer:
             state[key] = pointer
 
@@ -173,12 +164,12 @@ async def read_pack(records: StateRecords, state: Mapping[str, Any] | Any, agent
 
 
 async def write_pack(records: StateRecords, state: MutableMapping[str, Any] | Any, agent: str, pack: PackState,
-                     free_conversation: int | None, writes: "list[asyncio.Future] | None" = None) -> None:
+                     free_conversation: int | None) -> None:
     """Keep `pack` (already `carried_state`) for the agent's next call: its record in the store, a pointer here."""
     body = pack.to_json()
     for unused in ("summary", "merged_lines"):
         body.pop(unused, None)
-    await records.set(state, pack_state_key(agent), body, writes, free_conversation=free_conversation)
+    await records.set(state, pack_state_key(agent), body, free_conversation=free_conversation)
 
 
 def flag_next_call(state: MutableMapping[str, Any] | Any, agent: str, flag: str,
@@ -213,8 +204,7 @@ def write_calibration(state: MutableMapping[str, Any] | Any, model: str, ratio: 
 
 
 async def write_summary(records: StateRecords, state: MutableMapping[str, Any] | Any, agent: str, before: dict,
-                        after: dict, redaction: RedactionSettings | None = None,
-                        writes: "list[asyncio.Future] | None" = None) -> None:
+                        after: dict, redaction: RedactionSettings | None = None) -> None:
     """Keep the agent's running summary (it must outlive this request and this process), when it changed;
     its secrets masked (`redaction`; default: the default settings): fold lines quote the conversation."""
     if after and after != before:
@@ -223,4 +213,4 @@ async def write_summary(records: StateRecords, state: MutableMapping[str, Any] |
             return
         summaries = dict(await records.get_or_empty(state, SUMMARY_STATE_KEY, {}, "running summaries"))
         summaries[agent] = after
-        await records.set(state, SUMMARY_STATE_KEY, summaries, writes)
+        await records.set(state, SUMMARY_STATE_KEY, summaries)

@@ -41,21 +41,6 @@ class SessionSlot:
     locks: dict = field(default_factory=dict)  # event loop -> the asyncio.Lock serialising this slot's packs
     request: "LlmRequest | None" = None  # acceptance.gate: the packed request of the call in flight
     repaired: str = ""  # acceptance.gate: the invocation that had its one repair pass
-    writes: list = field(default_factory=list)  # record writes of this call's pack, awaited before its answer
-
-    async def finish_writes(self, timeout: float) -> str | None:
-        """Wait (at most `timeout` s) for the record writes the last pack left: its pointers are in session state,
-        and ADK records them with the model's answer. Returns what failed, or None."""
-        writes, self.writes = self.writes, []
-        if not writes:
-            return None
-        done, late = await asyncio.wait(writes, timeout=timeout)
-        errors = [f.exception() for f in done if f.exception() is not None]
-        if late:
-            return f"{len(late)} record write(s) still running after {timeout} s"
-        if errors:
-            return f"{len(errors)} record write(s) failed: {type(errors[0]).__name__}: {errors[0]}"
-        return None
 
     def lock(self) -> asyncio.Lock:
         """This slot's lock on the running loop (an asyncio.Lock belongs to one loop)."""

@@ -109,7 +109,7 @@ class PackStore:
         self._lists = Lru(16)  # (kind, app, user, session, agent) -> the last message digests and stored list
         self._marked = False
         self._marker_seen = float("-inf")  # time.monotonic() of the last look at the marker
-        self._local = threading.local()  # bytes written by the job running on this thread; `encode_record`'s pieces
+        self._local = threading.local()  # bytes written by the job running on this thread
 
     def configure_redaction(self, settings: RedactionSettings) -> None:
         """Use the profile's `redaction:` section from now on."""
@@ -182,14 +182,9 @@ class PackStore:
             raise StoreError(f"{self.uri(rel)} could not be read: {e}") from e
 
     def put_blob(self, data: bytes, digest: str | None = None) -> str:
-        """Store `data` under its sha256 (once); returns the digest. Within `encode_record` the write is left
-        to the caller (`put_pieces`)."""
+        """Store `data` under its sha256 (once); returns the digest."""
         digest = digest or sha256_hex(data)
         if self._known.get(digest) is not None:
-            return digest
-        deferred = getattr(self._local, "deferred", None)
-        if deferred is not None:
-            deferred.append((digest, data))
             return digest
         rel = f"blobs/{digest[:2]}/{digest}"
         # on a local disk a blob written by another process (or before a restart) is kept as it is; a bucket
@@ -221,30 +216,6 @@ class PackStore:
         self._ensure_marker()
         value, _ = self._redacted(value)
         return self._put_piece(self._tree.encode(value)), value
-
-    def encode_record(self, value: Any) -> tuple[str, Any, list[tuple[str, bytes]]]:
-        """`put_record` without its writes: the reference, the value as stored, and the blobs `put_pieces` writes.
-        The reference names content, so it is known before the store holds it."""
-        self._ensure_marker()
-        value, _ = self._redacted(value)
-        self._local.deferred = pieces = []
-        try:
-            ref = self._put_piece(self._tree.encode(value))
-        finally:
-            self._local.deferred = None
-        return ref, value, pieces
-
-    def put_pieces(self, pieces: list[tuple[str, bytes]]) -> None:
-        """Write the blobs `encode_record` left. On a failure the store forgets which pieces it believes written,
-        so later records write theirs again; the failure is counted (`stats()`) and raised."""
-        try:
-            for digest, data in pieces:
-                self.put_blob(data, digest)
-        except Exception as e:
-            self._tree.clear()
-            self._known.clear()
-            self._stats.failed("a session record", e)  # counted: the next manifest says so
-            raise
 
     def get_record(self, ref: str) -> Any:
         """The JSON value `put_record` stored under `ref`."""
