@@ -225,7 +225,7 @@ def test_a_bucket_store_puts_blobs_without_asking_first(counter, monkeypatch):
     for uri in (first, *uris):
         assert replay(uri).checksum == store.load_manifest(uri).checksum
     clock = [1000.0]
-    monkeypatch.setattr("aether_context.store.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("aether_context.store.monotonic", lambda: clock[0])  # the store's clock only
     store._marker_seen = clock[0]
     store.fs.rm(store._path(".aether-store"))  # the bucket's folder emptied: noticed at the next look
     for path in store.fs.find(store.root):

@@ -37,7 +37,7 @@ import json
 import logging
 import os
 import threading
-import time
+from time import monotonic
 from typing import Any
 
 import fsspec
@@ -64,7 +64,9 @@ LAYOUT = 3  # 3: records as chains of patches (`store.delta`); 2 (whole records)
 _SKIP = frozenset({"inline_data"})  # binary parts are never scanned for secrets
 # kept in the manifest file itself (listing and finding a call read them); the rest is a record chain node
 BUCKET_WRITERS = 8  # writer threads for an object store (`writers=`); a local disk has one
-MARKER_RECHECK_SECONDS = 1.0  # an object store's marker is looked at most this often (each look is a request)
+# an object store's marker is looked at most this often (each look is a request): what is written within a second
+# of a wipe of the bucket's store may name blobs the wipe took (a local disk looks at every write)
+MARKER_RECHECK_SECONDS = 1.0
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024  # a manifest file is a few KB; a bigger one is not read
 MANIFEST_INLINE = ("schema_version", "pack_id", "created_at", "app_name", "user_id", "session_id", "invocation_id",
                    "agent")
@@ -108,7 +110,7 @@ class PackStore:
         self._folders = Lru(4096)  # local folders known to exist (`write_atomic`)
         self._lists = Lru(16)  # (kind, app, user, session, agent) -> the last message digests and stored list
         self._marked = False
-        self._marker_seen = float("-inf")  # time.monotonic() of the last look at the marker
+        self._marker_seen = float("-inf")  # monotonic() of the last look that found the marker
         self._local = threading.local()  # bytes written by the job running on this thread
 
     def configure_redaction(self, settings: RedactionSettings) -> None:
@@ -155,10 +157,10 @@ class PackStore:
     def _ensure_marker(self) -> None:
         """Notice a deleted store: forget what we believe is written, so it is written again."""
         path = self._path(MARKER)
-        if self._marked and self.object_store and time.monotonic() - self._marker_seen < MARKER_RECHECK_SECONDS:
+        if self._marked and self.object_store and monotonic() - self._marker_seen < MARKER_RECHECK_SECONDS:
             return
-        self._marker_seen = time.monotonic()
         if self._marked and self.fs.exists(path):
+            self._marker_seen = monotonic()  # after the look: other writers look too until one has seen it
             return
         if self._marked:
             logger.warning("aether-context: the pack store %s was removed; writing blobs again", self.url)
@@ -171,6 +173,7 @@ class PackStore:
         if not self.fs.exists(path):
             self._write(MARKER, json.dumps({"layout": LAYOUT}).encode("utf-8"))
         self._marked = True
+        self._marker_seen = monotonic()
 
     def read_bytes(self, rel: str) -> bytes:
         try:
