@@ -237,6 +237,10 @@ def test_a_bucket_store_puts_blobs_without_asking_first(counter, monkeypatch):
     bucket, local = PackStore(str(store.url)), PackStore("memory://packs-local")
     assert bucket.object_store and not local.object_store
     assert (bucket._writer.workers, local._writer.workers) == (8, 1)  # a bucket's writes wait on the network
+    assert PackStore("memory://packs-local", writers=3)._writer.workers == 3
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="writers="):
+            PackStore("memory://packs-local", writers=bad)
 
 
 def test_several_writer_threads_run_jobs_at_once():

@@ -62,11 +62,11 @@ DEFAULT_STORE_URL = ".aether/packs"
 MARKER = ".aether-store"
 LAYOUT = 3  # 3: records as chains of patches (`store.delta`); 2 (whole records) still reads
 _SKIP = frozenset({"inline_data"})  # binary parts are never scanned for secrets
-# kept in the manifest file itself (listing and finding a call read them); the rest is a record chain node
 BUCKET_WRITERS = 8  # writer threads for an object store (`writers=`); a local disk has one
 # an object store's marker is looked at most this often (each look is a request): what is written within a second
 # of a wipe of the bucket's store may name blobs the wipe took (a local disk looks at every write)
 MARKER_RECHECK_SECONDS = 1.0
+# kept in the manifest file itself (listing and finding a call read them); the rest is a record chain node
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024  # a manifest file is a few KB; a bigger one is not read
 MANIFEST_INLINE = ("schema_version", "pack_id", "created_at", "app_name", "user_id", "session_id", "invocation_id",
                    "agent")
@@ -98,6 +98,9 @@ class PackStore:
         self.hmac_key: bytes | None = (key.encode("utf-8") if isinstance(key, str) else key) or None
         self._stats = WriteStats()
         # a bucket's writes wait on the network, not the interpreter: several run at once
+        if writers is not None and (isinstance(writers, bool) or not isinstance(writers, int) or writers < 1):
+            raise ValueError(f"writers={writers!r}: use a whole number of threads, at least 1 (or None: "
+                             f"{BUCKET_WRITERS} on a bucket, 1 on a local disk)")
         writers = writers or (BUCKET_WRITERS if self.object_store else 1)
         self._writer = BackgroundWriter(self._stats, max_queue=max_queue, put_timeout=put_timeout,
                                         on_full=on_full, background=background, workers=writers)
