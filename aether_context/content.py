@@ -117,7 +117,7 @@ def _run_text(run: list[tuple[Any, Any]], done: int, is_dict: bool, sort_keys: b
     text = _dumps(dict(run) if is_dict else [v for _, v in run], sort_keys, indent)
     if indent and level:
         text = text.replace("\n", "\n" + " " * (indent * level))
-    tail = 1 if indent is None else 2 + len(" " * (indent * level))  # the bracket, after its line break and indent
+    tail = 1 if indent is None else 2 + max(0, indent * level)  # the bracket, after its line break and indent
     yield ("," if done else "") + text[1:-tail]
 
 
@@ -126,11 +126,12 @@ def sha256_hex(text: str | bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def response_digest(response: Any) -> str:
-    """Key of a tool response (as sent: non-dict results are wrapped as ADK does), for URI lookups."""
+def response_digest(response: Any, canonical: str | None = None) -> str:
+    """Key of a tool response (as sent: non-dict results are wrapped as ADK does), for URI lookups. `canonical`:
+    the dict's `canonical_json`, when the caller has made it already (a huge result is not encoded twice)."""
     if not isinstance(response, dict):
-        response = {"result": response}
-    return sha256_hex(canonical_json(response))[:20]
+        return sha256_hex(canonical_json({"result": response}))[:20]
+    return sha256_hex(canonical if canonical is not None else canonical_json(response))[:20]
 
 
 def _with_extra(main: str, inner: dict[str, Any], extra: "dict[str, Any] | None") -> dict[str, Any]:

@@ -189,8 +189,7 @@ def _original(tool_name: str, result: Any, counter: TokenCounting, save_min_toke
     data = saved.encode("utf-8")  # the packer repaired lone surrogates first (`repair_unicode`)
     mime_type = "application/json" if is_json else "text/plain"
     filename = f"{OFFLOAD_PREFIX}{tool_name}-{sha256_hex(data)[:16]}.{'json' if is_json else 'txt'}"
-    # a dict's digest is that of its canonical JSON, which `text` already is
-    digest = sha256_hex(text)[:20] if isinstance(result, dict) else response_digest(result)
+    digest = response_digest(result, text)  # `text` is a dict's canonical JSON already
     return _Original(tokens, gateway.masked(data, mime_type, saved), filename, mime_type, digest)
 
 
