@@ -44,19 +44,23 @@ def pack_worker() -> ThreadPoolExecutor:
     return _thread("pack")
 
 
-async def off_loop(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-    """`fn(*args, **kwargs)` on the pack thread, awaited from the event loop, in a copy of the caller's context
-    (the call's memo: `pipeline.cache.memo_scope`)."""
+async def _awaited_on(executor: ThreadPoolExecutor | None, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` on `executor` (None: the loop's default one), awaited from the event loop, in a copy
+    of the caller's context (the call's memo: `pipeline.cache.memo_scope`)."""
     run = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-    return await asyncio.get_running_loop().run_in_executor(pack_worker(), run)
+    return await asyncio.get_running_loop().run_in_executor(executor, run)
+
+
+async def off_loop(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` on the pack thread (see `_awaited_on`)."""
+    return await _awaited_on(pack_worker(), fn, *args, **kwargs)
 
 
 async def beside_packs(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-    """`fn(*args, **kwargs)` on a thread of the loop's default executor, in a copy of the caller's context: CPU work
-    on one large tool result (masking, JSON, compacting) needs no retriever, and on the pack thread every other
-    session's pack would wait behind it."""
-    run = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-    return await asyncio.get_running_loop().run_in_executor(None, run)
+    """`fn(*args, **kwargs)` on a thread of the loop's default executor (see `_awaited_on`): CPU work on one large
+    tool result (masking, JSON, compacting) needs no retriever, and on the pack thread every other session's pack
+    would wait behind it."""
+    return await _awaited_on(None, fn, *args, **kwargs)
 
 
 async def summarize(summarizer: "Summarizer | SummarizeFn", previous: str | None, items: "Sequence[str]", *,
