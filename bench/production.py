@@ -339,6 +339,8 @@ def _s3_endpoint():
                 break
             except OSError:
                 time.sleep(0.1)
+        else:
+            raise RuntimeError(f"moto_server did not answer on 127.0.0.1:{port} in 30 s (is it in the venv?)")
         yield f"http://127.0.0.1:{port}"
     finally:
         server.terminate()
