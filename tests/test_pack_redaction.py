@@ -86,6 +86,54 @@ def test_the_users_own_message_and_kept_turns_are_not_rewritten(counter):
     assert secret in str(tool_turn.to_json())  # ADK's verbatim tool result goes as ADK built it
 
 
+def test_a_secret_the_user_typed_reaches_every_later_call(file_store_url):
+    """The payload kept as sent is read back from the store, which masks it: the user's message in it is
+    taken from ADK's message again, so the model keeps the secret and the cached prefix stays as sent,
+    in the same invocation (a tool call) and in the next one."""
+    import asyncio
+
+    from aether_context import set_task
+    from aether_context.adk.convert import request_from_llm
+
+    said = "my password is swordfish123, remember it"
+
+    async def run():
+        agent, llm = scripted_agent([call("lookup", key="db"), "noted", "it is swordfish123"])
+        plugin = ContextPackPlugin(store=PackStore(file_store_url), window_tokens=16_000)
+        runner = make_runner(agent, plugins=[plugin])
+        state: dict = {}
+        set_task(state, goal="Help with the database")
+        sid = await new_session(runner, state=state)
+        await run_turn(runner, sid, said)
+        await run_turn(runner, sid, "what is my password?")
+        return llm, plugin
+
+    llm, plugin = asyncio.run(run())
+    requests = [request_from_llm(r) for r in llm.requests]
+    assert len(requests) == 3 and requests[0].messages[0].text.startswith("CONTEXT PACK")
+    for earlier, later in zip(requests, requests[1:]):
+        assert later.messages[:len(earlier.messages)] == earlier.messages
+        assert later.messages[0].parts[0].text.endswith(said)
+    for r in list(plugin.packer.recent)[1:]:
+        assert r.manifest.cache_break is None
+
+
+def test_only_a_masked_copy_of_the_users_message_is_restored():
+    from aether_context.content import Message, TextPart
+    from aether_context.pipeline.render import REQUEST_HEADER, verbatim_request
+
+    said = "key sk-abc and pin 1234 end"
+    user = Message("user", (TextPart(said),))
+    kept = f"CONTEXT PACK\nGOAL: g\n{REQUEST_HEADER}\n"
+    assert verbatim_request(kept + "key [REDACTED:openai] and pin [REDACTED:pin] end", user) == kept + said
+    for other in ("key [REDACTED:x] and pin 99 end", "another message", said + " more",
+                  "[REDACTED:x]" + said):
+        assert verbatim_request(kept + other, user) == kept + other  # not a masked copy of this message
+    assert verbatim_request("no request section", user) == "no request section"
+    pasted = Message("user", (TextPart(f"see {REQUEST_HEADER}\nold [REDACTED:x] text"),))
+    assert verbatim_request(kept + pasted.text, pasted) == kept + pasted.text
+
+
 def test_redaction_off_renders_as_is(counter):
     secret = SECRETS["aws_access_key"]
     pack = build_pack(_inputs(secret), OFF, counter=counter, window=16_000)

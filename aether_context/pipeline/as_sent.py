@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from ..content import Message, ModelRequest, TextPart
 from .cache import current_memo
 from .inputs import PackInputs, Turn, turn_start
-from .render import payload_message
+from .render import payload_message, verbatim_request
 
 if TYPE_CHECKING:
     from .fit import Fit
@@ -33,7 +33,7 @@ SentRequest = tuple[int, str, str, tuple[str, ...]]  # (index, ADK digest, paylo
 
 
 def _as_sent(original: Message, kept: SentRequest) -> Message:
-    base = payload_message(kept[2], original) or original
+    base = payload_message(verbatim_request(kept[2], original), original) or original
     return Message(base.role, base.parts + tuple(TextPart(t) for t in kept[3])) if kept[3] else base
 
 

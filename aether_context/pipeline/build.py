@@ -33,7 +33,7 @@ from .prepare import Prepared, prepare
 from .recite import failures_to_show, recite
 from .record import Decisions, Manifest, record
 from ..retrieval.threads import bounded_threads
-from .render import failures_section, masking, request_tokens
+from .render import failures_section, masking, request_tokens, verbatim_request
 from .retrieve import Retriever, default_retriever
 from .select import Candidates, frame_candidates, select, widen_memory
 from .status import FailureView, failure_view
@@ -248,4 +248,7 @@ def _frozen_payload(inputs: PackInputs, profile: BudgetProfile, zone: Verbatim) 
     if (prev is None or not profile.cache.stable_prefix or prev.invocation_id != inputs.invocation_id
             or prev.agent != inputs.agent or prev.compacted_through != zone.through or inputs.compact):
         return None
-    return prev
+    at, messages = inputs.request_index, inputs.request.messages
+    request = messages[at] if at is not None and 0 <= at < len(messages) else None
+    text = verbatim_request(prev.payload_text, request)  # the record is masked; the user's message went verbatim
+    return prev if text == prev.payload_text else replace(prev, payload_text=text)
