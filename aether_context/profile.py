@@ -259,7 +259,7 @@ class BudgetProfile(_Strict):
     conversation: ConversationSettings = ConversationSettings()
     cache: CacheSettings = CacheSettings()
     evidence: SelectionSettings = SelectionSettings()
-    memory: SelectionSettings = SelectionSettings()
+    memory: SelectionSettings = SelectionSettings(item_max_tokens=200)  # as default.yaml: a file sets what it changes
     offload: OffloadSettings = OffloadSettings()
     pruning: PruningSettings = PruningSettings()
     decay: DecaySettings = DecaySettings()
@@ -342,7 +342,10 @@ def _type_problems(model: type[BaseModel], data: Any, path: str, problems: list[
             continue
         where = f"{path}{key}"
         if _numeric(field.annotation) and value is not None:
-            if isinstance(value, bool) or isinstance(value, str):
+            if isinstance(value, bool):
+                problems.append(f"{where}: a number is required, got {_shown(value)} (YAML reads true, false, yes, no, "
+                                "on and off as booleans): write a number, e.g. 0.1 or 400")
+            elif isinstance(value, str):
                 problems.append(f"{where}: a number is required, got {_shown(value)}: write it without quotes, e.g. 0.1 or 400")
             elif isinstance(value, float) and not math.isfinite(value):
                 problems.append(f"{where}: must be a finite number, got {value}: use a real value")
@@ -356,20 +359,30 @@ def _validate(data: Any, *, source: str) -> BudgetProfile:
         raise ProfileError(f"{source}: a profile must be a YAML mapping, got {type(data).__name__}")
     problems: list[str] = []
     _type_problems(BudgetProfile, data, "", problems)
-    if problems:
-        raise _error(source, problems)
+    typed = {p.split(":", 1)[0] for p in problems}  # keys already reported (pydantic's lax mode may pass them)
     try:
-        return BudgetProfile.model_validate(data)
+        profile = BudgetProfile.model_validate(data)
     except ValidationError as e:
         for err in e.errors():
             key = ".".join(str(p) for p in err["loc"])
+            value = err.get("input")
+            if key in typed:
+                continue
             if err["type"] == "extra_forbidden":
                 problems.append(f"unknown key {key[:200]!r}: remove it or fix its spelling")
-            elif key:
-                problems.append(f"{key[:200]}: {err['msg']} (got {_shown(err.get('input'))})")
+            elif key and isinstance(value, bool) and err["type"] == "string_type":
+                problems.append(f"{key[:200]}: text is required, got {value} (YAML reads true, false, yes, no, on "
+                                "and off as booleans): put it in quotes")
+            elif key and not isinstance(value, dict):
+                problems.append(f"{key[:200]}: {err['msg']} (got {_shown(value)})")
+            elif key:  # a check over a whole section: its input holds defaults the file never wrote
+                problems.append(f"{key[:200]}: {err['msg'].removeprefix('Value error, ')}")
             else:
                 problems.append(err["msg"].removeprefix("Value error, "))
         raise _error(source, problems) from None  # pydantic's own text would echo the whole input
+    if problems:
+        raise _error(source, problems)
+    return profile
 
 
 def _error(source: str, problems: list[str]) -> ProfileError:

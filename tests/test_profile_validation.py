@@ -86,3 +86,31 @@ def test_redaction_section(tmp_path):
     assert load_profile("default").redaction.enabled  # on by default
     with pytest.raises(ProfileError, match="redaction.patterns.*not a valid regular expression"):
         _load(tmp_path, "redaction: {patterns: ['(']}")
+
+
+@pytest.mark.parametrize("setting, value", [("window_tokens", -1), ("window_tokens", "32k"), ("window_tokens", 0),
+                                            ("window_tokens", True), ("pack_timeout", -3), ("pack_timeout", "5"),
+                                            ("memory_pool", -1), ("keep_recent", 0)])
+def test_a_bad_plugin_argument_is_refused_at_construction(memory_store_url, setting, value):
+    """Accepted, each of these made every call fail open with a log line only (a newcomer's typo)."""
+    from aether_context import ContextPackPlugin
+
+    with pytest.raises(ValueError, match=rf"^{setting}={value!r}: .+"):
+        ContextPackPlugin(store=memory_store_url, **{setting: value})
+    ContextPackPlugin(store=memory_store_url, window_tokens=8000, pack_timeout=0.5, memory_pool=0, keep_recent=1)
+
+
+def test_every_problem_is_listed_at_once_with_the_fix_for_its_kind(tmp_path):
+    """A quoted number no longer hides the other problems, a YAML boolean is named as one, and a check over
+    a whole section does not echo keys the file never wrote."""
+    with pytest.raises(ProfileError) as err:
+        _load(tmp_path, 'window_tokens: -5\noffload: {threshold_tokens: "2000"}\nconversation: {compact_to: 1.5}')
+    text = str(err.value)
+    assert "window_tokens" in text and "offload.threshold_tokens" in text and "conversation.compact_to" in text
+    with pytest.raises(ProfileError, match=r"conversation.tail_turns: a number is required, got True \(YAML reads"):
+        _load(tmp_path, "conversation: {tail_turns: true}")
+    with pytest.raises(ProfileError, match=r"name: text is required, got False .+: put it in quotes"):
+        _load(tmp_path, "name: off")
+    with pytest.raises(ProfileError) as err:
+        _load(tmp_path, "retrieval: {embedding_quantize: true}")
+    assert "embedding_max_seq_length" not in str(err.value)

@@ -93,6 +93,8 @@ class ContextPacker:
                  memory_pool: int = 1000, keep_recent: int = 1000, summarizer: "Summarizer | SummarizeFn | None" = None,
                  evidence_providers: "Sequence[EvidenceProvider]" = (), embedder: "Embedder | None" = None,
                  originals: str = "auto", cache: PackCache | None = None, pack_timeout: float = PACK_TIMEOUT):
+        _check_settings(window_tokens=window_tokens, pack_timeout=pack_timeout, memory_pool=memory_pool,
+                        keep_recent=keep_recent)
         self.profile = load_profile(profile)
         # a store built here masks what the profile says; a given PackStore keeps its own `redaction`
         self.store = store if isinstance(store, PackStore) else PackStore(store or DEFAULT_STORE_URL,
@@ -566,6 +568,26 @@ SMALL_RESULT_CHARS = 8192  # a tool result this small is examined on the loop (w
 
 HYDE_PROMPT = ("Write a short passage (at most 80 words) that would answer the question below, as a document holding "
                "the answer would. Name likely people, places, dates and identifiers. No preamble.")
+
+
+def _check_settings(*, window_tokens: object, pack_timeout: object, memory_pool: object, keep_recent: object) -> None:
+    """Refuse a bad argument at construction, naming it and what it takes: else every call would fail open."""
+    def number(value: object, integer: bool) -> bool:
+        kinds = (int,) if integer else (int, float)
+        return isinstance(value, kinds) and not isinstance(value, bool)
+
+    problems = []
+    if window_tokens is not None and not (number(window_tokens, True) and window_tokens > 0):
+        problems.append(f"window_tokens={window_tokens!r}: a whole number of tokens above 0 (e.g. 128000), or None "
+                        "for the model's known window")
+    if not (number(pack_timeout, False) and pack_timeout > 0):
+        problems.append(f"pack_timeout={pack_timeout!r}: seconds above 0 (default {PACK_TIMEOUT})")
+    if not (number(memory_pool, True) and memory_pool >= 0):
+        problems.append(f"memory_pool={memory_pool!r}: a whole number of memory hits, 0 or more")
+    if not (number(keep_recent, True) and keep_recent >= 1):
+        problems.append(f"keep_recent={keep_recent!r}: a whole number of recent calls kept, 1 or more")
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 async def _hypothetical_answer(ctx: CallbackContext, question: str) -> str:
