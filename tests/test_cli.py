@@ -139,6 +139,14 @@ def test_timeline_has_a_session_column_and_json(saved, counter):
     assert data["savings"]["reported"] == 0
 
 
+def test_a_scope_with_no_calls_says_so(saved, capsys):
+    store, _, _ = saved
+    for verb in ("list", "timeline"):
+        code, _ = run([verb, store.url, "--session", "s1x"])
+        assert code == 0
+        assert "no recorded calls for --session 's1x': ids are matched whole" in capsys.readouterr().err
+
+
 def test_corrupt_manifest_is_skipped_and_reported(saved, counter, capsys):
     store, pack, uri = saved
     other = _second_session(store, counter)

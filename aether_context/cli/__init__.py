@@ -70,6 +70,10 @@ def _listing(store: str, app: str, user: str, session: str):
     if not listing.calls and not listing.skipped and not _is_store(store):
         raise StoreError(f"{store!r} is not a pack store (no {MARKER} file and no manifests): point at the folder "
                          "the plugin writes (its default is .aether/packs)")
+    scope = [f"--{k} {v!r}" for k, v in (("app", app), ("user", user), ("session", session)) if v]
+    if not listing.calls and scope:
+        click.echo(f"aether-context: no recorded calls for {' '.join(scope)}: ids are matched whole "
+                   f"(`list {store} --json` shows them)", err=True)
     return listing
 
 
