@@ -81,7 +81,7 @@ class ConversationWeights(_Strict):
 
     base: float = Field(0.40, ge=0)
     unresolved_questions: float = Field(0.02, description="Per open question in the recent turns.")
-    dialogue_depth: float = Field(0.002, description="Per turn in the current thread.")
+    dialogue_depth: float = Field(0.002, description="Per turn sent verbatim (compacted turns are not counted).")
 
 
 class Weights(_Strict):

@@ -482,6 +482,7 @@ async def test_known_values_take_memorys_room_so_later_user_turns_append(memory_
     assert block.startswith("CONVERSATION SO FAR") and "KNOWN VALUES" in block
     later = manifests[first + 1:]
     again = [i for i, m in enumerate(later) if m.compaction]
-    # most later calls append. Measured: 2 of 7 later calls compact (4, every later user turn and a loop call,
-    # before issue 11; 3 while KNOWN VALUES could repeat a value of the newest step)
-    assert len(again) <= 2, (again, len(later))
+    # most later calls append. Measured: 3 of 7 later calls compact (4, every later user turn and a loop call,
+    # before issue 11; 2 while the dialogue's depth also counted compacted turns, which grew the conversation's
+    # room with the whole history and starved Memory)
+    assert len(again) <= 3, (again, len(later))

@@ -219,7 +219,7 @@ def select(inputs: PackInputs, profile: BudgetProfile, *, counter: TokenCounting
     memory = _lines(mem_result, RENDERS["memory"], counter)
     flags.extend(_retrieval_flags(ev_result, mem_result))
 
-    signals = _signals(inputs.task, conversation, mem_result, bool(memory))
+    signals = _signals(inputs.task, conversation, kept, mem_result, bool(memory))
     shown_ev, shown_mem = {ln.id for ln in evidence}, {ln.id for ln in memory}  # once: the pool holds every compacted turn
     unselected = {
         "evidence": tuple(d.id for d in ev_docs if d.id not in shown_ev),
@@ -353,8 +353,11 @@ def declared_tools(inputs: PackInputs, profile: BudgetProfile) -> "tuple[str, ..
     return tuple(t.name for t in _step_tools(inputs, profile)[0])
 
 
-def _signals(task: TaskSpec, conv: Conversation, mem_result: RetrievalResult, has_memory: bool) -> Signals:
-    """The allocator's signals: what the task asks for and how well Memory matched the request."""
+def _signals(task: TaskSpec, conv: Conversation, kept: "tuple[Turn, ...]", mem_result: RetrievalResult,
+             has_memory: bool) -> Signals:
+    """The allocator's signals: what the task asks for and how well Memory matched the request. The dialogue's
+    depth is the turns sent verbatim: compacted ones are Memory's, and counting them grew the conversation's
+    room with the whole history, so Memory shrank between compactions while evidence was missing."""
     recent = (conv.history[-4:] + conv.loop[-4:])
     questions = sum(m.text.count("?") for t in recent for m in t.messages)  # the texts are not joined: no copy
     acceptance = max(1, len(task.acceptance))
@@ -367,7 +370,7 @@ def _signals(task: TaskSpec, conv: Conversation, mem_result: RetrievalResult, ha
         similarity=max(0.0, float(sig.get("similarity", 0.0))) if has_memory else 0.0,
         freshness=float(sig.get("freshness", 0.0)) if has_memory else 0.0,
         unresolved_questions=float(questions),
-        dialogue_depth=float(len(conv.history) + len(conv.loop)),
+        dialogue_depth=float(len(kept)),
     )
 
 
