@@ -32,7 +32,7 @@ from .retrieval import RetrievalSettings
 
 __all__ = [
     "BudgetProfile", "Floors", "EvidenceWeights", "MemoryWeights", "ConversationWeights", "Weights",
-    "TaskSettings", "CacheSettings", "ConversationSettings", "SelectionSettings", "OffloadSettings", "PruningSettings", "DecaySettings",
+    "TaskSettings", "CacheSettings", "ConversationSettings", "SelectionSettings", "MemorySelection", "OffloadSettings", "PruningSettings", "DecaySettings",
     "RecoverySettings", "FailureEvidenceSettings", "VariationSettings", "RedactionSettings", "ToolSettings",
     "PressureSettings", "AcceptanceSettings", "load_profile",
     "builtin_profiles", "MIN_REMAINDER", "MAX_SLACK",
@@ -137,6 +137,12 @@ class SelectionSettings(_Strict):
     top_k: int | None = Field(None, ge=1, description=(
         "Optional cap on the number of items; by default the layer's budget alone decides, filled by score."))
     item_max_tokens: int = Field(300, ge=16, description="An item's summary is cut to this many tokens.")
+
+
+class MemorySelection(SelectionSettings):
+    """Memory's limits: its lines are shorter than Evidence's by default (as `default.yaml` says)."""
+
+    item_max_tokens: int = Field(200, ge=16, description="An item's summary is cut to this many tokens.")
 
 
 class OffloadSettings(_Strict):
@@ -259,7 +265,7 @@ class BudgetProfile(_Strict):
     conversation: ConversationSettings = ConversationSettings()
     cache: CacheSettings = CacheSettings()
     evidence: SelectionSettings = SelectionSettings()
-    memory: SelectionSettings = SelectionSettings(item_max_tokens=200)  # as default.yaml: a file sets what it changes
+    memory: MemorySelection = MemorySelection()
     offload: OffloadSettings = OffloadSettings()
     pruning: PruningSettings = PruningSettings()
     decay: DecaySettings = DecaySettings()

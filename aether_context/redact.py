@@ -45,11 +45,11 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["RedactionSettings", "redact", "redact_value", "MASK", "SECRET_KEYS"]
+__all__ = ["RedactionSettings", "redact", "redact_value", "MASK", "MASKED", "SECRET_KEYS"]
 
 MASK = "[REDACTED:{kind}]"
 _NOT_MASKED = r"(?!\[REDACTED)"
-_MASKED = re.compile(r"\[REDACTED:[A-Za-z0-9_]+\]")
+MASKED = re.compile(r"\[REDACTED:[A-Za-z0-9_]{1,64}\]")  # a mask `MASK` wrote (kinds are short words)
 # A token starts at a word boundary or right after a JSON escape ("...\\nsk-proj-..." in a dumped result).
 _START = r"(?:(?<=\\[nrt])|\b)"
 
@@ -571,7 +571,7 @@ def _spans(text: str, settings: "RedactionSettings") -> list[_Span]:
 def _masked_regions(text: str) -> tuple[list[int], list[int]]:
     if "[REDACTED:" not in text:
         return [], []
-    found = [m.span() for m in _MASKED.finditer(text)]
+    found = [m.span() for m in MASKED.finditer(text)]
     return [s for s, _ in found], [e for _, e in found]
 
 

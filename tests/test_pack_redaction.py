@@ -132,6 +132,12 @@ def test_only_a_masked_copy_of_the_users_message_is_restored():
     assert verbatim_request("no request section", user) == "no request section"
     pasted = Message("user", (TextPart(f"see {REQUEST_HEADER}\nold [REDACTED:x] text"),))
     assert verbatim_request(kept + pasted.text, pasted) == kept + pasted.text
+    # the store's free-text rule can take the header's first word for a password ("... password is\nUSER")
+    goal = "CONTEXT PACK\nGOAL: find out what the admin password is\n"
+    stored = goal + REQUEST_HEADER.replace("USER", "[REDACTED:password]", 1) + "\nkey [REDACTED:openai] and pin 1234 end"
+    assert verbatim_request(stored, user) == goal + f"{REQUEST_HEADER}\n{said}"
+    hostile = kept + "[REDACTED:" * 30_000 + "x"  # no closing bracket: each mask is bounded, so this stays linear
+    assert verbatim_request(hostile, user) == hostile
 
 
 def test_redaction_off_renders_as_is(counter):

@@ -90,7 +90,7 @@ def test_redaction_section(tmp_path):
 
 @pytest.mark.parametrize("setting, value", [("window_tokens", -1), ("window_tokens", "32k"), ("window_tokens", 0),
                                             ("window_tokens", True), ("pack_timeout", -3), ("pack_timeout", "5"),
-                                            ("memory_pool", -1), ("keep_recent", 0)])
+                                            ("memory_pool", -1), ("keep_recent", -1)])
 def test_a_bad_plugin_argument_is_refused_at_construction(memory_store_url, setting, value):
     """Accepted, each of these made every call fail open with a log line only (a newcomer's typo)."""
     from aether_context import ContextPackPlugin
@@ -98,6 +98,16 @@ def test_a_bad_plugin_argument_is_refused_at_construction(memory_store_url, sett
     with pytest.raises(ValueError, match=rf"^{setting}={value!r}: .+"):
         ContextPackPlugin(store=memory_store_url, **{setting: value})
     ContextPackPlugin(store=memory_store_url, window_tokens=8000, pack_timeout=0.5, memory_pool=0, keep_recent=1)
+    ContextPackPlugin(store=memory_store_url, pack_timeout=None, keep_recent=0)  # no time limit; no recent calls kept
+
+
+def test_a_bad_pack_timeout_from_the_environment_is_named(memory_store_url, monkeypatch):
+    import aether_context.adk.packer as packer
+
+    monkeypatch.setenv("AETHER_CONTEXT_PACK_TIMEOUT", "0")
+    monkeypatch.setattr(packer, "PACK_TIMEOUT", 0.0)  # as read at import with the variable set
+    with pytest.raises(ValueError, match=r"pack_timeout=0.0 \(from AETHER_CONTEXT_PACK_TIMEOUT\): seconds above 0"):
+        packer.ContextPacker(store=memory_store_url, pack_timeout=packer.PACK_TIMEOUT)
 
 
 def test_every_problem_is_listed_at_once_with_the_fix_for_its_kind(tmp_path):

@@ -24,6 +24,7 @@ import asyncio
 import collections
 from itertools import repeat
 import logging
+import numbers
 import os
 import time
 from dataclasses import replace
@@ -80,7 +81,8 @@ __all__ = ["ContextPacker", "CallRecord", "PACK_TIMEOUT"]
 
 # Seconds a call waits for its pack before it fails open; AETHER_CONTEXT_PACK_TIMEOUT sets the default (tests on a
 # loaded machine set it high, so a slow pack is not a different request).
-PACK_TIMEOUT = float(os.environ.get("AETHER_CONTEXT_PACK_TIMEOUT", "10"))
+_TIMEOUT_ENV = "AETHER_CONTEXT_PACK_TIMEOUT"
+PACK_TIMEOUT = float(os.environ.get(_TIMEOUT_ENV, "10"))
 CALIBRATION_ALPHA = 0.5  # weight of the newest observation in the smoothed correction
 
 
@@ -573,19 +575,19 @@ HYDE_PROMPT = ("Write a short passage (at most 80 words) that would answer the q
 def _check_settings(*, window_tokens: object, pack_timeout: object, memory_pool: object, keep_recent: object) -> None:
     """Refuse a bad argument at construction, naming it and what it takes: else every call would fail open."""
     def number(value: object, integer: bool) -> bool:
-        kinds = (int,) if integer else (int, float)
-        return isinstance(value, kinds) and not isinstance(value, bool)
+        return isinstance(value, numbers.Integral if integer else numbers.Real) and not isinstance(value, bool)
 
     problems = []
     if window_tokens is not None and not (number(window_tokens, True) and window_tokens > 0):
         problems.append(f"window_tokens={window_tokens!r}: a whole number of tokens above 0 (e.g. 128000), or None "
                         "for the model's known window")
-    if not (number(pack_timeout, False) and pack_timeout > 0):
-        problems.append(f"pack_timeout={pack_timeout!r}: seconds above 0 (default {PACK_TIMEOUT})")
+    if pack_timeout is not None and not (number(pack_timeout, False) and pack_timeout > 0):
+        where = " (from AETHER_CONTEXT_PACK_TIMEOUT)" if pack_timeout is PACK_TIMEOUT and _TIMEOUT_ENV in os.environ else ""
+        problems.append(f"pack_timeout={pack_timeout!r}{where}: seconds above 0, or None to wait as long as a pack takes")
     if not (number(memory_pool, True) and memory_pool >= 0):
         problems.append(f"memory_pool={memory_pool!r}: a whole number of memory hits, 0 or more")
-    if not (number(keep_recent, True) and keep_recent >= 1):
-        problems.append(f"keep_recent={keep_recent!r}: a whole number of recent calls kept, 1 or more")
+    if not (number(keep_recent, True) and keep_recent >= 0):
+        problems.append(f"keep_recent={keep_recent!r}: a whole number of recent calls kept, 0 or more")
     if problems:
         raise ValueError("; ".join(problems))
 

@@ -16,7 +16,6 @@ compaction block. ADK's own verbatim turns and the user's message are not rewrit
 
 from __future__ import annotations
 
-import re
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -24,7 +23,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..content import FunctionCall, FunctionResponse, Message, ModelRequest, TextPart, ToolSpec, canonical_json, sha256_hex
-from ..redact import MASK, RedactionSettings, redact, redact_value
+from ..redact import MASK, MASKED, RedactionSettings, redact, redact_value
 from ..tokens import TokenCounting
 from .inputs import TaskSpec, Turn
 from .cache import counter_key, current_memo
@@ -192,24 +191,27 @@ def verbatim_request(payload_text: str, request: Message | None) -> str:
 
     A payload read back from session state comes from the store, which masks what it writes. The user's
     message went out verbatim, so without this a secret the user typed would become a mask in every later
-    call (and rewrite a cached message). The section is replaced only when it is that message with some
-    spans masked."""
-    head = f"\n{REQUEST_HEADER}\n"
-    at = payload_text.find(head)
-    if at < 0 or request is None or not request.text:
+    call (and rewrite a cached message). The section (its header line too: text before it can end in
+    "password is") is replaced only when it is the header and that message with some spans masked."""
+    if request is None or not request.text:
         return payload_text
-    kept = payload_text[at + len(head):]
-    if kept == request.text or not _masked_from(kept, request.text):
+    line = payload_text.find(_HEADER_TAIL)  # the header's first line start before it: "USER" may be masked
+    at = payload_text.rfind("\n", 0, line) + 1 if line > 0 else -1
+    if at <= 0:
         return payload_text
-    return payload_text[:at + len(head)] + request.text
+    sent = f"{REQUEST_HEADER}\n{request.text}"
+    kept = payload_text[at:]
+    if kept == sent or not _masked_from(kept, sent):
+        return payload_text
+    return payload_text[:at] + sent
 
 
-_MASKED_SPAN = re.compile(re.escape(_MARK) + r"[^\]\n]*\]")
+_HEADER_TAIL = REQUEST_HEADER.split(" ", 1)[1] + "\n"  # "REQUEST (VERBATIM; answer it):\n"
 
 
 def _masked_from(masked: str, original: str) -> bool:
     """Whether `masked` is `original` with one or more spans replaced by a mask (in linear time)."""
-    pieces = _MASKED_SPAN.split(masked)
+    pieces = MASKED.split(masked)
     if len(pieces) < 2 or not original.startswith(pieces[0]):
         return False
     at = len(pieces[0])
