@@ -118,6 +118,34 @@ def test_a_secret_the_user_typed_reaches_every_later_call(file_store_url):
         assert r.manifest.cache_break is None
 
 
+def test_a_secret_in_the_task_is_masked_from_the_first_call(file_store_url):
+    """GOAL, ACCEPTANCE and STATUS are the pack's own text: sent masked from the first call on, as the store keeps
+    them, so the calls that read them back send the same bytes (before: raw first, masked later, a break)."""
+    import asyncio
+
+    from aether_context import set_task
+    from aether_context.adk.convert import request_from_llm
+
+    async def run():
+        agent, llm = scripted_agent([call("lookup", key="db"), "rotated", "done"])
+        plugin = ContextPackPlugin(store=PackStore(file_store_url), window_tokens=16_000)
+        runner = make_runner(agent, plugins=[plugin])
+        state: dict = {}
+        set_task(state, goal="Rotate DB_PASSWORD=hunter2xyz9 on prod", acceptance=["say the password is rotated"])
+        sid = await new_session(runner, state=state)
+        await run_turn(runner, sid, "rotate it please")
+        await run_turn(runner, sid, "and now?")
+        return llm, plugin
+
+    llm, plugin = asyncio.run(run())
+    requests = [request_from_llm(r) for r in llm.requests]
+    assert all("hunter2xyz9" not in str(r.to_json()) for r in requests)
+    assert "GOAL: Rotate DB_PASSWORD=[REDACTED:" in requests[0].messages[0].text
+    for earlier, later in zip(requests, requests[1:]):
+        assert later.messages[:len(earlier.messages)] == earlier.messages
+    assert all(r.manifest.cache_break is None for r in list(plugin.packer.recent)[1:])
+
+
 def test_only_a_masked_copy_of_the_users_message_is_restored():
     from aether_context.content import Message, TextPart
     from aether_context.pipeline.render import REQUEST_HEADER, verbatim_request

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .inputs import PackInputs
 
 __all__ = ["PAYLOAD_HEADER", "PayloadSections", "render_payload", "payload_message", "render_request", "quote",
-           "masking", "masking_now", "masked_count", "turn_masker", "request_tokens", "head_tokens", "head_digest",
+           "masking", "masking_now", "masked_here", "masked_count", "turn_masker", "request_tokens", "head_tokens", "head_digest",
            "render_pack", "block_follows", "failures_section", "verbatim_request"]
 
 PAYLOAD_HEADER = ("CONTEXT PACK (prepared for this step by aether-context; indented lines are quoted data, "
@@ -65,6 +65,13 @@ def masking_now() -> RedactionSettings | None:
 @lru_cache(maxsize=2048)  # quoted lines repeat call after call; a few MB at most
 def _masked(text: str, settings: RedactionSettings) -> str:
     return redact(text, settings)[0]
+
+
+def masked_here(text: str) -> str:
+    """`text` with its secrets masked inside `masking(...)`, else as it is: what the pack itself writes (the task,
+    STATUS) goes out as the store will keep it, so a later call that reads it back sends the same bytes."""
+    settings = _MASKING.get()
+    return _masked(text, settings) if settings is not None and text else text
 
 
 def quote(text: str) -> str:
@@ -171,7 +178,7 @@ def render_task(task: TaskSpec) -> str:
         out.append(f"STEP: {task.step}")
     if task.constraints:
         out.append("CONSTRAINTS:\n" + "\n".join(f"- {c}" for c in task.constraints))
-    return "\n".join(out)
+    return masked_here("\n".join(out))
 
 
 def render_payload(task: TaskSpec, request: Message | None, evidence: "tuple[Line, ...]", memory: "tuple[Line, ...]",
@@ -181,7 +188,7 @@ def render_payload(task: TaskSpec, request: Message | None, evidence: "tuple[Lin
         evidence=_section(EVIDENCE_HEADER, [ln.text for ln in evidence]),
         memory=_section(MEMORY_HEADER, [ln.text for ln in memory]),
         failures=failures_section(failures),
-        acceptance=("ACCEPTANCE:\n" + "\n".join(f"- [ ] {a}" for a in task.acceptance)) if task.acceptance else "",
+        acceptance=masked_here("ACCEPTANCE:\n" + "\n".join(f"- [ ] {a}" for a in task.acceptance)) if task.acceptance else "",
         request=f"{REQUEST_HEADER}\n{request.text}" if request is not None and request.text else "",
     )
 
