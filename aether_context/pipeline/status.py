@@ -152,7 +152,7 @@ def recitation_message(inputs: PackInputs, profile: BudgetProfile, recent: "tupl
     open_items = [a for a in task.acceptance if a not in task.done]
     variation = StructuralVariation(seed=profile.variation.seed, enabled=profile.variation.enabled)
     room = settings.max_tokens - (counter.count_text(note) + 1 if note else 0)
-    goal, next_step = masked_here(goal), masked_here(next_step) if next_step else next_step  # as the store keeps it
+    goal, next_step = masked_here(goal), next_step and masked_here(next_step)  # as the store will keep them
     open_items = [masked_here(a) for a in open_items]
     block = build_recitation(goal, done, len(task.plan), next_step, open_items, last_errors,
                              max_tokens=room, counter=counter, variation=variation, call_index=call_index)
