@@ -43,6 +43,7 @@ __all__ = ["ContextPackPlugin", "context_pack_callback", "install_context_pack",
 STORE_ENV = "AETHER_CONTEXT_STORE"
 PROFILE_ENV = "AETHER_CONTEXT_PROFILE"
 DURABLE_WAIT = 30.0  # seconds a durable call waits for the store at most, then goes on (fail open)
+CLOSE_WAIT = 4.0  # ADK gives a plugin's close 5 s, then fails `Runner.close`; writes left go on, flushed at exit
 
 
 def _packer(packer: ContextPacker | None, settings: dict[str, Any]) -> ContextPacker:
@@ -140,7 +141,9 @@ class ContextPackPlugin(BasePlugin):
         return await self.packer.recover(callback_context, llm_request, error)
 
     async def close(self) -> None:
-        await asyncio.to_thread(self.packer.store.flush, DURABLE_WAIT)  # off the loop, bounded; a timeout is logged
+        """Wait for the store's queued writes, off the loop and within ADK's close timeout. Writes still queued
+        then go on in the background and are flushed at interpreter exit (the log says how many)."""
+        await asyncio.to_thread(self.packer.store.flush, CLOSE_WAIT)
 
 
 def context_pack_callback(*, packer: ContextPacker | None = None, **settings: Any

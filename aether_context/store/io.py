@@ -277,7 +277,8 @@ class BackgroundWriter:
             while q.unfinished_tasks:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    logger.error("aether-context: %d store writes still pending after %.0f s", q.unfinished_tasks, timeout)
+                    logger.error("aether-context: %d store writes still pending after %.0f s; they go on in the background and "
+                                 "are flushed at exit", q.unfinished_tasks, timeout)
                     return False
                 q.all_tasks_done.wait(left)
         return True
