@@ -69,7 +69,8 @@ def write_atomic(fs, path: str, data: bytes, folders: "Lru | None" = None) -> No
     `folders` holds folders known to exist (a local write then skips looking for its parents; a folder
     removed since is made again)."""
     protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
-    if OBJECT_STORES.intersection(protocols):
+    # fsspec's in-memory filesystem puts a file whole too, and its rename looks at every file it holds
+    if OBJECT_STORES.intersection(protocols) or "memory" in protocols:
         fs.pipe_file(path, data)
         return
     parent = path.rsplit("/", 1)[0]
