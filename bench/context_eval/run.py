@@ -69,6 +69,21 @@ async def run_pass(system: System, profile: str, window: Optional[int], jobs: li
     out = [await run_job(system, profile, window, job, packers, counter, deadline_s=deadline_s) for job in jobs]
     for packer in packers.values():  # the pass's store goes with it: the next pass starts empty, memory is freed
         packer.store.flush()
-        with contextlib.suppress(FileNotFoundError):  # nothing was stored
-            packer.store.fs.rm(packer.store.root, recursive=True)
+        _remove_store(packer.store)
     return out
+
+
+def _remove_store(store) -> None:
+    """Remove a pass's store. fsspec's in-memory `rm` checks each path against every file, quadratic in the
+    store's files: a memory store's entries under the root are dropped from its dicts directly."""
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    fs, root = store.fs, store.fs._strip_protocol(store.root)
+    if isinstance(fs, MemoryFileSystem):
+        under = lambda p: p == root or p.startswith(root.rstrip("/") + "/")  # noqa: E731
+        for path in [p for p in fs.store if under(p)]:
+            del fs.store[path]
+        fs.pseudo_dirs[:] = [d for d in fs.pseudo_dirs if not under(d)]
+        return
+    with contextlib.suppress(FileNotFoundError):  # nothing was stored
+        fs.rm(store.root, recursive=True)
