@@ -108,16 +108,20 @@ def question_trajectory(conv: Conversation, mode: str) -> Trajectory:
                       tools=(), invocations=invocations, meta={"conversation": conv.id})
 
 
-def _event(conv: Conversation, turn: Turn, timestamp: float, invocation: str) -> Event:
+def _event(conv: Conversation, turn: Turn, timestamp: float, invocation: str, stable_id: bool = False) -> Event:
     user = turn.speaker == conv.speaker_a
+    ids = {"id": f"{conv.id}-{turn.dia_id}"} if stable_id else {}
     return Event(author="user" if user else AGENT_NAME, invocation_id=invocation, timestamp=timestamp,
-                 content=types.Content(role="user" if user else "model", parts=[types.Part(text=turn.message())]))
+                 content=types.Content(role="user" if user else "model", parts=[types.Part(text=turn.message())]),
+                 **ids)
 
 
-async def _seed(service: ClockedSessionService, session: Any, conv: Conversation, index: int) -> None:
+async def _seed(service: ClockedSessionService, session: Any, conv: Conversation, index: int,
+                stable_ids: bool = False) -> None:
     start, turns = conv.sessions[index]
     for k, turn in enumerate(turns):
-        await service.append_seeded(session, _event(conv, turn, start + k * TURN_STEP_S, f"{conv.id}-s{index + 1}"))
+        await service.append_seeded(session, _event(conv, turn, start + k * TURN_STEP_S, f"{conv.id}-s{index + 1}",
+                                                     stable_ids))
 
 
 def _last_time(conv: Conversation) -> float:
@@ -135,11 +139,14 @@ async def seed_session_mode(conv: Conversation, *, app_name: str, user_id: str) 
 
 
 async def seed_memory_mode(conv: Conversation, memory: Any, *, app_name: str, user_id: str) -> ClockedSessionService:
-    """Each LoCoMo session its own ADK session, added to `memory`; returns the service for the question session."""
+    """Each LoCoMo session its own ADK session, added to `memory`; returns the service for the question session.
+
+    The events keep the same ids in every pass, as a memory service's stored entries do: ranking breaks ties by
+    id, so random ids would make two passes over the same data differ."""
     seeder = ClockedSessionService(f"locomo-memory-{conv.id}")
     for i in range(len(conv.sessions)):
         session = await seeder.create_session(app_name=app_name, user_id=user_id, session_id=f"{conv.id}-session-{i + 1}")
-        await _seed(seeder, session, conv, i)
+        await _seed(seeder, session, conv, i, stable_ids=True)
         await memory.add_session_to_memory(session)
     return ClockedSessionService(f"locomo-questions-{conv.id}", start=_last_time(conv) + 86_400)
 
