@@ -178,3 +178,50 @@ async def test_a_note_leaves_memory_at_the_call_whose_request_says_it():
     assert codename in first and window in first
     assert codename not in second and window in second  # the request says it: not repeated
     assert window in third
+
+
+def test_earlier_memory_hits_stay_candidates_within_the_pool():
+    from aether_context.adk.collect import with_earlier_hits
+
+    a, b, c = (MemoryItem(f"m{i}", f"text {i}", source="memory_service") for i in range(3))
+    note = MemoryItem("note-1", "a note", source="note")
+    memory, kept = with_earlier_hits((note, b), (a, b), limit=10)  # found again: keeps its place
+    assert [m.id for m in memory] == ["note-1", "m0", "m1"] and [m.id for m in kept] == ["m0", "m1"]
+    memory, kept = with_earlier_hits((c,), (a, b), limit=2)  # the oldest leaves first
+    assert [m.id for m in memory] == ["m1", "m2"] and [m.id for m in kept] == ["m1", "m2"]
+    memory, kept = with_earlier_hits((a, c), (a, b), limit=2)  # a hit of this call is a candidate even if not kept
+    assert [m.id for m in memory] == ["m1", "m2", "m0"] and [m.id for m in kept] == ["m1", "m2"]
+    assert with_earlier_hits((), (), 10) == ((), ())
+    assert with_earlier_hits((a,), (), 0) == ((a,), ())
+
+
+async def test_a_later_question_keeps_what_the_memory_service_found_for_an_earlier_one(memory_store_url):
+    """ADK's in-memory service answers each question with its own top few; what it found for the first question
+    stays a Memory candidate of the second (a session record, so replicas rank the same ones)."""
+    from conftest import make_runner, new_session, run_turn, scripted_agent
+
+    memory = InMemoryMemoryService()
+    earlier, _ = scripted_agent(["Noted."], name="agent")
+    past = make_runner(earlier, memory_service=memory)
+    for said in ("Alice adopted a grey kitten called Miso.", "Bob repaired the tandem on Saturday."):
+        sid = await new_session(past)
+        await run_turn(past, sid, said)
+        await memory.add_session_to_memory(await past.session_service.get_session(
+            app_name=past.app_name, user_id="u", session_id=sid))
+
+    agent, llm = scripted_agent(["A kitten.", "On Saturday."], tools=[])
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=16_000)
+    runner = make_runner(agent, plugins=[plugin], memory_service=memory, session_service=past.session_service)
+    sid = await new_session(runner)
+    await run_turn(runner, sid, "What did Alice adopt?")
+    await run_turn(runner, sid, "When was the tandem repaired?")
+    plugin.packer.store.flush()
+
+    store = plugin.packer.store
+    first, second = (store.get_inputs(store.load_manifest(r.uri).inputs_ref) for r in plugin.packer.recent)
+    kitten = [m.id for m in first.memory if "Miso" in m.text]
+    assert kitten and all("tandem" not in m.text for m in first.memory)
+    assert kitten[0] in {m.id for m in second.memory}  # not asked for again, still a candidate
+    session = await runner.session_service.get_session(app_name=runner.app_name, user_id="u", session_id=sid)
+    kept = await plugin.packer.records.get(session.state, "aether:memory_hits:agent")
+    assert [d["id"] for d in kept][:1] == kitten and any("tandem" in d["text"] for d in kept)

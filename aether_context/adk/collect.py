@@ -27,9 +27,10 @@ from .task import StateKeys, evidence_from_state, notes_from_state, task_from_st
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["collect_inputs", "with_tools", "framework_tools", "FRAMEWORK_TOOL_NAMES", "find_request_index", "opening_request", "INSTRUCTION_MARKER", "artifact_uri"]
+__all__ = ["collect_inputs", "with_earlier_hits", "with_tools", "framework_tools", "FRAMEWORK_TOOL_NAMES", "find_request_index", "opening_request", "INSTRUCTION_MARKER", "artifact_uri"]
 
 INSTRUCTION_MARKER = "<<<BEGIN_SYSTEM_INSTRUCTION>>>"
+MEMORY_SERVICE = "memory_service"  # a MemoryItem's source when ADK's memory service found it
 _OTHER_AGENT_PREFIX = "For context:"
 OFFLOAD_PREFIX = "tool-output/"
 OFFLOAD_PREFIXES = (OFFLOAD_PREFIX, "attachment/")
@@ -155,8 +156,25 @@ async def _memory_hits(ctx: CallbackContext, request: str, items: "Sequence[str]
     return hits
 
 
+def with_earlier_hits(memory: "Sequence[MemoryItem]", earlier: "Sequence[MemoryItem]",
+                      limit: int) -> "tuple[tuple[MemoryItem, ...], tuple[MemoryItem, ...]]":
+    """`memory` with the session's earlier memory-service hits as candidates too, and the hits to keep.
+
+    A memory service answers each question with its own top few (ADK's in-memory one: the 10 sharing most
+    words), so what an earlier question found is often what a later one needs and is not given again. Kept
+    hits stay candidates: ranking, not the service's cut, decides what Memory shows. The kept list only grows
+    at its end (the oldest leave first past `limit`), so each call's record shares all but its last chunks
+    with the one before; a hit found again keeps its place."""
+    fresh = [m for m in memory if m.source == MEMORY_SERVICE]
+    known = {m.id for m in earlier}
+    kept = (*earlier, *(m for m in fresh if m.id not in known))[-limit:] if limit > 0 else ()
+    ids = {m.id for m in kept}
+    merged = (*(m for m in memory if m.source != MEMORY_SERVICE), *kept, *(m for m in fresh if m.id not in ids))
+    return merged, tuple(kept)
+
+
 async def _search_memory(ctx: CallbackContext, request: str, items: "Sequence[str]", limit: int) -> list[MemoryItem]:
-    queries = memory_queries(request, items)
+    queries = memory_queries(request, items) if limit > 0 else []
     if not queries:
         return []
     try:
@@ -176,7 +194,7 @@ async def _search_memory(ctx: CallbackContext, request: str, items: "Sequence[st
             continue
         seen.add(key)
         items.append(MemoryItem(id=key, text=who + text, timestamp=_timestamp(entry.timestamp),
-                                source="memory_service", rank=len(items)))
+                                source=MEMORY_SERVICE, rank=len(items)))
         if len(items) >= limit:
             break
     return items

@@ -46,7 +46,7 @@ from ..loop.failures import FailureLog, FailureRecord, error_text, is_error_resu
 from ..pipeline.build import ContextPack, StageTimes, build_pack, request_tokens
 from ..pipeline.cache import PackCache, memo_scope
 from ..pipeline.incremental import extended
-from ..pipeline.inputs import PackInputs, PackState
+from ..pipeline.inputs import MemoryItem, PackInputs, PackState
 from ..pipeline.decay import RunningSummary, blob_key
 from ..pipeline.record import CallRecord, Manifest
 from ..pipeline.render import masked_count
@@ -59,14 +59,14 @@ from ..store import DEFAULT_STORE_URL, PackStore
 from ..tokens import TokenCounter, TokenCounting
 from ..windows import context_window, window_flag
 from .acceptance import AcceptanceGate
-from .collect import collect_inputs
+from .collect import collect_inputs, with_earlier_hits
 from .recovery import ReportedLimits
 from .event_times import EventTimes, session_now
 from .convert import agent_model, answer_text, apply_request, final_response, request_from_llm
 from .fail_open import fails_open
 from .offload import RECALL_TOOL_NAME, ArtifactGateway, run_inline, make_recall_tool, offload_tool_result
 from .recovery import is_token_limit_error, recovery_pack
-from .session_state import (CALIBRATION_STATE_KEY, HYDE_STATE_PREFIX, COMPACT_STATE_KEY, FAILURES_STATE_KEY, SAVED_STATE_KEY,
+from .session_state import (CALIBRATION_STATE_KEY, HYDE_STATE_PREFIX, MEMORY_HITS_PREFIX, COMPACT_STATE_KEY, FAILURES_STATE_KEY, SAVED_STATE_KEY,
                             SUMMARY_STATE_KEY, URIS_STATE_KEY, StateRecords, StoredPack, carried_state, flag_next_call,
                             own_state, read_calibration, read_pack, write_calibration, write_pack, write_summary)
 from .slots import MAX_SESSIONS, SessionSlot, SessionSlots, slot_key
@@ -245,11 +245,28 @@ class ContextPacker:
             providers=self.evidence_providers, extra_tools=(self.recall_tool,) if recall else (),
             uris=uris, summary=summaries.get(callback_context.agent_name) or {}, failures=failures,
             provider_timeout=self.pack_timeout, memory_cache=slot.memory)
+        if self.use_memory:
+            inputs = await self._with_earlier_hits(callback_context, inputs)
         inputs = replace(inputs, message_times=slot.times.message_times(session.events, inputs.request),
                          compact=bool(own_state(callback_context).get(COMPACT_STATE_KEY)), cite_originals=recall)
         inputs = await self._save_images(callback_context, inputs)
         inputs = replace(inputs, calibration=read_calibration(own_state(callback_context), inputs.request.model))
         return await self._with_hyde(callback_context, inputs) if self.profile.retrieval.hyde else inputs
+
+    async def _with_earlier_hits(self, ctx: CallbackContext, inputs: PackInputs) -> PackInputs:
+        """The memory service's hits of the session's earlier invocations stay Memory candidates (a record in
+        the store, so every replica ranks the same ones); this invocation's new hits join them."""
+        key = MEMORY_HITS_PREFIX + ctx.agent_name
+
+        async def stored() -> tuple[MemoryItem, ...]:
+            return tuple(MemoryItem.from_json(d) for d in await self.records.get_or_empty(own_state(ctx), key, [],
+                                                                                         "memory hits"))
+        earlier = await stored()
+        memory, kept = with_earlier_hits(inputs.memory, earlier, self.memory_pool)
+        if kept != earlier:
+            await self.records.set(ctx.state, key, [m.to_json() for m in kept])
+            memory, _ = with_earlier_hits(inputs.memory, await stored(), self.memory_pool)  # as stored: masked
+        return replace(inputs, memory=memory)
 
     async def _with_hyde(self, ctx: CallbackContext, inputs: PackInputs) -> PackInputs:
         """HyDE (`retrieval.hyde`): a short passage the agent's model writes as if answering the request, searched

@@ -32,7 +32,7 @@ from ..store.io import Lru
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HYDE_STATE_PREFIX", "write_summary", "URIS_STATE_KEY", "SUMMARY_STATE_KEY", "FAILURES_STATE_KEY", "COMPACT_STATE_KEY",
+__all__ = ["HYDE_STATE_PREFIX", "MEMORY_HITS_PREFIX", "write_summary", "URIS_STATE_KEY", "SUMMARY_STATE_KEY", "FAILURES_STATE_KEY", "COMPACT_STATE_KEY",
            "SAVED_STATE_KEY", "CALIBRATION_STATE_KEY", "STATE_SCHEMA", "pack_state_key", "carried_state",
            "StoredPack", "StateRecords", "read_pack", "write_pack", "flag_next_call", "read_calibration",
            "write_calibration", "own_state"]
@@ -45,6 +45,7 @@ SAVED_STATE_KEY = "aether:saved_tokens"  # -> record: response digest -> tokens 
 CALIBRATION_STATE_KEY = "aether:calibration"  # per model: reported prompt tokens / our estimate, smoothed
 PACK_STATE_PREFIX = "aether:pack:"  # + agent: -> record: the previous call's PackState, with its texts
 HYDE_STATE_PREFIX = "aether:hyde:"  # + agent: -> record: this invocation's HyDE passage (`retrieval.hyde`)
+MEMORY_HITS_PREFIX = "aether:memory_hits:"  # + agent: -> record: the memory service's hits so far, first seen first
 
 STATE_SCHEMA = 2
 DIGEST_CHARS = 16  # message digests kept per call: enough to find the first changed message
