@@ -189,8 +189,9 @@ def test_earlier_memory_hits_stay_candidates_within_the_pool():
     assert [m.id for m in memory] == ["note-1", "m0", "m1"] and [m.id for m in kept] == ["m0", "m1"]
     memory, kept = with_earlier_hits((c,), (a, b), limit=2)  # the oldest leaves first
     assert [m.id for m in memory] == ["m1", "m2"] and [m.id for m in kept] == ["m1", "m2"]
-    memory, kept = with_earlier_hits((a, c), (a, b), limit=2)  # a hit of this call is a candidate even if not kept
-    assert [m.id for m in memory] == ["m1", "m2", "m0"] and [m.id for m in kept] == ["m1", "m2"]
+    memory, kept = with_earlier_hits((a, c), (a, b), limit=2)  # ... unless this search found it again
+    assert [m.id for m in memory] == ["m0", "m2"] and [m.id for m in kept] == ["m0", "m2"]
+    assert with_earlier_hits((a, c), kept, limit=2) == (memory, kept)  # settled: the next call ranks the same
     assert with_earlier_hits((), (), 10) == ((), ())
     assert with_earlier_hits((a,), (), 0) == ((a,), ())
 
@@ -225,3 +226,35 @@ async def test_a_later_question_keeps_what_the_memory_service_found_for_an_earli
     session = await runner.session_service.get_session(app_name=runner.app_name, user_id="u", session_id=sid)
     kept = await plugin.packer.records.get(session.state, "aether:memory_hits:agent")
     assert [d["id"] for d in kept][:1] == kitten and any("tandem" in d["text"] for d in kept)
+
+
+async def test_a_memory_hits_record_that_cannot_be_kept_leaves_the_call_its_own_hits(memory_store_url):
+    """A store that fails on the pool's record costs the call its earlier hits, never the pack: this call's own
+    hits reach Memory, the manifest says why the others are missing, and the record stays as it was."""
+    from conftest import make_runner, new_session, run_turn, scripted_agent
+
+    memory = InMemoryMemoryService()
+    past = make_runner(scripted_agent(["Noted."])[0], memory_service=memory)
+    sid = await new_session(past)
+    await run_turn(past, sid, "Alice adopted a grey kitten called Miso.")
+    await memory.add_session_to_memory(await past.session_service.get_session(
+        app_name=past.app_name, user_id="u", session_id=sid))
+
+    agent, llm = scripted_agent(["A kitten."], tools=[])
+    plugin = ContextPackPlugin(store=memory_store_url, window_tokens=16_000)
+    keep = plugin.packer.records.set
+
+    async def failing(state, key, value, **small):
+        if key.startswith("aether:memory_hits:"):
+            raise OSError("bucket answered 503")
+        return await keep(state, key, value, **small)
+
+    plugin.packer.records.set = failing
+    runner = make_runner(agent, plugins=[plugin], memory_service=memory, session_service=past.session_service)
+    sid = await new_session(runner)
+    await run_turn(runner, sid, "What did Alice adopt?")
+    manifest = plugin.packer.recent[-1].manifest
+    assert manifest.error is None and "Miso" in str(llm.requests[-1].contents)
+    assert any(f.startswith("memory_hits_unavailable: OSError") for f in manifest.flags)
+    session = await runner.session_service.get_session(app_name=runner.app_name, user_id="u", session_id=sid)
+    assert "aether:memory_hits:agent" not in session.state

@@ -162,15 +162,20 @@ def with_earlier_hits(memory: "Sequence[MemoryItem]", earlier: "Sequence[MemoryI
 
     A memory service answers each question with its own top few (ADK's in-memory one: the 10 sharing most
     words), so what an earlier question found is often what a later one needs and is not given again. Kept
-    hits stay candidates: ranking, not the service's cut, decides what Memory shows. The kept list only grows
-    at its end (the oldest leave first past `limit`), so each call's record shares all but its last chunks
-    with the one before; a hit found again keeps its place."""
+    hits stay candidates: ranking, not the service's cut, decides what Memory shows. New hits join at the
+    end and a hit found again keeps its place, so a call's record shares all but a chunk or two with the one
+    before. Past `limit`, the oldest hits this search did not find leave first: every hit of this search is
+    kept, and merging the result again changes nothing (every call of an invocation ranks the same set)."""
+    if limit <= 0:
+        return tuple(memory), ()
     fresh = [m for m in memory if m.source == MEMORY_SERVICE]
-    known = {m.id for m in earlier}
-    kept = (*earlier, *(m for m in fresh if m.id not in known))[-limit:] if limit > 0 else ()
-    ids = {m.id for m in kept}
-    merged = (*(m for m in memory if m.source != MEMORY_SERVICE), *kept, *(m for m in fresh if m.id not in ids))
-    return merged, tuple(kept)
+    found, known = {m.id for m in fresh}, {m.id for m in earlier}
+    kept = [*earlier, *(m for m in fresh if m.id not in known)]
+    over = len(kept) - limit
+    if over > 0:
+        leaving = [m.id for m in kept if m.id not in found][:over]
+        kept = [m for m in kept if m.id not in set(leaving)]
+    return (*(m for m in memory if m.source != MEMORY_SERVICE), *kept), tuple(kept)
 
 
 async def _search_memory(ctx: CallbackContext, request: str, items: "Sequence[str]", limit: int) -> list[MemoryItem]:

@@ -255,17 +255,24 @@ class ContextPacker:
 
     async def _with_earlier_hits(self, ctx: CallbackContext, inputs: PackInputs) -> PackInputs:
         """The memory service's hits of the session's earlier invocations stay Memory candidates (a record in
-        the store, so every replica ranks the same ones); this invocation's new hits join them."""
+        the store, so every replica ranks the same ones); this invocation's new hits join them. The call ranks
+        the list as stored (masked), as later calls read it. A record that cannot be read or written leaves this
+        call with its own hits, flagged, and the record as it was."""
         key = MEMORY_HITS_PREFIX + ctx.agent_name
 
         async def stored() -> tuple[MemoryItem, ...]:
-            return tuple(MemoryItem.from_json(d) for d in await self.records.get_or_empty(own_state(ctx), key, [],
-                                                                                         "memory hits"))
-        earlier = await stored()
-        memory, kept = with_earlier_hits(inputs.memory, earlier, self.memory_pool)
-        if kept != earlier:
-            await self.records.set(ctx.state, key, [m.to_json() for m in kept])
-            memory, _ = with_earlier_hits(inputs.memory, await stored(), self.memory_pool)  # as stored: masked
+            return tuple(MemoryItem.from_json(d) for d in await self.records.get(own_state(ctx), key, []))
+        try:
+            earlier = await stored()
+            memory, kept = with_earlier_hits(inputs.memory, earlier, self.memory_pool)
+            if kept != earlier:
+                await self.records.set(ctx.state, key, [m.to_json() for m in kept])
+                memory, _ = with_earlier_hits(inputs.memory, await stored(), self.memory_pool)
+        except Exception as e:  # fail open: this call ranks its own hits; the record stays as it was
+            logger.warning("aether-context: the session's memory hits could not be read or kept (%s); ranking "
+                           "this invocation's own", e, exc_info=True)
+            flags = (*inputs.extra.get("edge_flags", ()), f"memory_hits_unavailable: {type(e).__name__}")
+            return replace(inputs, extra={**inputs.extra, "edge_flags": list(flags)})
         return replace(inputs, memory=memory)
 
     async def _with_hyde(self, ctx: CallbackContext, inputs: PackInputs) -> PackInputs:
