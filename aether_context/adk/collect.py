@@ -173,8 +173,8 @@ def with_earlier_hits(memory: "Sequence[MemoryItem]", earlier: "Sequence[MemoryI
     kept = [*earlier, *(m for m in fresh if m.id not in known)]
     over = len(kept) - limit
     if over > 0:
-        leaving = [m.id for m in kept if m.id not in found][:over]
-        kept = [m for m in kept if m.id not in set(leaving)]
+        leaving = {m.id for m in [k for k in kept if k.id not in found][:over]}
+        kept = [m for m in kept if m.id not in leaving]
     return (*(m for m in memory if m.source != MEMORY_SERVICE), *kept), tuple(kept)
 
 
